@@ -1,0 +1,138 @@
+//! The catalog: streams and pipelines, persisted as JSON in the data
+//! directory (written to a temporary file, then renamed, so a crash never
+//! leaves half a catalog).
+
+use serde::{Deserialize, Serialize};
+use sluice_plan::PhysicalDag;
+use sluice_plan::catalog::StreamDef;
+use sluice_types::{Error, PipelineId, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What a pipeline writes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum PipelineKind {
+    /// `CREATE SINK`.
+    Sink,
+    /// `CREATE STREAM … AS`.
+    DerivedStream,
+}
+
+/// A named pipeline.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PipelineDef {
+    pub name: String,
+    pub id: PipelineId,
+    pub kind: PipelineKind,
+    /// The statement that created it.
+    pub sql: String,
+    pub dag: PhysicalDag,
+    pub created_ms: i64,
+}
+
+impl PipelineDef {
+    /// True when the pipeline reads `stream`.
+    pub fn reads(&self, stream: &str) -> bool {
+        self.dag.sources().any(|s| matches!(&s.kind, sluice_plan::OperatorKind::Source(src) if src.stream == stream))
+    }
+}
+
+/// Version of the on-disk catalog format.
+const CATALOG_FORMAT_VERSION: u32 = 1;
+
+/// Everything the catalog holds.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct CatalogState {
+    #[serde(default)]
+    pub format_version: u32,
+    pub streams: BTreeMap<String, StreamDef>,
+    pub pipelines: BTreeMap<String, PipelineDef>,
+    /// Pipeline ids are never reused.
+    pub next_pipeline_id: u64,
+}
+
+/// The catalog file of a data directory.
+#[derive(Debug)]
+pub struct CatalogStore {
+    path: PathBuf,
+}
+
+impl CatalogStore {
+    pub fn new(data_dir: &Path) -> Self {
+        CatalogStore { path: data_dir.join("catalog.json") }
+    }
+
+    /// Loads the catalog, or an empty one when none exists yet.
+    pub fn load(&self) -> Result<CatalogState> {
+        match std::fs::read(&self.path) {
+            Ok(bytes) => {
+                let state: CatalogState = serde_json::from_slice(&bytes).map_err(|e| {
+                    Error::external(format!("catalog {} is unreadable: {e}", self.path.display()))
+                })?;
+                if state.format_version > CATALOG_FORMAT_VERSION {
+                    return Err(Error::external(format!(
+                        "catalog {} has format {} but this Sluice reads up to {CATALOG_FORMAT_VERSION}",
+                        self.path.display(),
+                        state.format_version
+                    )));
+                }
+                Ok(state)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogState::default()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes the catalog atomically.
+    pub fn save(&self, state: &CatalogState) -> Result<()> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut state = state.clone();
+        state.format_version = CATALOG_FORMAT_VERSION;
+        let bytes = serde_json::to_vec_pretty(&state).map_err(|e| Error::internal(e.to_string()))?;
+        let tmp = self.path.with_extension("json.tmp");
+        std::fs::write(&tmp, bytes)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &self.path)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    #[test]
+    fn round_trips_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CatalogStore::new(dir.path());
+        assert!(store.load().unwrap().streams.is_empty());
+        let mut state = CatalogState::default();
+        state.streams.insert(
+            "s".into(),
+            StreamDef {
+                name: "s".into(),
+                schema: Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)])),
+                event_time: None,
+                connector: "memory".into(),
+                options: Default::default(),
+                pipeline: None,
+            },
+        );
+        state.next_pipeline_id = 7;
+        store.save(&state).unwrap();
+        let back = store.load().unwrap();
+        assert_eq!(back.streams, state.streams);
+        assert_eq!(back.next_pipeline_id, 7);
+    }
+
+    #[test]
+    fn a_corrupt_catalog_is_an_error_not_an_empty_catalog() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("catalog.json"), b"{not json").unwrap();
+        assert!(CatalogStore::new(dir.path()).load().is_err());
+    }
+}

@@ -1,0 +1,23 @@
+//! The cluster layer: the master (catalog, pipelines, scheduling) and the
+//! worker (running pipelines' tasks under supervision).
+//!
+//! - [`catalog`]: streams and pipelines, persisted in the data directory so a
+//!   restarted server finds what was declared before;
+//! - [`worker`]: deploys physical DAGs through the runtime and keeps their
+//!   handles;
+//! - [`scheduler`]: how the master hands a DAG to workers — the
+//!   [`Scheduler`](scheduler::Scheduler) trait, with the single-worker
+//!   [`LocalScheduler`](scheduler::LocalScheduler) the playground uses;
+//! - [`master`]: the entry point for the SQL engine: catalog changes,
+//!   pipeline lifecycle, session queries, and status for `SHOW PIPELINES`.
+//!
+//! Even in one process the master talks to its worker only through the
+//! scheduler interface, so a networked scheduler can take its place.
+
+pub mod catalog;
+pub mod master;
+pub mod scheduler;
+pub mod status;
+pub mod worker;
+
+pub use master::Master;

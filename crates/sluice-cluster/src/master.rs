@@ -1,0 +1,256 @@
+//! The master: owns the catalog, starts and stops pipelines through the
+//! scheduler, and answers status questions.
+
+use crate::catalog::{CatalogState, CatalogStore, PipelineDef, PipelineKind};
+use crate::scheduler::Scheduler;
+use crate::status::{PipelineInfo, describe_status, totals};
+use arrow::record_batch::RecordBatch;
+use sluice_connectors::{Connectors, MemoryLog};
+use sluice_dataflow::deploy::PipelineRuntime;
+use sluice_plan::PhysicalDag;
+use sluice_plan::catalog::StreamDef;
+use sluice_types::{Error, PipelineId, Result, SqlCode, now_ms};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// Session query ids start here, apart from named pipelines' ids.
+const SESSION_QUERY_ID_BASE: u64 = 1 << 40;
+
+struct Running {
+    runtime: Arc<PipelineRuntime>,
+    since_ms: i64,
+}
+
+/// The master of a Sluice cluster.
+pub struct Master {
+    store: CatalogStore,
+    state: Mutex<CatalogState>,
+    scheduler: Arc<dyn Scheduler>,
+    connectors: Connectors,
+    running: Mutex<HashMap<String, Running>>,
+    next_query_id: AtomicU64,
+}
+
+fn not_found(kind: &str, name: &str) -> Error {
+    let code = if kind == "stream" { SqlCode::UndefinedTable } else { SqlCode::UndefinedObject };
+    Error::user(code, format!("{kind} \"{name}\" does not exist"))
+}
+
+impl Master {
+    /// Opens the catalog in `data_dir` and restarts its pipelines.
+    pub fn open(data_dir: &Path, scheduler: Arc<dyn Scheduler>, connectors: Connectors) -> Result<Self> {
+        let store = CatalogStore::new(data_dir);
+        let state = store.load()?;
+        let master = Master {
+            store,
+            state: Mutex::new(state),
+            scheduler,
+            connectors,
+            running: Mutex::new(HashMap::new()),
+            next_query_id: AtomicU64::new(SESSION_QUERY_ID_BASE),
+        };
+        let pipelines: Vec<PipelineDef> = master.lock().pipelines.values().cloned().collect();
+        for p in pipelines {
+            if let Err(e) = master.start(&p) {
+                tracing::error!(pipeline = %p.name, error = %e, "could not restart pipeline");
+            }
+        }
+        Ok(master)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CatalogState> {
+        self.state.lock().expect("catalog lock")
+    }
+
+    /// The connectors of this process (memory logs, client sinks).
+    pub fn connectors(&self) -> &Connectors {
+        &self.connectors
+    }
+
+    pub fn stream(&self, name: &str) -> Option<StreamDef> {
+        self.lock().streams.get(name).cloned()
+    }
+
+    pub fn streams(&self) -> Vec<StreamDef> {
+        self.lock().streams.values().cloned().collect()
+    }
+
+    /// Adds a stream; `Ok(false)` when it exists and `if_not_exists`.
+    pub fn create_stream(&self, def: StreamDef, if_not_exists: bool) -> Result<bool> {
+        let mut state = self.lock();
+        if state.streams.contains_key(&def.name) {
+            if if_not_exists {
+                return Ok(false);
+            }
+            return Err(Error::user(SqlCode::DuplicateObject, format!("stream \"{}\" already exists", def.name)));
+        }
+        state.streams.insert(def.name.clone(), def);
+        self.store.save(&state)?;
+        Ok(true)
+    }
+
+    /// Drops a stream. A derived stream's pipeline is dropped with it; a
+    /// stream other pipelines read cannot be dropped.
+    pub fn drop_stream(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let mut state = self.lock();
+        let Some(def) = state.streams.get(name).cloned() else {
+            return if if_exists { Ok(false) } else { Err(not_found("stream", name)) };
+        };
+        let readers: Vec<String> = state.pipelines.values().filter(|p| p.reads(name)).map(|p| p.name.clone()).collect();
+        if !readers.is_empty() {
+            return Err(Error::user(
+                SqlCode::DependentObjectsStillExist,
+                format!("cannot drop stream \"{name}\": pipeline(s) {} read it; drop them first", readers.join(", ")),
+            ));
+        }
+        if let Some(p) = &def.pipeline {
+            state.pipelines.remove(p);
+            self.stop(p);
+        }
+        state.streams.remove(name);
+        self.store.save(&state)?;
+        drop(state);
+        self.connectors.memory.remove(name);
+        Ok(true)
+    }
+
+    /// Registers and starts a named pipeline (and its derived stream).
+    pub fn create_pipeline(
+        &self,
+        name: &str,
+        kind: PipelineKind,
+        sql: &str,
+        dag: PhysicalDag,
+        derived: Option<StreamDef>,
+        if_not_exists: bool,
+    ) -> Result<bool> {
+        let def = {
+            let mut state = self.lock();
+            if state.pipelines.contains_key(name) || derived.is_some() && state.streams.contains_key(name) {
+                if if_not_exists {
+                    return Ok(false);
+                }
+                return Err(Error::user(SqlCode::DuplicateObject, format!("\"{name}\" already exists")));
+            }
+            let id = PipelineId(state.next_pipeline_id);
+            state.next_pipeline_id += 1;
+            let def = PipelineDef { name: name.to_string(), id, kind, sql: sql.to_string(), dag, created_ms: now_ms() };
+            state.pipelines.insert(name.to_string(), def.clone());
+            if let Some(stream) = derived {
+                state.streams.insert(stream.name.clone(), stream);
+            }
+            self.store.save(&state)?;
+            def
+        };
+        if let Err(e) = self.start(&def) {
+            let mut state = self.lock();
+            state.pipelines.remove(name);
+            state.streams.retain(|_, s| s.pipeline.as_deref() != Some(name));
+            self.store.save(&state)?;
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    fn start(&self, def: &PipelineDef) -> Result<()> {
+        let runtime = self.scheduler.deploy(def.id, &def.dag)?;
+        self.running.lock().expect("running lock").insert(def.name.clone(), Running { runtime, since_ms: now_ms() });
+        Ok(())
+    }
+
+    fn stop(&self, name: &str) {
+        if let Some(r) = self.running.lock().expect("running lock").remove(name) {
+            self.scheduler.stop(r.runtime.id);
+            r.runtime.stop();
+        }
+    }
+
+    /// Stops and forgets a pipeline (and its derived stream, if no one reads it).
+    pub fn drop_pipeline(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let mut state = self.lock();
+        if !state.pipelines.contains_key(name) {
+            return if if_exists { Ok(false) } else { Err(not_found("pipeline", name)) };
+        }
+        let derived: Vec<String> =
+            state.streams.values().filter(|s| s.pipeline.as_deref() == Some(name)).map(|s| s.name.clone()).collect();
+        for stream in &derived {
+            let readers: Vec<String> =
+                state.pipelines.values().filter(|p| p.reads(stream)).map(|p| p.name.clone()).collect();
+            if !readers.is_empty() {
+                return Err(Error::user(
+                    SqlCode::DependentObjectsStillExist,
+                    format!("cannot drop \"{name}\": pipeline(s) {} read its stream; drop them first", readers.join(", ")),
+                ));
+            }
+        }
+        state.pipelines.remove(name);
+        for stream in &derived {
+            state.streams.remove(stream);
+        }
+        self.store.save(&state)?;
+        drop(state);
+        self.stop(name);
+        for stream in &derived {
+            self.connectors.memory.remove(stream);
+        }
+        Ok(true)
+    }
+
+    /// The stored definition of a pipeline.
+    pub fn pipeline(&self, name: &str) -> Option<PipelineDef> {
+        self.lock().pipelines.get(name).cloned()
+    }
+
+    /// Status of every named pipeline.
+    pub fn pipelines(&self) -> Vec<PipelineInfo> {
+        let defs: Vec<PipelineDef> = self.lock().pipelines.values().cloned().collect();
+        let running = self.running.lock().expect("running lock");
+        defs.into_iter()
+            .map(|def| {
+                let (state, since_ms, t, error) = match running.get(&def.name) {
+                    Some(r) => {
+                        let (state, error) = describe_status(&r.runtime.status());
+                        (state, r.since_ms, totals(&r.runtime), error)
+                    }
+                    None => ("not running".to_string(), def.created_ms, Default::default(), None),
+                };
+                PipelineInfo {
+                    name: def.name.clone(),
+                    id: def.id.0,
+                    kind: match def.kind {
+                        PipelineKind::Sink => "sink".into(),
+                        PipelineKind::DerivedStream => "stream".into(),
+                    },
+                    state,
+                    since_ms,
+                    rows_in: t.rows_in,
+                    rows_out: t.rows_out,
+                    late_rows_dropped: t.late_rows_dropped,
+                    watermark_ms: t.watermark.map(|w| w.0),
+                    error,
+                    sql: def.sql.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The runtime of a running named pipeline.
+    pub fn runtime(&self, name: &str) -> Option<Arc<PipelineRuntime>> {
+        self.running.lock().expect("running lock").get(name).map(|r| r.runtime.clone())
+    }
+
+    /// Runs a session's query; its rows arrive on `results`.
+    pub fn run_query(&self, dag: &PhysicalDag, results: mpsc::Sender<RecordBatch>) -> Result<Arc<PipelineRuntime>> {
+        let id = PipelineId(self.next_query_id.fetch_add(1, Ordering::Relaxed));
+        self.connectors.clients.register(id, results);
+        self.scheduler.deploy(id, dag)
+    }
+
+    /// The memory log of a `memory` stream.
+    pub fn memory_log(&self, def: &StreamDef) -> Result<Arc<MemoryLog>> {
+        self.connectors.memory.get_or_create(&def.name, &def.options)
+    }
+}

@@ -1,0 +1,27 @@
+//! Handing pipelines to workers.
+
+use crate::worker::Worker;
+use sluice_dataflow::deploy::PipelineRuntime;
+use sluice_plan::PhysicalDag;
+use sluice_types::{PipelineId, Result};
+use std::sync::Arc;
+
+/// Places a pipeline's tasks on workers and starts them.
+pub trait Scheduler: Send + Sync {
+    fn deploy(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>>;
+    fn stop(&self, id: PipelineId);
+}
+
+/// Everything on the one local worker (the playground).
+pub struct LocalScheduler {
+    pub worker: Arc<Worker>,
+}
+
+impl Scheduler for LocalScheduler {
+    fn deploy(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
+        self.worker.run(id, dag)
+    }
+    fn stop(&self, id: PipelineId) {
+        self.worker.stop(id)
+    }
+}

@@ -1,0 +1,44 @@
+//! A worker: runs the tasks of the pipelines scheduled onto it.
+
+use sluice_connectors::Connectors;
+use sluice_dataflow::channel::InProcessTransport;
+use sluice_dataflow::deploy::{DeployConfig, PipelineRuntime, deploy};
+use sluice_plan::PhysicalDag;
+use sluice_types::{PipelineId, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Runs pipelines in this process.
+pub struct Worker {
+    pub connectors: Connectors,
+    transport: InProcessTransport,
+    config: DeployConfig,
+    running: Mutex<HashMap<PipelineId, Arc<PipelineRuntime>>>,
+}
+
+impl Worker {
+    pub fn new(connectors: Connectors, transport: InProcessTransport, config: DeployConfig) -> Self {
+        Worker { connectors, transport, config, running: Mutex::new(HashMap::new()) }
+    }
+
+    /// Starts every task of `dag` as pipeline `id`.
+    pub fn run(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
+        let runtime = Arc::new(deploy(id, dag, &self.connectors, &self.transport, &self.config)?);
+        let mut running = self.running.lock().expect("worker lock");
+        running.retain(|_, r| r.status() == sluice_dataflow::deploy::PipelineStatus::Running);
+        running.insert(id, runtime.clone());
+        Ok(runtime)
+    }
+
+    /// Stops pipeline `id` if it runs here.
+    pub fn stop(&self, id: PipelineId) {
+        if let Some(r) = self.running.lock().expect("worker lock").remove(&id) {
+            r.stop();
+        }
+    }
+
+    /// Pipelines running here.
+    pub fn running(&self) -> usize {
+        self.running.lock().expect("worker lock").len()
+    }
+}

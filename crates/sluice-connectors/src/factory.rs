@@ -1,0 +1,76 @@
+//! The [`ConnectorFactory`] of this process: builds readers and sink
+//! operators by connector name.
+
+use crate::memory::{IdleReader, MemoryLogs, MemoryReader};
+use crate::nexmark_source::{NexmarkReader, nexmark_config};
+use crate::sinks::{BlackholeSink, ClientSink, FileFormat, FileSink, MemorySink};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use sluice_dataflow::Operator;
+use sluice_dataflow::deploy::ConnectorFactory;
+use sluice_dataflow::source::SourceReader;
+use sluice_plan::{SinkSpec, SourceSpec};
+use sluice_types::{Error, PipelineId, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// Result channels of session queries, registered before their pipeline is
+/// deployed and taken by its `client` sink.
+#[derive(Debug, Default)]
+pub struct ClientSinks {
+    channels: Mutex<HashMap<PipelineId, mpsc::Sender<RecordBatch>>>,
+}
+
+impl ClientSinks {
+    pub fn register(&self, pipeline: PipelineId, tx: mpsc::Sender<RecordBatch>) {
+        self.channels.lock().expect("client sinks lock").insert(pipeline, tx);
+    }
+    fn take(&self, pipeline: PipelineId) -> Option<mpsc::Sender<RecordBatch>> {
+        self.channels.lock().expect("client sinks lock").remove(&pipeline)
+    }
+}
+
+/// Every connector of this process.
+#[derive(Debug, Default, Clone)]
+pub struct Connectors {
+    pub memory: Arc<MemoryLogs>,
+    pub clients: Arc<ClientSinks>,
+}
+
+impl ConnectorFactory for Connectors {
+    fn source(&self, spec: &SourceSpec, _schema: &SchemaRef, instance: u32, parallelism: u32) -> Result<Box<dyn SourceReader>> {
+        match spec.connector.as_str() {
+            "memory" => {
+                if instance > 0 {
+                    return Ok(Box::new(IdleReader));
+                }
+                let log = self.memory.get_or_create(&spec.stream, &spec.options)?;
+                let latest = spec.options.get("scan.startup.mode").is_some_and(|m| m == "latest");
+                Ok(Box::new(MemoryReader::new(log, latest)))
+            }
+            "nexmark" => {
+                let options = nexmark_config(&spec.options)?;
+                Ok(Box::new(NexmarkReader::new(&options, instance, parallelism)))
+            }
+            other => Err(Error::unsupported(format!("unknown source connector '{other}'"))),
+        }
+    }
+
+    fn sink(&self, spec: &SinkSpec, _schema: &SchemaRef, pipeline: PipelineId, instance: u32) -> Result<Box<dyn Operator>> {
+        match spec.connector.as_str() {
+            "client" => Ok(Box::new(ClientSink { tx: self.clients.take(pipeline) })),
+            "memory" => {
+                let stream = spec.options.get("stream").ok_or_else(|| Error::internal("memory sink without stream"))?;
+                Ok(Box::new(MemorySink { log: self.memory.get_or_create(stream, &spec.options)? }))
+            }
+            "file" => {
+                let path = spec.options.get("path").ok_or_else(|| Error::invalid_option("the file sink needs 'path'"))?;
+                let format = FileFormat::parse(spec.options.get("format").map(String::as_str).unwrap_or("json"))?;
+                Ok(Box::new(FileSink::open(path, format, instance)?))
+            }
+            "blackhole" => Ok(Box::new(BlackholeSink)),
+            other => Err(Error::unsupported(format!("unknown sink connector '{other}'"))),
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Sources and sinks, and the [`Connectors`] factory the runtime asks for
+//! them by connector name.
+//!
+//! - [`memory`]: in-memory append-only logs — what `INSERT INTO` appends to
+//!   and what a derived stream's pipeline writes (with its watermarks);
+//! - [`nexmark`]: the standard Nexmark generator (person / auction / bid);
+//! - [`sinks`]: the `client` sink that feeds a session's result stream,
+//!   `file` (JSON lines or CSV), `blackhole`;
+//! - [`options`]: the options each connector accepts, so unknown options are
+//!   rejected with the list of known ones.
+
+pub mod factory;
+pub mod memory;
+pub mod nexmark;
+pub mod nexmark_source;
+pub mod options;
+pub mod sinks;
+
+pub use factory::{ClientSinks, Connectors};
+pub use memory::{MemoryLog, MemoryLogs};

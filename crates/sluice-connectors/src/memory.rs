@@ -1,0 +1,212 @@
+//! In-memory append-only logs.
+//!
+//! A log holds batches and, for derived streams, the watermarks their
+//! pipeline forwarded. Readers keep a position and wait for appends; an
+//! append is atomic (all of an INSERT's rows or none). Each log has a row
+//! limit: an append that would pass it is rejected.
+
+use crate::options::u64_option;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use sluice_dataflow::source::{SourceEvent, SourceReader};
+use sluice_types::{Error, Result, SqlCode, Watermark};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::watch;
+
+/// Default row limit of one memory log.
+pub const MEMORY_ROWS_MAX_DEFAULT: u64 = 10_000_000;
+
+/// One element of a log.
+#[derive(Debug, Clone)]
+pub enum LogEntry {
+    Batch(RecordBatch),
+    Watermark(Watermark),
+}
+
+/// An append-only log.
+#[derive(Debug)]
+pub struct MemoryLog {
+    entries: RwLock<Vec<LogEntry>>,
+    rows: Mutex<u64>,
+    rows_max: u64,
+    len: watch::Sender<usize>,
+}
+
+impl MemoryLog {
+    pub fn new(rows_max: u64) -> Arc<Self> {
+        let (len, _) = watch::channel(0);
+        Arc::new(MemoryLog { entries: RwLock::new(Vec::new()), rows: Mutex::new(0), rows_max, len })
+    }
+
+    /// Appends batches atomically; rejects the whole append past the row limit.
+    pub fn append(&self, batches: Vec<RecordBatch>) -> Result<u64> {
+        let added: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let mut rows = self.rows.lock().expect("rows lock");
+        if *rows + added > self.rows_max {
+            return Err(Error::user(
+                SqlCode::ConfigurationLimitExceeded,
+                format!("memory stream is full: {} rows held, limit 'memory.rows.max' = {}", *rows, self.rows_max),
+            ));
+        }
+        let mut entries = self.entries.write().expect("log lock");
+        entries.extend(batches.into_iter().filter(|b| b.num_rows() > 0).map(LogEntry::Batch));
+        *rows += added;
+        self.len.send_replace(entries.len());
+        Ok(added)
+    }
+
+    /// Appends a watermark (derived streams).
+    pub fn append_watermark(&self, watermark: Watermark) {
+        let mut entries = self.entries.write().expect("log lock");
+        entries.push(LogEntry::Watermark(watermark));
+        self.len.send_replace(entries.len());
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.read().expect("log lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rows held.
+    pub fn rows(&self) -> u64 {
+        *self.rows.lock().expect("rows lock")
+    }
+
+    /// Entries from `position` on, at most `rows_max` rows of batches.
+    fn read_from(&self, position: usize, rows_max: usize) -> Vec<LogEntry> {
+        let entries = self.entries.read().expect("log lock");
+        let mut out = Vec::new();
+        let mut rows = 0;
+        for e in entries.iter().skip(position) {
+            if let LogEntry::Batch(b) = e {
+                if rows > 0 && rows + b.num_rows() > rows_max {
+                    break;
+                }
+                rows += b.num_rows();
+            }
+            out.push(e.clone());
+        }
+        out
+    }
+
+    fn subscribe(&self) -> watch::Receiver<usize> {
+        self.len.subscribe()
+    }
+}
+
+/// The memory logs of a process, by stream name.
+#[derive(Debug, Default)]
+pub struct MemoryLogs {
+    logs: Mutex<HashMap<String, Arc<MemoryLog>>>,
+}
+
+impl MemoryLogs {
+    /// The log of `stream`, created on first use with the stream's options.
+    pub fn get_or_create(&self, stream: &str, options: &BTreeMap<String, String>) -> Result<Arc<MemoryLog>> {
+        let rows_max = u64_option(options, "memory.rows.max")?.unwrap_or(MEMORY_ROWS_MAX_DEFAULT);
+        let mut logs = self.logs.lock().expect("logs lock");
+        Ok(logs.entry(stream.to_string()).or_insert_with(|| MemoryLog::new(rows_max)).clone())
+    }
+
+    /// Forgets a stream's log (DROP STREAM).
+    pub fn remove(&self, stream: &str) {
+        self.logs.lock().expect("logs lock").remove(stream);
+    }
+}
+
+/// Reads a memory log from a position, waiting for appends.
+pub struct MemoryReader {
+    log: Arc<MemoryLog>,
+    position: usize,
+    changes: watch::Receiver<usize>,
+    pending: std::collections::VecDeque<LogEntry>,
+}
+
+impl MemoryReader {
+    /// From the start (`earliest`) or from the current end (`latest`).
+    pub fn new(log: Arc<MemoryLog>, latest: bool) -> Self {
+        let changes = log.subscribe();
+        let position = if latest { log.len() } else { 0 };
+        MemoryReader { log, position, changes, pending: Default::default() }
+    }
+}
+
+#[async_trait]
+impl SourceReader for MemoryReader {
+    fn partitions(&self) -> usize {
+        1
+    }
+
+    async fn next(&mut self, batch_rows_max: usize) -> Result<SourceEvent> {
+        loop {
+            if let Some(entry) = self.pending.pop_front() {
+                return Ok(match entry {
+                    LogEntry::Batch(batch) => SourceEvent::Data { partition: 0, batch },
+                    LogEntry::Watermark(watermark) => SourceEvent::Watermark { partition: 0, watermark },
+                });
+            }
+            let entries = self.log.read_from(self.position, batch_rows_max);
+            if !entries.is_empty() {
+                self.position += entries.len();
+                self.pending.extend(entries);
+                continue;
+            }
+            // Cancel-safe: nothing consumed before this await.
+            self.changes.changed().await.map_err(|_| Error::internal("memory log dropped"))?;
+        }
+    }
+}
+
+/// An idle reader for source instances beyond the first (a memory log has one partition).
+pub struct IdleReader;
+
+#[async_trait]
+impl SourceReader for IdleReader {
+    fn partitions(&self) -> usize {
+        1
+    }
+    async fn next(&mut self, _batch_rows_max: usize) -> Result<SourceEvent> {
+        std::future::pending().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn batch(n: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..n))]).unwrap()
+    }
+
+    #[test]
+    fn append_past_the_row_limit_is_rejected_whole() {
+        let log = MemoryLog::new(10);
+        log.append(vec![batch(6)]).unwrap();
+        let err = log.append(vec![batch(3), batch(3)]).unwrap_err();
+        assert!(err.to_string().contains("memory.rows.max"));
+        assert_eq!(log.rows(), 6);
+        assert_eq!(log.len(), 1);
+        log.append(vec![batch(4)]).unwrap();
+        assert_eq!(log.rows(), 10);
+    }
+
+    #[tokio::test]
+    async fn reader_sees_earlier_and_later_appends() {
+        let log = MemoryLog::new(100);
+        log.append(vec![batch(2)]).unwrap();
+        let mut r = MemoryReader::new(log.clone(), false);
+        assert!(matches!(r.next(100).await.unwrap(), SourceEvent::Data { .. }));
+        let waiting = tokio::spawn(async move { r.next(100).await.map(|e| matches!(e, SourceEvent::Data { .. })) });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        log.append(vec![batch(3)]).unwrap();
+        assert!(waiting.await.unwrap().unwrap());
+    }
+}

@@ -1,0 +1,128 @@
+//! [`NexmarkGenerator`]: batches of one table for one partition.
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use super::auction::AuctionRows;
+use super::bid::{BidRows, ChannelUrls};
+use super::person::PersonRows;
+use super::schedule::{EventClock, OwnedEvents};
+use super::{NexmarkConfig, NexmarkTable, nexmark_schema};
+
+/// Builders are preallocated for at most this many rows; a larger batch
+/// grows them as it goes.
+const BATCH_ROWS_PREALLOCATED_MAX: usize = 8192;
+
+/// What the row builders of every table share while generating.
+pub(super) struct EventContext {
+    pub(super) seed: u64,
+    pub(super) clock: EventClock,
+    /// Reused buffer for composing string values.
+    pub(super) scratch: String,
+    /// Reused buffer for filler letters.
+    pub(super) letters: Vec<u8>,
+    pub(super) channels: ChannelUrls,
+}
+
+/// The columns of one table's batch under construction.
+pub(super) trait TableRows: Sized {
+    fn with_capacity(rows: usize) -> Self;
+    /// Appends the row of event `n`, which must be of this table's kind.
+    fn append(&mut self, n: u64, context: &mut EventContext);
+    fn finish(self, schema: SchemaRef) -> RecordBatch;
+}
+
+/// Generates the rows of one table for one partition: partition `p` of `k`
+/// owns the global event numbers `n` with `n % k == p`; events of the other
+/// tables are skipped, not emitted.
+pub struct NexmarkGenerator {
+    table: NexmarkTable,
+    schema: SchemaRef,
+    owned: OwnedEvents,
+    /// One past the last event number of the sequence (`u64::MAX` if unbounded).
+    end: u64,
+    /// The event number the next batch starts scanning from.
+    position: u64,
+    context: EventContext,
+}
+
+impl NexmarkGenerator {
+    /// A generator starting at event 0.
+    ///
+    /// # Panics
+    ///
+    /// If `partitions` is 0 or `partition >= partitions`: the caller's
+    /// partitioning is broken, not the user's input.
+    pub fn new(config: NexmarkConfig, table: NexmarkTable, partition: u32, partitions: u32) -> Self {
+        NexmarkGenerator {
+            table,
+            schema: nexmark_schema(table),
+            owned: OwnedEvents::new(table, partition, partitions),
+            end: config.events_max.unwrap_or(u64::MAX),
+            position: 0,
+            context: EventContext {
+                seed: config.seed,
+                clock: EventClock::new(config.base_time_ms, config.events_per_second_for_timestamps),
+                scratch: String::new(),
+                letters: Vec::new(),
+                channels: ChannelUrls::new(config.seed),
+            },
+        }
+    }
+
+    /// The table this generator produces.
+    pub fn table(&self) -> NexmarkTable {
+        self.table
+    }
+
+    /// The schema of the batches.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Up to `rows_max` rows (at least 1) of this table, in event-number
+    /// order; `None` once the sequence is exhausted for this table and
+    /// partition. Never an empty batch.
+    pub fn next_batch(&mut self, rows_max: usize) -> Option<RecordBatch> {
+        let rows_max = rows_max.max(1);
+        match self.table {
+            NexmarkTable::Person => self.fill::<PersonRows>(rows_max),
+            NexmarkTable::Auction => self.fill::<AuctionRows>(rows_max),
+            NexmarkTable::Bid => self.fill::<BidRows>(rows_max),
+        }
+    }
+
+    fn fill<R: TableRows>(&mut self, rows_max: usize) -> Option<RecordBatch> {
+        let mut rows: Option<R> = None;
+        let mut emitted = 0;
+        let mut owned = self.owned.iter_from(self.position);
+        let mut next_position = self.position;
+        while emitted < rows_max {
+            let Some(n) = owned.next().filter(|&n| n < self.end) else {
+                next_position = self.end.max(self.position);
+                break;
+            };
+            rows.get_or_insert_with(|| R::with_capacity(rows_max.min(BATCH_ROWS_PREALLOCATED_MAX)))
+                .append(n, &mut self.context);
+            emitted += 1;
+            next_position = n + 1;
+        }
+        self.position = next_position;
+        rows.map(|rows| rows.finish(self.schema.clone()))
+    }
+
+    /// The event number the next call starts scanning from (for checkpoints).
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Resumes from a position returned by [`NexmarkGenerator::position`].
+    pub fn seek(&mut self, position: u64) {
+        self.position = position;
+    }
+
+    /// Event time (ms) of global event number `n`.
+    pub fn event_time_ms(&self, n: u64) -> i64 {
+        self.context.clock.time_ms(n)
+    }
+}

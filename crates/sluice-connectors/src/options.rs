@@ -1,0 +1,121 @@
+//! Connector options: which ones each connector knows, and typed access.
+
+use sluice_types::{Error, Result};
+use std::collections::BTreeMap;
+
+/// Options every source accepts.
+const SOURCE_COMMON: &[&str] = &["connector", "idle.timeout"];
+
+/// The options a source connector knows, or an error naming the known connectors.
+pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
+    match connector {
+        "memory" => Ok(&["scan.startup.mode", "memory.rows.max"]),
+        "nexmark" => Ok(&["table", "events.per.second", "events.max", "seed", "base.time"]),
+        other => Err(Error::unsupported(format!(
+            "unknown source connector '{other}'; known: memory, nexmark"
+        ))),
+    }
+}
+
+/// The options a sink connector knows.
+pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
+    match connector {
+        "file" => Ok(&["connector", "path", "format"]),
+        "blackhole" => Ok(&["connector"]),
+        other => Err(Error::unsupported(format!("unknown sink connector '{other}'; known: file, blackhole"))),
+    }
+}
+
+/// Rejects options the connector does not know, listing the known ones.
+pub fn check_known(kind: &str, options: &BTreeMap<String, String>, known: &[&str], common: &[&str]) -> Result<()> {
+    for key in options.keys() {
+        if !known.contains(&key.as_str()) && !common.contains(&key.as_str()) {
+            let mut all: Vec<&str> = common.iter().chain(known.iter()).copied().collect();
+            all.sort_unstable();
+            all.dedup();
+            return Err(Error::invalid_option(format!(
+                "unknown option '{key}' for {kind}; known options: {}",
+                all.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Validates a source's options.
+pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> Result<()> {
+    check_known(&format!("connector '{connector}'"), options, source_options(connector)?, SOURCE_COMMON)?;
+    if connector == "nexmark" {
+        crate::nexmark_source::nexmark_config(options)?;
+    }
+    if let Some(mode) = options.get("scan.startup.mode") {
+        if mode != "earliest" && mode != "latest" {
+            return Err(Error::invalid_option(format!(
+                "'scan.startup.mode' = '{mode}' is not supported by the memory connector; use 'earliest' or 'latest'"
+            )));
+        }
+    }
+    idle_timeout_ms(options)?;
+    Ok(())
+}
+
+/// Validates a sink's options.
+pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Result<()> {
+    check_known(&format!("sink connector '{connector}'"), options, sink_options(connector)?, &[])?;
+    if connector == "file" {
+        if !options.contains_key("path") {
+            return Err(Error::invalid_option("the file sink needs a 'path' option"));
+        }
+        crate::sinks::FileFormat::parse(options.get("format").map(String::as_str).unwrap_or("json"))?;
+    }
+    Ok(())
+}
+
+/// A non-negative integer option.
+pub fn u64_option(options: &BTreeMap<String, String>, key: &str) -> Result<Option<u64>> {
+    options
+        .get(key)
+        .map(|v| {
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| Error::invalid_option(format!("option '{key}' must be a non-negative integer, got '{v}'")))
+        })
+        .transpose()
+}
+
+/// Default idle timeout of a source partition.
+pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+
+/// `'idle.timeout'` in milliseconds (`'5s'`, `'500ms'` or a number of ms).
+pub fn idle_timeout_ms(options: &BTreeMap<String, String>) -> Result<u64> {
+    let Some(v) = options.get("idle.timeout") else {
+        return Ok(IDLE_TIMEOUT_MS_DEFAULT);
+    };
+    parse_duration_ms(v).ok_or_else(|| {
+        Error::invalid_option(format!("option 'idle.timeout' must be a duration like '5s' or '500ms', got '{v}'"))
+    })
+}
+
+pub use sluice_types::parse_duration_ms;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_option_lists_the_known_ones() {
+        let mut o = BTreeMap::new();
+        o.insert("tabel".to_string(), "bid".to_string());
+        let e = validate_source("nexmark", &o).unwrap_err().to_string();
+        assert!(e.contains("'tabel'") && e.contains("events.max") && e.contains("table"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("5s"), Some(5000));
+        assert_eq!(parse_duration_ms("250ms"), Some(250));
+        assert_eq!(parse_duration_ms("2m"), Some(120_000));
+        assert_eq!(parse_duration_ms("42"), Some(42));
+        assert_eq!(parse_duration_ms("soon"), None);
+    }
+}

@@ -1,0 +1,264 @@
+//! Turning a [`PhysicalDag`] into running, supervised tasks.
+//!
+//! [`deploy`] opens one channel per (edge, upstream instance, downstream
+//! instance) through the [`Transport`], builds each operator instance, and
+//! spawns it as a tokio task under a supervisor: a task that returns an
+//! error or panics marks the pipeline failed (with its operator id and the
+//! error) and stops the pipeline's other tasks. Nothing outside the pipeline
+//! is affected.
+
+use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
+use crate::exchange::{Output, OutputEdge};
+use crate::metrics::TaskMetrics;
+use crate::operator::Operator;
+use crate::project::ProjectOperator;
+use crate::source::{SourceReader, SourceTask};
+use crate::task::Task;
+use crate::window::build_window_operator;
+use arrow::datatypes::SchemaRef;
+use futures::FutureExt;
+use sluice_plan::{EdgeSpec, OperatorKind, OperatorSpec, Partitioning, PhysicalDag, SinkSpec, SourceSpec};
+use sluice_types::{Error, OperatorId, PipelineId, Result};
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Builds sources and sinks for connector names. Implemented by the
+/// connectors crate; the runtime only calls it.
+pub trait ConnectorFactory: Send + Sync {
+    /// The reader of source instance `instance` of `parallelism`.
+    fn source(&self, spec: &SourceSpec, schema: &SchemaRef, instance: u32, parallelism: u32)
+    -> Result<Box<dyn SourceReader>>;
+    /// A sink operator instance.
+    fn sink(&self, spec: &SinkSpec, schema: &SchemaRef, pipeline: PipelineId, instance: u32)
+    -> Result<Box<dyn Operator>>;
+}
+
+/// Runtime settings of a deployment.
+#[derive(Debug, Clone)]
+pub struct DeployConfig {
+    /// Largest batch a source emits.
+    pub batch_rows_max: usize,
+}
+
+impl Default for DeployConfig {
+    fn default() -> Self {
+        DeployConfig { batch_rows_max: 8192 }
+    }
+}
+
+/// Where a pipeline is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PipelineStatus {
+    Running,
+    /// Every input ended and every task finished.
+    Finished,
+    /// Stopped on request.
+    Stopped,
+    /// A task failed; the pipeline's tasks were stopped.
+    Failed { operator: OperatorId, instance: u32, error: String },
+}
+
+impl PipelineStatus {
+    /// `running`, `finished`, `stopped`, `failed`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PipelineStatus::Running => "running",
+            PipelineStatus::Finished => "finished",
+            PipelineStatus::Stopped => "stopped",
+            PipelineStatus::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// A deployed pipeline: watch it, stop it, wait for it.
+pub struct PipelineRuntime {
+    pub id: PipelineId,
+    pub metrics: Vec<Arc<TaskMetrics>>,
+    status: Arc<Mutex<PipelineStatus>>,
+    cancel: CancellationToken,
+    done: watch::Receiver<bool>,
+}
+
+impl PipelineRuntime {
+    pub fn status(&self) -> PipelineStatus {
+        self.status.lock().expect("status lock").clone()
+    }
+
+    /// Asks every task to stop.
+    pub fn stop(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Waits until every task has exited; returns the final status.
+    pub async fn wait(&self) -> PipelineStatus {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|d| *d).await;
+        self.status()
+    }
+
+    /// Marks the pipeline failed from outside (e.g. a sink's consumer failed).
+    pub fn fail(&self, operator: OperatorId, error: String) {
+        mark_failed(&self.status, operator, 0, error);
+        self.cancel.cancel();
+    }
+}
+
+fn mark_failed(status: &Mutex<PipelineStatus>, operator: OperatorId, instance: u32, error: String) {
+    let mut s = status.lock().expect("status lock");
+    if *s == PipelineStatus::Running {
+        *s = PipelineStatus::Failed { operator, instance, error };
+    }
+}
+
+type Channels = (HashMap<(OperatorId, u32), Vec<OutputEdge>>, HashMap<(OperatorId, u32), Vec<ChannelReceiver>>);
+
+/// Opens the channels of every edge.
+fn open_channels(id: PipelineId, dag: &PhysicalDag, transport: &dyn Transport) -> Result<Channels> {
+    let mut outputs: HashMap<(OperatorId, u32), Vec<OutputEdge>> = HashMap::new();
+    let mut inputs: HashMap<(OperatorId, u32), Vec<ChannelReceiver>> = HashMap::new();
+    for edge in &dag.edges {
+        let from = dag.operator(edge.from).ok_or_else(|| Error::internal("edge from unknown operator"))?;
+        let to = dag.operator(edge.to).ok_or_else(|| Error::internal("edge to unknown operator"))?;
+        open_edge(id, edge, from, to, transport, &mut outputs, &mut inputs)?;
+    }
+    Ok((outputs, inputs))
+}
+
+fn open_edge(
+    id: PipelineId,
+    edge: &EdgeSpec,
+    from: &OperatorSpec,
+    to: &OperatorSpec,
+    transport: &dyn Transport,
+    outputs: &mut HashMap<(OperatorId, u32), Vec<OutputEdge>>,
+    inputs: &mut HashMap<(OperatorId, u32), Vec<ChannelReceiver>>,
+) -> Result<()> {
+    let key = |f: u32, t: u32| ChannelKey { pipeline: id, edge: edge.id, from: f, to: t };
+    if edge.partitioning == Partitioning::Forward {
+        if from.parallelism != to.parallelism {
+            return Err(Error::internal("forward edge between different parallelisms"));
+        }
+        for i in 0..from.parallelism {
+            let (tx, rx) = transport.channel(key(i, i));
+            outputs.entry((from.id, i)).or_default().push(OutputEdge::new(Partitioning::Forward, vec![tx], 0));
+            inputs.entry((to.id, i)).or_default().push(rx);
+        }
+        return Ok(());
+    }
+    let mut senders: Vec<Vec<ChannelSender>> = vec![Vec::new(); from.parallelism as usize];
+    for t in 0..to.parallelism {
+        for f in 0..from.parallelism {
+            let (tx, rx) = transport.channel(key(f, t));
+            senders[f as usize].push(tx);
+            inputs.entry((to.id, t)).or_default().push(rx);
+        }
+    }
+    for (f, s) in senders.into_iter().enumerate() {
+        let edge = OutputEdge::new(edge.partitioning.clone(), s, f);
+        outputs.entry((from.id, f as u32)).or_default().push(edge);
+    }
+    Ok(())
+}
+
+/// Deploys `dag` as pipeline `id`: every task is running when this returns.
+pub fn deploy(
+    id: PipelineId,
+    dag: &PhysicalDag,
+    connectors: &dyn ConnectorFactory,
+    transport: &dyn Transport,
+    config: &DeployConfig,
+) -> Result<PipelineRuntime> {
+    let (mut outputs, mut inputs) = open_channels(id, dag, transport)?;
+    let cancel = CancellationToken::new();
+    let mut futures: Vec<(OperatorId, u32, std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>)> = Vec::new();
+    let mut metrics = Vec::new();
+    for op in &dag.operators {
+        for instance in 0..op.parallelism {
+            let m = TaskMetrics::new(op.id, instance, op.kind.name());
+            metrics.push(m.clone());
+            let output = Output::new(outputs.remove(&(op.id, instance)).unwrap_or_default(), m.clone());
+            let task_inputs = inputs.remove(&(op.id, instance)).unwrap_or_default();
+            let fut = build_task(id, op, instance, connectors, config, output, task_inputs, m, cancel.clone())?;
+            futures.push((op.id, instance, fut));
+        }
+    }
+    let status = Arc::new(Mutex::new(PipelineStatus::Running));
+    let (done_tx, done_rx) = watch::channel(false);
+    let done_tx = Arc::new(done_tx);
+    let remaining = Arc::new(AtomicUsize::new(futures.len()));
+    for (operator, instance, fut) in futures {
+        let (status, cancel, remaining, done_tx) = (status.clone(), cancel.clone(), remaining.clone(), done_tx.clone());
+        tokio::spawn(async move {
+            let outcome = AssertUnwindSafe(fut).catch_unwind().await;
+            let failure = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(panic) => Some(format!("task panicked: {}", panic_message(&panic))),
+            };
+            if let Some(error) = failure.filter(|_| !cancel.is_cancelled()) {
+                tracing::warn!(pipeline = %id, operator = %operator, instance, %error, "task failed");
+                mark_failed(&status, operator, instance, error);
+                cancel.cancel();
+            }
+            if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let mut s = status.lock().expect("status lock");
+                if *s == PipelineStatus::Running {
+                    *s = if cancel.is_cancelled() { PipelineStatus::Stopped } else { PipelineStatus::Finished };
+                }
+                drop(s);
+                let _ = done_tx.send(true);
+            }
+        });
+    }
+    Ok(PipelineRuntime { id, metrics, status, cancel, done: done_rx })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_task(
+    id: PipelineId,
+    op: &OperatorSpec,
+    instance: u32,
+    connectors: &dyn ConnectorFactory,
+    config: &DeployConfig,
+    output: Output,
+    inputs: Vec<ChannelReceiver>,
+    metrics: Arc<TaskMetrics>,
+    cancel: CancellationToken,
+) -> Result<std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>> {
+    let operator: Box<dyn Operator> = match &op.kind {
+        OperatorKind::Source(spec) => {
+            let reader = connectors.source(spec, &op.output_schema, instance, op.parallelism)?;
+            let task = SourceTask {
+                reader,
+                watermark: spec.watermark.clone(),
+                idle_timeout: Duration::from_millis(spec.idle_timeout_ms.max(1)),
+                batch_rows_max: config.batch_rows_max,
+                output,
+                metrics,
+                cancel,
+            };
+            return Ok(Box::pin(task.run()));
+        }
+        OperatorKind::Project(spec) => Box::new(ProjectOperator::new(spec, op.output_schema.clone())?),
+        OperatorKind::WindowAggregate(spec) => build_window_operator(spec, op.output_schema.clone())?,
+        OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, id, instance)?,
+    };
+    let task = Task { operator, inputs, output, metrics, cancel };
+    Ok(Box::pin(task.run()))
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}

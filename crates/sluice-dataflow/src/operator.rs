@@ -1,0 +1,54 @@
+//! The operator interface: one required method, `process_batch`; the other
+//! handlers default to passing control messages through.
+
+use crate::exchange::Output;
+use crate::message::Message;
+use crate::metrics::TaskMetrics;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use sluice_types::{Error, Result, Watermark};
+use std::sync::Arc;
+
+/// What an operator can do while handling a message.
+pub struct OperatorContext<'a> {
+    pub(crate) output: &'a mut Output,
+    pub metrics: &'a Arc<TaskMetrics>,
+    /// The task's current low watermark.
+    pub watermark: Watermark,
+}
+
+/// Downstream went away (the pipeline is being torn down).
+fn downstream_gone() -> Error {
+    Error::internal("downstream channel closed")
+}
+
+impl OperatorContext<'_> {
+    /// Emits rows downstream (waits for credits: backpressure).
+    pub async fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+        self.output.send_batch(batch).await.map_err(|_| downstream_gone())
+    }
+
+    /// Emits a watermark downstream.
+    pub async fn emit_watermark(&mut self, watermark: Watermark) -> Result<()> {
+        self.output.broadcast(Message::Watermark(watermark)).await.map_err(|_| downstream_gone())
+    }
+}
+
+/// An operator instance, owned by its task.
+#[async_trait]
+pub trait Operator: Send {
+    /// Handles a batch from input `input`.
+    async fn process_batch(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()>;
+
+    /// The low watermark advanced to `watermark`. Default: pass it on.
+    async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        ctx.emit_watermark(watermark).await
+    }
+
+    /// Every input has ended (after the final watermark). Default: nothing to
+    /// flush; the task then sends end-of-input downstream.
+    async fn process_end_of_input(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let _ = ctx;
+        Ok(())
+    }
+}

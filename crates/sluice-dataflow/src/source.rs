@@ -1,0 +1,227 @@
+//! Source tasks: pull batches from a [`SourceReader`], generate per-partition
+//! watermarks from the declared event-time column, detect idle partitions,
+//! and send everything downstream in order.
+//!
+//! The watermark arithmetic is the pure [`WatermarkGenerator`]; the loop is
+//! the async shell around it.
+
+use crate::exchange::Output;
+use crate::message::Message;
+use crate::metrics::TaskMetrics;
+use crate::time::max_timestamp_ms;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use sluice_plan::WatermarkSpec;
+use sluice_types::{Error, Result, Watermark};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// What a reader produced.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// Rows from one of the reader's partitions (`0..partitions()`).
+    Data { partition: usize, batch: RecordBatch },
+    /// A watermark the source itself knows for one partition (e.g. a derived
+    /// stream's log carries its pipeline's watermarks).
+    Watermark { partition: usize, watermark: Watermark },
+    /// The reader's input is exhausted (bounded sources).
+    End,
+}
+
+/// A connector's reader for one source instance. It may own several
+/// partitions (e.g. Kafka partitions); each gets its own watermark.
+#[async_trait]
+pub trait SourceReader: Send {
+    /// How many partitions this instance reads (at least 1).
+    fn partitions(&self) -> usize;
+
+    /// Waits for the next batch, at most `batch_rows_max` rows. Must be
+    /// cancel-safe: the source loop may drop the future to check idleness.
+    async fn next(&mut self, batch_rows_max: usize) -> Result<SourceEvent>;
+}
+
+/// Per-partition watermarks and idleness of one source instance.
+#[derive(Debug, Clone)]
+pub struct WatermarkGenerator {
+    delay_ms: i64,
+    idle_timeout: Duration,
+    max_event_ms: Vec<Option<i64>>,
+    explicit: Vec<Option<Watermark>>,
+    last_data: Vec<Instant>,
+    idle: Vec<bool>,
+    emitted: Watermark,
+    idle_emitted: bool,
+}
+
+impl WatermarkGenerator {
+    pub fn new(partitions: usize, delay_ms: i64, idle_timeout: Duration, now: Instant) -> Self {
+        WatermarkGenerator {
+            delay_ms,
+            idle_timeout,
+            max_event_ms: vec![None; partitions],
+            explicit: vec![None; partitions],
+            last_data: vec![now; partitions],
+            idle: vec![false; partitions],
+            emitted: Watermark::MIN,
+            idle_emitted: false,
+        }
+    }
+
+    /// Records the largest event time of a batch from `partition`.
+    pub fn on_data(&mut self, partition: usize, max_event_ms: Option<i64>, now: Instant) {
+        self.last_data[partition] = now;
+        self.idle[partition] = false;
+        self.idle_emitted = false;
+        if let Some(t) = max_event_ms {
+            let m = &mut self.max_event_ms[partition];
+            *m = Some(m.map_or(t, |old| old.max(t)));
+        }
+    }
+
+    /// Records a watermark the source provided for `partition`.
+    pub fn on_source_watermark(&mut self, partition: usize, watermark: Watermark, now: Instant) {
+        self.last_data[partition] = now;
+        self.idle[partition] = false;
+        self.idle_emitted = false;
+        let e = &mut self.explicit[partition];
+        *e = Some(e.map_or(watermark, |old| old.max(watermark)));
+    }
+
+    /// Marks partitions idle whose last data is older than the idle timeout.
+    pub fn on_tick(&mut self, now: Instant) {
+        for p in 0..self.idle.len() {
+            if now.duration_since(self.last_data[p]) >= self.idle_timeout {
+                self.idle[p] = true;
+            }
+        }
+    }
+
+    /// The message to send now, if any: a higher watermark, or `Idle` when
+    /// every partition is idle (once).
+    pub fn poll(&mut self) -> Option<Message> {
+        let active: Vec<usize> = (0..self.idle.len()).filter(|p| !self.idle[*p]).collect();
+        if active.is_empty() {
+            if self.idle_emitted {
+                return None;
+            }
+            self.idle_emitted = true;
+            return Some(Message::Idle);
+        }
+        let mut low = i64::MAX;
+        for p in active {
+            let from_data = self.max_event_ms[p].map(|t| t.saturating_sub(self.delay_ms));
+            match (from_data, self.explicit[p].map(|w| w.0)) {
+                (None, None) => return None,
+                (a, b) => low = low.min(a.unwrap_or(i64::MIN).max(b.unwrap_or(i64::MIN))),
+            }
+        }
+        let w = Watermark(low);
+        if w > self.emitted {
+            self.emitted = w;
+            Some(Message::Watermark(w))
+        } else {
+            None
+        }
+    }
+}
+
+/// Everything a source task needs to run.
+pub struct SourceTask {
+    pub reader: Box<dyn SourceReader>,
+    pub watermark: Option<WatermarkSpec>,
+    pub idle_timeout: Duration,
+    pub batch_rows_max: usize,
+    pub output: Output,
+    pub metrics: Arc<TaskMetrics>,
+    pub cancel: CancellationToken,
+}
+
+impl SourceTask {
+    /// Runs until the reader ends (then sends the final watermark and
+    /// end-of-input), the pipeline is cancelled, or the reader fails.
+    pub async fn run(mut self) -> Result<()> {
+        let delay = self.watermark.as_ref().map_or(0, |w| w.delay_ms);
+        let mut generator =
+            WatermarkGenerator::new(self.reader.partitions().max(1), delay, self.idle_timeout, Instant::now());
+        let tick = (self.idle_timeout / 2).max(Duration::from_millis(10));
+        loop {
+            let event = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Ok(()),
+                event = tokio::time::timeout(tick, self.reader.next(self.batch_rows_max)) => event,
+            };
+            match event {
+                Err(_elapsed) => generator.on_tick(Instant::now()),
+                Ok(Err(e)) => return Err(e),
+                Ok(Ok(SourceEvent::End)) => return self.finish().await,
+                Ok(Ok(SourceEvent::Watermark { partition, watermark })) => {
+                    generator.on_source_watermark(partition, watermark, Instant::now());
+                }
+                Ok(Ok(SourceEvent::Data { partition, batch })) => {
+                    let max_ms = match &self.watermark {
+                        Some(w) => max_timestamp_ms(batch.column(w.column))?,
+                        None => None,
+                    };
+                    generator.on_data(partition, max_ms, Instant::now());
+                    self.metrics.add_rows_in(batch.num_rows());
+                    self.output.send_batch(batch).await.map_err(|_| closed())?;
+                }
+            }
+            if let Some(message) = generator.poll() {
+                if let Message::Watermark(w) = &message {
+                    self.metrics.watermark_ms.store(w.0, Ordering::Relaxed);
+                }
+                self.output.broadcast(message).await.map_err(|_| closed())?;
+            }
+        }
+    }
+
+    async fn finish(mut self) -> Result<()> {
+        self.metrics.watermark_ms.store(Watermark::MAX.0, Ordering::Relaxed);
+        let _ = self.output.broadcast(Message::Watermark(Watermark::MAX)).await;
+        let _ = self.output.broadcast(Message::EndOfInput).await;
+        Ok(())
+    }
+}
+
+fn closed() -> Error {
+    Error::internal("downstream channel closed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watermark_is_min_over_partitions_minus_delay() {
+        let t0 = Instant::now();
+        let mut g = WatermarkGenerator::new(2, 2000, Duration::from_secs(5), t0);
+        g.on_data(0, Some(10_000), t0);
+        assert!(g.poll().is_none(), "partition 1 has no data yet and is not idle");
+        g.on_data(1, Some(7_000), t0);
+        assert!(matches!(g.poll(), Some(Message::Watermark(Watermark(5_000)))));
+        g.on_data(1, Some(20_000), t0);
+        assert!(matches!(g.poll(), Some(Message::Watermark(Watermark(8_000)))));
+        // Out-of-order data does not move it back.
+        g.on_data(0, Some(1_000), t0);
+        assert!(g.poll().is_none());
+    }
+
+    #[test]
+    fn idle_partition_stops_holding_back_then_all_idle_once() {
+        let t0 = Instant::now();
+        let mut g = WatermarkGenerator::new(2, 0, Duration::from_secs(5), t0);
+        g.on_data(0, Some(10_000), t0);
+        assert!(g.poll().is_none());
+        let later = t0 + Duration::from_secs(3);
+        g.on_data(0, Some(12_000), later);
+        g.on_tick(t0 + Duration::from_secs(6));
+        // Partition 1 never sent data: idle now; partition 0 still active.
+        assert!(matches!(g.poll(), Some(Message::Watermark(Watermark(12_000)))));
+        g.on_tick(t0 + Duration::from_secs(9));
+        assert!(matches!(g.poll(), Some(Message::Idle)));
+        assert!(g.poll().is_none(), "Idle is sent once");
+    }
+}

@@ -1,0 +1,234 @@
+//! The actor loop of a non-source task: take messages from the inputs in
+//! arrival order, keep the low watermark (minimum over active inputs), and
+//! hand data and watermark advances to the operator.
+//!
+//! Watermark bookkeeping is the pure [`InputFrontier`]; the loop is the
+//! async shell around it.
+
+use crate::channel::ChannelReceiver;
+use crate::exchange::Output;
+use crate::message::Message;
+use crate::metrics::TaskMetrics;
+use crate::operator::{Operator, OperatorContext};
+use sluice_types::{Error, Result, Watermark};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+use tokio_util::sync::CancellationToken;
+
+/// The watermark state of a task's inputs.
+#[derive(Debug, Clone)]
+pub struct InputFrontier {
+    watermarks: Vec<Watermark>,
+    idle: Vec<bool>,
+    ended: Vec<bool>,
+    low: Watermark,
+}
+
+/// What changed after an input event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontierChange {
+    None,
+    /// The low watermark advanced to this value.
+    Advanced(Watermark),
+    /// Every input not yet ended is idle.
+    AllIdle,
+}
+
+impl InputFrontier {
+    pub fn new(inputs: usize) -> Self {
+        InputFrontier {
+            watermarks: vec![Watermark::MIN; inputs],
+            idle: vec![false; inputs],
+            ended: vec![false; inputs],
+            low: Watermark::MIN,
+        }
+    }
+
+    /// The current low watermark (never goes back).
+    pub fn low(&self) -> Watermark {
+        self.low
+    }
+
+    /// True when every input has ended.
+    pub fn all_ended(&self) -> bool {
+        self.ended.iter().all(|e| *e)
+    }
+
+    /// Input `i` sent data: it is active again.
+    pub fn on_data(&mut self, i: usize) {
+        self.idle[i] = false;
+    }
+
+    pub fn on_watermark(&mut self, i: usize, watermark: Watermark) -> FrontierChange {
+        self.idle[i] = false;
+        if watermark > self.watermarks[i] {
+            self.watermarks[i] = watermark;
+        }
+        self.recompute()
+    }
+
+    pub fn on_idle(&mut self, i: usize) -> FrontierChange {
+        self.idle[i] = true;
+        self.recompute()
+    }
+
+    pub fn on_end(&mut self, i: usize) -> FrontierChange {
+        self.ended[i] = true;
+        self.watermarks[i] = Watermark::MAX;
+        self.recompute()
+    }
+
+    fn recompute(&mut self) -> FrontierChange {
+        let active = (0..self.watermarks.len()).filter(|i| !self.idle[*i] || self.ended[*i]);
+        let min = active.map(|i| self.watermarks[i]).min();
+        match min {
+            None => FrontierChange::AllIdle,
+            Some(w) if w > self.low => {
+                self.low = w;
+                FrontierChange::Advanced(w)
+            }
+            Some(_) => FrontierChange::None,
+        }
+    }
+}
+
+/// Everything a task needs to run.
+pub struct Task {
+    pub operator: Box<dyn Operator>,
+    pub inputs: Vec<ChannelReceiver>,
+    pub output: Output,
+    pub metrics: Arc<TaskMetrics>,
+    pub cancel: CancellationToken,
+}
+
+impl Task {
+    /// Runs until every input ended (Ok), the pipeline is cancelled (Ok), or
+    /// the operator fails (Err).
+    pub async fn run(mut self) -> Result<()> {
+        let mut frontier = InputFrontier::new(self.inputs.len());
+        let mut next = 0usize;
+        loop {
+            let received = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Ok(()),
+                received = next_message(&mut self.inputs, &mut next) => received,
+            };
+            let Some((input, message)) = received else {
+                // Every upstream went away without ending: torn down.
+                return Ok(());
+            };
+            self.record_queue();
+            if self.handle(&mut frontier, input, message).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    fn record_queue(&self) {
+        let queued: usize = self.inputs.iter().map(|r| r.queued_credits()).sum();
+        self.metrics.queued_rows.store(queued as u64, Ordering::Relaxed);
+    }
+
+    /// Handles one message; returns true when the task is done.
+    async fn handle(&mut self, frontier: &mut InputFrontier, input: usize, message: Message) -> Result<bool> {
+        let change = match message {
+            Message::Data(batch) => {
+                frontier.on_data(input);
+                self.metrics.add_rows_in(batch.num_rows());
+                let mut ctx = OperatorContext { output: &mut self.output, metrics: &self.metrics, watermark: frontier.low() };
+                self.operator.process_batch(batch, input, &mut ctx).await?;
+                FrontierChange::None
+            }
+            Message::Watermark(w) => frontier.on_watermark(input, w),
+            Message::Idle => frontier.on_idle(input),
+            Message::Barrier(_) => FrontierChange::None,
+            Message::EndOfInput => frontier.on_end(input),
+        };
+        match change {
+            FrontierChange::Advanced(w) => {
+                self.metrics.watermark_ms.store(w.0, Ordering::Relaxed);
+                let mut ctx = OperatorContext { output: &mut self.output, metrics: &self.metrics, watermark: w };
+                self.operator.process_watermark(w, &mut ctx).await?;
+            }
+            FrontierChange::AllIdle => {
+                self.output.broadcast(Message::Idle).await.map_err(|_| closed())?;
+            }
+            FrontierChange::None => {}
+        }
+        if frontier.all_ended() {
+            let mut ctx = OperatorContext { output: &mut self.output, metrics: &self.metrics, watermark: frontier.low() };
+            self.operator.process_end_of_input(&mut ctx).await?;
+            // A sink has no downstream; a closed downstream at the end is fine.
+            let _ = self.output.broadcast(Message::EndOfInput).await;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+}
+
+fn closed() -> Error {
+    Error::internal("downstream channel closed")
+}
+
+/// The next message from any input that has not ended, polling fairly
+/// (round robin from `next`). `None` when every channel is closed.
+async fn next_message(inputs: &mut [ChannelReceiver], next: &mut usize) -> Option<(usize, Message)> {
+    std::future::poll_fn(|cx| {
+        let n = inputs.len();
+        let mut closed = 0;
+        for k in 0..n {
+            let i = (*next + k) % n;
+            match inputs[i].poll_recv(cx) {
+                Poll::Ready(Some(m)) => {
+                    *next = (i + 1) % n;
+                    return Poll::Ready(Some((i, m)));
+                }
+                Poll::Ready(None) => closed += 1,
+                Poll::Pending => {}
+            }
+        }
+        if closed == n { Poll::Ready(None) } else { Poll::Pending }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn low_watermark_is_the_minimum_over_inputs() {
+        let mut f = InputFrontier::new(2);
+        assert_eq!(f.on_watermark(0, Watermark(10)), FrontierChange::None);
+        assert_eq!(f.on_watermark(1, Watermark(5)), FrontierChange::Advanced(Watermark(5)));
+        assert_eq!(f.on_watermark(1, Watermark(20)), FrontierChange::Advanced(Watermark(10)));
+        // Never goes back.
+        assert_eq!(f.on_watermark(0, Watermark(3)), FrontierChange::None);
+        assert_eq!(f.low(), Watermark(10));
+    }
+
+    #[test]
+    fn an_idle_input_stops_holding_the_watermark_back() {
+        let mut f = InputFrontier::new(2);
+        f.on_watermark(0, Watermark(100));
+        assert_eq!(f.low(), Watermark::MIN);
+        assert_eq!(f.on_idle(1), FrontierChange::Advanced(Watermark(100)));
+        // Data makes it active again; its old watermark no longer lowers the frontier.
+        f.on_data(1);
+        assert_eq!(f.on_watermark(1, Watermark(50)), FrontierChange::None);
+        assert_eq!(f.low(), Watermark(100));
+    }
+
+    #[test]
+    fn all_idle_and_end_of_input() {
+        let mut f = InputFrontier::new(2);
+        f.on_idle(0);
+        assert_eq!(f.on_idle(1), FrontierChange::AllIdle);
+        f.on_end(0);
+        assert!(!f.all_ended());
+        assert_eq!(f.on_end(1), FrontierChange::Advanced(Watermark::MAX));
+        assert!(f.all_ended());
+    }
+}

@@ -1,0 +1,66 @@
+//! Building DataFusion aggregate functions from plan specs.
+
+use crate::project::df_error;
+use arrow::array::ArrayRef;
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::execution::FunctionRegistry;
+use datafusion::logical_expr::{Accumulator, GroupsAccumulator};
+use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
+use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::{GroupsAccumulatorAdapter, PhysicalExpr};
+use datafusion::prelude::SessionContext;
+use datafusion::scalar::ScalarValue;
+use sluice_plan::AggregateCall;
+use sluice_types::{Error, Result};
+use std::sync::{Arc, LazyLock};
+
+static REGISTRY: LazyLock<SessionContext> = LazyLock::new(SessionContext::new);
+
+/// An aggregate call compiled against the window operator's input schema.
+#[derive(Debug, Clone)]
+pub struct CompiledAggregate {
+    pub expr: Arc<AggregateFunctionExpr>,
+}
+
+impl CompiledAggregate {
+    pub fn new(call: &AggregateCall, schema: &SchemaRef) -> Result<Self> {
+        let udf = REGISTRY.udaf(&call.function).map_err(|_| {
+            Error::unsupported(format!("aggregate function {} is not supported in windows", call.function))
+        })?;
+        let args: Vec<Arc<dyn PhysicalExpr>> = if call.args.is_empty() {
+            vec![Arc::new(Literal::new(ScalarValue::Int64(Some(1))))]
+        } else {
+            call.args
+                .iter()
+                .map(|i| Arc::new(Column::new(schema.field(*i).name(), *i)) as Arc<dyn PhysicalExpr>)
+                .collect()
+        };
+        let expr = AggregateExprBuilder::new(udf, args)
+            .schema(schema.clone())
+            .alias(call.function.clone())
+            .with_distinct(call.distinct)
+            .build()
+            .map_err(df_error)?;
+        Ok(CompiledAggregate { expr: Arc::new(expr) })
+    }
+
+    /// The argument arrays of this aggregate over `batch`.
+    pub fn arguments(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        self.expr.expressions().iter().map(|e| crate::project::evaluate(e, batch)).collect()
+    }
+
+    /// A vectorised accumulator over many groups.
+    pub fn groups_accumulator(&self) -> Result<Box<dyn GroupsAccumulator>> {
+        if self.expr.groups_accumulator_supported() {
+            return self.expr.create_groups_accumulator().map_err(df_error);
+        }
+        let expr = self.expr.clone();
+        Ok(Box::new(GroupsAccumulatorAdapter::new(move || expr.create_accumulator())))
+    }
+
+    /// An accumulator for one group.
+    pub fn accumulator(&self) -> Result<Box<dyn Accumulator>> {
+        self.expr.create_accumulator().map_err(df_error)
+    }
+}

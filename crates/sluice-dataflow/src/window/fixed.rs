@@ -1,0 +1,233 @@
+//! Tumbling and hopping windows: one group table per open window, updated
+//! incrementally; a window is emitted and dropped when the low watermark
+//! reaches its end.
+
+use super::aggregate::CompiledAggregate;
+use super::assign::{hop_starts, tumble_start};
+use crate::operator::{Operator, OperatorContext};
+use crate::project::df_error;
+use crate::time::{timestamp_array, timestamps_ms};
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::compute::{cast, take};
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, Rows, SortField};
+use async_trait::async_trait;
+use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use sluice_plan::{WindowAggSpec, WindowKind};
+use sluice_types::{Error, Result, SqlCode, Watermark};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+
+/// The groups of one open window.
+struct WindowGroups {
+    index: HashMap<Box<[u8]>, u32>,
+    keys: Option<Rows>,
+    accumulators: Vec<Box<dyn GroupsAccumulator>>,
+}
+
+/// TUMBLE / HOP aggregate.
+pub struct FixedWindowOperator {
+    window: WindowKind,
+    size_ms: i64,
+    time_column: usize,
+    time_type: DataType,
+    key_columns: Vec<usize>,
+    converter: Option<RowConverter>,
+    aggregates: Vec<CompiledAggregate>,
+    windows: BTreeMap<i64, WindowGroups>,
+    groups: usize,
+    groups_max: usize,
+    output_schema: SchemaRef,
+}
+
+impl FixedWindowOperator {
+    pub fn new(spec: &WindowAggSpec, output_schema: SchemaRef) -> Result<Self> {
+        let size_ms = match spec.window {
+            WindowKind::Tumble { size_ms } => size_ms,
+            WindowKind::Hop { size_ms, .. } => size_ms,
+            WindowKind::Session { .. } => return Err(Error::internal("session window in fixed operator")),
+        };
+        let converter = if spec.key_columns.is_empty() {
+            None
+        } else {
+            let fields = spec
+                .key_columns
+                .iter()
+                .map(|c| SortField::new(spec.input_schema.field(*c).data_type().clone()))
+                .collect();
+            Some(RowConverter::new(fields)?)
+        };
+        let aggregates = spec
+            .aggregates
+            .iter()
+            .map(|a| CompiledAggregate::new(a, &spec.input_schema))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(FixedWindowOperator {
+            window: spec.window,
+            size_ms,
+            time_column: spec.time_column,
+            time_type: spec.input_schema.field(spec.time_column).data_type().clone(),
+            key_columns: spec.key_columns.clone(),
+            converter,
+            aggregates,
+            windows: BTreeMap::new(),
+            groups: 0,
+            groups_max: spec.groups_max,
+            output_schema,
+        })
+    }
+
+    /// Rows of the batch per window start, skipping windows already fired.
+    /// Returns the assignment and the number of late rows.
+    fn assign(&self, times: &[Option<i64>], watermark: Watermark) -> (BTreeMap<i64, Vec<u32>>, u64) {
+        let mut per_window: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        let mut late = 0;
+        for (row, ts) in times.iter().enumerate() {
+            let Some(ts) = *ts else {
+                late += 1;
+                continue;
+            };
+            let mut accepted = false;
+            let mut accept = |start: i64| {
+                if start + self.size_ms > watermark.0 {
+                    per_window.entry(start).or_default().push(row as u32);
+                    accepted = true;
+                }
+            };
+            match self.window {
+                WindowKind::Tumble { size_ms } => accept(tumble_start(ts, size_ms)),
+                WindowKind::Hop { slide_ms, size_ms } => hop_starts(ts, slide_ms, size_ms).for_each(&mut accept),
+                WindowKind::Session { .. } => unreachable!("checked in new"),
+            }
+            if !accepted {
+                late += 1;
+            }
+        }
+        (per_window, late)
+    }
+
+    fn new_window(&self) -> Result<WindowGroups> {
+        Ok(WindowGroups {
+            index: HashMap::new(),
+            keys: self.converter.as_ref().map(|c| c.empty_rows(64, 1024)),
+            accumulators: self.aggregates.iter().map(|a| a.groups_accumulator()).collect::<Result<_>>()?,
+        })
+    }
+
+    fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
+        let times = timestamps_ms(batch.column(self.time_column))?;
+        let (per_window, late) = self.assign(&times, watermark);
+        if per_window.is_empty() {
+            return Ok(late);
+        }
+        let key_rows = match &self.converter {
+            Some(c) => {
+                let keys: Vec<ArrayRef> = self.key_columns.iter().map(|k| batch.column(*k).clone()).collect();
+                Some(c.convert_columns(&keys)?)
+            }
+            None => None,
+        };
+        let arguments: Vec<Vec<ArrayRef>> =
+            self.aggregates.iter().map(|a| a.arguments(batch)).collect::<Result<_>>()?;
+        for (start, rows) in per_window {
+            if !self.windows.contains_key(&start) {
+                let w = self.new_window()?;
+                self.windows.insert(start, w);
+            }
+            let window = self.windows.get_mut(&start).expect("inserted above");
+            let mut group_indices = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let key: &[u8] = key_rows.as_ref().map_or(&[], |k| k.row(*row as usize).data());
+                let next = window.index.len() as u32;
+                let idx = match window.index.get(key) {
+                    Some(i) => *i,
+                    None => {
+                        if self.groups >= self.groups_max {
+                            return Err(Error::user(
+                                SqlCode::ConfigurationLimitExceeded,
+                                format!("window state limit reached: {} open groups", self.groups_max),
+                            ));
+                        }
+                        self.groups += 1;
+                        window.index.insert(key.into(), next);
+                        if let (Some(keys), Some(k)) = (window.keys.as_mut(), key_rows.as_ref()) {
+                            keys.push(k.row(*row as usize));
+                        }
+                        next
+                    }
+                };
+                group_indices.push(idx as usize);
+            }
+            let total_groups = window.index.len();
+            let whole = rows.len() == batch.num_rows();
+            let indices = UInt32Array::from(rows);
+            for (acc, args) in window.accumulators.iter_mut().zip(&arguments) {
+                let values: Vec<ArrayRef> = if whole {
+                    args.clone()
+                } else {
+                    args.iter().map(|a| take(a, &indices, None)).collect::<Result<_, _>>()?
+                };
+                acc.update_batch(&values, &group_indices, None, total_groups).map_err(df_error)?;
+            }
+        }
+        Ok(late)
+    }
+
+    /// Emits and drops every window whose end is at or below `watermark`.
+    fn fire(&mut self, watermark: Watermark) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        while let Some((&start, _)) = self.windows.first_key_value() {
+            if start.saturating_add(self.size_ms) > watermark.0 {
+                break;
+            }
+            let (_, window) = self.windows.pop_first().expect("checked non-empty");
+            self.groups -= window.index.len();
+            out.push(self.emit_window(start, window)?);
+        }
+        Ok(out)
+    }
+
+    fn emit_window(&self, start: i64, window: WindowGroups) -> Result<RecordBatch> {
+        let n = window.index.len();
+        let mut columns = vec![
+            timestamp_array(&vec![start; n], &self.time_type)?,
+            timestamp_array(&vec![start + self.size_ms; n], &self.time_type)?,
+        ];
+        if let (Some(c), Some(keys)) = (&self.converter, &window.keys) {
+            columns.extend(c.convert_rows(keys)?);
+        }
+        for mut acc in window.accumulators {
+            columns.push(acc.evaluate(EmitTo::All).map_err(df_error)?);
+        }
+        finish_batch(&self.output_schema, columns)
+    }
+}
+
+/// Builds an output batch, casting columns whose types differ from the schema.
+pub(crate) fn finish_batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+    let columns = columns
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| if c.data_type() == f.data_type() { Ok(c) } else { cast(&c, f.data_type()) })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+#[async_trait]
+impl Operator for FixedWindowOperator {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let late = self.update(&batch, ctx.watermark)?;
+        ctx.metrics.late_rows_dropped.fetch_add(late, Ordering::Relaxed);
+        ctx.metrics.state_groups.store(self.groups as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        for batch in self.fire(watermark)? {
+            ctx.emit(batch).await?;
+        }
+        ctx.metrics.state_groups.store(self.groups as u64, Ordering::Relaxed);
+        ctx.emit_watermark(watermark).await
+    }
+}

@@ -1,0 +1,81 @@
+//! Rendering a [`PhysicalDag`] as rows for `EXPLAIN`.
+
+use crate::{OperatorKind, PhysicalDag, WindowKind};
+
+/// Columns of an EXPLAIN result.
+pub const EXPLAIN_COLUMNS: [&str; 6] = ["operator_id", "kind", "parallelism", "detail", "inputs", "schema"];
+
+/// One row per operator: id, kind, parallelism, detail, its input edges
+/// (`op <id> <partitioning>`), and its output columns.
+pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 6]> {
+    dag.operators
+        .iter()
+        .map(|op| {
+            let inputs: Vec<String> = dag
+                .inputs_of(op.id)
+                .iter()
+                .map(|e| {
+                    let schema = dag
+                        .operator(e.from)
+                        .map(|o| o.output_schema.clone())
+                        .unwrap_or_else(crate::empty_schema);
+                    format!("op {} {}", e.from, e.partitioning.describe(&schema))
+                })
+                .collect();
+            let columns: Vec<String> = op
+                .output_schema
+                .fields()
+                .iter()
+                .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                .collect();
+            [
+                op.id.to_string(),
+                op.kind.name().to_string(),
+                op.parallelism.to_string(),
+                detail(op),
+                inputs.join("; "),
+                columns.join(", "),
+            ]
+        })
+        .collect()
+}
+
+fn detail(op: &crate::OperatorSpec) -> String {
+    match &op.kind {
+        OperatorKind::Source(s) => {
+            let wm = match &s.watermark {
+                Some(w) => format!(", watermark {} - {} ms", op.output_schema.field(w.column).name(), w.delay_ms),
+                None => String::new(),
+            };
+            format!("{} ({}){}", s.stream, s.connector, wm)
+        }
+        OperatorKind::Project(p) => {
+            let filter = p.filter.as_ref().map(|f| format!("filter {f}; ")).unwrap_or_default();
+            format!("{filter}{}", p.exprs.join(", "))
+        }
+        OperatorKind::WindowAggregate(w) => {
+            let window = match w.window {
+                WindowKind::Tumble { size_ms } => format!("tumble {size_ms} ms"),
+                WindowKind::Hop { slide_ms, size_ms } => format!("hop slide {slide_ms} ms size {size_ms} ms"),
+                WindowKind::Session { gap_ms } => format!("session gap {gap_ms} ms"),
+            };
+            let name = |i: &usize| w.input_schema.field(*i).name().clone();
+            let keys: Vec<String> = w.key_columns.iter().map(name).collect();
+            let aggs: Vec<String> = w
+                .aggregates
+                .iter()
+                .map(|a| {
+                    let args: Vec<String> = a.args.iter().map(name).collect();
+                    let args = if args.is_empty() { "*".to_string() } else { args.join(", ") };
+                    let distinct = if a.distinct { "DISTINCT " } else { "" };
+                    format!("{}({distinct}{args})", a.function)
+                })
+                .collect();
+            format!("{window} on {}; keys [{}]; {}", name(&w.time_column), keys.join(", "), aggs.join(", "))
+        }
+        OperatorKind::Sink(s) => {
+            let target = s.options.get("path").or(s.options.get("stream")).cloned().unwrap_or_default();
+            if target.is_empty() { s.connector.clone() } else { format!("{} {target}", s.connector) }
+        }
+    }
+}

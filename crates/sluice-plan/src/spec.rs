@@ -1,0 +1,193 @@
+//! Operator, edge and DAG specifications.
+
+use arrow_schema::{Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use sluice_types::{EdgeId, OperatorId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A pipeline's dataflow: operators in topological order and their edges.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PhysicalDag {
+    pub operators: Vec<OperatorSpec>,
+    pub edges: Vec<EdgeSpec>,
+}
+
+impl PhysicalDag {
+    /// The operator with `id`.
+    pub fn operator(&self, id: OperatorId) -> Option<&OperatorSpec> {
+        self.operators.iter().find(|o| o.id == id)
+    }
+    /// Edges into `id`, in input order.
+    pub fn inputs_of(&self, id: OperatorId) -> Vec<&EdgeSpec> {
+        self.edges.iter().filter(|e| e.to == id).collect()
+    }
+    /// Edges out of `id`.
+    pub fn outputs_of(&self, id: OperatorId) -> Vec<&EdgeSpec> {
+        self.edges.iter().filter(|e| e.from == id).collect()
+    }
+    /// Source operators.
+    pub fn sources(&self) -> impl Iterator<Item = &OperatorSpec> {
+        self.operators.iter().filter(|o| matches!(o.kind, OperatorKind::Source(_)))
+    }
+}
+
+/// One operator of the DAG; it runs as `parallelism` task instances.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OperatorSpec {
+    pub id: OperatorId,
+    pub kind: OperatorKind,
+    pub parallelism: u32,
+    /// The schema of the rows this operator emits (for sinks: of rows it receives).
+    pub output_schema: SchemaRef,
+}
+
+/// What an operator does.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum OperatorKind {
+    Source(SourceSpec),
+    /// Filter then project, with DataFusion scalar expressions.
+    Project(ProjectSpec),
+    WindowAggregate(WindowAggSpec),
+    Sink(SinkSpec),
+}
+
+impl OperatorKind {
+    /// Short name for EXPLAIN and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OperatorKind::Source(_) => "source",
+            OperatorKind::Project(_) => "project",
+            OperatorKind::WindowAggregate(_) => "window_aggregate",
+            OperatorKind::Sink(_) => "sink",
+        }
+    }
+}
+
+/// Event time of a source: which column, and how late rows may be.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WatermarkSpec {
+    /// Index of the event-time column (a Timestamp column) in the source schema.
+    pub column: usize,
+    /// `WATERMARK FOR col AS col - INTERVAL …`: the watermark trails the
+    /// maximum event time by this much.
+    pub delay_ms: i64,
+}
+
+/// Reads a stream from a connector.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SourceSpec {
+    /// The stream's name (for memory logs: the log's name).
+    pub stream: String,
+    /// `memory`, `nexmark`, …
+    pub connector: String,
+    /// The `WITH (…)` options, keys lower-cased.
+    pub options: BTreeMap<String, String>,
+    pub watermark: Option<WatermarkSpec>,
+    /// A source partition without data for this long stops holding the watermark back.
+    pub idle_timeout_ms: u64,
+}
+
+/// Filter, then compute output columns. Expressions are SQL text over
+/// `input_schema` (unqualified column names, quoted where needed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProjectSpec {
+    pub input_schema: SchemaRef,
+    pub filter: Option<String>,
+    /// One expression per output column, in output order.
+    pub exprs: Vec<String>,
+}
+
+/// The window of a window aggregate, sizes in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum WindowKind {
+    Tumble { size_ms: i64 },
+    Hop { slide_ms: i64, size_ms: i64 },
+    Session { gap_ms: i64 },
+}
+
+/// One aggregate function call.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AggregateCall {
+    /// DataFusion aggregate function name (`count`, `sum`, `min`, `max`, `avg`, …).
+    pub function: String,
+    /// Input column indices of the arguments (none for `count(*)`).
+    pub args: Vec<usize>,
+    pub distinct: bool,
+}
+
+/// Group rows into event-time windows per key and aggregate them; emit each
+/// window's rows once, when the low watermark passes its end.
+///
+/// Input rows are `[time, key columns…, aggregate argument columns…]` as
+/// laid out by the planner; output rows are
+/// `[window_start, window_end, keys…, aggregates…]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WindowAggSpec {
+    pub input_schema: SchemaRef,
+    pub window: WindowKind,
+    /// Index of the event-time column in the input.
+    pub time_column: usize,
+    pub key_columns: Vec<usize>,
+    pub aggregates: Vec<AggregateCall>,
+    /// Bound on open (window, key) groups held by one instance; a row that
+    /// would exceed it fails the pipeline with a clear error.
+    pub groups_max: usize,
+}
+
+/// Writes rows somewhere.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SinkSpec {
+    /// `client` (a session's result), `memory` (a derived stream's log),
+    /// `file`, `blackhole`, …
+    pub connector: String,
+    pub options: BTreeMap<String, String>,
+    /// For a derived stream: the output column carrying event time, whose
+    /// watermark the sink forwards into the log.
+    pub event_time_column: Option<usize>,
+}
+
+/// How the rows of an edge's upstream instances reach its downstream instances.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Partitioning {
+    /// Instance i feeds instance i (equal parallelism).
+    Forward,
+    /// By hash of these columns of the upstream output.
+    Hash(Vec<usize>),
+    /// Everything to instance 0.
+    Single,
+    /// Round robin over downstream instances.
+    RoundRobin,
+}
+
+impl Partitioning {
+    /// Display form for EXPLAIN.
+    pub fn describe(&self, schema: &Schema) -> String {
+        match self {
+            Partitioning::Forward => "forward".into(),
+            Partitioning::Single => "single".into(),
+            Partitioning::RoundRobin => "round_robin".into(),
+            Partitioning::Hash(cols) => {
+                let names: Vec<&str> = cols
+                    .iter()
+                    .map(|c| schema.fields().get(*c).map(|f| f.name().as_str()).unwrap_or("?"))
+                    .collect();
+                format!("hash({})", names.join(", "))
+            }
+        }
+    }
+}
+
+/// A directed edge of the DAG.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EdgeSpec {
+    pub id: EdgeId,
+    pub from: OperatorId,
+    pub to: OperatorId,
+    pub partitioning: Partitioning,
+}
+
+/// An empty schema, for operators that emit nothing.
+pub fn empty_schema() -> SchemaRef {
+    Arc::new(Schema::empty())
+}

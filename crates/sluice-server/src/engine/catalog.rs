@@ -1,0 +1,13 @@
+//! The master's catalog as the planner sees it.
+
+use sluice_cluster::Master;
+use sluice_plan::catalog::StreamDef;
+use sluice_sql::planner::StreamCatalog;
+
+pub struct MasterCatalog<'a>(pub &'a Master);
+
+impl StreamCatalog for MasterCatalog<'_> {
+    fn stream(&self, name: &str) -> Option<StreamDef> {
+        self.0.stream(name)
+    }
+}

@@ -1,0 +1,84 @@
+//! The statement engine: what a session can do, independent of the wire
+//! protocol. pgwire and the REST API both drive a [`Session`].
+//!
+//! A statement produces an [`Output`]: a command tag, a stream of rows
+//! (a continuous query, a FETCH, a SHOW), or a COPY-out stream. Row streams
+//! are lazy and tied to the query they come from: dropping the stream stops
+//! the query, which is how a cancel or a closed connection tears it down.
+
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use futures::stream::BoxStream;
+use sluice_types::Result;
+
+/// Rows of a result, produced as they become available.
+pub struct RowStream {
+    /// The columns of every batch.
+    pub schema: SchemaRef,
+    /// The batches; ends when the query ends (LIMIT reached, bounded input
+    /// exhausted, FETCH count reached). An `Err` ends the stream.
+    pub batches: BoxStream<'static, Result<RecordBatch>>,
+}
+
+/// What a statement returns to the client.
+pub enum Output {
+    /// A statement without rows. `tag` is the Postgres command tag without
+    /// the count (`"CREATE STREAM"`, `"INSERT"`, `"SET"`, `"BEGIN"`,
+    /// `"COMMIT"`, `"ROLLBACK"`, `"DECLARE CURSOR"`, `"CLOSE CURSOR"`, …);
+    /// `rows` is the count where Postgres reports one (`INSERT 0 n`).
+    Command { tag: String, rows: Option<usize> },
+    /// Rows for a client (SELECT, FETCH, SHOW, EXPLAIN, DESCRIBE). The
+    /// command tag is `tag` plus the number of rows sent (`SELECT 3`,
+    /// `FETCH 10`, `SHOW` takes `SELECT` too).
+    Rows { tag: String, rows: RowStream },
+    /// `COPY (query) TO STDOUT`: rows to send as COPY data in text format
+    /// (tab-separated, `\N` for null), until the stream ends or the client
+    /// cancels.
+    CopyOut(RowStream),
+}
+
+/// A statement parsed and described for the extended query protocol.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The statement text as received (with `$1`… placeholders).
+    pub sql: String,
+    /// The types of `$1`, `$2`, … in order, as inferred; `DataType::Utf8`
+    /// where nothing better is known.
+    pub param_types: Vec<DataType>,
+    /// The columns the statement returns, or `None` for a command without rows.
+    pub schema: Option<SchemaRef>,
+}
+
+pub use self::session::Session;
+
+mod batch;
+mod catalog;
+mod insert;
+mod params;
+mod query;
+mod session;
+mod settings;
+mod show;
+
+pub use settings::Settings;
+pub use show::pg_type_name;
+
+/// The shared statement engine of one Sluice server: catalog access through
+/// the master, query execution through the worker(s). One per process.
+pub struct Engine {
+    pub master: std::sync::Arc<sluice_cluster::Master>,
+    /// When the server started (epoch ms).
+    pub started_ms: i64,
+}
+
+impl Engine {
+    pub fn new(master: std::sync::Arc<sluice_cluster::Master>) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Engine { master, started_ms: sluice_types::now_ms() })
+    }
+
+    /// A new session for a connected client.
+    pub fn new_session(self: &std::sync::Arc<Self>, user: &str) -> Session {
+        let _ = user;
+        Session::new(self.clone())
+    }
+}

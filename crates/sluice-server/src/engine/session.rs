@@ -1,0 +1,343 @@
+//! A client session: settings, cursors, and statement execution.
+
+use super::catalog::MasterCatalog;
+use super::query::{Cursor, SharedCursor, fetch};
+use super::settings::Settings;
+use super::show::{self, Table};
+use super::{Engine, Output, Prepared, RowStream, batch, insert, params, query};
+use datafusion::scalar::ScalarValue;
+use sluice_cluster::catalog::PipelineKind;
+use sluice_connectors::nexmark::{NexmarkTable, nexmark_schema};
+use sluice_connectors::options::{validate_sink, validate_source};
+use sluice_plan::catalog::{EventTime, StreamDef};
+use sluice_sql::create::stream_def;
+use sluice_sql::planner::sink_spec;
+use sluice_sql::statement::{CreateStream, DropKind, SluiceStatement, normalize_ident, parse_statements};
+use sluice_sql::{PlannedQuery, Planner, PlannerSettings};
+use sluice_types::{Error, Result, SqlCode};
+use sqlparser::ast::{CloseCursor, CopySource, CopyTarget, FetchDirection, Query, Set, Statement, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Open cursors per session.
+pub const CURSORS_MAX: usize = 64;
+
+/// One client's session. Not shared between connections.
+pub struct Session {
+    engine: Arc<Engine>,
+    settings: Settings,
+    cursors: HashMap<String, SharedCursor>,
+}
+
+fn command(tag: &str) -> Output {
+    Output::Command { tag: tag.to_string(), rows: None }
+}
+
+impl Session {
+    pub(crate) fn new(engine: Arc<Engine>) -> Self {
+        Session { engine, settings: Settings::default(), cursors: HashMap::new() }
+    }
+
+    /// The session's settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Runs every statement of a simple-protocol query string in order,
+    /// stopping at the first error (its `Err` is the last element).
+    pub async fn execute(&mut self, sql: &str) -> Vec<Result<Output>> {
+        let statements = match parse_statements(sql) {
+            Ok(s) => s,
+            Err(e) => return vec![Err(e)],
+        };
+        let mut out = Vec::with_capacity(statements.len());
+        for statement in statements {
+            let result = self.run(statement, sql).await;
+            let failed = result.is_err();
+            out.push(result);
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Parses and describes one statement for the extended protocol.
+    pub async fn prepare(&mut self, sql: &str) -> Result<Prepared> {
+        let mut statements = parse_statements(sql)?;
+        if statements.len() > 1 {
+            return Err(Error::syntax("cannot insert multiple commands into a prepared statement"));
+        }
+        let Some(statement) = statements.pop() else {
+            return Ok(Prepared { sql: sql.to_string(), param_types: vec![], schema: None });
+        };
+        let (param_types, schema) = match &statement {
+            SluiceStatement::Sql(s) => match s.as_ref() {
+                Statement::Query(q) => {
+                    let (p, s) = self.describe_query(q).await?;
+                    (p, Some(s))
+                }
+                Statement::Fetch { name, .. } => {
+                    let cursor = self.cursor(&normalize_ident(name))?;
+                    let schema = cursor.lock().await.schema.clone();
+                    (vec![], Some(schema))
+                }
+                _ => (vec![], None),
+            },
+            SluiceStatement::ShowStreams => (vec![], Some(show::schema_of("streams"))),
+            SluiceStatement::ShowPipelines => (vec![], Some(show::schema_of("pipelines"))),
+            SluiceStatement::Describe(_) => (vec![], Some(show::schema_of("describe"))),
+            SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => (vec![], Some(show::schema_of("explain"))),
+            SluiceStatement::ShowAll => (vec![], Some(show::schema_of("show_all"))),
+            SluiceStatement::ShowVariable(name) => (vec![], Some(show::schema_of(name))),
+            _ => (vec![], None),
+        };
+        Ok(Prepared { sql: sql.to_string(), param_types, schema })
+    }
+
+    /// Runs a prepared statement with parameter values, typed as
+    /// `Prepared::param_types` says (typed nulls for NULL).
+    pub async fn execute_prepared(&mut self, stmt: &Prepared, params: Vec<ScalarValue>) -> Result<Output> {
+        let mut statements = parse_statements(&stmt.sql)?;
+        let Some(mut statement) = statements.pop() else {
+            return Ok(Output::Command { tag: "EMPTY".into(), rows: None });
+        };
+        if let SluiceStatement::Sql(s) = &mut statement {
+            params::bind(s, &params)?;
+        } else if !params.is_empty() {
+            return Err(Error::unsupported("parameters are supported in queries and INSERT only"));
+        }
+        self.run(statement, &stmt.sql).await
+    }
+
+    fn planner_settings(&self) -> PlannerSettings {
+        PlannerSettings { parallelism: self.settings.parallelism(), ..PlannerSettings::default() }
+    }
+
+    async fn describe_query(&self, q: &Query) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
+        let catalog = MasterCatalog(&self.engine.master);
+        let planner = Planner::new(&catalog, self.planner_settings());
+        if let Some(name) = planner.unknown_relations(q).first() {
+            return Err(stream_not_found(name));
+        }
+        if planner.referenced_streams(q).is_empty() { batch::describe(q).await } else { planner.describe(q).await }
+    }
+
+    async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
+        let catalog = MasterCatalog(&self.engine.master);
+        Planner::new(&catalog, self.planner_settings()).plan(q, sink).await
+    }
+
+    /// Rows of a query: continuous if it reads a stream, batch otherwise.
+    async fn rows(&self, q: &Query) -> Result<RowStream> {
+        let catalog = MasterCatalog(&self.engine.master);
+        let planner = Planner::new(&catalog, self.planner_settings());
+        if let Some(name) = planner.unknown_relations(q).first() {
+            return Err(stream_not_found(name));
+        }
+        if planner.referenced_streams(q).is_empty() {
+            return batch::run(q).await;
+        }
+        let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
+        query::start(&self.engine.master, &planned)
+    }
+
+    async fn run(&mut self, statement: SluiceStatement, sql: &str) -> Result<Output> {
+        let master = self.engine.master.clone();
+        match statement {
+            SluiceStatement::CreateStream(c) => self.create_stream(&c).map(|_| command("CREATE STREAM")),
+            SluiceStatement::CreateStreamAs { name, if_not_exists, query } => {
+                let sink = sink_spec("memory", BTreeMap::from([("stream".to_string(), name.clone())]));
+                let planned = self.plan(&query, sink).await?;
+                let event_time = planned.event_time_column.filter(|c| {
+                    matches!(planned.schema.field(*c).data_type(), arrow::datatypes::DataType::Timestamp(_, _))
+                });
+                let def = StreamDef {
+                    name: name.clone(),
+                    schema: planned.schema.clone(),
+                    event_time: event_time.map(|column| EventTime { column, delay_ms: 0, from_upstream: true }),
+                    connector: "memory".into(),
+                    options: BTreeMap::new(),
+                    pipeline: Some(name.clone()),
+                };
+                master.create_pipeline(&name, PipelineKind::DerivedStream, sql, planned.dag, Some(def), if_not_exists)?;
+                Ok(command("CREATE STREAM"))
+            }
+            SluiceStatement::CreateSink { name, if_not_exists, options, query } => {
+                let connector = options
+                    .get("connector")
+                    .cloned()
+                    .ok_or_else(|| Error::invalid_option("CREATE SINK needs WITH (connector = 'file' | 'blackhole', …)"))?;
+                validate_sink(&connector, &options)?;
+                let planned = self.plan(&query, sink_spec(&connector, options)).await?;
+                master.create_pipeline(&name, PipelineKind::Sink, sql, planned.dag, None, if_not_exists)?;
+                Ok(command("CREATE SINK"))
+            }
+            SluiceStatement::Drop { kind, name, if_exists } => match kind {
+                DropKind::Stream => master.drop_stream(&name, if_exists).map(|_| command("DROP STREAM")),
+                DropKind::Sink => master.drop_pipeline(&name, if_exists).map(|_| command("DROP SINK")),
+                DropKind::Pipeline => master.drop_pipeline(&name, if_exists).map(|_| command("DROP PIPELINE")),
+            },
+            SluiceStatement::ShowStreams => show::streams(&master.streams()).output("SHOW"),
+            SluiceStatement::ShowPipelines => show::pipelines(&master.pipelines()).output("SHOW"),
+            SluiceStatement::Describe(name) => {
+                let def = master.stream(&name).ok_or_else(|| stream_not_found(&name))?;
+                show::describe(&def).output("SHOW")
+            }
+            SluiceStatement::Explain(q) => {
+                let planned = self.plan(&q, sink_spec("client", BTreeMap::new())).await?;
+                show::explain(&planned.dag).output("EXPLAIN")
+            }
+            SluiceStatement::ExplainPipeline(name) => {
+                let def = master.pipeline(&name).ok_or_else(|| {
+                    Error::user(SqlCode::UndefinedObject, format!("pipeline \"{name}\" does not exist"))
+                })?;
+                show::explain(&def.dag).output("EXPLAIN")
+            }
+            SluiceStatement::ShowVariable(name) => {
+                let value = self.settings.get(&name)?;
+                Table::text(&[name.as_str()], vec![vec![value]]).output("SHOW")
+            }
+            SluiceStatement::ShowAll => {
+                let rows = self.settings.all().into_iter().map(|(n, v, d)| vec![n, v, d]).collect();
+                Table::text(&["name", "setting", "description"], rows).output("SHOW")
+            }
+            SluiceStatement::Sql(s) => self.run_sql(*s).await,
+        }
+    }
+
+    fn create_stream(&self, c: &CreateStream) -> Result<()> {
+        let connector = c.options.get("connector").cloned().unwrap_or_else(|| "memory".to_string());
+        validate_source(&connector, &c.options)?;
+        let fixed = match connector.as_str() {
+            "nexmark" => {
+                let table = c.options.get("table").map(String::as_str).unwrap_or_default();
+                Some(nexmark_schema(NexmarkTable::parse(table)?))
+            }
+            _ => None,
+        };
+        let def = stream_def(c, &connector, fixed)?;
+        let master = &self.engine.master;
+        if master.create_stream(def.clone(), c.if_not_exists)? && def.connector == "memory" {
+            master.memory_log(&def)?;
+        }
+        Ok(())
+    }
+
+    async fn run_sql(&mut self, statement: Statement) -> Result<Output> {
+        match statement {
+            Statement::Query(q) => Ok(Output::Rows { tag: "SELECT".into(), rows: self.rows(&q).await? }),
+            Statement::Insert(i) => {
+                let n = insert::insert(&self.engine.master, &i).await?;
+                Ok(Output::Command { tag: "INSERT".into(), rows: Some(n as usize) })
+            }
+            Statement::Set(set) => self.set(set),
+            Statement::StartTransaction { .. } => Ok(command("BEGIN")),
+            Statement::Commit { .. } => Ok(command("COMMIT")),
+            Statement::Rollback { .. } => Ok(command("ROLLBACK")),
+            Statement::Discard { .. } => {
+                self.cursors.clear();
+                Ok(command("DISCARD ALL"))
+            }
+            Statement::Deallocate { .. } => Ok(command("DEALLOCATE")),
+            Statement::Declare { stmts } => self.declare(stmts).await,
+            Statement::Fetch { name, direction, .. } => self.fetch(&normalize_ident(&name), direction).await,
+            Statement::Close { cursor } => {
+                match cursor {
+                    CloseCursor::All => self.cursors.clear(),
+                    CloseCursor::Specific { name } => {
+                        let name = normalize_ident(&name);
+                        self.cursors.remove(&name).ok_or_else(|| cursor_not_found(&name))?;
+                    }
+                }
+                Ok(command("CLOSE CURSOR"))
+            }
+            Statement::Copy { source: CopySource::Query(q), to: true, target: CopyTarget::Stdout, .. } => {
+                Ok(Output::CopyOut(self.rows(&q).await?))
+            }
+            Statement::Copy { .. } => Err(Error::unsupported("COPY is supported as COPY (query) TO STDOUT")),
+            other => Err(Error::unsupported(format!(
+                "statement not supported: {}",
+                other.to_string().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+            ))),
+        }
+    }
+
+    fn set(&mut self, set: Set) -> Result<Output> {
+        match set {
+            Set::SingleAssignment { variable, values, .. } => {
+                let name = variable.to_string().to_ascii_lowercase();
+                let value = values.iter().map(setting_value).collect::<Vec<_>>().join(", ");
+                self.settings.set(&name, &value)?;
+            }
+            Set::SetTimeZone { value, .. } => self.settings.set("timezone", &setting_value(&value))?,
+            Set::SetNames { charset_name, .. } => self.settings.set("client_encoding", &charset_name.to_string())?,
+            other => return Err(Error::unsupported(format!("{other} is not supported"))),
+        }
+        Ok(command("SET"))
+    }
+
+    async fn declare(&mut self, stmts: Vec<sqlparser::ast::Declare>) -> Result<Output> {
+        for d in stmts {
+            let Some(q) = d.for_query else {
+                return Err(Error::unsupported("DECLARE is supported for cursors: DECLARE c CURSOR FOR query"));
+            };
+            let name = d.names.first().map(normalize_ident).ok_or_else(|| Error::syntax("DECLARE needs a name"))?;
+            if self.cursors.contains_key(&name) {
+                return Err(Error::user(SqlCode::DuplicateObject, format!("cursor \"{name}\" already exists")));
+            }
+            if self.cursors.len() >= CURSORS_MAX {
+                return Err(Error::user(
+                    SqlCode::ConfigurationLimitExceeded,
+                    format!("too many open cursors (limit {CURSORS_MAX}); CLOSE some first"),
+                ));
+            }
+            let rows = self.rows(&q).await?;
+            self.cursors.insert(name, Cursor::new(rows));
+        }
+        Ok(command("DECLARE CURSOR"))
+    }
+
+    fn cursor(&self, name: &str) -> Result<SharedCursor> {
+        self.cursors.get(name).cloned().ok_or_else(|| cursor_not_found(name))
+    }
+
+    async fn fetch(&mut self, name: &str, direction: FetchDirection) -> Result<Output> {
+        let count = match direction {
+            FetchDirection::Next => Some(1),
+            FetchDirection::Count { limit } | FetchDirection::Forward { limit: Some(limit) } => Some(fetch_count(&limit.value)?),
+            FetchDirection::Forward { limit: None } => Some(1),
+            FetchDirection::All | FetchDirection::ForwardAll => None,
+            _ => return Err(Error::unsupported("cursors move forward only: FETCH [FORWARD] n | NEXT | ALL")),
+        };
+        let cursor = self.cursor(name)?;
+        let schema = cursor.lock().await.schema.clone();
+        Ok(Output::Rows { tag: "FETCH".into(), rows: fetch(cursor, count, schema) })
+    }
+}
+
+fn setting_value(e: &sqlparser::ast::Expr) -> String {
+    match e {
+        sqlparser::ast::Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        sqlparser::ast::Expr::Identifier(i) => i.value.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn fetch_count(v: &Value) -> Result<usize> {
+    match v {
+        Value::Number(n, _) => n.parse().map_err(|_| Error::syntax(format!("FETCH count must be a number, got {n}"))),
+        other => Err(Error::syntax(format!("FETCH count must be a number, got {other}"))),
+    }
+}
+
+fn stream_not_found(name: &str) -> Error {
+    Error::user(SqlCode::UndefinedTable, format!("stream \"{name}\" does not exist"))
+}
+
+fn cursor_not_found(name: &str) -> Error {
+    Error::user(SqlCode::InvalidCursorName, format!("cursor \"{name}\" does not exist"))
+}

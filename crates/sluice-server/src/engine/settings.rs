@@ -1,0 +1,147 @@
+//! Session settings: Sluice's own and the Postgres ones clients send.
+
+use sluice_types::{Error, Result, SqlCode};
+use std::collections::BTreeMap;
+
+/// Largest parallelism a session may ask for.
+pub const PARALLELISM_MAX: u32 = 64;
+
+/// Sluice's settings: (name, default, description).
+const SLUICE_SETTINGS: &[(&str, &str, &str)] = &[
+    ("parallelism", "1", "instances per operator for new queries and pipelines"),
+    ("checkpoint_interval", "10s", "time between checkpoints of new pipelines"),
+];
+
+/// Postgres settings accepted so drivers and tools connect: (name, default).
+const POSTGRES_SETTINGS: &[(&str, &str)] = &[
+    ("application_name", ""),
+    ("bytea_output", "hex"),
+    ("client_encoding", "UTF8"),
+    ("client_min_messages", "notice"),
+    ("datestyle", "ISO, MDY"),
+    ("default_transaction_isolation", "read committed"),
+    ("default_transaction_read_only", "off"),
+    ("extra_float_digits", "1"),
+    ("idle_in_transaction_session_timeout", "0"),
+    ("intervalstyle", "postgres"),
+    ("lc_messages", "C"),
+    ("lc_monetary", "C"),
+    ("lc_numeric", "C"),
+    ("lc_time", "C"),
+    ("lock_timeout", "0"),
+    ("search_path", "\"$user\", public"),
+    ("server_encoding", "UTF8"),
+    ("server_version", "15.0"),
+    ("server_version_num", "150000"),
+    ("standard_conforming_strings", "on"),
+    ("statement_timeout", "0"),
+    ("timezone", "UTC"),
+    ("transaction_isolation", "read committed"),
+    ("transaction_read_only", "off"),
+    ("integer_datetimes", "on"),
+    ("is_superuser", "on"),
+    ("jit", "off"),
+    ("max_identifier_length", "63"),
+];
+
+/// A session's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    values: BTreeMap<String, String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let mut values = BTreeMap::new();
+        for (name, default, _) in SLUICE_SETTINGS {
+            values.insert(name.to_string(), default.to_string());
+        }
+        for (name, default) in POSTGRES_SETTINGS {
+            values.insert(name.to_string(), default.to_string());
+        }
+        Settings { values }
+    }
+}
+
+fn unknown(name: &str) -> Error {
+    Error::user(SqlCode::UndefinedObject, format!("unrecognized configuration parameter \"{name}\""))
+}
+
+impl Settings {
+    /// Sets `name` (case-insensitive) after checking the value.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let name = name.to_ascii_lowercase();
+        let name = if name == "time zone" { "timezone".to_string() } else { name };
+        if !self.values.contains_key(&name) {
+            return Err(unknown(&name));
+        }
+        let value = match name.as_str() {
+            "parallelism" => {
+                let n: u32 = value.trim().parse().ok().filter(|n| (1..=PARALLELISM_MAX).contains(n)).ok_or_else(|| {
+                    Error::user(
+                        SqlCode::InvalidParameterValue,
+                        format!("parallelism must be an integer from 1 to {PARALLELISM_MAX}, got '{value}'"),
+                    )
+                })?;
+                n.to_string()
+            }
+            "checkpoint_interval" => {
+                sluice_types::parse_duration_ms(value).filter(|ms| *ms > 0).ok_or_else(|| {
+                    Error::user(
+                        SqlCode::InvalidParameterValue,
+                        format!("checkpoint_interval must be a duration such as '10s', got '{value}'"),
+                    )
+                })?;
+                value.to_string()
+            }
+            "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes" => {
+                return Err(Error::user(
+                    SqlCode::InvalidParameterValue,
+                    format!("parameter \"{name}\" cannot be changed"),
+                ));
+            }
+            _ => value.to_string(),
+        };
+        self.values.insert(name, value);
+        Ok(())
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Result<String> {
+        let name = name.to_ascii_lowercase();
+        self.values.get(&name).cloned().ok_or_else(|| unknown(&name))
+    }
+
+    pub fn parallelism(&self) -> u32 {
+        self.values.get("parallelism").and_then(|v| v.parse().ok()).unwrap_or(1)
+    }
+
+    /// (name, value, description) of every setting.
+    pub fn all(&self) -> Vec<(String, String, String)> {
+        self.values
+            .iter()
+            .map(|(k, v)| {
+                let desc = SLUICE_SETTINGS.iter().find(|(n, _, _)| n == k).map(|(_, _, d)| *d).unwrap_or("PostgreSQL client setting");
+                (k.clone(), v.clone(), desc.to_string())
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_unknown_and_checked_values() {
+        let mut s = Settings::default();
+        s.set("PARALLELISM", "4").unwrap();
+        assert_eq!(s.parallelism(), 4);
+        assert_eq!(s.set("parallelism", "0").unwrap_err().sqlstate(), "22023");
+        assert_eq!(s.set("parallelism", "65").unwrap_err().sqlstate(), "22023");
+        assert_eq!(s.set("no_such_thing", "1").unwrap_err().sqlstate(), "42704");
+        s.set("application_name", "psql").unwrap();
+        assert_eq!(s.get("application_name").unwrap(), "psql");
+        assert_eq!(s.get("nope").unwrap_err().sqlstate(), "42704");
+    }
+}

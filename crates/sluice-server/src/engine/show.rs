@@ -1,0 +1,178 @@
+//! Result rows for SHOW, DESCRIBE and EXPLAIN.
+
+use super::{Output, RowStream};
+use arrow::array::{ArrayRef, Int64Builder, StringBuilder};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use sluice_cluster::status::PipelineInfo;
+use sluice_plan::PhysicalDag;
+use sluice_plan::catalog::StreamDef;
+use sluice_plan::explain::{EXPLAIN_COLUMNS, explain_rows};
+use sluice_types::{Result, Watermark, ts_ms_to_string};
+use std::sync::Arc;
+
+/// A cell of a small result.
+#[derive(Debug, Clone)]
+pub enum Cell {
+    Text(Option<String>),
+    Int(Option<i64>),
+}
+
+/// A small, fully known result: columns and rows.
+pub struct Table {
+    pub schema: SchemaRef,
+    pub rows: Vec<Vec<Cell>>,
+}
+
+impl Table {
+    /// A table whose columns are all text.
+    pub fn text(columns: &[&str], rows: Vec<Vec<String>>) -> Self {
+        let schema = Arc::new(Schema::new(columns.iter().map(|c| Field::new(*c, DataType::Utf8, true)).collect::<Vec<_>>()));
+        let rows = rows.into_iter().map(|r| r.into_iter().map(|v| Cell::Text(Some(v))).collect()).collect();
+        Table { schema, rows }
+    }
+
+    pub fn batch(&self) -> Result<RecordBatch> {
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for (i, f) in self.schema.fields().iter().enumerate() {
+            match f.data_type() {
+                DataType::Int64 => {
+                    let mut b = Int64Builder::new();
+                    for r in &self.rows {
+                        b.append_option(match &r[i] {
+                            Cell::Int(v) => *v,
+                            Cell::Text(_) => None,
+                        });
+                    }
+                    columns.push(Arc::new(b.finish()));
+                }
+                _ => {
+                    let mut b = StringBuilder::new();
+                    for r in &self.rows {
+                        b.append_option(match &r[i] {
+                            Cell::Text(v) => v.clone(),
+                            Cell::Int(v) => v.map(|v| v.to_string()),
+                        });
+                    }
+                    columns.push(Arc::new(b.finish()));
+                }
+            }
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
+    /// As a `SELECT`-tagged result.
+    pub fn output(self, tag: &str) -> Result<Output> {
+        let batch = self.batch()?;
+        let schema = self.schema.clone();
+        Ok(Output::Rows { tag: tag.to_string(), rows: RowStream { schema, batches: Box::pin(futures::stream::iter([Ok(batch)])) } })
+    }
+}
+
+/// `SHOW STREAMS`.
+pub fn streams(defs: &[StreamDef]) -> Table {
+    let rows = defs
+        .iter()
+        .map(|d| {
+            let event_time = d
+                .event_time
+                .as_ref()
+                .map(|e| {
+                    let col = d.schema.field(e.column).name();
+                    if e.from_upstream { format!("{col} (from pipeline)") } else { format!("{col} - {} ms", e.delay_ms) }
+                })
+                .unwrap_or_default();
+            vec![d.name.clone(), d.connector.clone(), d.schema.fields().len().to_string(), event_time, d.pipeline.clone().unwrap_or_default()]
+        })
+        .collect();
+    Table::text(&["name", "connector", "columns", "event_time", "pipeline"], rows)
+}
+
+/// Postgres' name for an Arrow type, as DESCRIBE shows it.
+pub fn pg_type_name(t: &DataType) -> String {
+    match t {
+        DataType::Boolean => "boolean".into(),
+        DataType::Int8 | DataType::Int16 => "smallint".into(),
+        DataType::Int32 => "integer".into(),
+        DataType::Int64 => "bigint".into(),
+        DataType::Float32 => "real".into(),
+        DataType::Float64 => "double precision".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "varchar".into(),
+        DataType::Binary | DataType::LargeBinary => "bytea".into(),
+        DataType::Date32 => "date".into(),
+        DataType::Timestamp(_, None) => "timestamp".into(),
+        DataType::Timestamp(_, Some(_)) => "timestamptz".into(),
+        DataType::Decimal128(p, s) => format!("numeric({p},{s})"),
+        other => other.to_string().to_lowercase(),
+    }
+}
+
+/// `DESCRIBE name`.
+pub fn describe(def: &StreamDef) -> Table {
+    let rows = def
+        .schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let wm = match &def.event_time {
+                Some(e) if e.column == i && e.from_upstream => "event time (watermark from pipeline)".to_string(),
+                Some(e) if e.column == i => format!("{} - INTERVAL '{}' MILLISECOND", f.name(), e.delay_ms),
+                _ => String::new(),
+            };
+            vec![f.name().clone(), pg_type_name(f.data_type()), if f.is_nullable() { "YES" } else { "NO" }.to_string(), wm]
+        })
+        .collect();
+    Table::text(&["column_name", "data_type", "is_nullable", "watermark"], rows)
+}
+
+/// `SHOW PIPELINES`.
+pub fn pipelines(infos: &[PipelineInfo]) -> Table {
+    let text = |c: &str| Field::new(c, DataType::Utf8, true);
+    let int = |c: &str| Field::new(c, DataType::Int64, true);
+    let schema = Arc::new(Schema::new(vec![
+        text("name"),
+        text("kind"),
+        text("state"),
+        text("since"),
+        int("rows_in"),
+        int("rows_out"),
+        int("late_rows_dropped"),
+        text("watermark"),
+        text("error"),
+    ]));
+    let rows = infos
+        .iter()
+        .map(|p| {
+            vec![
+                Cell::Text(Some(p.name.clone())),
+                Cell::Text(Some(p.kind.clone())),
+                Cell::Text(Some(p.state.clone())),
+                Cell::Text(Some(ts_ms_to_string(p.since_ms))),
+                Cell::Int(Some(p.rows_in as i64)),
+                Cell::Int(Some(p.rows_out as i64)),
+                Cell::Int(Some(p.late_rows_dropped as i64)),
+                Cell::Text(p.watermark_ms.map(|w| Watermark(w).display())),
+                Cell::Text(p.error.clone()),
+            ]
+        })
+        .collect();
+    Table { schema, rows }
+}
+
+/// `EXPLAIN …`.
+pub fn explain(dag: &PhysicalDag) -> Table {
+    Table::text(&EXPLAIN_COLUMNS, explain_rows(dag).into_iter().map(|r| r.to_vec()).collect())
+}
+
+/// Schemas of statements that return rows, for Describe in the extended protocol.
+pub fn schema_of(table: &str) -> SchemaRef {
+    match table {
+        "streams" => streams(&[]).schema,
+        "pipelines" => pipelines(&[]).schema,
+        "explain" => explain(&PhysicalDag { operators: vec![], edges: vec![] }).schema,
+        "describe" => Table::text(&["column_name", "data_type", "is_nullable", "watermark"], vec![]).schema,
+        "show_all" => Table::text(&["name", "setting", "description"], vec![]).schema,
+        other => Table::text(&[other], vec![]).schema,
+    }
+}

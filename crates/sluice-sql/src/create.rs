@@ -1,0 +1,95 @@
+//! `CREATE STREAM` → a catalog [`StreamDef`].
+
+use crate::statement::{CreateStream, normalize_ident};
+use crate::types::{arrow_type, interval_ms};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use sluice_plan::catalog::{EventTime, StreamDef};
+use sluice_types::{Error, Result, SqlCode};
+use sqlparser::ast::{BinaryOperator, ColumnOption, Expr};
+use std::sync::Arc;
+
+/// Builds the stream definition. `connector_schema` is the schema a
+/// connector dictates (nexmark); declared columns must then match it.
+pub fn stream_def(create: &CreateStream, connector: &str, connector_schema: Option<SchemaRef>) -> Result<StreamDef> {
+    let declared = declared_schema(create)?;
+    let schema = match (connector_schema, declared) {
+        (Some(fixed), None) => fixed,
+        (Some(fixed), Some(declared)) => {
+            check_matches(&declared, &fixed, connector)?;
+            fixed
+        }
+        (None, Some(declared)) => declared,
+        (None, None) => {
+            return Err(Error::syntax(format!(
+                "stream {} needs a column list: CREATE STREAM {} (col TYPE, …)",
+                create.name, create.name
+            )));
+        }
+    };
+    let event_time = match &create.watermark {
+        Some((column, expr)) => Some(event_time(&schema, column, expr)?),
+        None => None,
+    };
+    let mut options = create.options.clone();
+    options.remove("connector");
+    Ok(StreamDef { name: create.name.clone(), schema, event_time, connector: connector.to_string(), options, pipeline: None })
+}
+
+fn declared_schema(create: &CreateStream) -> Result<Option<SchemaRef>> {
+    if create.columns.is_empty() {
+        return Ok(None);
+    }
+    let mut fields: Vec<Field> = Vec::new();
+    for c in &create.columns {
+        let name = normalize_ident(&c.name);
+        if fields.iter().any(|f| f.name() == &name) {
+            return Err(Error::user(SqlCode::DuplicateObject, format!("column \"{name}\" specified more than once")));
+        }
+        let not_null = c.options.iter().any(|o| matches!(o.option, ColumnOption::NotNull));
+        fields.push(Field::new(name, arrow_type(&c.data_type)?, !not_null));
+    }
+    Ok(Some(Arc::new(Schema::new(fields))))
+}
+
+fn check_matches(declared: &Schema, fixed: &Schema, connector: &str) -> Result<()> {
+    let describe = |s: &Schema| {
+        s.fields().iter().map(|f| format!("{} {}", f.name(), f.data_type())).collect::<Vec<_>>().join(", ")
+    };
+    let same = declared.fields().len() == fixed.fields().len()
+        && declared.fields().iter().zip(fixed.fields()).all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if same {
+        return Ok(());
+    }
+    Err(Error::user(
+        SqlCode::DatatypeMismatch,
+        format!(
+            "the declared columns ({}) do not match the {connector} connector's schema ({}); omit the column list to use it",
+            describe(declared),
+            describe(fixed)
+        ),
+    ))
+}
+
+fn event_time(schema: &Schema, column: &str, expr: &Expr) -> Result<EventTime> {
+    let index = schema.index_of(column).map_err(|_| {
+        Error::user(SqlCode::UndefinedColumn, format!("WATERMARK FOR {column}: column \"{column}\" does not exist"))
+    })?;
+    if !matches!(schema.field(index).data_type(), DataType::Timestamp(_, _)) {
+        return Err(Error::user(
+            SqlCode::DatatypeMismatch,
+            format!("WATERMARK FOR {column}: the column must be a TIMESTAMP, not {}", schema.field(index).data_type()),
+        ));
+    }
+    let usage = || {
+        Error::unsupported(format!(
+            "WATERMARK FOR {column} AS {expr}: supported forms are `{column}` and `{column} - INTERVAL '…' SECOND`"
+        ))
+    };
+    let is_column = |e: &Expr| matches!(e, Expr::Identifier(i) if normalize_ident(i) == column);
+    let delay_ms = match expr {
+        e if is_column(e) => 0,
+        Expr::BinaryOp { left, op: BinaryOperator::Minus, right } if is_column(left) => interval_ms(right)?,
+        _ => return Err(usage()),
+    };
+    Ok(EventTime { column: index, delay_ms, from_upstream: false })
+}

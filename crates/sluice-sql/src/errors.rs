@@ -1,0 +1,59 @@
+//! Turning parser and DataFusion errors into Sluice errors with SQLSTATEs.
+
+use datafusion::error::DataFusionError;
+use sluice_types::{Error, SqlCode};
+use sqlparser::parser::ParserError;
+
+/// A sqlparser error: `42601`.
+pub fn parser_error(e: ParserError) -> Error {
+    let message = match e {
+        ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
+        ParserError::RecursionLimitExceeded => "statement nested too deeply".to_string(),
+    };
+    Error::syntax(format!("syntax error: {message}"))
+}
+
+/// A DataFusion planning error, classified by what it says.
+pub fn plan_error(e: DataFusionError) -> Error {
+    match e {
+        DataFusionError::SQL(p, _) => parser_error(*p),
+        DataFusionError::SchemaError(s, _) => {
+            let text = s.to_string();
+            if text.contains("not found") || text.contains("No field named") {
+                Error::user(SqlCode::UndefinedColumn, column_message(&text))
+            } else {
+                Error::user(SqlCode::Syntax, text)
+            }
+        }
+        DataFusionError::NotImplemented(m) => Error::unsupported(format!("not supported: {m}")),
+        DataFusionError::Plan(m) => classify_plan_message(m),
+        DataFusionError::ArrowError(a, _) => Error::from(*a),
+        DataFusionError::Execution(m) => Error::user(SqlCode::DataException, m),
+        DataFusionError::Context(c, inner) => match plan_error(*inner) {
+            Error::User { code, message } => Error::user(code, format!("{c}: {message}")),
+            other => other,
+        },
+        DataFusionError::Diagnostic(_, inner) => plan_error(*inner),
+        other => Error::internal(other.to_string()),
+    }
+}
+
+fn column_message(text: &str) -> String {
+    // DataFusion: "Schema error: No field named foo. Valid fields are …"
+    text.trim_start_matches("Schema error: ").replace("No field named", "column does not exist:")
+}
+
+fn classify_plan_message(m: String) -> Error {
+    let lower = m.to_ascii_lowercase();
+    if lower.contains("table") && lower.contains("not found") {
+        Error::user(SqlCode::UndefinedTable, m)
+    } else if lower.contains("invalid function") || lower.contains("function") && lower.contains("not found") {
+        Error::user(SqlCode::UndefinedObject, m)
+    } else if lower.contains("cannot") && (lower.contains("type") || lower.contains("coerc") || lower.contains("cast"))
+        || lower.contains("type")
+    {
+        Error::user(SqlCode::DatatypeMismatch, m)
+    } else {
+        Error::user(SqlCode::Syntax, m)
+    }
+}

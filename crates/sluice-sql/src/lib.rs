@@ -1,0 +1,24 @@
+//! Sluice's SQL: statements beyond Postgres, and the streaming planner.
+//!
+//! - [`statement`]: parses a query string into [`SluiceStatement`]s —
+//!   Sluice's own (`CREATE STREAM … WATERMARK …`, `CREATE SINK … AS`,
+//!   `SHOW PIPELINES`, `EXPLAIN PIPELINE`, …) on sqlparser's parser, and
+//!   everything else as sqlparser's own AST;
+//! - [`window_tvf`]: `TUMBLE` / `HOP` / `SESSION` table functions (and
+//!   Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(c), …))` spelling);
+//! - [`planner`]: binds a query with DataFusion (names, types, functions)
+//!   and turns the logical plan into a [`PhysicalDag`](sluice_plan::PhysicalDag);
+//! - [`errors`]: DataFusion and parser errors as Sluice errors with the
+//!   right SQLSTATE.
+//!
+//! The crate knows nothing of the wire protocol or of the runtime.
+
+pub mod create;
+pub mod errors;
+pub mod planner;
+pub mod statement;
+pub mod types;
+pub mod window_tvf;
+
+pub use planner::{PlannedQuery, Planner, PlannerSettings};
+pub use statement::{SluiceStatement, parse_statements};

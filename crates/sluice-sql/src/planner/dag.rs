@@ -1,0 +1,289 @@
+//! Logical plan → physical DAG.
+
+use super::stage::{MARK_WINDOW_END, MARK_WINDOW_START, Stage, col, to_sql};
+use super::{PlannedQuery, PlannerSettings, WINDOW_END, WINDOW_START};
+use crate::errors::plan_error;
+use crate::window_tvf::WindowTvf;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, expr::AggregateFunction};
+use sluice_plan::catalog::StreamDef;
+use sluice_plan::{
+    AggregateCall, EdgeSpec, OperatorKind, OperatorSpec, Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec,
+    WindowAggSpec,
+};
+use sluice_types::{EdgeId, Error, OperatorId, Result, SqlCode};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Default idle timeout of a source partition.
+const IDLE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+
+struct DagBuilder<'p> {
+    operators: Vec<OperatorSpec>,
+    edges: Vec<EdgeSpec>,
+    settings: &'p PlannerSettings,
+    windows: &'p [WindowTvf],
+    streams: &'p HashMap<String, StreamDef>,
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::user(SqlCode::FeatureNotSupported, what.to_string())
+}
+
+pub(super) fn build(
+    plan: &LogicalPlan,
+    windows: &[WindowTvf],
+    streams: &HashMap<String, StreamDef>,
+    settings: &PlannerSettings,
+    sink: SinkSpec,
+) -> Result<PlannedQuery> {
+    let mut b = DagBuilder { operators: Vec::new(), edges: Vec::new(), settings, windows, streams };
+    let (body, limit) = strip_limit(plan)?;
+    let stage = b.plan_node(body)?;
+    let names: Vec<String> = body.schema().fields().iter().map(|f| f.name().clone()).collect();
+    let (op, schema, parallelism) = b.materialize(&stage, &names)?;
+    let event_time_column = stage
+        .time_column
+        .as_ref()
+        .and_then(|t| stage.exprs.iter().position(|e| matches!(e, Expr::Column(c) if &c.name == t)));
+    let sink = SinkSpec { event_time_column, ..sink };
+    let sink_op = b.add(OperatorKind::Sink(sink), 1, schema.clone());
+    let partitioning = if parallelism == 1 { Partitioning::Forward } else { Partitioning::Single };
+    b.connect(op, sink_op, partitioning);
+    Ok(PlannedQuery { dag: PhysicalDag { operators: b.operators, edges: b.edges }, schema, limit, event_time_column })
+}
+
+fn strip_limit(plan: &LogicalPlan) -> Result<(&LogicalPlan, Option<usize>)> {
+    match plan {
+        LogicalPlan::Limit(limit) => {
+            use datafusion::logical_expr::logical_plan::{FetchType, SkipType};
+            if !matches!(limit.get_skip_type().map_err(plan_error)?, SkipType::Literal(0)) {
+                return Err(unsupported("OFFSET is not supported on a continuous query"));
+            }
+            let fetch = match limit.get_fetch_type().map_err(plan_error)? {
+                FetchType::Literal(n) => n,
+                FetchType::UnsupportedExpr => return Err(unsupported("LIMIT must be a constant")),
+            };
+            Ok((limit.input.as_ref(), fetch))
+        }
+        other => Ok((other, None)),
+    }
+}
+
+impl DagBuilder<'_> {
+    fn add(&mut self, kind: OperatorKind, parallelism: u32, output_schema: SchemaRef) -> OperatorId {
+        let id = OperatorId(self.operators.len() as u32);
+        self.operators.push(OperatorSpec { id, kind, parallelism, output_schema });
+        id
+    }
+
+    fn connect(&mut self, from: OperatorId, to: OperatorId, partitioning: Partitioning) {
+        let id = EdgeId(self.edges.len() as u32);
+        self.edges.push(EdgeSpec { id, from, to, partitioning });
+    }
+
+    fn plan_node(&mut self, plan: &LogicalPlan) -> Result<Stage> {
+        match plan {
+            LogicalPlan::TableScan(scan) => self.plan_scan(scan),
+            LogicalPlan::Projection(p) => {
+                let child = self.plan_node(&p.input)?;
+                let exprs = p.expr.iter().map(|e| child.substitute(e, p.input.schema())).collect::<Result<_>>()?;
+                Ok(Stage { exprs, ..child })
+            }
+            LogicalPlan::Filter(f) => {
+                let child = self.plan_node(&f.input)?;
+                let predicate = child.substitute(&f.predicate, f.input.schema())?;
+                let filter = Some(match child.filter.clone() {
+                    Some(existing) => existing.and(predicate),
+                    None => predicate,
+                });
+                Ok(Stage { filter, ..child })
+            }
+            LogicalPlan::SubqueryAlias(a) => self.plan_node(&a.input),
+            LogicalPlan::Aggregate(agg) => self.plan_aggregate(agg),
+            LogicalPlan::Sort(_) => Err(unsupported(
+                "ORDER BY is not supported on a continuous query: a stream never ends, so it cannot be sorted",
+            )),
+            LogicalPlan::Limit(_) => Err(unsupported("LIMIT is supported only on the outermost query")),
+            LogicalPlan::Join(_) => Err(unsupported("joins of streams are not supported yet")),
+            LogicalPlan::Distinct(_) => {
+                Err(unsupported("SELECT DISTINCT is not supported on a stream; use GROUP BY with a window"))
+            }
+            LogicalPlan::Union(_) => Err(unsupported("UNION of streams is not supported yet")),
+            LogicalPlan::Window(_) => {
+                Err(unsupported("OVER windows are not supported; use TUMBLE, HOP or SESSION in FROM"))
+            }
+            other => Err(unsupported(&format!("{} is not supported in a continuous query", other.display()))),
+        }
+    }
+
+    fn plan_scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> Result<Stage> {
+        let table = scan.table_name.table();
+        let window = self.windows.iter().position(|w| w.table == table);
+        let stream_name = window.map(|w| self.windows[w].stream.as_str()).unwrap_or(table);
+        let def = self.streams.get(stream_name).ok_or_else(|| Error::internal(format!("unbound stream {stream_name}")))?;
+        let idle_timeout_ms = def
+            .options
+            .get("idle.timeout")
+            .and_then(|v| sluice_types::parse_duration_ms(v))
+            .unwrap_or(IDLE_TIMEOUT_MS_DEFAULT);
+        let spec = SourceSpec {
+            stream: def.name.clone(),
+            connector: def.connector.clone(),
+            options: def.options.clone(),
+            watermark: def.watermark_spec(),
+            idle_timeout_ms,
+        };
+        // A memory log has one partition: one reader.
+        let parallelism = if def.connector == "memory" { 1 } else { self.settings.parallelism };
+        let op = self.add(OperatorKind::Source(spec), parallelism, def.schema.clone());
+        let mut exprs: Vec<Expr> = def.schema.fields().iter().map(|f| col(f.name())).collect();
+        if window.is_some() {
+            exprs.push(col(MARK_WINDOW_START));
+            exprs.push(col(MARK_WINDOW_END));
+        }
+        if let Some(projection) = &scan.projection {
+            exprs = projection.iter().map(|i| exprs[*i].clone()).collect();
+        }
+        let stage = Stage {
+            op,
+            parallelism,
+            input_schema: def.schema.clone(),
+            filter: None,
+            exprs,
+            time_column: def.event_time.as_ref().map(|e| def.schema.field(e.column).name().clone()),
+            window,
+        };
+        if !scan.filters.is_empty() {
+            return Err(Error::internal("scan with pushed-down filters"));
+        }
+        Ok(stage)
+    }
+
+    /// Turns a stage into an operator (unless it is a pass-through with the
+    /// same names); returns the operator, its schema and parallelism.
+    fn materialize(&mut self, stage: &Stage, names: &[String]) -> Result<(OperatorId, SchemaRef, u32)> {
+        let same_names = names.iter().zip(stage.input_schema.fields()).all(|(n, f)| n == f.name());
+        if stage.is_identity() && same_names {
+            return Ok((stage.op, stage.input_schema.clone(), stage.parallelism));
+        }
+        let spec = ProjectSpec {
+            input_schema: stage.input_schema.clone(),
+            filter: stage.filter.as_ref().map(to_sql).transpose()?,
+            exprs: stage.exprs.iter().map(to_sql).collect::<Result<_>>()?,
+        };
+        let schema = stage.output_schema(names)?;
+        let op = self.add(OperatorKind::Project(spec), stage.parallelism, schema.clone());
+        self.connect(stage.op, op, Partitioning::Forward);
+        Ok((op, schema, stage.parallelism))
+    }
+
+    fn plan_aggregate(&mut self, agg: &Aggregate) -> Result<Stage> {
+        let child = self.plan_node(&agg.input)?;
+        let Some(w) = child.window else {
+            return Err(unsupported(
+                "aggregations over a stream need a window: use FROM TUMBLE(…), HOP(…) or SESSION(…) and GROUP BY window_start, window_end",
+            ));
+        };
+        let tvf = &self.windows[w];
+        let input_schema = agg.input.schema();
+        // Where each group expression goes: window_start, window_end, or key j.
+        let mut slots = Vec::new();
+        let mut keys = Vec::new();
+        for g in &agg.group_expr {
+            if matches!(g, Expr::GroupingSet(_)) {
+                return Err(unsupported("GROUPING SETS, CUBE and ROLLUP are not supported on streams"));
+            }
+            match child.substitute(g, input_schema)? {
+                Expr::Column(c) if c.name == MARK_WINDOW_START => slots.push(col(WINDOW_START)),
+                Expr::Column(c) if c.name == MARK_WINDOW_END => slots.push(col(WINDOW_END)),
+                key => {
+                    slots.push(col(&format!("_k{}", keys.len())));
+                    keys.push(key);
+                }
+            }
+        }
+        let grouped = |c: &str| slots.iter().any(|s| matches!(s, Expr::Column(x) if x.name == c));
+        if !grouped(WINDOW_START) || !grouped(WINDOW_END) {
+            return Err(unsupported("a window aggregate must GROUP BY window_start, window_end (and any keys)"));
+        }
+        let (calls, args) = self.aggregate_calls(agg, &child, keys.len())?;
+        let time = child.time_column.clone().ok_or_else(|| Error::internal("window over a stream without event time"))?;
+        let mut pre_exprs = vec![col(&time)];
+        let mut pre_names = vec!["_time".to_string()];
+        for (j, k) in keys.iter().enumerate() {
+            pre_exprs.push(k.clone());
+            pre_names.push(format!("_k{j}"));
+        }
+        for (i, a) in args.iter().enumerate() {
+            pre_exprs.push(a.clone());
+            pre_names.push(format!("_arg{i}"));
+        }
+        let pre = Stage { exprs: pre_exprs, window: None, ..child };
+        let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
+        let key_columns: Vec<usize> = (1..=keys.len()).collect();
+        let time_type = pre_schema.field(0).data_type().clone();
+        let mut fields = vec![
+            Field::new(WINDOW_START, time_type.clone(), false),
+            Field::new(WINDOW_END, time_type, false),
+        ];
+        fields.extend(key_columns.iter().map(|k| pre_schema.field(*k).clone()));
+        for (i, _) in calls.iter().enumerate() {
+            let logical = agg.schema.field(agg.group_expr.len() + i);
+            fields.push(Field::new(format!("_a{i}"), logical.data_type().clone(), true));
+        }
+        let out_schema = Arc::new(Schema::new(fields));
+        let spec = WindowAggSpec {
+            input_schema: pre_schema,
+            window: tvf.kind,
+            time_column: 0,
+            key_columns: key_columns.clone(),
+            aggregates: calls,
+            groups_max: self.settings.window_groups_max,
+        };
+        let parallelism = if keys.is_empty() { 1 } else { self.settings.parallelism };
+        let op = self.add(OperatorKind::WindowAggregate(spec), parallelism, out_schema.clone());
+        let partitioning = if keys.is_empty() { Partitioning::Single } else { Partitioning::Hash(key_columns) };
+        self.connect(pre_op, op, partitioning);
+        let mut exprs = slots;
+        exprs.extend((0..agg.aggr_expr.len()).map(|i| col(&format!("_a{i}"))));
+        Ok(Stage {
+            op,
+            parallelism,
+            input_schema: out_schema,
+            filter: None,
+            exprs,
+            time_column: Some(WINDOW_END.to_string()),
+            window: None,
+        })
+    }
+
+    /// The aggregate calls and the argument expressions they read (as
+    /// pre-projection columns numbered after the keys).
+    fn aggregate_calls(&self, agg: &Aggregate, child: &Stage, key_count: usize) -> Result<(Vec<AggregateCall>, Vec<Expr>)> {
+        let mut calls = Vec::new();
+        let mut args = Vec::new();
+        for e in &agg.aggr_expr {
+            let inner = match e {
+                Expr::Alias(a) => a.expr.as_ref(),
+                other => other,
+            };
+            let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
+                return Err(unsupported(&format!("{e} is not an aggregate function call")));
+            };
+            if params.filter.is_some() {
+                return Err(unsupported("FILTER (WHERE …) on aggregates is not supported yet"));
+            }
+            if !params.order_by.is_empty() {
+                return Err(unsupported("ORDER BY inside aggregate calls is not supported"));
+            }
+            let mut indices = Vec::new();
+            for a in &params.args {
+                args.push(child.substitute(a, agg.input.schema())?);
+                indices.push(key_count + args.len());
+            }
+            calls.push(AggregateCall { function: func.name().to_string(), args: indices, distinct: params.distinct });
+        }
+        Ok((calls, args))
+    }
+}

@@ -1,0 +1,222 @@
+//! The streaming planner: a query → DataFusion logical plan (binding names,
+//! types and functions) → a [`PhysicalDag`].
+//!
+//! Streams are registered with DataFusion as schema-only tables; window
+//! TVFs as synthetic tables with `window_start` / `window_end`. The logical
+//! plan is then walked bottom-up ([`dag`]): scans become sources, chains of
+//! filters and projections fuse into one project operator, and an aggregate
+//! over a window table becomes a pre-projection, a hash exchange on the
+//! group keys, and a window aggregate.
+
+mod dag;
+mod stage;
+
+use crate::errors::plan_error;
+use crate::window_tvf::{WindowTvf, extract_window_tvfs};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::empty::EmptyTable;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use sluice_plan::catalog::StreamDef;
+use sluice_plan::{PhysicalDag, SinkSpec};
+use sluice_types::{Error, Result, SqlCode};
+use sqlparser::ast::{Query, Statement, Visit};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+/// Read access to the streams a query may name.
+pub trait StreamCatalog: Send + Sync {
+    fn stream(&self, name: &str) -> Option<StreamDef>;
+}
+
+/// Settings that shape a plan.
+#[derive(Debug, Clone)]
+pub struct PlannerSettings {
+    /// Instances per operator (sources, projections, keyed windows).
+    pub parallelism: u32,
+    /// Open window groups per window-aggregate instance.
+    pub window_groups_max: usize,
+}
+
+impl Default for PlannerSettings {
+    fn default() -> Self {
+        PlannerSettings { parallelism: 1, window_groups_max: 1_000_000 }
+    }
+}
+
+/// A planned continuous query.
+#[derive(Debug, Clone)]
+pub struct PlannedQuery {
+    pub dag: PhysicalDag,
+    /// The rows the query produces (the sink's input).
+    pub schema: SchemaRef,
+    /// `LIMIT n`: the query ends after n rows.
+    pub limit: Option<usize>,
+    /// Output column carrying event time whose watermark the pipeline
+    /// forwards (derived streams): a passed-through source event-time
+    /// column, or `window_end`.
+    pub event_time_column: Option<usize>,
+}
+
+/// Plans queries against a catalog.
+pub struct Planner<'a> {
+    catalog: &'a dyn StreamCatalog,
+    settings: PlannerSettings,
+}
+
+/// Synthetic columns a window TVF adds.
+pub const WINDOW_START: &str = "window_start";
+pub const WINDOW_END: &str = "window_end";
+
+impl<'a> Planner<'a> {
+    pub fn new(catalog: &'a dyn StreamCatalog, settings: PlannerSettings) -> Self {
+        Planner { catalog, settings }
+    }
+
+    /// The streams a query reads (names as written, normalized).
+    pub fn referenced_streams(&self, query: &Query) -> Vec<String> {
+        let mut query = query.clone();
+        let windows = extract_window_tvfs(&mut query).unwrap_or_default();
+        let mut names = Vec::new();
+        let _ = query.visit(&mut RelationCollector(&mut names));
+        names.extend(windows.into_iter().map(|w| w.stream));
+        names.retain(|n| self.catalog.stream(n).is_some());
+        names
+    }
+
+    /// Relations the query names that are neither streams nor built-in
+    /// tables (an error for the caller to report).
+    pub fn unknown_relations(&self, query: &Query) -> Vec<String> {
+        let mut query = query.clone();
+        let windows = extract_window_tvfs(&mut query).unwrap_or_default();
+        let mut names = Vec::new();
+        let _ = query.visit(&mut RelationCollector(&mut names));
+        let ctes: Vec<String> = query
+            .with
+            .as_ref()
+            .map(|w| w.cte_tables.iter().map(|c| crate::statement::normalize_ident(&c.alias.name)).collect())
+            .unwrap_or_default();
+        names.retain(|n| {
+            !n.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) && !ctes.contains(n) && self.catalog.stream(n).is_none()
+        });
+        names.extend(windows.into_iter().map(|w| w.stream).filter(|s| self.catalog.stream(s).is_none()));
+        names
+    }
+
+    /// Binds `query` with DataFusion: its logical plan and the windows it uses.
+    pub async fn logical_plan(&self, query: &Query) -> Result<(LogicalPlan, Vec<WindowTvf>, HashMap<String, StreamDef>)> {
+        let mut query = query.clone();
+        let windows = extract_window_tvfs(&mut query)?;
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_information_schema(false));
+        let mut streams = HashMap::new();
+        let mut relations = Vec::new();
+        let _ = query.visit(&mut RelationCollector(&mut relations));
+        for name in relations {
+            if name.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) {
+                continue;
+            }
+            let def = self.catalog.stream(&name).ok_or_else(|| {
+                Error::user(SqlCode::UndefinedTable, format!("stream \"{name}\" does not exist"))
+            })?;
+            register(&ctx, &name, def.schema.clone())?;
+            streams.insert(name, def);
+        }
+        for w in &windows {
+            let def = self.catalog.stream(&w.stream).ok_or_else(|| {
+                Error::user(SqlCode::UndefinedTable, format!("stream \"{}\" does not exist", w.stream))
+            })?;
+            check_window_time(&def, w)?;
+            register(&ctx, &w.table, window_table_schema(&def, w))?;
+            streams.insert(w.stream.clone(), def);
+        }
+        let state = ctx.state();
+        let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Query(Box::new(query))));
+        let plan = state.statement_to_plan(statement).await.map_err(plan_error)?;
+        let plan = state.analyzer().execute_and_check(plan, state.config_options(), |_, _| {}).map_err(plan_error)?;
+        Ok((plan, windows, streams))
+    }
+
+    /// The parameter types (`$1`, …) and output schema of a query, without
+    /// building a DAG.
+    pub async fn describe(&self, query: &Query) -> Result<(Vec<DataType>, SchemaRef)> {
+        let (plan, _, _) = self.logical_plan(query).await?;
+        let types = plan.get_parameter_types().map_err(plan_error)?;
+        let mut params: Vec<(usize, DataType)> = types
+            .into_iter()
+            .filter_map(|(name, t)| name.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, t.unwrap_or(DataType::Utf8))))
+            .collect();
+        params.sort_by_key(|(i, _)| *i);
+        let mut out = Vec::new();
+        for (i, t) in params {
+            while out.len() + 1 < i {
+                out.push(DataType::Utf8);
+            }
+            out.push(t);
+        }
+        Ok((out, Arc::new(plan.schema().as_arrow().clone())))
+    }
+
+    /// Plans a continuous query whose rows go to `sink`.
+    pub async fn plan(&self, query: &Query, sink: SinkSpec) -> Result<PlannedQuery> {
+        let (plan, windows, streams) = self.logical_plan(query).await?;
+        dag::build(&plan, &windows, &streams, &self.settings, sink)
+    }
+}
+
+fn register(ctx: &SessionContext, name: &str, schema: SchemaRef) -> Result<()> {
+    let table: Arc<dyn TableProvider> = Arc::new(EmptyTable::new(schema));
+    ctx.register_table(name, table).map_err(plan_error)?;
+    Ok(())
+}
+
+fn window_table_schema(def: &StreamDef, w: &WindowTvf) -> SchemaRef {
+    let time_type = def.schema.field_with_name(&w.time_column).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
+    let mut fields: Vec<Field> = def.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(WINDOW_START, time_type.clone(), false));
+    fields.push(Field::new(WINDOW_END, time_type, false));
+    Arc::new(Schema::new(fields))
+}
+
+fn check_window_time(def: &StreamDef, w: &WindowTvf) -> Result<()> {
+    let Some(et) = &def.event_time else {
+        return Err(Error::user(
+            SqlCode::FeatureNotSupported,
+            format!(
+                "stream \"{}\" has no event time; declare one with WATERMARK FOR col AS col - INTERVAL '…' SECOND to use windows",
+                def.name
+            ),
+        ));
+    };
+    let time_col = def.schema.field(et.column).name();
+    if time_col != &w.time_column {
+        let code = if def.schema.index_of(&w.time_column).is_err() { SqlCode::UndefinedColumn } else { SqlCode::FeatureNotSupported };
+        return Err(Error::user(
+            code,
+            format!(
+                "window over \"{}\".\"{}\": the stream's event-time column is \"{time_col}\" (its WATERMARK column)",
+                def.name, w.time_column
+            ),
+        ));
+    }
+    Ok(())
+}
+
+struct RelationCollector<'v>(&'v mut Vec<String>);
+
+impl sqlparser::ast::Visitor for RelationCollector<'_> {
+    type Break = ();
+    fn pre_visit_relation(&mut self, relation: &sqlparser::ast::ObjectName) -> ControlFlow<()> {
+        let name = crate::statement::normalize_name(relation);
+        if !self.0.contains(&name) {
+            self.0.push(name);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Options of a planned sink, for SinkSpec construction by callers.
+pub fn sink_spec(connector: &str, options: BTreeMap<String, String>) -> SinkSpec {
+    SinkSpec { connector: connector.to_string(), options, event_time_column: None }
+}

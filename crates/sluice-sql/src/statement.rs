@@ -1,0 +1,302 @@
+//! Parsing a query string into statements.
+//!
+//! Sluice's own statements are parsed here on top of sqlparser's parser (the
+//! way DataFusion's `DFParser` extends it); everything else is sqlparser's
+//! PostgreSQL dialect.
+
+use crate::errors::parser_error;
+use crate::window_tvf::rewrite_flink_window_syntax;
+use sluice_types::{Error, Result};
+use sqlparser::ast::{ColumnDef, Expr, Ident, ObjectName, Query, Statement};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::keywords::Keyword;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::Token;
+use std::collections::BTreeMap;
+
+/// `CREATE STREAM name (columns, WATERMARK FOR …) WITH (…)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateStream {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub columns: Vec<ColumnDef>,
+    /// `WATERMARK FOR column AS expr`.
+    pub watermark: Option<(String, Expr)>,
+    pub options: BTreeMap<String, String>,
+}
+
+/// What `DROP` drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropKind {
+    Stream,
+    Sink,
+    Pipeline,
+}
+
+/// One statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SluiceStatement {
+    CreateStream(CreateStream),
+    /// `CREATE STREAM name AS query`: a derived stream and its pipeline.
+    CreateStreamAs { name: String, if_not_exists: bool, query: Box<Query> },
+    /// `CREATE SINK name WITH (…) AS query`.
+    CreateSink { name: String, if_not_exists: bool, options: BTreeMap<String, String>, query: Box<Query> },
+    Drop { kind: DropKind, name: String, if_exists: bool },
+    ShowStreams,
+    ShowPipelines,
+    /// `SHOW name`.
+    ShowVariable(String),
+    ShowAll,
+    /// `DESCRIBE name` / `SHOW COLUMNS FROM name`.
+    Describe(String),
+    Explain(Box<Query>),
+    ExplainPipeline(String),
+    /// Anything sqlparser parses: queries, INSERT, SET, BEGIN/COMMIT,
+    /// DECLARE/FETCH/CLOSE, COPY, …
+    Sql(Box<Statement>),
+}
+
+/// Parses every statement of `sql` (separated by semicolons).
+pub fn parse_statements(sql: &str) -> Result<Vec<SluiceStatement>> {
+    let sql = rewrite_flink_window_syntax(sql)?;
+    let dialect = PostgreSqlDialect {};
+    let mut parser = Parser::new(&dialect).try_with_sql(&sql).map_err(parser_error)?;
+    let mut out = Vec::new();
+    loop {
+        while parser.consume_token(&Token::SemiColon) {}
+        if parser.peek_token().token == Token::EOF {
+            break;
+        }
+        out.push(parse_one(&mut parser)?);
+        let next = parser.peek_token();
+        if !matches!(next.token, Token::SemiColon | Token::EOF) {
+            return Err(Error::syntax(format!("syntax error at or near \"{}\" (at {})", next.token, next.span.start)));
+        }
+    }
+    Ok(out)
+}
+
+fn word(p: &Parser, n: usize) -> Option<String> {
+    match p.peek_nth_token(n).token {
+        Token::Word(w) => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    }
+}
+
+fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
+    let first = word(p, 0);
+    let second = word(p, 1);
+    match (first.as_deref(), second.as_deref()) {
+        (Some("CREATE"), Some("STREAM")) => parse_create_stream(p),
+        (Some("CREATE"), Some("SINK")) => parse_create_sink(p),
+        (Some("DROP"), Some("STREAM" | "SINK" | "PIPELINE")) => parse_drop(p),
+        (Some("SHOW"), _) => parse_show(p),
+        (Some("DESCRIBE" | "DESC"), _) => {
+            p.next_token();
+            Ok(SluiceStatement::Describe(object_name(p)?))
+        }
+        (Some("EXPLAIN"), Some("PIPELINE")) => {
+            p.next_token();
+            p.next_token();
+            Ok(SluiceStatement::ExplainPipeline(object_name(p)?))
+        }
+        (Some("EXPLAIN"), _) => {
+            p.next_token();
+            Ok(SluiceStatement::Explain(p.parse_query().map_err(parser_error)?))
+        }
+        _ => Ok(SluiceStatement::Sql(Box::new(p.parse_statement().map_err(parser_error)?))),
+    }
+}
+
+/// A name: unquoted parts are lower-cased, as Postgres does.
+pub fn normalize_ident(ident: &Ident) -> String {
+    if ident.quote_style.is_some() { ident.value.clone() } else { ident.value.to_lowercase() }
+}
+
+/// The (single-part, or last-part) normalized name of an object name.
+pub fn normalize_name(name: &ObjectName) -> String {
+    name.0
+        .last()
+        .and_then(|part| part.as_ident())
+        .map(normalize_ident)
+        .unwrap_or_else(|| name.to_string())
+}
+
+fn object_name(p: &mut Parser) -> Result<String> {
+    let name = p.parse_object_name(false).map_err(parser_error)?;
+    Ok(normalize_name(&name))
+}
+
+fn parse_create_stream(p: &mut Parser) -> Result<SluiceStatement> {
+    p.next_token();
+    p.next_token();
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = object_name(p)?;
+    if p.parse_keyword(Keyword::AS) {
+        let query = p.parse_query().map_err(parser_error)?;
+        return Ok(SluiceStatement::CreateStreamAs { name, if_not_exists, query });
+    }
+    let mut columns = Vec::new();
+    let mut watermark = None;
+    if p.consume_token(&Token::LParen) {
+        loop {
+            if word(p, 0).as_deref() == Some("WATERMARK") {
+                p.next_token();
+                p.expect_keyword(Keyword::FOR).map_err(parser_error)?;
+                let column = normalize_ident(&p.parse_identifier().map_err(parser_error)?);
+                p.expect_keyword(Keyword::AS).map_err(parser_error)?;
+                let expr = p.parse_expr().map_err(parser_error)?;
+                if watermark.replace((column, expr)).is_some() {
+                    return Err(Error::syntax("a stream has at most one WATERMARK clause"));
+                }
+            } else {
+                columns.push(p.parse_column_def().map_err(parser_error)?);
+            }
+            if !p.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        p.expect_token(&Token::RParen).map_err(parser_error)?;
+    }
+    let options = if p.parse_keyword(Keyword::WITH) { parse_options(p)? } else { BTreeMap::new() };
+    Ok(SluiceStatement::CreateStream(CreateStream { name, if_not_exists, columns, watermark, options }))
+}
+
+fn parse_create_sink(p: &mut Parser) -> Result<SluiceStatement> {
+    p.next_token();
+    p.next_token();
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = object_name(p)?;
+    let options = if p.parse_keyword(Keyword::WITH) { parse_options(p)? } else { BTreeMap::new() };
+    p.expect_keyword(Keyword::AS).map_err(parser_error)?;
+    let query = p.parse_query().map_err(parser_error)?;
+    Ok(SluiceStatement::CreateSink { name, if_not_exists, options, query })
+}
+
+/// `( key = value, … )` where a key is an identifier, a dotted name or a
+/// quoted string, and a value a string, number or word. Keys are
+/// lower-cased; values kept as written.
+pub fn parse_options(p: &mut Parser) -> Result<BTreeMap<String, String>> {
+    p.expect_token(&Token::LParen).map_err(parser_error)?;
+    let mut options = BTreeMap::new();
+    if p.consume_token(&Token::RParen) {
+        return Ok(options);
+    }
+    loop {
+        let mut key = option_atom(p, "option name")?;
+        while p.consume_token(&Token::Period) {
+            key = format!("{key}.{}", option_atom(p, "option name")?);
+        }
+        p.expect_token(&Token::Eq).map_err(parser_error)?;
+        let value = option_atom(p, "option value")?;
+        if options.insert(key.to_ascii_lowercase(), value).is_some() {
+            return Err(Error::syntax(format!("option '{key}' given twice")));
+        }
+        if !p.consume_token(&Token::Comma) {
+            break;
+        }
+    }
+    p.expect_token(&Token::RParen).map_err(parser_error)?;
+    Ok(options)
+}
+
+fn option_atom(p: &mut Parser, what: &str) -> Result<String> {
+    let t = p.next_token();
+    match t.token {
+        Token::SingleQuotedString(s) => Ok(s),
+        Token::Number(n, _) => Ok(n),
+        Token::Word(w) => Ok(if w.quote_style.is_some() { w.value } else { w.value.to_lowercase() }),
+        Token::Minus => match p.next_token().token {
+            Token::Number(n, _) => Ok(format!("-{n}")),
+            other => Err(Error::syntax(format!("syntax error: expected {what}, found \"{other}\""))),
+        },
+        other => Err(Error::syntax(format!("syntax error: expected {what}, found \"{other}\" (at {})", t.span.start))),
+    }
+}
+
+fn parse_drop(p: &mut Parser) -> Result<SluiceStatement> {
+    p.next_token();
+    let kind = match word(p, 0).as_deref() {
+        Some("STREAM") => DropKind::Stream,
+        Some("SINK") => DropKind::Sink,
+        _ => DropKind::Pipeline,
+    };
+    p.next_token();
+    let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let name = object_name(p)?;
+    Ok(SluiceStatement::Drop { kind, name, if_exists })
+}
+
+fn parse_show(p: &mut Parser) -> Result<SluiceStatement> {
+    p.next_token();
+    match word(p, 0).as_deref() {
+        Some("STREAMS") | Some("TABLES") => {
+            p.next_token();
+            Ok(SluiceStatement::ShowStreams)
+        }
+        Some("PIPELINES") | Some("SINKS") => {
+            p.next_token();
+            Ok(SluiceStatement::ShowPipelines)
+        }
+        Some("ALL") => {
+            p.next_token();
+            Ok(SluiceStatement::ShowAll)
+        }
+        Some("COLUMNS") => {
+            p.next_token();
+            if !p.parse_keyword(Keyword::FROM) {
+                p.expect_keyword(Keyword::IN).map_err(parser_error)?;
+            }
+            Ok(SluiceStatement::Describe(object_name(p)?))
+        }
+        _ => {
+            let name = p.parse_object_name(false).map_err(parser_error)?;
+            let text: Vec<String> = name.0.iter().filter_map(|part| part.as_ident()).map(|i| i.value.to_lowercase()).collect();
+            Ok(SluiceStatement::ShowVariable(text.join(".")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_stream_with_watermark_and_options() {
+        let s = parse_statements(
+            "CREATE STREAM Bid (auction BIGINT, date_time TIMESTAMP, WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND) \
+             WITH (connector = 'nexmark', 'events.max' = 100, table = bid);",
+        )
+        .unwrap();
+        let SluiceStatement::CreateStream(c) = &s[0] else { panic!("{s:?}") };
+        assert_eq!(c.name, "bid");
+        assert_eq!(c.columns.len(), 2);
+        assert_eq!(c.watermark.as_ref().unwrap().0, "date_time");
+        assert_eq!(c.options.get("events.max").unwrap(), "100");
+        assert_eq!(c.options.get("table").unwrap(), "bid");
+    }
+
+    #[test]
+    fn several_statements_and_custom_ones() {
+        let s = parse_statements("SHOW STREAMS; SHOW PIPELINES; DESCRIBE bid; EXPLAIN PIPELINE p; DROP STREAM IF EXISTS x; SET parallelism = 4; SHOW parallelism").unwrap();
+        assert_eq!(s.len(), 7);
+        assert_eq!(s[2], SluiceStatement::Describe("bid".into()));
+        assert_eq!(s[4], SluiceStatement::Drop { kind: DropKind::Stream, name: "x".into(), if_exists: true });
+        assert_eq!(s[6], SluiceStatement::ShowVariable("parallelism".into()));
+    }
+
+    #[test]
+    fn create_sink_as_select() {
+        let s = parse_statements("CREATE SINK s WITH (connector = 'file', path = '/tmp/x') AS SELECT * FROM bid").unwrap();
+        assert!(matches!(&s[0], SluiceStatement::CreateSink { name, options, .. } if name == "s" && options["path"] == "/tmp/x"));
+    }
+
+    #[test]
+    fn syntax_errors_name_the_token() {
+        let e = parse_statements("SELEC 1").unwrap_err();
+        assert_eq!(e.sqlstate(), "42601");
+        assert!(e.to_string().contains("SELEC"), "{e}");
+        let e = parse_statements("CREATE STREAM x (a BIGINT,,)").unwrap_err();
+        assert_eq!(e.sqlstate(), "42601");
+    }
+}

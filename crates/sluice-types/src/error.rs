@@ -1,0 +1,133 @@
+//! The error type shared by Sluice's crates.
+//!
+//! Variants say whose fault an error is: the user's input ([`Error::User`],
+//! which carries the SQLSTATE class the front end reports), an external
+//! system (retrying may help), or a bug in Sluice ([`Error::Internal`]).
+
+/// Postgres SQLSTATE codes Sluice reports for user errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlCode {
+    /// `42601`: the statement does not parse.
+    Syntax,
+    /// `42P01`: a stream or table that does not exist.
+    UndefinedTable,
+    /// `42703`: a column that does not exist.
+    UndefinedColumn,
+    /// `42704`: any other unknown name (a setting, a cursor option, …).
+    UndefinedObject,
+    /// `34000`: a cursor that does not exist.
+    InvalidCursorName,
+    /// `42804`: an expression of the wrong type.
+    DatatypeMismatch,
+    /// `22P02`: text that does not convert to the needed type.
+    InvalidTextRepresentation,
+    /// `22023`: an option or setting value out of range or unknown.
+    InvalidParameterValue,
+    /// `0A000`: a feature Sluice does not support (the message says what is).
+    FeatureNotSupported,
+    /// `42P07`: a stream, sink or pipeline name already taken.
+    DuplicateObject,
+    /// `2BP01`: an object others depend on.
+    DependentObjectsStillExist,
+    /// `57014`: the query was cancelled by the client.
+    QueryCanceled,
+    /// `53400`: a configured limit was reached.
+    ConfigurationLimitExceeded,
+    /// `22000`: a data value error (bad record, overflow, …).
+    DataException,
+}
+
+impl SqlCode {
+    /// The five-character SQLSTATE.
+    pub fn sqlstate(self) -> &'static str {
+        match self {
+            SqlCode::Syntax => "42601",
+            SqlCode::UndefinedTable => "42P01",
+            SqlCode::UndefinedColumn => "42703",
+            SqlCode::UndefinedObject => "42704",
+            SqlCode::InvalidCursorName => "34000",
+            SqlCode::DatatypeMismatch => "42804",
+            SqlCode::InvalidTextRepresentation => "22P02",
+            SqlCode::InvalidParameterValue => "22023",
+            SqlCode::FeatureNotSupported => "0A000",
+            SqlCode::DuplicateObject => "42P07",
+            SqlCode::DependentObjectsStillExist => "2BP01",
+            SqlCode::QueryCanceled => "57014",
+            SqlCode::ConfigurationLimitExceeded => "53400",
+            SqlCode::DataException => "22000",
+        }
+    }
+}
+
+/// Sluice's error. Convert to a Postgres ErrorResponse, an HTTP status or a
+/// gRPC status only at the edge.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The user's input is wrong; retrying the same input fails the same way.
+    #[error("{message}")]
+    User { code: SqlCode, message: String },
+    /// An external system (a broker, a file system) failed; a retry may help.
+    #[error("external error: {0}")]
+    External(String),
+    /// A bug in Sluice: an invariant broke.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// A user error with the given SQLSTATE class.
+    pub fn user(code: SqlCode, message: impl Into<String>) -> Self {
+        Error::User { code, message: message.into() }
+    }
+    /// `42601`
+    pub fn syntax(message: impl Into<String>) -> Self {
+        Self::user(SqlCode::Syntax, message)
+    }
+    /// `0A000`
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::user(SqlCode::FeatureNotSupported, message)
+    }
+    /// `22023`
+    pub fn invalid_option(message: impl Into<String>) -> Self {
+        Self::user(SqlCode::InvalidParameterValue, message)
+    }
+    /// An internal error.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::Internal(message.into())
+    }
+    /// An external system's error.
+    pub fn external(message: impl Into<String>) -> Self {
+        Error::External(message.into())
+    }
+    /// The SQLSTATE to report for this error.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            Error::User { code, .. } => code.sqlstate(),
+            Error::External(_) => "58000",
+            Error::Internal(_) => "XX000",
+        }
+    }
+}
+
+impl From<arrow::error::ArrowError> for Error {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        match e {
+            arrow::error::ArrowError::CastError(m) | arrow::error::ArrowError::ParseError(m) => {
+                Error::user(SqlCode::InvalidTextRepresentation, m)
+            }
+            arrow::error::ArrowError::InvalidArgumentError(m) => Error::user(SqlCode::DataException, m),
+            arrow::error::ArrowError::ComputeError(m) => Error::user(SqlCode::DataException, m),
+            arrow::error::ArrowError::DivideByZero => Error::user(SqlCode::DataException, "division by zero"),
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::External(e.to_string())
+    }
+}
+
+/// Result with Sluice's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

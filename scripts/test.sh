@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every test of Sluice on a fresh machine: installs what is missing,
+# checks formatting and lints, builds, and runs unit, integration and
+# sqllogictest suites (the latter against a live server over pgwire).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Keep one target directory between runs: rebuilding DataFusion costs minutes.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
+export CARGO_TERM_COLOR=never
+mkdir -p "$CARGO_TARGET_DIR"
+
+need_apt=()
+command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "installing system packages: ${need_apt[*]}"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo is missing: install Rust (https://rustup.rs) first" >&2
+    exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== format"
+cargo fmt --all -- --check
+echo "== lint"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== build"
+cargo build --workspace --all-targets
+echo "== test"
+cargo test --workspace --no-fail-fast -- --test-threads 2
