@@ -48,12 +48,13 @@ pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> R
     if connector == "nexmark" {
         crate::nexmark_source::nexmark_config(options)?;
     }
-    if let Some(mode) = options.get("scan.startup.mode") {
-        if mode != "earliest" && mode != "latest" {
-            return Err(Error::invalid_option(format!(
-                "'scan.startup.mode' = '{mode}' is not supported by the memory connector; use 'earliest' or 'latest'"
-            )));
-        }
+    if let Some(mode) = options.get("scan.startup.mode")
+        && mode != "earliest"
+        && mode != "latest"
+    {
+        return Err(Error::invalid_option(format!(
+            "'scan.startup.mode' = '{mode}' is not supported by the memory connector; use 'earliest' or 'latest'"
+        )));
     }
     idle_timeout_ms(options)?;
     Ok(())

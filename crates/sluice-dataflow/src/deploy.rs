@@ -116,6 +116,9 @@ fn mark_failed(status: &Mutex<PipelineStatus>, operator: OperatorId, instance: u
     }
 }
 
+/// A task instance's body, ready to spawn.
+type TaskFuture = std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+
 type Channels = (HashMap<(OperatorId, u32), Vec<OutputEdge>>, HashMap<(OperatorId, u32), Vec<ChannelReceiver>>);
 
 /// Opens the channels of every edge.
@@ -176,7 +179,7 @@ pub fn deploy(
 ) -> Result<PipelineRuntime> {
     let (mut outputs, mut inputs) = open_channels(id, dag, transport)?;
     let cancel = CancellationToken::new();
-    let mut futures: Vec<(OperatorId, u32, std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>)> = Vec::new();
+    let mut futures: Vec<(OperatorId, u32, TaskFuture)> = Vec::new();
     let mut metrics = Vec::new();
     for op in &dag.operators {
         for instance in 0..op.parallelism {
@@ -230,7 +233,7 @@ fn build_task(
     inputs: Vec<ChannelReceiver>,
     metrics: Arc<TaskMetrics>,
     cancel: CancellationToken,
-) -> Result<std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>> {
+) -> Result<TaskFuture> {
     let operator: Box<dyn Operator> = match &op.kind {
         OperatorKind::Source(spec) => {
             let reader = connectors.source(spec, &op.output_schema, instance, op.parallelism)?;
@@ -262,3 +265,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         "unknown panic".to_string()
     }
 }
+
+#[cfg(test)]
+#[path = "deploy_tests.rs"]
+mod tests;

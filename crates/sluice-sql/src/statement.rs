@@ -36,7 +36,7 @@ pub enum DropKind {
 /// One statement.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SluiceStatement {
-    CreateStream(CreateStream),
+    CreateStream(Box<CreateStream>),
     /// `CREATE STREAM name AS query`: a derived stream and its pipeline.
     CreateStreamAs { name: String, if_not_exists: bool, query: Box<Query> },
     /// `CREATE SINK name WITH (…) AS query`.
@@ -159,7 +159,7 @@ fn parse_create_stream(p: &mut Parser) -> Result<SluiceStatement> {
         p.expect_token(&Token::RParen).map_err(parser_error)?;
     }
     let options = if p.parse_keyword(Keyword::WITH) { parse_options(p)? } else { BTreeMap::new() };
-    Ok(SluiceStatement::CreateStream(CreateStream { name, if_not_exists, columns, watermark, options }))
+    Ok(SluiceStatement::CreateStream(Box::new(CreateStream { name, if_not_exists, columns, watermark, options })))
 }
 
 fn parse_create_sink(p: &mut Parser) -> Result<SluiceStatement> {

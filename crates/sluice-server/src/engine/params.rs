@@ -54,21 +54,19 @@ struct Binder<'a> {
 impl VisitorMut for Binder<'_> {
     type Break = ();
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        if let Expr::Value(v) = expr {
-            if let Value::Placeholder(p) = &v.value {
-                let index = p.trim_start_matches('$').parse::<usize>().ok().filter(|i| *i >= 1);
-                let Some(value) = index.and_then(|i| self.params.get(i - 1)) else {
-                    self.error = Some(Error::user(SqlCode::Syntax, format!("there is no parameter {p}")));
-                    return ControlFlow::Break(());
-                };
-                let sql = literal_sql(value);
-                match Parser::new(&PostgreSqlDialect {}).try_with_sql(&sql).and_then(|mut p| p.parse_expr()) {
-                    Ok(e) => *expr = Expr::Nested(Box::new(e)),
-                    Err(e) => {
-                        self.error = Some(Error::internal(format!("literal {sql} did not parse: {e}")));
-                        return ControlFlow::Break(());
-                    }
-                }
+        let Expr::Value(v) = expr else { return ControlFlow::Continue(()) };
+        let Value::Placeholder(p) = &v.value else { return ControlFlow::Continue(()) };
+        let index = p.trim_start_matches('$').parse::<usize>().ok().filter(|i| *i >= 1);
+        let Some(value) = index.and_then(|i| self.params.get(i - 1)) else {
+            self.error = Some(Error::user(SqlCode::Syntax, format!("there is no parameter {p}")));
+            return ControlFlow::Break(());
+        };
+        let sql = literal_sql(value);
+        match Parser::new(&PostgreSqlDialect {}).try_with_sql(&sql).and_then(|mut p| p.parse_expr()) {
+            Ok(e) => *expr = Expr::Nested(Box::new(e)),
+            Err(e) => {
+                self.error = Some(Error::internal(format!("literal {sql} did not parse: {e}")));
+                return ControlFlow::Break(());
             }
         }
         ControlFlow::Continue(())

@@ -84,10 +84,10 @@ impl Stage {
 pub fn mentions_window_marker(expr: &Expr) -> bool {
     let mut found = false;
     let _ = expr.apply(|e| {
-        if let Expr::Column(c) = e {
-            if c.name == MARK_WINDOW_START || c.name == MARK_WINDOW_END {
-                found = true;
-            }
+        if let Expr::Column(c) = e
+            && (c.name == MARK_WINDOW_START || c.name == MARK_WINDOW_END)
+        {
+            found = true;
         }
         Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
     });
