@@ -22,6 +22,8 @@ pub const MEMORY_ROWS_MAX_DEFAULT: u64 = 10_000_000;
 pub enum LogEntry {
     Batch(RecordBatch),
     Watermark(Watermark),
+    /// The writing pipeline finished: readers end here.
+    End,
 }
 
 /// An append-only log.
@@ -60,6 +62,13 @@ impl MemoryLog {
     pub fn append_watermark(&self, watermark: Watermark) {
         let mut entries = self.entries.write().expect("log lock");
         entries.push(LogEntry::Watermark(watermark));
+        self.len.send_replace(entries.len());
+    }
+
+    /// Marks the end of a derived stream whose pipeline finished.
+    pub fn append_end(&self) {
+        let mut entries = self.entries.write().expect("log lock");
+        entries.push(LogEntry::End);
         self.len.send_replace(entries.len());
     }
 
@@ -148,6 +157,7 @@ impl SourceReader for MemoryReader {
                 return Ok(match entry {
                     LogEntry::Batch(batch) => SourceEvent::Data { partition: 0, batch },
                     LogEntry::Watermark(watermark) => SourceEvent::Watermark { partition: 0, watermark },
+                    LogEntry::End => SourceEvent::End,
                 });
             }
             let entries = self.log.read_from(self.position, batch_rows_max);

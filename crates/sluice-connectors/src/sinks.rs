@@ -47,6 +47,10 @@ impl Operator for MemorySink {
         self.log.append_watermark(w);
         Ok(())
     }
+    async fn process_end_of_input(&mut self, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        self.log.append_end();
+        Ok(())
+    }
 }
 
 /// Discards rows (counted as the task's rows in).
