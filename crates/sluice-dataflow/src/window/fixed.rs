@@ -115,7 +115,7 @@ impl FixedWindowOperator {
         })
     }
 
-    fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
+    pub(crate) fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
         let times = timestamps_ms(batch.column(self.time_column))?;
         let (per_window, late) = self.assign(&times, watermark);
         if per_window.is_empty() {
@@ -175,7 +175,7 @@ impl FixedWindowOperator {
     }
 
     /// Emits and drops every window whose end is at or below `watermark`.
-    fn fire(&mut self, watermark: Watermark) -> Result<Vec<RecordBatch>> {
+    pub(crate) fn fire(&mut self, watermark: Watermark) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         while let Some((&start, _)) = self.windows.first_key_value() {
             if start.saturating_add(self.size_ms) > watermark.0 {

@@ -26,3 +26,6 @@ pub fn build_window_operator(spec: &WindowAggSpec, output_schema: SchemaRef) -> 
         WindowKind::Session { gap_ms } => Box::new(session::SessionWindowOperator::new(spec, gap_ms, output_schema)?),
     })
 }
+
+#[cfg(test)]
+mod tests;

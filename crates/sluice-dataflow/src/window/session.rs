@@ -84,7 +84,7 @@ impl SessionWindowOperator {
         })
     }
 
-    fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
+    pub(crate) fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
         let times = timestamps_ms(batch.column(self.time_column))?;
         let key_rows = match &self.converter {
             Some(c) => {
@@ -150,7 +150,7 @@ impl SessionWindowOperator {
     }
 
     /// Emits every session whose end is at or below `watermark`.
-    fn fire(&mut self, watermark: Watermark) -> Result<Option<RecordBatch>> {
+    pub(crate) fn fire(&mut self, watermark: Watermark) -> Result<Vec<RecordBatch>> {
         let mut starts = Vec::new();
         let mut ends = Vec::new();
         let mut keys = Vec::new();
@@ -170,7 +170,7 @@ impl SessionWindowOperator {
             !entry.sessions.is_empty()
         });
         if starts.is_empty() {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         self.sessions -= starts.len();
         let mut columns = vec![timestamp_array(&starts, &self.time_type)?, timestamp_array(&ends, &self.time_type)?];
@@ -183,7 +183,7 @@ impl SessionWindowOperator {
             let column = column.into_iter().map(|v| if v.is_null() { ScalarValue::try_from(&data_type).unwrap_or(v) } else { v });
             columns.push(ScalarValue::iter_to_array(column).map_err(df_error)?);
         }
-        finish_batch(&self.output_schema, columns).map(Some)
+        finish_batch(&self.output_schema, columns).map(|b| vec![b])
     }
 }
 
@@ -213,7 +213,7 @@ impl Operator for SessionWindowOperator {
     }
 
     async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
-        if let Some(batch) = self.fire(watermark)? {
+        for batch in self.fire(watermark)? {
             ctx.emit(batch).await?;
         }
         ctx.metrics.state_groups.store(self.sessions as u64, Ordering::Relaxed);

@@ -52,7 +52,7 @@ impl Session {
         };
         let mut out = Vec::with_capacity(statements.len());
         for statement in statements {
-            let result = self.run(statement, sql).await;
+            let result = self.run(statement).await;
             let failed = result.is_err();
             out.push(result);
             if failed {
@@ -107,7 +107,7 @@ impl Session {
         } else if !params.is_empty() {
             return Err(Error::unsupported("parameters are supported in queries and INSERT only"));
         }
-        self.run(statement, &stmt.sql).await
+        self.run(statement).await
     }
 
     fn planner_settings(&self) -> PlannerSettings {
@@ -142,7 +142,7 @@ impl Session {
         query::start(&self.engine.master, &planned)
     }
 
-    async fn run(&mut self, statement: SluiceStatement, sql: &str) -> Result<Output> {
+    async fn run(&mut self, statement: SluiceStatement) -> Result<Output> {
         let master = self.engine.master.clone();
         match statement {
             SluiceStatement::CreateStream(c) => self.create_stream(&c).map(|_| command("CREATE STREAM")),
@@ -160,7 +160,8 @@ impl Session {
                     options: BTreeMap::new(),
                     pipeline: Some(name.clone()),
                 };
-                master.create_pipeline(&name, PipelineKind::DerivedStream, sql, planned.dag, Some(def), if_not_exists)?;
+                let text = format!("CREATE STREAM {name} AS {query}");
+                master.create_pipeline(&name, PipelineKind::DerivedStream, &text, planned.dag, Some(def), if_not_exists)?;
                 Ok(command("CREATE STREAM"))
             }
             SluiceStatement::CreateSink { name, if_not_exists, options, query } => {
@@ -169,8 +170,10 @@ impl Session {
                     .cloned()
                     .ok_or_else(|| Error::invalid_option("CREATE SINK needs WITH (connector = 'file' | 'blackhole', …)"))?;
                 validate_sink(&connector, &options)?;
+                let listed: Vec<String> = options.iter().map(|(k, v)| format!("'{k}' = '{v}'")).collect();
+                let text = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
                 let planned = self.plan(&query, sink_spec(&connector, options)).await?;
-                master.create_pipeline(&name, PipelineKind::Sink, sql, planned.dag, None, if_not_exists)?;
+                master.create_pipeline(&name, PipelineKind::Sink, &text, planned.dag, None, if_not_exists)?;
                 Ok(command("CREATE SINK"))
             }
             SluiceStatement::Drop { kind, name, if_exists } => match kind {

@@ -1,0 +1,126 @@
+//! Window operators driven directly: rows in, watermarks, rows out.
+//! Expected rows are worked out by hand in the comments.
+
+use super::fixed::FixedWindowOperator;
+use super::session::SessionWindowOperator;
+use arrow::array::{Array, Int64Array, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use sluice_plan::{AggregateCall, WindowAggSpec, WindowKind};
+use sluice_types::Watermark;
+use std::sync::Arc;
+
+fn input_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("_time", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        Field::new("_k0", DataType::Int64, false),
+        Field::new("_arg0", DataType::Int64, false),
+    ]))
+}
+
+fn output_schema() -> SchemaRef {
+    let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+    Arc::new(Schema::new(vec![
+        Field::new("window_start", ts.clone(), false),
+        Field::new("window_end", ts, false),
+        Field::new("_k0", DataType::Int64, false),
+        Field::new("_a0", DataType::Int64, true),
+        Field::new("_a1", DataType::Int64, true),
+    ]))
+}
+
+fn spec(window: WindowKind, groups_max: usize) -> WindowAggSpec {
+    WindowAggSpec {
+        input_schema: input_schema(),
+        window,
+        time_column: 0,
+        key_columns: vec![1],
+        aggregates: vec![
+            AggregateCall { function: "count".into(), args: vec![2], distinct: false },
+            AggregateCall { function: "sum".into(), args: vec![2], distinct: false },
+        ],
+        groups_max,
+    }
+}
+
+/// Rows of (time ms, key, value).
+fn rows(rows: &[(i64, i64, i64)]) -> RecordBatch {
+    let t = TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.0));
+    let k = Int64Array::from_iter_values(rows.iter().map(|r| r.1));
+    let v = Int64Array::from_iter_values(rows.iter().map(|r| r.2));
+    RecordBatch::try_new(input_schema(), vec![Arc::new(t), Arc::new(k), Arc::new(v)]).unwrap()
+}
+
+/// (start, end, key, count, sum), sorted.
+fn collect(batches: &[RecordBatch]) -> Vec<(i64, i64, i64, i64, i64)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let col = |i: usize| b.column(i).clone();
+        let s = col(0);
+        let s = s.as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+        let e = col(1);
+        let e = e.as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+        let ints = |i: usize| b.column(i).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+        let (k, c, sum) = (ints(2), ints(3), ints(4));
+        for r in 0..b.num_rows() {
+            out.push((s.value(r), e.value(r), k.value(r), c.value(r), sum.value(r)));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn tumble_fires_at_the_watermark_and_drops_late_rows() {
+    let mut op = FixedWindowOperator::new(&spec(WindowKind::Tumble { size_ms: 10 }, 100), output_schema()).unwrap();
+    // key 1: t=1 (v 5), t=9 (v 7) → [0,10); key 2: t=3 (v 1) → [0,10); key 1: t=12 (v 2) → [10,20).
+    assert_eq!(op.update(&rows(&[(1, 1, 5), (9, 1, 7), (3, 2, 1), (12, 1, 2)]), Watermark::MIN).unwrap(), 0);
+    assert!(op.fire(Watermark(9)).unwrap().is_empty(), "[0,10) is not complete at 9");
+    let fired = collect(&op.fire(Watermark(10)).unwrap());
+    assert_eq!(fired, vec![(0, 10, 1, 2, 12), (0, 10, 2, 1, 1)]);
+    // t=4 belongs to [0,10), already fired at watermark 10: late.
+    assert_eq!(op.update(&rows(&[(4, 1, 100), (15, 1, 3)]), Watermark(10)).unwrap(), 1);
+    let fired = collect(&op.fire(Watermark::MAX).unwrap());
+    assert_eq!(fired, vec![(10, 20, 1, 2, 5)]);
+}
+
+#[test]
+fn hop_puts_a_row_in_every_window_containing_it() {
+    let hop = WindowKind::Hop { slide_ms: 5, size_ms: 10 };
+    let mut op = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
+    // t=7 is in [0,10) and [5,15); t=12 in [5,15) and [10,20).
+    op.update(&rows(&[(7, 1, 1), (12, 1, 10)]), Watermark::MIN).unwrap();
+    let fired = collect(&op.fire(Watermark::MAX).unwrap());
+    assert_eq!(fired, vec![(0, 10, 1, 1, 1), (5, 15, 1, 2, 11), (10, 20, 1, 1, 10)]);
+}
+
+#[test]
+fn open_groups_are_bounded() {
+    let mut op = FixedWindowOperator::new(&spec(WindowKind::Tumble { size_ms: 10 }, 2), output_schema()).unwrap();
+    op.update(&rows(&[(1, 1, 1), (2, 2, 1)]), Watermark::MIN).unwrap();
+    let err = op.update(&rows(&[(3, 3, 1)]), Watermark::MIN).unwrap_err();
+    assert_eq!(err.sqlstate(), "53400");
+    // Firing frees the groups again.
+    op.fire(Watermark(10)).unwrap();
+    op.update(&rows(&[(13, 3, 1)]), Watermark(10)).unwrap();
+}
+
+#[test]
+fn sessions_merge_when_a_row_bridges_the_gap() {
+    let session = WindowKind::Session { gap_ms: 5 };
+    let mut op = SessionWindowOperator::new(&spec(session, 100), 5, output_schema()).unwrap();
+    // key 1: t=0 → [0,5); t=20 → [20,25); key 2: t=2 → [2,7).
+    op.update(&rows(&[(0, 1, 1), (20, 1, 2), (2, 2, 4)]), Watermark::MIN).unwrap();
+    // t=3 extends [0,5) to [0,8); t=16 reaches [20,25) (16+5 > 20) → [16,25);
+    // t=10 bridges [0,8) and [16,25)? 10 < 8 is false: 10 starts [10,15),
+    // which does not touch [16,25) either (15 ≤ 16).
+    op.update(&rows(&[(3, 1, 8), (16, 1, 16), (10, 1, 32)]), Watermark::MIN).unwrap();
+    let fired = collect(&op.fire(Watermark(8)).unwrap());
+    assert_eq!(fired, vec![(0, 8, 1, 2, 9), (2, 7, 2, 1, 4)]);
+    // t=13 bridges [10,15) and [16,25): merged [10,25) with 10, 13, 16, 20.
+    op.update(&rows(&[(13, 1, 64)]), Watermark(8)).unwrap();
+    let fired = collect(&op.fire(Watermark::MAX).unwrap());
+    assert_eq!(fired, vec![(10, 25, 1, 4, 2 + 16 + 32 + 64)]);
+    // A row whose session would end at or before the watermark is late.
+    assert_eq!(op.update(&rows(&[(1, 1, 1)]), Watermark(100)).unwrap(), 1);
+}
