@@ -29,7 +29,14 @@ impl TestServer {
     /// Starts a server on an existing data directory (restart tests).
     pub fn start_in(data_dir: &Path) -> TestServer {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["playground", "--pg-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "playground",
+                "--pg-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(data_dir)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -44,7 +51,15 @@ impl TestServer {
             assert!(Instant::now() < deadline, "server did not start in time");
             let line = lines.next().expect("server exited early").expect("read stdout");
             if let Some(rest) = line.trim().strip_prefix("SQL:") {
-                pg_port = rest.rsplit("-p ").next().unwrap().split_whitespace().next().unwrap().parse().unwrap();
+                pg_port = rest
+                    .rsplit("-p ")
+                    .next()
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
             }
             if let Some(rest) = line.trim().strip_prefix("HTTP:") {
                 let addr = rest.trim().trim_start_matches("http://").trim_end_matches("/health");
@@ -53,18 +68,28 @@ impl TestServer {
         }
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        TestServer { child: Some(child), pg_port, http_port, data_dir: data_dir.to_path_buf(), _tmp: None }
+        TestServer {
+            child: Some(child),
+            pg_port,
+            http_port,
+            data_dir: data_dir.to_path_buf(),
+            _tmp: None,
+        }
     }
 
     /// A libpq-style connection string.
     pub fn conn_str(&self) -> String {
-        format!("host=127.0.0.1 port={} user=sluice dbname=sluice connect_timeout=10", self.pg_port)
+        format!(
+            "host=127.0.0.1 port={} user=sluice dbname=sluice connect_timeout=10",
+            self.pg_port
+        )
     }
 
     /// Connects with tokio-postgres.
     pub async fn connect(&self) -> tokio_postgres::Client {
-        let (client, connection) =
-            tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls).await.expect("connect to sluice");
+        let (client, connection) = tokio_postgres::connect(&self.conn_str(), tokio_postgres::NoTls)
+            .await
+            .expect("connect to sluice");
         tokio::spawn(async move {
             let _ = connection.await;
         });

@@ -33,7 +33,9 @@ pub struct PipelineDef {
 impl PipelineDef {
     /// True when the pipeline reads `stream`.
     pub fn reads(&self, stream: &str) -> bool {
-        self.dag.sources().any(|s| matches!(&s.kind, sluice_plan::OperatorKind::Source(src) if src.stream == stream))
+        self.dag
+            .sources()
+            .any(|s| matches!(&s.kind, sluice_plan::OperatorKind::Source(src) if src.stream == stream))
     }
 }
 
@@ -59,16 +61,17 @@ pub struct CatalogStore {
 
 impl CatalogStore {
     pub fn new(data_dir: &Path) -> Self {
-        CatalogStore { path: data_dir.join("catalog.json") }
+        CatalogStore {
+            path: data_dir.join("catalog.json"),
+        }
     }
 
     /// Loads the catalog, or an empty one when none exists yet.
     pub fn load(&self) -> Result<CatalogState> {
         match std::fs::read(&self.path) {
             Ok(bytes) => {
-                let state: CatalogState = serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::external(format!("catalog {} is unreadable: {e}", self.path.display()))
-                })?;
+                let state: CatalogState = serde_json::from_slice(&bytes)
+                    .map_err(|e| Error::external(format!("catalog {} is unreadable: {e}", self.path.display())))?;
                 if state.format_version > CATALOG_FORMAT_VERSION {
                     return Err(Error::external(format!(
                         "catalog {} has format {} but this Sluice reads up to {CATALOG_FORMAT_VERSION}",

@@ -35,7 +35,11 @@ pub struct Master {
 }
 
 fn not_found(kind: &str, name: &str) -> Error {
-    let code = if kind == "stream" { SqlCode::UndefinedTable } else { SqlCode::UndefinedObject };
+    let code = if kind == "stream" {
+        SqlCode::UndefinedTable
+    } else {
+        SqlCode::UndefinedObject
+    };
     Error::user(code, format!("{kind} \"{name}\" does not exist"))
 }
 
@@ -85,7 +89,10 @@ impl Master {
             if if_not_exists {
                 return Ok(false);
             }
-            return Err(Error::user(SqlCode::DuplicateObject, format!("stream \"{}\" already exists", def.name)));
+            return Err(Error::user(
+                SqlCode::DuplicateObject,
+                format!("stream \"{}\" already exists", def.name),
+            ));
         }
         state.streams.insert(def.name.clone(), def);
         self.store.save(&state)?;
@@ -97,13 +104,25 @@ impl Master {
     pub fn drop_stream(&self, name: &str, if_exists: bool) -> Result<bool> {
         let mut state = self.lock();
         let Some(def) = state.streams.get(name).cloned() else {
-            return if if_exists { Ok(false) } else { Err(not_found("stream", name)) };
+            return if if_exists {
+                Ok(false)
+            } else {
+                Err(not_found("stream", name))
+            };
         };
-        let readers: Vec<String> = state.pipelines.values().filter(|p| p.reads(name)).map(|p| p.name.clone()).collect();
+        let readers: Vec<String> = state
+            .pipelines
+            .values()
+            .filter(|p| p.reads(name))
+            .map(|p| p.name.clone())
+            .collect();
         if !readers.is_empty() {
             return Err(Error::user(
                 SqlCode::DependentObjectsStillExist,
-                format!("cannot drop stream \"{name}\": pipeline(s) {} read it; drop them first", readers.join(", ")),
+                format!(
+                    "cannot drop stream \"{name}\": pipeline(s) {} read it; drop them first",
+                    readers.join(", ")
+                ),
             ));
         }
         if let Some(p) = &def.pipeline {
@@ -133,11 +152,21 @@ impl Master {
                 if if_not_exists {
                     return Ok(false);
                 }
-                return Err(Error::user(SqlCode::DuplicateObject, format!("\"{name}\" already exists")));
+                return Err(Error::user(
+                    SqlCode::DuplicateObject,
+                    format!("\"{name}\" already exists"),
+                ));
             }
             let id = PipelineId(state.next_pipeline_id);
             state.next_pipeline_id += 1;
-            let def = PipelineDef { name: name.to_string(), id, kind, sql: sql.to_string(), dag, created_ms: now_ms() };
+            let def = PipelineDef {
+                name: name.to_string(),
+                id,
+                kind,
+                sql: sql.to_string(),
+                dag,
+                created_ms: now_ms(),
+            };
             state.pipelines.insert(name.to_string(), def.clone());
             if let Some(stream) = derived {
                 state.streams.insert(stream.name.clone(), stream);
@@ -157,7 +186,13 @@ impl Master {
 
     fn start(&self, def: &PipelineDef) -> Result<()> {
         let runtime = self.scheduler.deploy(def.id, &def.dag)?;
-        self.running.lock().expect("running lock").insert(def.name.clone(), Running { runtime, since_ms: now_ms() });
+        self.running.lock().expect("running lock").insert(
+            def.name.clone(),
+            Running {
+                runtime,
+                since_ms: now_ms(),
+            },
+        );
         Ok(())
     }
 
@@ -172,17 +207,32 @@ impl Master {
     pub fn drop_pipeline(&self, name: &str, if_exists: bool) -> Result<bool> {
         let mut state = self.lock();
         if !state.pipelines.contains_key(name) {
-            return if if_exists { Ok(false) } else { Err(not_found("pipeline", name)) };
+            return if if_exists {
+                Ok(false)
+            } else {
+                Err(not_found("pipeline", name))
+            };
         }
-        let derived: Vec<String> =
-            state.streams.values().filter(|s| s.pipeline.as_deref() == Some(name)).map(|s| s.name.clone()).collect();
+        let derived: Vec<String> = state
+            .streams
+            .values()
+            .filter(|s| s.pipeline.as_deref() == Some(name))
+            .map(|s| s.name.clone())
+            .collect();
         for stream in &derived {
-            let readers: Vec<String> =
-                state.pipelines.values().filter(|p| p.reads(stream)).map(|p| p.name.clone()).collect();
+            let readers: Vec<String> = state
+                .pipelines
+                .values()
+                .filter(|p| p.reads(stream))
+                .map(|p| p.name.clone())
+                .collect();
             if !readers.is_empty() {
                 return Err(Error::user(
                     SqlCode::DependentObjectsStillExist,
-                    format!("cannot drop \"{name}\": pipeline(s) {} read its stream; drop them first", readers.join(", ")),
+                    format!(
+                        "cannot drop \"{name}\": pipeline(s) {} read its stream; drop them first",
+                        readers.join(", ")
+                    ),
                 ));
             }
         }
@@ -239,7 +289,11 @@ impl Master {
 
     /// The runtime of a running named pipeline.
     pub fn runtime(&self, name: &str) -> Option<Arc<PipelineRuntime>> {
-        self.running.lock().expect("running lock").get(name).map(|r| r.runtime.clone())
+        self.running
+            .lock()
+            .expect("running lock")
+            .get(name)
+            .map(|r| r.runtime.clone())
     }
 
     /// Runs a session's query; its rows arrive on `results`.

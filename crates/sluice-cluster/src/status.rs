@@ -56,9 +56,14 @@ pub fn totals(runtime: &PipelineRuntime) -> Totals {
 /// `running`, … and the error text of a failed pipeline.
 pub fn describe_status(status: &PipelineStatus) -> (String, Option<String>) {
     match status {
-        PipelineStatus::Failed { operator, instance, error } => {
-            ("failed".to_string(), Some(format!("operator {operator} instance {instance}: {error}")))
-        }
+        PipelineStatus::Failed {
+            operator,
+            instance,
+            error,
+        } => (
+            "failed".to_string(),
+            Some(format!("operator {operator} instance {instance}: {error}")),
+        ),
         other => (other.name().to_string(), None),
     }
 }

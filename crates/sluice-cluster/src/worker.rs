@@ -18,7 +18,12 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(connectors: Connectors, transport: InProcessTransport, config: DeployConfig) -> Self {
-        Worker { connectors, transport, config, running: Mutex::new(HashMap::new()) }
+        Worker {
+            connectors,
+            transport,
+            config,
+            running: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Starts every task of `dag` as pipeline `id`.

@@ -39,7 +39,13 @@ pub struct Connectors {
 }
 
 impl ConnectorFactory for Connectors {
-    fn source(&self, spec: &SourceSpec, _schema: &SchemaRef, instance: u32, parallelism: u32) -> Result<Box<dyn SourceReader>> {
+    fn source(
+        &self,
+        spec: &SourceSpec,
+        _schema: &SchemaRef,
+        instance: u32,
+        parallelism: u32,
+    ) -> Result<Box<dyn SourceReader>> {
         match spec.connector.as_str() {
             "memory" => {
                 if instance > 0 {
@@ -57,15 +63,31 @@ impl ConnectorFactory for Connectors {
         }
     }
 
-    fn sink(&self, spec: &SinkSpec, _schema: &SchemaRef, pipeline: PipelineId, instance: u32) -> Result<Box<dyn Operator>> {
+    fn sink(
+        &self,
+        spec: &SinkSpec,
+        _schema: &SchemaRef,
+        pipeline: PipelineId,
+        instance: u32,
+    ) -> Result<Box<dyn Operator>> {
         match spec.connector.as_str() {
-            "client" => Ok(Box::new(ClientSink { tx: self.clients.take(pipeline) })),
+            "client" => Ok(Box::new(ClientSink {
+                tx: self.clients.take(pipeline),
+            })),
             "memory" => {
-                let stream = spec.options.get("stream").ok_or_else(|| Error::internal("memory sink without stream"))?;
-                Ok(Box::new(MemorySink { log: self.memory.get_or_create(stream, &spec.options)? }))
+                let stream = spec
+                    .options
+                    .get("stream")
+                    .ok_or_else(|| Error::internal("memory sink without stream"))?;
+                Ok(Box::new(MemorySink {
+                    log: self.memory.get_or_create(stream, &spec.options)?,
+                }))
             }
             "file" => {
-                let path = spec.options.get("path").ok_or_else(|| Error::invalid_option("the file sink needs 'path'"))?;
+                let path = spec
+                    .options
+                    .get("path")
+                    .ok_or_else(|| Error::invalid_option("the file sink needs 'path'"))?;
                 let format = FileFormat::parse(spec.options.get("format").map(String::as_str).unwrap_or("json"))?;
                 Ok(Box::new(FileSink::open(path, format, instance)?))
             }

@@ -38,7 +38,12 @@ pub struct MemoryLog {
 impl MemoryLog {
     pub fn new(rows_max: u64) -> Arc<Self> {
         let (len, _) = watch::channel(0);
-        Arc::new(MemoryLog { entries: RwLock::new(Vec::new()), rows: Mutex::new(0), rows_max, len })
+        Arc::new(MemoryLog {
+            entries: RwLock::new(Vec::new()),
+            rows: Mutex::new(0),
+            rows_max,
+            len,
+        })
     }
 
     /// Appends batches atomically; rejects the whole append past the row limit.
@@ -48,7 +53,10 @@ impl MemoryLog {
         if *rows + added > self.rows_max {
             return Err(Error::user(
                 SqlCode::ConfigurationLimitExceeded,
-                format!("memory stream is full: {} rows held, limit 'memory.rows.max' = {}", *rows, self.rows_max),
+                format!(
+                    "memory stream is full: {} rows held, limit 'memory.rows.max' = {}",
+                    *rows, self.rows_max
+                ),
             ));
         }
         let mut entries = self.entries.write().expect("log lock");
@@ -119,7 +127,10 @@ impl MemoryLogs {
     pub fn get_or_create(&self, stream: &str, options: &BTreeMap<String, String>) -> Result<Arc<MemoryLog>> {
         let rows_max = u64_option(options, "memory.rows.max")?.unwrap_or(MEMORY_ROWS_MAX_DEFAULT);
         let mut logs = self.logs.lock().expect("logs lock");
-        Ok(logs.entry(stream.to_string()).or_insert_with(|| MemoryLog::new(rows_max)).clone())
+        Ok(logs
+            .entry(stream.to_string())
+            .or_insert_with(|| MemoryLog::new(rows_max))
+            .clone())
     }
 
     /// Forgets a stream's log (DROP STREAM).
@@ -141,7 +152,12 @@ impl MemoryReader {
     pub fn new(log: Arc<MemoryLog>, latest: bool) -> Self {
         let changes = log.subscribe();
         let position = if latest { log.len() } else { 0 };
-        MemoryReader { log, position, changes, pending: Default::default() }
+        MemoryReader {
+            log,
+            position,
+            changes,
+            pending: Default::default(),
+        }
     }
 }
 
@@ -156,7 +172,10 @@ impl SourceReader for MemoryReader {
             if let Some(entry) = self.pending.pop_front() {
                 return Ok(match entry {
                     LogEntry::Batch(batch) => SourceEvent::Data { partition: 0, batch },
-                    LogEntry::Watermark(watermark) => SourceEvent::Watermark { partition: 0, watermark },
+                    LogEntry::Watermark(watermark) => SourceEvent::Watermark {
+                        partition: 0,
+                        watermark,
+                    },
                     LogEntry::End => SourceEvent::End,
                 });
             }
@@ -167,7 +186,10 @@ impl SourceReader for MemoryReader {
                 continue;
             }
             // Cancel-safe: nothing consumed before this await.
-            self.changes.changed().await.map_err(|_| Error::internal("memory log dropped"))?;
+            self.changes
+                .changed()
+                .await
+                .map_err(|_| Error::internal("memory log dropped"))?;
         }
     }
 }

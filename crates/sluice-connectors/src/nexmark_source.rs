@@ -20,9 +20,9 @@ pub struct NexmarkOptions {
 
 /// Parses and checks a nexmark stream's options.
 pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptions> {
-    let table = NexmarkTable::parse(
-        options.get("table").ok_or_else(|| Error::invalid_option("the nexmark connector needs a 'table' option: bid, auction or person"))?,
-    )?;
+    let table = NexmarkTable::parse(options.get("table").ok_or_else(|| {
+        Error::invalid_option("the nexmark connector needs a 'table' option: bid, auction or person")
+    })?)?;
     let mut config = NexmarkConfig::default();
     if let Some(seed) = u64_option(options, "seed")? {
         config.seed = seed;
@@ -33,7 +33,11 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
     }
     let events_per_second = u64_option(options, "events.per.second")?.unwrap_or(0);
     config.validate()?;
-    Ok(NexmarkOptions { table, config, events_per_second })
+    Ok(NexmarkOptions {
+        table,
+        config,
+        events_per_second,
+    })
 }
 
 /// One instance's reader.
@@ -50,7 +54,12 @@ impl NexmarkReader {
     pub fn new(options: &NexmarkOptions, instance: u32, parallelism: u32) -> Self {
         let generator = NexmarkGenerator::new(options.config.clone(), options.table, instance, parallelism);
         let first_position = generator.position();
-        NexmarkReader { generator, events_per_second: options.events_per_second, started: Instant::now(), first_position }
+        NexmarkReader {
+            generator,
+            events_per_second: options.events_per_second,
+            started: Instant::now(),
+            first_position,
+        }
     }
 
     /// How long to wait before the next event is due (pacing).

@@ -22,7 +22,9 @@ pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
     match connector {
         "file" => Ok(&["connector", "path", "format"]),
         "blackhole" => Ok(&["connector"]),
-        other => Err(Error::unsupported(format!("unknown sink connector '{other}'; known: file, blackhole"))),
+        other => Err(Error::unsupported(format!(
+            "unknown sink connector '{other}'; known: file, blackhole"
+        ))),
     }
 }
 
@@ -44,7 +46,12 @@ pub fn check_known(kind: &str, options: &BTreeMap<String, String>, known: &[&str
 
 /// Validates a source's options.
 pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> Result<()> {
-    check_known(&format!("connector '{connector}'"), options, source_options(connector)?, SOURCE_COMMON)?;
+    check_known(
+        &format!("connector '{connector}'"),
+        options,
+        source_options(connector)?,
+        SOURCE_COMMON,
+    )?;
     if connector == "nexmark" {
         crate::nexmark_source::nexmark_config(options)?;
     }
@@ -62,7 +69,12 @@ pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> R
 
 /// Validates a sink's options.
 pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Result<()> {
-    check_known(&format!("sink connector '{connector}'"), options, sink_options(connector)?, &[])?;
+    check_known(
+        &format!("sink connector '{connector}'"),
+        options,
+        sink_options(connector)?,
+        &[],
+    )?;
     if connector == "file" {
         if !options.contains_key("path") {
             return Err(Error::invalid_option("the file sink needs a 'path' option"));
@@ -93,7 +105,9 @@ pub fn idle_timeout_ms(options: &BTreeMap<String, String>) -> Result<u64> {
         return Ok(IDLE_TIMEOUT_MS_DEFAULT);
     };
     parse_duration_ms(v).ok_or_else(|| {
-        Error::invalid_option(format!("option 'idle.timeout' must be a duration like '5s' or '500ms', got '{v}'"))
+        Error::invalid_option(format!(
+            "option 'idle.timeout' must be a duration like '5s' or '500ms', got '{v}'"
+        ))
     })
 }
 
@@ -108,7 +122,10 @@ mod tests {
         let mut o = BTreeMap::new();
         o.insert("tabel".to_string(), "bid".to_string());
         let e = validate_source("nexmark", &o).unwrap_err().to_string();
-        assert!(e.contains("'tabel'") && e.contains("events.max") && e.contains("table"), "{e}");
+        assert!(
+            e.contains("'tabel'") && e.contains("events.max") && e.contains("table"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -58,7 +58,12 @@ pub struct BlackholeSink;
 
 #[async_trait]
 impl Operator for BlackholeSink {
-    async fn process_batch(&mut self, _batch: RecordBatch, _input: usize, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+    async fn process_batch(
+        &mut self,
+        _batch: RecordBatch,
+        _input: usize,
+        _ctx: &mut OperatorContext<'_>,
+    ) -> Result<()> {
         Ok(())
     }
     async fn process_watermark(&mut self, _w: Watermark, _ctx: &mut OperatorContext<'_>) -> Result<()> {
@@ -78,7 +83,9 @@ impl FileFormat {
         match text.to_ascii_lowercase().as_str() {
             "json" | "jsonl" => Ok(FileFormat::Json),
             "csv" => Ok(FileFormat::Csv),
-            other => Err(Error::invalid_option(format!("file sink format '{other}' is not supported; use json or csv"))),
+            other => Err(Error::invalid_option(format!(
+                "file sink format '{other}' is not supported; use json or csv"
+            ))),
         }
     }
 }
@@ -93,13 +100,21 @@ pub struct FileSink {
 
 impl FileSink {
     pub fn open(path: &str, format: FileFormat, instance: u32) -> Result<Self> {
-        let path = if instance == 0 { PathBuf::from(path) } else { PathBuf::from(format!("{path}.{instance}")) };
+        let path = if instance == 0 {
+            PathBuf::from(path)
+        } else {
+            PathBuf::from(format!("{path}.{instance}"))
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
         let header_written = path.exists() && std::fs::metadata(&path)?.len() > 0;
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(FileSink { format, writer: BufWriter::new(file), header_written })
+        Ok(FileSink {
+            format,
+            writer: BufWriter::new(file),
+            header_written,
+        })
     }
 
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
@@ -110,7 +125,9 @@ impl FileSink {
                 w.finish()?;
             }
             FileFormat::Csv => {
-                let mut w = arrow::csv::WriterBuilder::new().with_header(!self.header_written).build(&mut self.writer);
+                let mut w = arrow::csv::WriterBuilder::new()
+                    .with_header(!self.header_written)
+                    .build(&mut self.writer);
                 w.write(batch)?;
                 self.header_written = true;
             }

@@ -41,7 +41,9 @@ pub struct InProcessTransport {
 
 impl Default for InProcessTransport {
     fn default() -> Self {
-        InProcessTransport { credits_max: CHANNEL_CREDITS_DEFAULT }
+        InProcessTransport {
+            credits_max: CHANNEL_CREDITS_DEFAULT,
+        }
     }
 }
 
@@ -82,8 +84,16 @@ pub fn channel(credits_max: u32) -> (ChannelSender, ChannelReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
     let credits = Arc::new(Semaphore::new(credits_max as usize));
     (
-        ChannelSender { tx, credits: credits.clone(), credits_max },
-        ChannelReceiver { rx, credits, credits_max },
+        ChannelSender {
+            tx,
+            credits: credits.clone(),
+            credits_max,
+        },
+        ChannelReceiver {
+            rx,
+            credits,
+            credits_max,
+        },
     )
 }
 
@@ -93,7 +103,12 @@ impl ChannelSender {
         let needed = (message.rows() as u32).clamp(1, self.credits_max);
         let permit = self.credits.acquire_many(needed).await.map_err(|_| Closed)?;
         permit.forget();
-        self.tx.send(Envelope { message, credits: needed }).map_err(|_| Closed)
+        self.tx
+            .send(Envelope {
+                message,
+                credits: needed,
+            })
+            .map_err(|_| Closed)
     }
 
     /// Credits the sender can use right now.

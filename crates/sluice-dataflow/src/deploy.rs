@@ -32,11 +32,21 @@ use tokio_util::sync::CancellationToken;
 /// connectors crate; the runtime only calls it.
 pub trait ConnectorFactory: Send + Sync {
     /// The reader of source instance `instance` of `parallelism`.
-    fn source(&self, spec: &SourceSpec, schema: &SchemaRef, instance: u32, parallelism: u32)
-    -> Result<Box<dyn SourceReader>>;
+    fn source(
+        &self,
+        spec: &SourceSpec,
+        schema: &SchemaRef,
+        instance: u32,
+        parallelism: u32,
+    ) -> Result<Box<dyn SourceReader>>;
     /// A sink operator instance.
-    fn sink(&self, spec: &SinkSpec, schema: &SchemaRef, pipeline: PipelineId, instance: u32)
-    -> Result<Box<dyn Operator>>;
+    fn sink(
+        &self,
+        spec: &SinkSpec,
+        schema: &SchemaRef,
+        pipeline: PipelineId,
+        instance: u32,
+    ) -> Result<Box<dyn Operator>>;
 }
 
 /// Runtime settings of a deployment.
@@ -61,7 +71,11 @@ pub enum PipelineStatus {
     /// Stopped on request.
     Stopped,
     /// A task failed; the pipeline's tasks were stopped.
-    Failed { operator: OperatorId, instance: u32, error: String },
+    Failed {
+        operator: OperatorId,
+        instance: u32,
+        error: String,
+    },
 }
 
 impl PipelineStatus {
@@ -112,22 +126,33 @@ impl PipelineRuntime {
 fn mark_failed(status: &Mutex<PipelineStatus>, operator: OperatorId, instance: u32, error: String) {
     let mut s = status.lock().expect("status lock");
     if *s == PipelineStatus::Running {
-        *s = PipelineStatus::Failed { operator, instance, error };
+        *s = PipelineStatus::Failed {
+            operator,
+            instance,
+            error,
+        };
     }
 }
 
 /// A task instance's body, ready to spawn.
 type TaskFuture = std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
-type Channels = (HashMap<(OperatorId, u32), Vec<OutputEdge>>, HashMap<(OperatorId, u32), Vec<ChannelReceiver>>);
+type Channels = (
+    HashMap<(OperatorId, u32), Vec<OutputEdge>>,
+    HashMap<(OperatorId, u32), Vec<ChannelReceiver>>,
+);
 
 /// Opens the channels of every edge.
 fn open_channels(id: PipelineId, dag: &PhysicalDag, transport: &dyn Transport) -> Result<Channels> {
     let mut outputs: HashMap<(OperatorId, u32), Vec<OutputEdge>> = HashMap::new();
     let mut inputs: HashMap<(OperatorId, u32), Vec<ChannelReceiver>> = HashMap::new();
     for edge in &dag.edges {
-        let from = dag.operator(edge.from).ok_or_else(|| Error::internal("edge from unknown operator"))?;
-        let to = dag.operator(edge.to).ok_or_else(|| Error::internal("edge to unknown operator"))?;
+        let from = dag
+            .operator(edge.from)
+            .ok_or_else(|| Error::internal("edge from unknown operator"))?;
+        let to = dag
+            .operator(edge.to)
+            .ok_or_else(|| Error::internal("edge to unknown operator"))?;
         open_edge(id, edge, from, to, transport, &mut outputs, &mut inputs)?;
     }
     Ok((outputs, inputs))
@@ -142,14 +167,22 @@ fn open_edge(
     outputs: &mut HashMap<(OperatorId, u32), Vec<OutputEdge>>,
     inputs: &mut HashMap<(OperatorId, u32), Vec<ChannelReceiver>>,
 ) -> Result<()> {
-    let key = |f: u32, t: u32| ChannelKey { pipeline: id, edge: edge.id, from: f, to: t };
+    let key = |f: u32, t: u32| ChannelKey {
+        pipeline: id,
+        edge: edge.id,
+        from: f,
+        to: t,
+    };
     if edge.partitioning == Partitioning::Forward {
         if from.parallelism != to.parallelism {
             return Err(Error::internal("forward edge between different parallelisms"));
         }
         for i in 0..from.parallelism {
             let (tx, rx) = transport.channel(key(i, i));
-            outputs.entry((from.id, i)).or_default().push(OutputEdge::new(Partitioning::Forward, vec![tx], 0));
+            outputs
+                .entry((from.id, i))
+                .or_default()
+                .push(OutputEdge::new(Partitioning::Forward, vec![tx], 0));
             inputs.entry((to.id, i)).or_default().push(rx);
         }
         return Ok(());
@@ -187,7 +220,17 @@ pub fn deploy(
             metrics.push(m.clone());
             let output = Output::new(outputs.remove(&(op.id, instance)).unwrap_or_default(), m.clone());
             let task_inputs = inputs.remove(&(op.id, instance)).unwrap_or_default();
-            let fut = build_task(id, op, instance, connectors, config, output, task_inputs, m, cancel.clone())?;
+            let fut = build_task(
+                id,
+                op,
+                instance,
+                connectors,
+                config,
+                output,
+                task_inputs,
+                m,
+                cancel.clone(),
+            )?;
             futures.push((op.id, instance, fut));
         }
     }
@@ -212,14 +255,24 @@ pub fn deploy(
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 let mut s = status.lock().expect("status lock");
                 if *s == PipelineStatus::Running {
-                    *s = if cancel.is_cancelled() { PipelineStatus::Stopped } else { PipelineStatus::Finished };
+                    *s = if cancel.is_cancelled() {
+                        PipelineStatus::Stopped
+                    } else {
+                        PipelineStatus::Finished
+                    };
                 }
                 drop(s);
                 let _ = done_tx.send(true);
             }
         });
     }
-    Ok(PipelineRuntime { id, metrics, status, cancel, done: done_rx })
+    Ok(PipelineRuntime {
+        id,
+        metrics,
+        status,
+        cancel,
+        done: done_rx,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -252,7 +305,13 @@ fn build_task(
         OperatorKind::WindowAggregate(spec) => build_window_operator(spec, op.output_schema.clone())?,
         OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, id, instance)?,
     };
-    let task = Task { operator, inputs, output, metrics, cancel };
+    let task = Task {
+        operator,
+        inputs,
+        output,
+        metrics,
+        cancel,
+    };
     Ok(Box::pin(task.run()))
 }
 

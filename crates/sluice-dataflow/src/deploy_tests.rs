@@ -54,7 +54,12 @@ struct TestSink {
 
 #[async_trait]
 impl Operator for TestSink {
-    async fn process_batch(&mut self, _batch: RecordBatch, _input: usize, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+    async fn process_batch(
+        &mut self,
+        _batch: RecordBatch,
+        _input: usize,
+        _ctx: &mut OperatorContext<'_>,
+    ) -> Result<()> {
         let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
         if self.panic_at == Some(n) {
             panic!("injected fault at batch {n}");
@@ -76,10 +81,17 @@ struct TestConnectors {
 
 impl ConnectorFactory for TestConnectors {
     fn source(&self, _: &SourceSpec, _: &SchemaRef, _: u32, _: u32) -> Result<Box<dyn SourceReader>> {
-        Ok(Box::new(CountingReader { next: 0, batches_left: self.batches }))
+        Ok(Box::new(CountingReader {
+            next: 0,
+            batches_left: self.batches,
+        }))
     }
     fn sink(&self, _: &SinkSpec, _: &SchemaRef, _: PipelineId, _: u32) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(TestSink { delay: self.delay, panic_at: self.panic_at, seen: self.seen.clone() }))
+        Ok(Box::new(TestSink {
+            delay: self.delay,
+            panic_at: self.panic_at,
+            seen: self.seen.clone(),
+        }))
     }
 }
 
@@ -91,13 +103,32 @@ fn source_to_sink() -> PhysicalDag {
         watermark: None,
         idle_timeout_ms: 1000,
     };
-    let sink = SinkSpec { connector: "test".into(), options: BTreeMap::new(), event_time_column: None };
+    let sink = SinkSpec {
+        connector: "test".into(),
+        options: BTreeMap::new(),
+        event_time_column: None,
+    };
     PhysicalDag {
         operators: vec![
-            OperatorSpec { id: OperatorId(0), kind: OperatorKind::Source(source), parallelism: 1, output_schema: schema() },
-            OperatorSpec { id: OperatorId(1), kind: OperatorKind::Sink(sink), parallelism: 1, output_schema: schema() },
+            OperatorSpec {
+                id: OperatorId(0),
+                kind: OperatorKind::Source(source),
+                parallelism: 1,
+                output_schema: schema(),
+            },
+            OperatorSpec {
+                id: OperatorId(1),
+                kind: OperatorKind::Sink(sink),
+                parallelism: 1,
+                output_schema: schema(),
+            },
         ],
-        edges: vec![EdgeSpec { id: EdgeId(0), from: OperatorId(0), to: OperatorId(1), partitioning: Partitioning::Forward }],
+        edges: vec![EdgeSpec {
+            id: EdgeId(0),
+            from: OperatorId(0),
+            to: OperatorId(1),
+            partitioning: Partitioning::Forward,
+        }],
     }
 }
 
@@ -110,8 +141,20 @@ async fn a_fast_source_into_a_slow_sink_keeps_queued_rows_bounded() {
     let credits_max = 1_000u32;
     let transport = InProcessTransport { credits_max };
     let seen = Arc::new(AtomicU64::new(0));
-    let connectors = TestConnectors { batches: None, delay: Duration::from_millis(2), panic_at: None, seen: seen.clone() };
-    let runtime = deploy(PipelineId(1), &source_to_sink(), &connectors, &transport, &DeployConfig::default()).unwrap();
+    let connectors = TestConnectors {
+        batches: None,
+        delay: Duration::from_millis(2),
+        panic_at: None,
+        seen: seen.clone(),
+    };
+    let runtime = deploy(
+        PipelineId(1),
+        &source_to_sink(),
+        &connectors,
+        &transport,
+        &DeployConfig::default(),
+    )
+    .unwrap();
     let (source, sink) = (metric(&runtime, "source"), metric(&runtime, "sink"));
     let mut max_in_flight = 0u64;
     let mut max_queued = 0u64;
@@ -128,17 +171,36 @@ async fn a_fast_source_into_a_slow_sink_keeps_queued_rows_bounded() {
     // The source could have produced millions of rows in this time; it was
     // held to the channel's credits plus the batch waiting to be sent.
     let bound = credits_max as u64 + BATCH_ROWS as u64;
-    assert!(max_in_flight <= bound, "rows in flight {max_in_flight} exceed the bound {bound}");
-    assert!(max_queued <= credits_max as u64, "queued rows {max_queued} exceed the credits {credits_max}");
-    assert!(max_in_flight >= (credits_max as u64) / 2, "the source should have filled the channel: {max_in_flight}");
+    assert!(
+        max_in_flight <= bound,
+        "rows in flight {max_in_flight} exceed the bound {bound}"
+    );
+    assert!(
+        max_queued <= credits_max as u64,
+        "queued rows {max_queued} exceed the credits {credits_max}"
+    );
+    assert!(
+        max_in_flight >= (credits_max as u64) / 2,
+        "the source should have filled the channel: {max_in_flight}"
+    );
 }
 
 #[tokio::test]
 async fn a_panicking_task_fails_its_pipeline_only() {
     let transport = InProcessTransport::default();
     let healthy_seen = Arc::new(AtomicU64::new(0));
-    let healthy = TestConnectors { batches: Some(50), delay: Duration::ZERO, panic_at: None, seen: healthy_seen.clone() };
-    let faulty = TestConnectors { batches: None, delay: Duration::ZERO, panic_at: Some(3), seen: Arc::new(AtomicU64::new(0)) };
+    let healthy = TestConnectors {
+        batches: Some(50),
+        delay: Duration::ZERO,
+        panic_at: None,
+        seen: healthy_seen.clone(),
+    };
+    let faulty = TestConnectors {
+        batches: None,
+        delay: Duration::ZERO,
+        panic_at: Some(3),
+        seen: Arc::new(AtomicU64::new(0)),
+    };
     let config = DeployConfig::default();
     let bad = deploy(PipelineId(1), &source_to_sink(), &faulty, &transport, &config).unwrap();
     let good = deploy(PipelineId(2), &source_to_sink(), &healthy, &transport, &config).unwrap();
@@ -150,5 +212,9 @@ async fn a_panicking_task_fails_its_pipeline_only() {
         other => panic!("expected a failed pipeline, got {other:?}"),
     }
     assert_eq!(good.wait().await, PipelineStatus::Finished);
-    assert_eq!(healthy_seen.load(Ordering::Relaxed), 50, "the healthy pipeline saw every batch");
+    assert_eq!(
+        healthy_seen.load(Ordering::Relaxed),
+        50,
+        "the healthy pipeline saw every batch"
+    );
 }

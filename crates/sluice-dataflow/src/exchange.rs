@@ -28,7 +28,11 @@ pub fn hash_partition(batch: &RecordBatch, columns: &[usize], partitions: usize)
 }
 
 /// Splits `batch` into one batch per partition (empty ones omitted).
-pub fn split_by_partition(batch: &RecordBatch, targets: &[u32], partitions: usize) -> Result<Vec<(usize, RecordBatch)>> {
+pub fn split_by_partition(
+    batch: &RecordBatch,
+    targets: &[u32],
+    partitions: usize,
+) -> Result<Vec<(usize, RecordBatch)>> {
     let mut indices: Vec<Vec<u32>> = vec![Vec::new(); partitions];
     for (row, target) in targets.iter().enumerate() {
         indices[*target as usize].push(row as u32);
@@ -58,7 +62,12 @@ pub struct OutputEdge {
 
 impl OutputEdge {
     pub fn new(partitioning: Partitioning, senders: Vec<ChannelSender>, instance: usize) -> Self {
-        OutputEdge { partitioning, senders, instance, next_round_robin: instance }
+        OutputEdge {
+            partitioning,
+            senders,
+            instance,
+            next_round_robin: instance,
+        }
     }
 }
 

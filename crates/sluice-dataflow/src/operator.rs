@@ -30,7 +30,10 @@ impl OperatorContext<'_> {
 
     /// Emits a watermark downstream.
     pub async fn emit_watermark(&mut self, watermark: Watermark) -> Result<()> {
-        self.output.broadcast(Message::Watermark(watermark)).await.map_err(|_| downstream_gone())
+        self.output
+            .broadcast(Message::Watermark(watermark))
+            .await
+            .map_err(|_| downstream_gone())
     }
 }
 

@@ -39,7 +39,9 @@ pub fn df_error(e: datafusion::error::DataFusionError) -> Error {
 
 /// Evaluates `expr` to an array of `rows` rows.
 pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
-    expr.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())).map_err(df_error)
+    expr.evaluate(batch)
+        .and_then(|v| v.into_array(batch.num_rows()))
+        .map_err(df_error)
 }
 
 /// Filter, then project.
@@ -51,12 +53,24 @@ pub struct ProjectOperator {
 
 impl ProjectOperator {
     pub fn new(spec: &ProjectSpec, output_schema: SchemaRef) -> Result<Self> {
-        let filter = spec.filter.as_deref().map(|f| compile_expr(f, &spec.input_schema)).transpose()?;
-        let exprs = spec.exprs.iter().map(|e| compile_expr(e, &spec.input_schema)).collect::<Result<Vec<_>>>()?;
+        let filter = spec
+            .filter
+            .as_deref()
+            .map(|f| compile_expr(f, &spec.input_schema))
+            .transpose()?;
+        let exprs = spec
+            .exprs
+            .iter()
+            .map(|e| compile_expr(e, &spec.input_schema))
+            .collect::<Result<Vec<_>>>()?;
         if exprs.len() != output_schema.fields().len() {
             return Err(Error::internal("project: expression count differs from output schema"));
         }
-        Ok(ProjectOperator { filter, exprs, output_schema })
+        Ok(ProjectOperator {
+            filter,
+            exprs,
+            output_schema,
+        })
     }
 
     /// Applies the filter and projection to one batch.
@@ -81,7 +95,11 @@ impl ProjectOperator {
             columns.push(array);
         }
         let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-        Ok(RecordBatch::try_new_with_options(self.output_schema.clone(), columns, &options)?)
+        Ok(RecordBatch::try_new_with_options(
+            self.output_schema.clone(),
+            columns,
+            &options,
+        )?)
     }
 }
 
@@ -117,7 +135,10 @@ mod tests {
         let op = ProjectOperator::new(&spec, output).unwrap();
         let batch = RecordBatch::try_new(
             input,
-            vec![Arc::new(Int64Array::from(vec![5, 11, 20])), Arc::new(StringArray::from(vec!["a", "b", "c"]))],
+            vec![
+                Arc::new(Int64Array::from(vec![5, 11, 20])),
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+            ],
         )
         .unwrap();
         let out = op.apply(&batch).unwrap();

@@ -143,8 +143,12 @@ impl SourceTask {
     /// end-of-input), the pipeline is cancelled, or the reader fails.
     pub async fn run(mut self) -> Result<()> {
         let delay = self.watermark.as_ref().map_or(0, |w| w.delay_ms);
-        let mut generator =
-            WatermarkGenerator::new(self.reader.partitions().max(1), delay, self.idle_timeout, Instant::now());
+        let mut generator = WatermarkGenerator::new(
+            self.reader.partitions().max(1),
+            delay,
+            self.idle_timeout,
+            Instant::now(),
+        );
         let tick = (self.idle_timeout / 2).max(Duration::from_millis(10));
         loop {
             let event = tokio::select! {

@@ -136,7 +136,11 @@ impl Task {
             Message::Data(batch) => {
                 frontier.on_data(input);
                 self.metrics.add_rows_in(batch.num_rows());
-                let mut ctx = OperatorContext { output: &mut self.output, metrics: &self.metrics, watermark: frontier.low() };
+                let mut ctx = OperatorContext {
+                    output: &mut self.output,
+                    metrics: &self.metrics,
+                    watermark: frontier.low(),
+                };
                 self.operator.process_batch(batch, input, &mut ctx).await?;
                 FrontierChange::None
             }
@@ -148,7 +152,11 @@ impl Task {
         match change {
             FrontierChange::Advanced(w) => {
                 self.metrics.watermark_ms.store(w.0, Ordering::Relaxed);
-                let mut ctx = OperatorContext { output: &mut self.output, metrics: &self.metrics, watermark: w };
+                let mut ctx = OperatorContext {
+                    output: &mut self.output,
+                    metrics: &self.metrics,
+                    watermark: w,
+                };
                 self.operator.process_watermark(w, &mut ctx).await?;
             }
             FrontierChange::AllIdle => {
@@ -157,7 +165,11 @@ impl Task {
             FrontierChange::None => {}
         }
         if frontier.all_ended() {
-            let mut ctx = OperatorContext { output: &mut self.output, metrics: &self.metrics, watermark: frontier.low() };
+            let mut ctx = OperatorContext {
+                output: &mut self.output,
+                metrics: &self.metrics,
+                watermark: frontier.low(),
+            };
             self.operator.process_end_of_input(&mut ctx).await?;
             // A sink has no downstream; a closed downstream at the end is fine.
             let _ = self.output.broadcast(Message::EndOfInput).await;
@@ -165,7 +177,6 @@ impl Task {
         }
         Ok(false)
     }
-
 }
 
 fn closed() -> Error {
@@ -203,7 +214,10 @@ mod tests {
         let mut f = InputFrontier::new(2);
         assert_eq!(f.on_watermark(0, Watermark(10)), FrontierChange::None);
         assert_eq!(f.on_watermark(1, Watermark(5)), FrontierChange::Advanced(Watermark(5)));
-        assert_eq!(f.on_watermark(1, Watermark(20)), FrontierChange::Advanced(Watermark(10)));
+        assert_eq!(
+            f.on_watermark(1, Watermark(20)),
+            FrontierChange::Advanced(Watermark(10))
+        );
         // Never goes back.
         assert_eq!(f.on_watermark(0, Watermark(3)), FrontierChange::None);
         assert_eq!(f.low(), Watermark(10));

@@ -34,7 +34,10 @@ pub fn timestamps_ms(column: &ArrayRef) -> Result<Vec<Option<i64>>> {
         column: &ArrayRef,
         unit: TimeUnit,
     ) -> Vec<Option<i64>> {
-        let a = column.as_any().downcast_ref::<PrimitiveArray<T>>().expect("checked type");
+        let a = column
+            .as_any()
+            .downcast_ref::<PrimitiveArray<T>>()
+            .expect("checked type");
         a.iter().map(|v| v.map(|v| unit_to_ms(v, unit))).collect()
     }
     match column.data_type() {
@@ -48,7 +51,9 @@ pub fn timestamps_ms(column: &ArrayRef) -> Result<Vec<Option<i64>>> {
         DataType::Timestamp(TimeUnit::Nanosecond, _) => {
             Ok(collect::<TimestampNanosecondType>(column, TimeUnit::Nanosecond))
         }
-        other => Err(Error::internal(format!("event-time column has type {other}, not a timestamp"))),
+        other => Err(Error::internal(format!(
+            "event-time column has type {other}, not a timestamp"
+        ))),
     }
 }
 
@@ -64,7 +69,9 @@ pub fn timestamp_array(values_ms: &[i64], data_type: &DataType) -> Result<ArrayR
     };
     let values = values_ms.iter().map(|ms| ms_to_unit(*ms, *unit));
     let array: ArrayRef = match unit {
-        TimeUnit::Second => Arc::new(PrimitiveArray::<TimestampSecondType>::from_iter_values(values).with_timezone_opt(tz.clone())),
+        TimeUnit::Second => {
+            Arc::new(PrimitiveArray::<TimestampSecondType>::from_iter_values(values).with_timezone_opt(tz.clone()))
+        }
         TimeUnit::Millisecond => {
             Arc::new(PrimitiveArray::<TimestampMillisecondType>::from_iter_values(values).with_timezone_opt(tz.clone()))
         }
@@ -94,7 +101,12 @@ mod tests {
 
     #[test]
     fn round_trip_in_each_unit() {
-        for unit in [TimeUnit::Second, TimeUnit::Millisecond, TimeUnit::Microsecond, TimeUnit::Nanosecond] {
+        for unit in [
+            TimeUnit::Second,
+            TimeUnit::Millisecond,
+            TimeUnit::Microsecond,
+            TimeUnit::Nanosecond,
+        ] {
             let dt = DataType::Timestamp(unit, None);
             let a = timestamp_array(&[0, 10_000, 1_700_000_000_000], &dt).unwrap();
             assert_eq!(a.data_type(), &dt);

@@ -37,6 +37,9 @@ impl StreamDef {
         self.event_time
             .as_ref()
             .filter(|e| !e.from_upstream)
-            .map(|e| WatermarkSpec { column: e.column, delay_ms: e.delay_ms })
+            .map(|e| WatermarkSpec {
+                column: e.column,
+                delay_ms: e.delay_ms,
+            })
     }
 }

@@ -44,7 +44,11 @@ fn detail(op: &crate::OperatorSpec) -> String {
     match &op.kind {
         OperatorKind::Source(s) => {
             let wm = match &s.watermark {
-                Some(w) => format!(", watermark {} - {} ms", op.output_schema.field(w.column).name(), w.delay_ms),
+                Some(w) => format!(
+                    ", watermark {} - {} ms",
+                    op.output_schema.field(w.column).name(),
+                    w.delay_ms
+                ),
                 None => String::new(),
             };
             format!("{} ({}){}", s.stream, s.connector, wm)
@@ -66,16 +70,34 @@ fn detail(op: &crate::OperatorSpec) -> String {
                 .iter()
                 .map(|a| {
                     let args: Vec<String> = a.args.iter().map(name).collect();
-                    let args = if args.is_empty() { "*".to_string() } else { args.join(", ") };
+                    let args = if args.is_empty() {
+                        "*".to_string()
+                    } else {
+                        args.join(", ")
+                    };
                     let distinct = if a.distinct { "DISTINCT " } else { "" };
                     format!("{}({distinct}{args})", a.function)
                 })
                 .collect();
-            format!("{window} on {}; keys [{}]; {}", name(&w.time_column), keys.join(", "), aggs.join(", "))
+            format!(
+                "{window} on {}; keys [{}]; {}",
+                name(&w.time_column),
+                keys.join(", "),
+                aggs.join(", ")
+            )
         }
         OperatorKind::Sink(s) => {
-            let target = s.options.get("path").or(s.options.get("stream")).cloned().unwrap_or_default();
-            if target.is_empty() { s.connector.clone() } else { format!("{} {target}", s.connector) }
+            let target = s
+                .options
+                .get("path")
+                .or(s.options.get("stream"))
+                .cloned()
+                .unwrap_or_default();
+            if target.is_empty() {
+                s.connector.clone()
+            } else {
+                format!("{} {target}", s.connector)
+            }
         }
     }
 }

@@ -28,7 +28,9 @@ impl PhysicalDag {
     }
     /// Source operators.
     pub fn sources(&self) -> impl Iterator<Item = &OperatorSpec> {
-        self.operators.iter().filter(|o| matches!(o.kind, OperatorKind::Source(_)))
+        self.operators
+            .iter()
+            .filter(|o| matches!(o.kind, OperatorKind::Source(_)))
     }
 }
 

@@ -69,6 +69,12 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 /// Serves HTTP on `listener` until `shutdown`.
-pub async fn serve(listener: tokio::net::TcpListener, engine: Arc<Engine>, shutdown: CancellationToken) -> std::io::Result<()> {
-    axum::serve(listener, router(engine)).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    engine: Arc<Engine>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(engine))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
 }

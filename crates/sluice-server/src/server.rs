@@ -44,7 +44,11 @@ impl ServerHandle {
 pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
     std::fs::create_dir_all(&config.data_dir)?;
     let connectors = Connectors::default();
-    let worker = Arc::new(Worker::new(connectors.clone(), InProcessTransport::default(), DeployConfig::default()));
+    let worker = Arc::new(Worker::new(
+        connectors.clone(),
+        InProcessTransport::default(),
+        DeployConfig::default(),
+    ));
     let scheduler = Arc::new(LocalScheduler { worker });
     let master = Arc::new(Master::open(&config.data_dir, scheduler, connectors)?);
     let engine = Engine::new(master);
@@ -56,7 +60,13 @@ pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
         tokio::spawn(crate::pgwire::serve(pg, engine.clone(), shutdown.clone())),
         tokio::spawn(crate::http::serve(http, engine.clone(), shutdown.clone())),
     ];
-    Ok(ServerHandle { pg_addr, http_addr, engine, shutdown, tasks })
+    Ok(ServerHandle {
+        pg_addr,
+        http_addr,
+        engine,
+        shutdown,
+        tasks,
+    })
 }
 
 /// Start-up errors: I/O (ports, data dir) or the catalog.

@@ -32,7 +32,14 @@ pub fn stream_def(create: &CreateStream, connector: &str, connector_schema: Opti
     };
     let mut options = create.options.clone();
     options.remove("connector");
-    Ok(StreamDef { name: create.name.clone(), schema, event_time, connector: connector.to_string(), options, pipeline: None })
+    Ok(StreamDef {
+        name: create.name.clone(),
+        schema,
+        event_time,
+        connector: connector.to_string(),
+        options,
+        pipeline: None,
+    })
 }
 
 fn declared_schema(create: &CreateStream) -> Result<Option<SchemaRef>> {
@@ -43,7 +50,10 @@ fn declared_schema(create: &CreateStream) -> Result<Option<SchemaRef>> {
     for c in &create.columns {
         let name = normalize_ident(&c.name);
         if fields.iter().any(|f| f.name() == &name) {
-            return Err(Error::user(SqlCode::DuplicateObject, format!("column \"{name}\" specified more than once")));
+            return Err(Error::user(
+                SqlCode::DuplicateObject,
+                format!("column \"{name}\" specified more than once"),
+            ));
         }
         let not_null = c.options.iter().any(|o| matches!(o.option, ColumnOption::NotNull));
         fields.push(Field::new(name, arrow_type(&c.data_type)?, !not_null));
@@ -53,10 +63,18 @@ fn declared_schema(create: &CreateStream) -> Result<Option<SchemaRef>> {
 
 fn check_matches(declared: &Schema, fixed: &Schema, connector: &str) -> Result<()> {
     let describe = |s: &Schema| {
-        s.fields().iter().map(|f| format!("{} {}", f.name(), f.data_type())).collect::<Vec<_>>().join(", ")
+        s.fields()
+            .iter()
+            .map(|f| format!("{} {}", f.name(), f.data_type()))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let same = declared.fields().len() == fixed.fields().len()
-        && declared.fields().iter().zip(fixed.fields()).all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+        && declared
+            .fields()
+            .iter()
+            .zip(fixed.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
     if same {
         return Ok(());
     }
@@ -72,12 +90,18 @@ fn check_matches(declared: &Schema, fixed: &Schema, connector: &str) -> Result<(
 
 fn event_time(schema: &Schema, column: &str, expr: &Expr) -> Result<EventTime> {
     let index = schema.index_of(column).map_err(|_| {
-        Error::user(SqlCode::UndefinedColumn, format!("WATERMARK FOR {column}: column \"{column}\" does not exist"))
+        Error::user(
+            SqlCode::UndefinedColumn,
+            format!("WATERMARK FOR {column}: column \"{column}\" does not exist"),
+        )
     })?;
     if !matches!(schema.field(index).data_type(), DataType::Timestamp(_, _)) {
         return Err(Error::user(
             SqlCode::DatatypeMismatch,
-            format!("WATERMARK FOR {column}: the column must be a TIMESTAMP, not {}", schema.field(index).data_type()),
+            format!(
+                "WATERMARK FOR {column}: the column must be a TIMESTAMP, not {}",
+                schema.field(index).data_type()
+            ),
         ));
     }
     let usage = || {
@@ -88,8 +112,16 @@ fn event_time(schema: &Schema, column: &str, expr: &Expr) -> Result<EventTime> {
     let is_column = |e: &Expr| matches!(e, Expr::Identifier(i) if normalize_ident(i) == column);
     let delay_ms = match expr {
         e if is_column(e) => 0,
-        Expr::BinaryOp { left, op: BinaryOperator::Minus, right } if is_column(left) => interval_ms(right)?,
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Minus,
+            right,
+        } if is_column(left) => interval_ms(right)?,
         _ => return Err(usage()),
     };
-    Ok(EventTime { column: index, delay_ms, from_upstream: false })
+    Ok(EventTime {
+        column: index,
+        delay_ms,
+        from_upstream: false,
+    })
 }

@@ -40,7 +40,8 @@ pub fn plan_error(e: DataFusionError) -> Error {
 
 fn column_message(text: &str) -> String {
     // DataFusion: "Schema error: No field named foo. Valid fields are …"
-    text.trim_start_matches("Schema error: ").replace("No field named", "column does not exist:")
+    text.trim_start_matches("Schema error: ")
+        .replace("No field named", "column does not exist:")
 }
 
 fn classify_plan_message(m: String) -> Error {

@@ -38,10 +38,23 @@ pub enum DropKind {
 pub enum SluiceStatement {
     CreateStream(Box<CreateStream>),
     /// `CREATE STREAM name AS query`: a derived stream and its pipeline.
-    CreateStreamAs { name: String, if_not_exists: bool, query: Box<Query> },
+    CreateStreamAs {
+        name: String,
+        if_not_exists: bool,
+        query: Box<Query>,
+    },
     /// `CREATE SINK name WITH (…) AS query`.
-    CreateSink { name: String, if_not_exists: bool, options: BTreeMap<String, String>, query: Box<Query> },
-    Drop { kind: DropKind, name: String, if_exists: bool },
+    CreateSink {
+        name: String,
+        if_not_exists: bool,
+        options: BTreeMap<String, String>,
+        query: Box<Query>,
+    },
+    Drop {
+        kind: DropKind,
+        name: String,
+        if_exists: bool,
+    },
     ShowStreams,
     ShowPipelines,
     /// `SHOW name`.
@@ -70,7 +83,10 @@ pub fn parse_statements(sql: &str) -> Result<Vec<SluiceStatement>> {
         out.push(parse_one(&mut parser)?);
         let next = parser.peek_token();
         if !matches!(next.token, Token::SemiColon | Token::EOF) {
-            return Err(Error::syntax(format!("syntax error at or near \"{}\" (at {})", next.token, next.span.start)));
+            return Err(Error::syntax(format!(
+                "syntax error at or near \"{}\" (at {})",
+                next.token, next.span.start
+            )));
         }
     }
     Ok(out)
@@ -104,13 +120,19 @@ fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
             p.next_token();
             Ok(SluiceStatement::Explain(p.parse_query().map_err(parser_error)?))
         }
-        _ => Ok(SluiceStatement::Sql(Box::new(p.parse_statement().map_err(parser_error)?))),
+        _ => Ok(SluiceStatement::Sql(Box::new(
+            p.parse_statement().map_err(parser_error)?,
+        ))),
     }
 }
 
 /// A name: unquoted parts are lower-cased, as Postgres does.
 pub fn normalize_ident(ident: &Ident) -> String {
-    if ident.quote_style.is_some() { ident.value.clone() } else { ident.value.to_lowercase() }
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
 }
 
 /// The (single-part, or last-part) normalized name of an object name.
@@ -134,7 +156,11 @@ fn parse_create_stream(p: &mut Parser) -> Result<SluiceStatement> {
     let name = object_name(p)?;
     if p.parse_keyword(Keyword::AS) {
         let query = p.parse_query().map_err(parser_error)?;
-        return Ok(SluiceStatement::CreateStreamAs { name, if_not_exists, query });
+        return Ok(SluiceStatement::CreateStreamAs {
+            name,
+            if_not_exists,
+            query,
+        });
     }
     let mut columns = Vec::new();
     let mut watermark = None;
@@ -158,8 +184,18 @@ fn parse_create_stream(p: &mut Parser) -> Result<SluiceStatement> {
         }
         p.expect_token(&Token::RParen).map_err(parser_error)?;
     }
-    let options = if p.parse_keyword(Keyword::WITH) { parse_options(p)? } else { BTreeMap::new() };
-    Ok(SluiceStatement::CreateStream(Box::new(CreateStream { name, if_not_exists, columns, watermark, options })))
+    let options = if p.parse_keyword(Keyword::WITH) {
+        parse_options(p)?
+    } else {
+        BTreeMap::new()
+    };
+    Ok(SluiceStatement::CreateStream(Box::new(CreateStream {
+        name,
+        if_not_exists,
+        columns,
+        watermark,
+        options,
+    })))
 }
 
 fn parse_create_sink(p: &mut Parser) -> Result<SluiceStatement> {
@@ -167,10 +203,19 @@ fn parse_create_sink(p: &mut Parser) -> Result<SluiceStatement> {
     p.next_token();
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = object_name(p)?;
-    let options = if p.parse_keyword(Keyword::WITH) { parse_options(p)? } else { BTreeMap::new() };
+    let options = if p.parse_keyword(Keyword::WITH) {
+        parse_options(p)?
+    } else {
+        BTreeMap::new()
+    };
     p.expect_keyword(Keyword::AS).map_err(parser_error)?;
     let query = p.parse_query().map_err(parser_error)?;
-    Ok(SluiceStatement::CreateSink { name, if_not_exists, options, query })
+    Ok(SluiceStatement::CreateSink {
+        name,
+        if_not_exists,
+        options,
+        query,
+    })
 }
 
 /// `( key = value, … )` where a key is an identifier, a dotted name or a
@@ -205,12 +250,21 @@ fn option_atom(p: &mut Parser, what: &str) -> Result<String> {
     match t.token {
         Token::SingleQuotedString(s) => Ok(s),
         Token::Number(n, _) => Ok(n),
-        Token::Word(w) => Ok(if w.quote_style.is_some() { w.value } else { w.value.to_lowercase() }),
+        Token::Word(w) => Ok(if w.quote_style.is_some() {
+            w.value
+        } else {
+            w.value.to_lowercase()
+        }),
         Token::Minus => match p.next_token().token {
             Token::Number(n, _) => Ok(format!("-{n}")),
-            other => Err(Error::syntax(format!("syntax error: expected {what}, found \"{other}\""))),
+            other => Err(Error::syntax(format!(
+                "syntax error: expected {what}, found \"{other}\""
+            ))),
         },
-        other => Err(Error::syntax(format!("syntax error: expected {what}, found \"{other}\" (at {})", t.span.start))),
+        other => Err(Error::syntax(format!(
+            "syntax error: expected {what}, found \"{other}\" (at {})",
+            t.span.start
+        ))),
     }
 }
 
@@ -251,7 +305,12 @@ fn parse_show(p: &mut Parser) -> Result<SluiceStatement> {
         }
         _ => {
             let name = p.parse_object_name(false).map_err(parser_error)?;
-            let text: Vec<String> = name.0.iter().filter_map(|part| part.as_ident()).map(|i| i.value.to_lowercase()).collect();
+            let text: Vec<String> = name
+                .0
+                .iter()
+                .filter_map(|part| part.as_ident())
+                .map(|i| i.value.to_lowercase())
+                .collect();
             Ok(SluiceStatement::ShowVariable(text.join(".")))
         }
     }
@@ -268,7 +327,9 @@ mod tests {
              WITH (connector = 'nexmark', 'events.max' = 100, table = bid);",
         )
         .unwrap();
-        let SluiceStatement::CreateStream(c) = &s[0] else { panic!("{s:?}") };
+        let SluiceStatement::CreateStream(c) = &s[0] else {
+            panic!("{s:?}")
+        };
         assert_eq!(c.name, "bid");
         assert_eq!(c.columns.len(), 2);
         assert_eq!(c.watermark.as_ref().unwrap().0, "date_time");
@@ -281,14 +342,24 @@ mod tests {
         let s = parse_statements("SHOW STREAMS; SHOW PIPELINES; DESCRIBE bid; EXPLAIN PIPELINE p; DROP STREAM IF EXISTS x; SET parallelism = 4; SHOW parallelism").unwrap();
         assert_eq!(s.len(), 7);
         assert_eq!(s[2], SluiceStatement::Describe("bid".into()));
-        assert_eq!(s[4], SluiceStatement::Drop { kind: DropKind::Stream, name: "x".into(), if_exists: true });
+        assert_eq!(
+            s[4],
+            SluiceStatement::Drop {
+                kind: DropKind::Stream,
+                name: "x".into(),
+                if_exists: true
+            }
+        );
         assert_eq!(s[6], SluiceStatement::ShowVariable("parallelism".into()));
     }
 
     #[test]
     fn create_sink_as_select() {
-        let s = parse_statements("CREATE SINK s WITH (connector = 'file', path = '/tmp/x') AS SELECT * FROM bid").unwrap();
-        assert!(matches!(&s[0], SluiceStatement::CreateSink { name, options, .. } if name == "s" && options["path"] == "/tmp/x"));
+        let s =
+            parse_statements("CREATE SINK s WITH (connector = 'file', path = '/tmp/x') AS SELECT * FROM bid").unwrap();
+        assert!(
+            matches!(&s[0], SluiceStatement::CreateSink { name, options, .. } if name == "s" && options["path"] == "/tmp/x")
+        );
     }
 
     #[test]

@@ -51,7 +51,12 @@ pub fn arrow_type(t: &SqlType) -> Result<DataType> {
 /// plain duration string `'10s'`.
 pub fn interval_ms(expr: &sqlparser::ast::Expr) -> Result<i64> {
     use sqlparser::ast::{Expr, Value};
-    let bad = || Error::user(SqlCode::Syntax, format!("expected an interval such as INTERVAL '10' SECOND, got {expr}"));
+    let bad = || {
+        Error::user(
+            SqlCode::Syntax,
+            format!("expected an interval such as INTERVAL '10' SECOND, got {expr}"),
+        )
+    };
     match expr {
         Expr::Interval(iv) => {
             let text = match iv.value.as_ref() {
@@ -82,7 +87,10 @@ pub fn interval_ms(expr: &sqlparser::ast::Expr) -> Result<i64> {
 
 fn positive(ms: i64, expr: &sqlparser::ast::Expr) -> Result<i64> {
     if ms <= 0 {
-        return Err(Error::user(SqlCode::InvalidParameterValue, format!("interval {expr} must be positive")));
+        return Err(Error::user(
+            SqlCode::InvalidParameterValue,
+            format!("interval {expr} must be positive"),
+        ));
     }
     Ok(ms)
 }
@@ -134,7 +142,11 @@ mod tests {
     use sqlparser::parser::Parser;
 
     fn ms(sql: &str) -> Result<i64> {
-        let e = Parser::new(&PostgreSqlDialect {}).try_with_sql(sql).unwrap().parse_expr().unwrap();
+        let e = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(sql)
+            .unwrap()
+            .parse_expr()
+            .unwrap();
         interval_ms(&e)
     }
 

@@ -13,9 +13,7 @@ use crate::statement::normalize_ident;
 use crate::types::interval_ms;
 use sluice_plan::WindowKind;
 use sluice_types::{Error, Result};
-use sqlparser::ast::{
-    Expr, FunctionArg, FunctionArgExpr, Query, SetExpr, TableFactor, TableWithJoins,
-};
+use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, Query, SetExpr, TableFactor, TableWithJoins};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
@@ -37,14 +35,25 @@ pub struct WindowTvf {
 /// without it is returned unchanged.
 pub fn rewrite_flink_window_syntax(sql: &str) -> Result<String> {
     let upper = sql.to_ascii_uppercase();
-    if !upper.contains("DESCRIPTOR") && !upper.contains("SECONDS") && !upper.contains("MINUTES") && !upper.contains("HOURS") {
+    if !upper.contains("DESCRIPTOR")
+        && !upper.contains("SECONDS")
+        && !upper.contains("MINUTES")
+        && !upper.contains("HOURS")
+    {
         return Ok(sql.to_string());
     }
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
         return Ok(sql.to_string());
     };
-    let significant = |i: usize| tokens.iter().skip(i).filter(|t| !matches!(t, Token::Whitespace(_))).cloned();
-    let is_word = |t: &Token, w: &str| matches!(t, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    let significant = |i: usize| {
+        tokens
+            .iter()
+            .skip(i)
+            .filter(|t| !matches!(t, Token::Whitespace(_)))
+            .cloned()
+    };
+    let is_word =
+        |t: &Token, w: &str| matches!(t, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
     let mut out: Vec<Token> = Vec::with_capacity(tokens.len());
     // Depths at which a `TABLE(` wrapper's closing paren must be dropped.
     let mut drop_close_at: Vec<i32> = Vec::new();
@@ -54,14 +63,25 @@ pub fn rewrite_flink_window_syntax(sql: &str) -> Result<String> {
         let t = &tokens[i];
         let mut next = significant(i + 1);
         let (n1, n2) = (next.next(), next.next());
-        if is_word(t, "TABLE") && n1 == Some(Token::LParen) && n2.as_ref().is_some_and(|w| ["TUMBLE", "HOP", "SESSION"].iter().any(|k| is_word(w, k))) {
+        if is_word(t, "TABLE")
+            && n1 == Some(Token::LParen)
+            && n2
+                .as_ref()
+                .is_some_and(|w| ["TUMBLE", "HOP", "SESSION"].iter().any(|k| is_word(w, k)))
+        {
             // `TABLE (` wrapper: drop it and its closing paren.
             i = skip_to(&tokens, i + 1, &Token::LParen) + 1;
             depth += 1;
             drop_close_at.push(depth);
             continue;
         }
-        if is_word(t, "TABLE") && matches!(out.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))), Some(Token::LParen) | Some(Token::Comma)) && matches!(n1, Some(Token::Word(_))) {
+        if is_word(t, "TABLE")
+            && matches!(
+                out.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))),
+                Some(Token::LParen) | Some(Token::Comma)
+            )
+            && matches!(n1, Some(Token::Word(_)))
+        {
             i += 1; // `TABLE s` argument → `s`
             continue;
         }
@@ -92,7 +112,10 @@ pub fn rewrite_flink_window_syntax(sql: &str) -> Result<String> {
                     "DAYS" => Some("DAY"),
                     _ => None,
                 };
-                let after_interval_literal = matches!(out.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))), Some(Token::SingleQuotedString(_)));
+                let after_interval_literal = matches!(
+                    out.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))),
+                    Some(Token::SingleQuotedString(_))
+                );
                 if let (Some(s), true) = (singular, after_interval_literal) {
                     out.push(Token::make_keyword(s));
                     i += 1;
@@ -108,7 +131,9 @@ pub fn rewrite_flink_window_syntax(sql: &str) -> Result<String> {
 }
 
 fn skip_to(tokens: &[Token], from: usize, wanted: &Token) -> usize {
-    (from..tokens.len()).find(|i| &tokens[*i] == wanted).unwrap_or(tokens.len() - 1)
+    (from..tokens.len())
+        .find(|i| &tokens[*i] == wanted)
+        .unwrap_or(tokens.len() - 1)
 }
 
 /// Replaces every window TVF in `query` (including subqueries and CTEs) by
@@ -155,7 +180,12 @@ fn visit_table_with_joins(twj: &mut TableWithJoins, found: &mut Vec<WindowTvf>) 
 
 fn visit_factor(factor: &mut TableFactor, found: &mut Vec<WindowTvf>) -> Result<()> {
     match factor {
-        TableFactor::Table { name, args: Some(args), alias, .. } => {
+        TableFactor::Table {
+            name,
+            args: Some(args),
+            alias,
+            ..
+        } => {
             let function = name.to_string().to_ascii_uppercase();
             if !matches!(function.as_str(), "TUMBLE" | "HOP" | "SESSION") {
                 return Err(Error::unsupported(format!(
@@ -175,14 +205,19 @@ fn visit_factor(factor: &mut TableFactor, found: &mut Vec<WindowTvf>) -> Result<
         }
         TableFactor::Derived { subquery, .. } => visit_query(subquery, found),
         TableFactor::NestedJoin { table_with_joins, .. } => visit_table_with_joins(table_with_joins, found),
-        TableFactor::Function { name, .. } => Err(Error::unsupported(format!("table function {name} is not supported"))),
+        TableFactor::Function { name, .. } => {
+            Err(Error::unsupported(format!("table function {name} is not supported")))
+        }
         _ => Ok(()),
     }
 }
 
 fn synthetic_table(name: &str, alias: &str) -> Result<TableFactor> {
     let sql = format!("SELECT * FROM {name} AS \"{}\"", alias.replace('"', "\"\""));
-    let stmt = Parser::new(&PostgreSqlDialect {}).try_with_sql(&sql).and_then(|mut p| p.parse_query()).map_err(parser_error)?;
+    let stmt = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_query())
+        .map_err(parser_error)?;
     match *stmt.body {
         SetExpr::Select(mut s) => Ok(s.from.remove(0).relation),
         _ => Err(Error::internal("synthetic table did not parse")),
@@ -199,7 +234,10 @@ fn window_from_args(function: &str, args: &[FunctionArg], table: String) -> Resu
         .iter()
         .map(|a| match a {
             FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
-            FunctionArg::Named { arg: FunctionArgExpr::Expr(e), .. } => Ok(e),
+            FunctionArg::Named {
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            } => Ok(e),
             _ => Err(Error::syntax(format!("{function}: expected {usage}"))),
         })
         .collect::<Result<_>>()?;
@@ -210,10 +248,14 @@ fn window_from_args(function: &str, args: &[FunctionArg], table: String) -> Resu
     let name_of = |e: &Expr| match e {
         Expr::Identifier(i) => Ok(normalize_ident(i)),
         Expr::CompoundIdentifier(parts) => Ok(parts.last().map(normalize_ident).unwrap_or_default()),
-        other => Err(Error::syntax(format!("{function}: expected a name, got {other}; usage {usage}"))),
+        other => Err(Error::syntax(format!(
+            "{function}: expected a name, got {other}; usage {usage}"
+        ))),
     };
     let kind = match function {
-        "TUMBLE" => WindowKind::Tumble { size_ms: interval_ms(exprs[2])? },
+        "TUMBLE" => WindowKind::Tumble {
+            size_ms: interval_ms(exprs[2])?,
+        },
         "HOP" => {
             let (slide_ms, size_ms) = (interval_ms(exprs[2])?, interval_ms(exprs[3])?);
             if slide_ms > size_ms {
@@ -223,9 +265,16 @@ fn window_from_args(function: &str, args: &[FunctionArg], table: String) -> Resu
             }
             WindowKind::Hop { slide_ms, size_ms }
         }
-        _ => WindowKind::Session { gap_ms: interval_ms(exprs[2])? },
+        _ => WindowKind::Session {
+            gap_ms: interval_ms(exprs[2])?,
+        },
     };
-    Ok(WindowTvf { table, stream: name_of(exprs[0])?, time_column: name_of(exprs[1])?, kind })
+    Ok(WindowTvf {
+        table,
+        stream: name_of(exprs[0])?,
+        time_column: name_of(exprs[1])?,
+        kind,
+    })
 }
 
 #[cfg(test)]
@@ -245,7 +294,9 @@ mod tests {
 
     #[test]
     fn tumble_is_replaced_by_a_synthetic_table() {
-        let mut q = query("SELECT window_start, count(*) FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) GROUP BY window_start, window_end");
+        let mut q = query(
+            "SELECT window_start, count(*) FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) GROUP BY window_start, window_end",
+        );
         let w = extract_window_tvfs(&mut q).unwrap();
         assert_eq!(w[0].stream, "bid");
         assert_eq!(w[0].time_column, "date_time");
@@ -259,7 +310,13 @@ mod tests {
             "SELECT window_start FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECONDS, INTERVAL '10' SECONDS)) GROUP BY window_start, window_end",
         );
         let w = extract_window_tvfs(&mut q).unwrap();
-        assert_eq!(w[0].kind, WindowKind::Hop { slide_ms: 2_000, size_ms: 10_000 });
+        assert_eq!(
+            w[0].kind,
+            WindowKind::Hop {
+                slide_ms: 2_000,
+                size_ms: 10_000
+            }
+        );
         assert_eq!(w[0].stream, "bid");
     }
 

@@ -77,7 +77,10 @@ pub enum Error {
 impl Error {
     /// A user error with the given SQLSTATE class.
     pub fn user(code: SqlCode, message: impl Into<String>) -> Self {
-        Error::User { code, message: message.into() }
+        Error::User {
+            code,
+            message: message.into(),
+        }
     }
     /// `42601`
     pub fn syntax(message: impl Into<String>) -> Self {

@@ -26,7 +26,10 @@ pub struct CompiledAggregate {
 impl CompiledAggregate {
     pub fn new(call: &AggregateCall, schema: &SchemaRef) -> Result<Self> {
         let udf = REGISTRY.udaf(&call.function).map_err(|_| {
-            Error::unsupported(format!("aggregate function {} is not supported in windows", call.function))
+            Error::unsupported(format!(
+                "aggregate function {} is not supported in windows",
+                call.function
+            ))
         })?;
         let args: Vec<Arc<dyn PhysicalExpr>> = if call.args.is_empty() {
             vec![Arc::new(Literal::new(ScalarValue::Int64(Some(1))))]
@@ -47,7 +50,11 @@ impl CompiledAggregate {
 
     /// The argument arrays of this aggregate over `batch`.
     pub fn arguments(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-        self.expr.expressions().iter().map(|e| crate::project::evaluate(e, batch)).collect()
+        self.expr
+            .expressions()
+            .iter()
+            .map(|e| crate::project::evaluate(e, batch))
+            .collect()
     }
 
     /// A vectorised accumulator over many groups.
@@ -56,7 +63,9 @@ impl CompiledAggregate {
             return self.expr.create_groups_accumulator().map_err(df_error);
         }
         let expr = self.expr.clone();
-        Ok(Box::new(GroupsAccumulatorAdapter::new(move || expr.create_accumulator())))
+        Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
+            expr.create_accumulator()
+        })))
     }
 
     /// An accumulator for one group.

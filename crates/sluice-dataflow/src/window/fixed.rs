@@ -111,7 +111,11 @@ impl FixedWindowOperator {
         Ok(WindowGroups {
             index: HashMap::new(),
             keys: self.converter.as_ref().map(|c| c.empty_rows(64, 1024)),
-            accumulators: self.aggregates.iter().map(|a| a.groups_accumulator()).collect::<Result<_>>()?,
+            accumulators: self
+                .aggregates
+                .iter()
+                .map(|a| a.groups_accumulator())
+                .collect::<Result<_>>()?,
         })
     }
 
@@ -128,8 +132,11 @@ impl FixedWindowOperator {
             }
             None => None,
         };
-        let arguments: Vec<Vec<ArrayRef>> =
-            self.aggregates.iter().map(|a| a.arguments(batch)).collect::<Result<_>>()?;
+        let arguments: Vec<Vec<ArrayRef>> = self
+            .aggregates
+            .iter()
+            .map(|a| a.arguments(batch))
+            .collect::<Result<_>>()?;
         for (start, rows) in per_window {
             if !self.windows.contains_key(&start) {
                 let w = self.new_window()?;
@@ -168,7 +175,8 @@ impl FixedWindowOperator {
                 } else {
                     args.iter().map(|a| take(a, &indices, None)).collect::<Result<_, _>>()?
                 };
-                acc.update_batch(&values, &group_indices, None, total_groups).map_err(df_error)?;
+                acc.update_batch(&values, &group_indices, None, total_groups)
+                    .map_err(df_error)?;
             }
         }
         Ok(late)
@@ -209,7 +217,13 @@ pub(crate) fn finish_batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result
     let columns = columns
         .into_iter()
         .zip(schema.fields())
-        .map(|(c, f)| if c.data_type() == f.data_type() { Ok(c) } else { cast(&c, f.data_type()) })
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c)
+            } else {
+                cast(&c, f.data_type())
+            }
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }

@@ -93,8 +93,11 @@ impl SessionWindowOperator {
             }
             None => None,
         };
-        let arguments: Vec<Vec<ArrayRef>> =
-            self.aggregates.iter().map(|a| a.arguments(batch)).collect::<Result<_>>()?;
+        let arguments: Vec<Vec<ArrayRef>> = self
+            .aggregates
+            .iter()
+            .map(|a| a.arguments(batch))
+            .collect::<Result<_>>()?;
         let mut late = 0;
         for (row, ts) in times.iter().enumerate() {
             let Some(ts) = *ts else {
@@ -118,12 +121,19 @@ impl SessionWindowOperator {
     /// The session that a row at `ts` joins, merging the sessions it bridges.
     fn session_for(&mut self, key: &[u8], ts: i64, owned: Option<OwnedRow>) -> Result<&mut Session> {
         if !self.keys.contains_key(key) {
-            self.keys.insert(key.into(), KeySessions { key: owned, sessions: Vec::new() });
+            self.keys.insert(
+                key.into(),
+                KeySessions {
+                    key: owned,
+                    sessions: Vec::new(),
+                },
+            );
         }
         let (lo, hi) = (ts, ts + self.gap_ms);
         let entry = self.keys.get_mut(key).expect("inserted above");
-        let (mut touching, rest): (Vec<Session>, Vec<Session>) =
-            std::mem::take(&mut entry.sessions).into_iter().partition(|s| s.start < hi && lo < s.end);
+        let (mut touching, rest): (Vec<Session>, Vec<Session>) = std::mem::take(&mut entry.sessions)
+            .into_iter()
+            .partition(|s| s.start < hi && lo < s.end);
         entry.sessions = rest;
         let merged = if touching.is_empty() {
             if self.sessions >= self.sessions_max {
@@ -156,8 +166,9 @@ impl SessionWindowOperator {
         let mut keys = Vec::new();
         let mut values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.aggregates.len()];
         self.keys.retain(|_, entry| {
-            let (done, open): (Vec<Session>, Vec<Session>) =
-                std::mem::take(&mut entry.sessions).into_iter().partition(|s| s.end <= watermark.0);
+            let (done, open): (Vec<Session>, Vec<Session>) = std::mem::take(&mut entry.sessions)
+                .into_iter()
+                .partition(|s| s.end <= watermark.0);
             entry.sessions = open;
             for mut s in done {
                 starts.push(s.start);
@@ -173,14 +184,23 @@ impl SessionWindowOperator {
             return Ok(Vec::new());
         }
         self.sessions -= starts.len();
-        let mut columns = vec![timestamp_array(&starts, &self.time_type)?, timestamp_array(&ends, &self.time_type)?];
+        let mut columns = vec![
+            timestamp_array(&starts, &self.time_type)?,
+            timestamp_array(&ends, &self.time_type)?,
+        ];
         if let Some(c) = &self.converter {
             columns.extend(c.convert_rows(keys.iter().map(|k| k.as_ref().expect("keyed").row()))?);
         }
         for (i, column) in values.into_iter().enumerate() {
             let data_type = self.output_schema.field(columns.len()).data_type().clone();
             let _ = i;
-            let column = column.into_iter().map(|v| if v.is_null() { ScalarValue::try_from(&data_type).unwrap_or(v) } else { v });
+            let column = column.into_iter().map(|v| {
+                if v.is_null() {
+                    ScalarValue::try_from(&data_type).unwrap_or(v)
+                } else {
+                    v
+                }
+            });
             columns.push(ScalarValue::iter_to_array(column).map_err(df_error)?);
         }
         finish_batch(&self.output_schema, columns).map(|b| vec![b])

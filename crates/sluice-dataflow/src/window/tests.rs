@@ -36,8 +36,16 @@ fn spec(window: WindowKind, groups_max: usize) -> WindowAggSpec {
         time_column: 0,
         key_columns: vec![1],
         aggregates: vec![
-            AggregateCall { function: "count".into(), args: vec![2], distinct: false },
-            AggregateCall { function: "sum".into(), args: vec![2], distinct: false },
+            AggregateCall {
+                function: "count".into(),
+                args: vec![2],
+                distinct: false,
+            },
+            AggregateCall {
+                function: "sum".into(),
+                args: vec![2],
+                distinct: false,
+            },
         ],
         groups_max,
     }
@@ -74,7 +82,11 @@ fn collect(batches: &[RecordBatch]) -> Vec<(i64, i64, i64, i64, i64)> {
 fn tumble_fires_at_the_watermark_and_drops_late_rows() {
     let mut op = FixedWindowOperator::new(&spec(WindowKind::Tumble { size_ms: 10 }, 100), output_schema()).unwrap();
     // key 1: t=1 (v 5), t=9 (v 7) → [0,10); key 2: t=3 (v 1) → [0,10); key 1: t=12 (v 2) → [10,20).
-    assert_eq!(op.update(&rows(&[(1, 1, 5), (9, 1, 7), (3, 2, 1), (12, 1, 2)]), Watermark::MIN).unwrap(), 0);
+    assert_eq!(
+        op.update(&rows(&[(1, 1, 5), (9, 1, 7), (3, 2, 1), (12, 1, 2)]), Watermark::MIN)
+            .unwrap(),
+        0
+    );
     assert!(op.fire(Watermark(9)).unwrap().is_empty(), "[0,10) is not complete at 9");
     let fired = collect(&op.fire(Watermark(10)).unwrap());
     assert_eq!(fired, vec![(0, 10, 1, 2, 12), (0, 10, 2, 1, 1)]);
@@ -86,7 +98,10 @@ fn tumble_fires_at_the_watermark_and_drops_late_rows() {
 
 #[test]
 fn hop_puts_a_row_in_every_window_containing_it() {
-    let hop = WindowKind::Hop { slide_ms: 5, size_ms: 10 };
+    let hop = WindowKind::Hop {
+        slide_ms: 5,
+        size_ms: 10,
+    };
     let mut op = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
     // t=7 is in [0,10) and [5,15); t=12 in [5,15) and [10,20).
     op.update(&rows(&[(7, 1, 1), (12, 1, 10)]), Watermark::MIN).unwrap();
@@ -110,11 +125,13 @@ fn sessions_merge_when_a_row_bridges_the_gap() {
     let session = WindowKind::Session { gap_ms: 5 };
     let mut op = SessionWindowOperator::new(&spec(session, 100), 5, output_schema()).unwrap();
     // key 1: t=0 → [0,5); t=20 → [20,25); key 2: t=2 → [2,7).
-    op.update(&rows(&[(0, 1, 1), (20, 1, 2), (2, 2, 4)]), Watermark::MIN).unwrap();
+    op.update(&rows(&[(0, 1, 1), (20, 1, 2), (2, 2, 4)]), Watermark::MIN)
+        .unwrap();
     // t=3 extends [0,5) to [0,8); t=16 reaches [20,25) (16+5 > 20) → [16,25);
     // t=10 bridges [0,8) and [16,25)? 10 < 8 is false: 10 starts [10,15),
     // which does not touch [16,25) either (15 ≤ 16).
-    op.update(&rows(&[(3, 1, 8), (16, 1, 16), (10, 1, 32)]), Watermark::MIN).unwrap();
+    op.update(&rows(&[(3, 1, 8), (16, 1, 16), (10, 1, 32)]), Watermark::MIN)
+        .unwrap();
     let fired = collect(&op.fire(Watermark(8)).unwrap());
     assert_eq!(fired, vec![(0, 8, 1, 2, 9), (2, 7, 2, 1, 4)]);
     // t=13 bridges [10,15) and [16,25): merged [10,25) with 10, 13, 16, 20.

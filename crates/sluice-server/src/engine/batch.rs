@@ -14,7 +14,10 @@ use std::sync::Arc;
 
 /// The version string `version()` returns.
 pub fn version_string() -> String {
-    format!("PostgreSQL 15.0 (Sluice {}) on x86_64, a streaming SQL server", env!("CARGO_PKG_VERSION"))
+    format!(
+        "PostgreSQL 15.0 (Sluice {}) on x86_64, a streaming SQL server",
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 fn constant_udf(name: &str, value: String) -> ScalarUDF {
@@ -45,10 +48,18 @@ pub async fn describe(query: &Query) -> Result<(Vec<DataType>, SchemaRef)> {
     let types = plan.get_parameter_types().map_err(plan_error)?;
     let mut params: Vec<(usize, DataType)> = types
         .into_iter()
-        .filter_map(|(n, t)| n.trim_start_matches('$').parse().ok().map(|i| (i, t.unwrap_or(DataType::Utf8))))
+        .filter_map(|(n, t)| {
+            n.trim_start_matches('$')
+                .parse()
+                .ok()
+                .map(|i| (i, t.unwrap_or(DataType::Utf8)))
+        })
         .collect();
     params.sort_by_key(|(i, _)| *i);
-    Ok((params.into_iter().map(|(_, t)| t).collect(), Arc::new(plan.schema().as_arrow().clone())))
+    Ok((
+        params.into_iter().map(|(_, t)| t).collect(),
+        Arc::new(plan.schema().as_arrow().clone()),
+    ))
 }
 
 /// Runs `query` to completion.
@@ -59,5 +70,8 @@ pub async fn run(query: &Query) -> Result<RowStream> {
     let df = ctx.execute_logical_plan(plan).await.map_err(plan_error)?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let stream = df.execute_stream().await.map_err(plan_error)?;
-    Ok(RowStream { schema, batches: stream.map(|r| r.map_err(plan_error)).boxed() })
+    Ok(RowStream {
+        schema,
+        batches: stream.map(|r| r.map_err(plan_error)).boxed(),
+    })
 }

@@ -26,7 +26,11 @@ pub async fn insert(master: &Master, insert: &Insert) -> Result<u64> {
     if def.connector != "memory" || def.pipeline.is_some() {
         return Err(Error::unsupported(format!(
             "INSERT works on memory streams; \"{name}\" is written by its {} connector",
-            if def.pipeline.is_some() { "pipeline" } else { def.connector.as_str() }
+            if def.pipeline.is_some() {
+                "pipeline"
+            } else {
+                def.connector.as_str()
+            }
         )));
     }
     let ctx = SessionContext::new();
@@ -37,7 +41,10 @@ pub async fn insert(master: &Master, insert: &Insert) -> Result<u64> {
     let LogicalPlan::Dml(dml) = plan else {
         return Err(Error::internal("INSERT did not plan to a DML node"));
     };
-    let df = ctx.execute_logical_plan(dml.input.as_ref().clone()).await.map_err(plan_error)?;
+    let df = ctx
+        .execute_logical_plan(dml.input.as_ref().clone())
+        .await
+        .map_err(plan_error)?;
     let batches = df.collect().await.map_err(plan_error)?;
     let mut rows = Vec::with_capacity(batches.len());
     for b in batches {
@@ -51,11 +58,18 @@ fn conform(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> Result<
     let mut columns = Vec::with_capacity(schema.fields().len());
     for (i, field) in schema.fields().iter().enumerate() {
         let column = batch.column(i);
-        let column = if column.data_type() == field.data_type() { column.clone() } else { cast(column, field.data_type())? };
+        let column = if column.data_type() == field.data_type() {
+            column.clone()
+        } else {
+            cast(column, field.data_type())?
+        };
         if !field.is_nullable() && column.null_count() > 0 {
             return Err(Error::user(
                 SqlCode::DataException,
-                format!("null value in column \"{}\" violates its NOT NULL constraint", field.name()),
+                format!(
+                    "null value in column \"{}\" violates its NOT NULL constraint",
+                    field.name()
+                ),
             ));
         }
         columns.push(column);

@@ -73,7 +73,10 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(master: std::sync::Arc<sluice_cluster::Master>) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(Engine { master, started_ms: sluice_types::now_ms() })
+        std::sync::Arc::new(Engine {
+            master,
+            started_ms: sluice_types::now_ms(),
+        })
     }
 
     /// A new session for a connected client.

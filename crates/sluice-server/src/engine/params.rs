@@ -54,15 +54,22 @@ struct Binder<'a> {
 impl VisitorMut for Binder<'_> {
     type Break = ();
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        let Expr::Value(v) = expr else { return ControlFlow::Continue(()) };
-        let Value::Placeholder(p) = &v.value else { return ControlFlow::Continue(()) };
+        let Expr::Value(v) = expr else {
+            return ControlFlow::Continue(());
+        };
+        let Value::Placeholder(p) = &v.value else {
+            return ControlFlow::Continue(());
+        };
         let index = p.trim_start_matches('$').parse::<usize>().ok().filter(|i| *i >= 1);
         let Some(value) = index.and_then(|i| self.params.get(i - 1)) else {
             self.error = Some(Error::user(SqlCode::Syntax, format!("there is no parameter {p}")));
             return ControlFlow::Break(());
         };
         let sql = literal_sql(value);
-        match Parser::new(&PostgreSqlDialect {}).try_with_sql(&sql).and_then(|mut p| p.parse_expr()) {
+        match Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(&sql)
+            .and_then(|mut p| p.parse_expr())
+        {
             Ok(e) => *expr = Expr::Nested(Box::new(e)),
             Err(e) => {
                 self.error = Some(Error::internal(format!("literal {sql} did not parse: {e}")));
@@ -91,14 +98,28 @@ mod tests {
             .unwrap()
             .parse_statement()
             .unwrap();
-        bind(&mut s, &[ScalarValue::Int64(Some(5)), ScalarValue::Utf8(Some("it's".into())), ScalarValue::Int64(None)])
-            .unwrap();
-        assert_eq!(s.to_string(), "SELECT a FROM t WHERE a > (5) AND b = ('it''s') AND c = (CAST(NULL AS BIGINT))");
+        bind(
+            &mut s,
+            &[
+                ScalarValue::Int64(Some(5)),
+                ScalarValue::Utf8(Some("it's".into())),
+                ScalarValue::Int64(None),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            s.to_string(),
+            "SELECT a FROM t WHERE a > (5) AND b = ('it''s') AND c = (CAST(NULL AS BIGINT))"
+        );
     }
 
     #[test]
     fn a_missing_parameter_is_an_error() {
-        let mut s = Parser::new(&PostgreSqlDialect {}).try_with_sql("SELECT $2").unwrap().parse_statement().unwrap();
+        let mut s = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql("SELECT $2")
+            .unwrap()
+            .parse_statement()
+            .unwrap();
         assert!(bind(&mut s, &[ScalarValue::Int64(Some(1))]).is_err());
     }
 }

@@ -35,7 +35,12 @@ struct QueryState {
 pub fn start(master: &Master, planned: &PlannedQuery) -> Result<RowStream> {
     let (tx, rx) = mpsc::channel(RESULT_BATCHES_MAX);
     let runtime = master.run_query(&planned.dag, tx)?;
-    let state = QueryState { rx, remaining: planned.limit, guard: QueryGuard(runtime), done: planned.limit == Some(0) };
+    let state = QueryState {
+        rx,
+        remaining: planned.limit,
+        guard: QueryGuard(runtime),
+        done: planned.limit == Some(0),
+    };
     let batches = futures::stream::unfold(state, |mut s| async move {
         if s.done {
             return None;
@@ -56,7 +61,10 @@ pub fn start(master: &Master, planned: &PlannedQuery) -> Result<RowStream> {
                 let status = s.guard.0.wait().await;
                 match status {
                     PipelineStatus::Failed { operator, error, .. } => Some((
-                        Err(Error::user(SqlCode::DataException, format!("query failed in operator {operator}: {error}"))),
+                        Err(Error::user(
+                            SqlCode::DataException,
+                            format!("query failed in operator {operator}: {error}"),
+                        )),
                         s,
                     )),
                     _ => None,
@@ -64,7 +72,10 @@ pub fn start(master: &Master, planned: &PlannedQuery) -> Result<RowStream> {
             }
         }
     });
-    Ok(RowStream { schema: planned.schema.clone(), batches: batches.boxed() })
+    Ok(RowStream {
+        schema: planned.schema.clone(),
+        batches: batches.boxed(),
+    })
 }
 
 /// An open cursor: the rest of a query's rows.
@@ -80,7 +91,12 @@ pub type SharedCursor = Arc<tokio::sync::Mutex<Cursor>>;
 
 impl Cursor {
     pub fn new(rows: RowStream) -> SharedCursor {
-        Arc::new(tokio::sync::Mutex::new(Cursor { schema: rows.schema, stream: rows.batches, pending: None }))
+        // Fused: a FETCH after the end gets no rows, again and again.
+        Arc::new(tokio::sync::Mutex::new(Cursor {
+            schema: rows.schema,
+            stream: rows.batches.fuse().boxed(),
+            pending: None,
+        }))
     }
 }
 
@@ -113,5 +129,8 @@ pub fn fetch(cursor: SharedCursor, count: Option<usize>, schema: arrow::datatype
             }
         }
     });
-    RowStream { schema, batches: batches.boxed() }
+    RowStream {
+        schema,
+        batches: batches.boxed(),
+    }
 }

@@ -30,12 +30,19 @@ pub struct Session {
 }
 
 fn command(tag: &str) -> Output {
-    Output::Command { tag: tag.to_string(), rows: None }
+    Output::Command {
+        tag: tag.to_string(),
+        rows: None,
+    }
 }
 
 impl Session {
     pub(crate) fn new(engine: Arc<Engine>) -> Self {
-        Session { engine, settings: Settings::default(), cursors: HashMap::new() }
+        Session {
+            engine,
+            settings: Settings::default(),
+            cursors: HashMap::new(),
+        }
     }
 
     /// The session's settings.
@@ -66,10 +73,16 @@ impl Session {
     pub async fn prepare(&mut self, sql: &str) -> Result<Prepared> {
         let mut statements = parse_statements(sql)?;
         if statements.len() > 1 {
-            return Err(Error::syntax("cannot insert multiple commands into a prepared statement"));
+            return Err(Error::syntax(
+                "cannot insert multiple commands into a prepared statement",
+            ));
         }
         let Some(statement) = statements.pop() else {
-            return Ok(Prepared { sql: sql.to_string(), param_types: vec![], schema: None });
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                param_types: vec![],
+                schema: None,
+            });
         };
         let (param_types, schema) = match &statement {
             SluiceStatement::Sql(s) => match s.as_ref() {
@@ -87,12 +100,18 @@ impl Session {
             SluiceStatement::ShowStreams => (vec![], Some(show::schema_of("streams"))),
             SluiceStatement::ShowPipelines => (vec![], Some(show::schema_of("pipelines"))),
             SluiceStatement::Describe(_) => (vec![], Some(show::schema_of("describe"))),
-            SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => (vec![], Some(show::schema_of("explain"))),
+            SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => {
+                (vec![], Some(show::schema_of("explain")))
+            }
             SluiceStatement::ShowAll => (vec![], Some(show::schema_of("show_all"))),
             SluiceStatement::ShowVariable(name) => (vec![], Some(show::schema_of(name))),
             _ => (vec![], None),
         };
-        Ok(Prepared { sql: sql.to_string(), param_types, schema })
+        Ok(Prepared {
+            sql: sql.to_string(),
+            param_types,
+            schema,
+        })
     }
 
     /// Runs a prepared statement with parameter values, typed as
@@ -100,27 +119,42 @@ impl Session {
     pub async fn execute_prepared(&mut self, stmt: &Prepared, params: Vec<ScalarValue>) -> Result<Output> {
         let mut statements = parse_statements(&stmt.sql)?;
         let Some(mut statement) = statements.pop() else {
-            return Ok(Output::Command { tag: "EMPTY".into(), rows: None });
+            return Ok(Output::Command {
+                tag: "EMPTY".into(),
+                rows: None,
+            });
         };
         if let SluiceStatement::Sql(s) = &mut statement {
             params::bind(s, &params)?;
         } else if !params.is_empty() {
-            return Err(Error::unsupported("parameters are supported in queries and INSERT only"));
+            return Err(Error::unsupported(
+                "parameters are supported in queries and INSERT only",
+            ));
         }
         self.run(statement).await
     }
 
     fn planner_settings(&self) -> PlannerSettings {
-        PlannerSettings { parallelism: self.settings.parallelism(), ..PlannerSettings::default() }
+        PlannerSettings {
+            parallelism: self.settings.parallelism(),
+            ..PlannerSettings::default()
+        }
     }
 
-    async fn describe_query(&self, q: &Query) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
+    async fn describe_query(
+        &self,
+        q: &Query,
+    ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
         if let Some(name) = planner.unknown_relations(q).first() {
             return Err(stream_not_found(name));
         }
-        if planner.referenced_streams(q).is_empty() { batch::describe(q).await } else { planner.describe(q).await }
+        if planner.referenced_streams(q).is_empty() {
+            batch::describe(q).await
+        } else {
+            planner.describe(q).await
+        }
     }
 
     async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
@@ -146,29 +180,51 @@ impl Session {
         let master = self.engine.master.clone();
         match statement {
             SluiceStatement::CreateStream(c) => self.create_stream(&c).map(|_| command("CREATE STREAM")),
-            SluiceStatement::CreateStreamAs { name, if_not_exists, query } => {
+            SluiceStatement::CreateStreamAs {
+                name,
+                if_not_exists,
+                query,
+            } => {
                 let sink = sink_spec("memory", BTreeMap::from([("stream".to_string(), name.clone())]));
                 let planned = self.plan(&query, sink).await?;
                 let event_time = planned.event_time_column.filter(|c| {
-                    matches!(planned.schema.field(*c).data_type(), arrow::datatypes::DataType::Timestamp(_, _))
+                    matches!(
+                        planned.schema.field(*c).data_type(),
+                        arrow::datatypes::DataType::Timestamp(_, _)
+                    )
                 });
                 let def = StreamDef {
                     name: name.clone(),
                     schema: planned.schema.clone(),
-                    event_time: event_time.map(|column| EventTime { column, delay_ms: 0, from_upstream: true }),
+                    event_time: event_time.map(|column| EventTime {
+                        column,
+                        delay_ms: 0,
+                        from_upstream: true,
+                    }),
                     connector: "memory".into(),
                     options: BTreeMap::new(),
                     pipeline: Some(name.clone()),
                 };
                 let text = format!("CREATE STREAM {name} AS {query}");
-                master.create_pipeline(&name, PipelineKind::DerivedStream, &text, planned.dag, Some(def), if_not_exists)?;
+                master.create_pipeline(
+                    &name,
+                    PipelineKind::DerivedStream,
+                    &text,
+                    planned.dag,
+                    Some(def),
+                    if_not_exists,
+                )?;
                 Ok(command("CREATE STREAM"))
             }
-            SluiceStatement::CreateSink { name, if_not_exists, options, query } => {
-                let connector = options
-                    .get("connector")
-                    .cloned()
-                    .ok_or_else(|| Error::invalid_option("CREATE SINK needs WITH (connector = 'file' | 'blackhole', …)"))?;
+            SluiceStatement::CreateSink {
+                name,
+                if_not_exists,
+                options,
+                query,
+            } => {
+                let connector = options.get("connector").cloned().ok_or_else(|| {
+                    Error::invalid_option("CREATE SINK needs WITH (connector = 'file' | 'blackhole', …)")
+                })?;
                 validate_sink(&connector, &options)?;
                 let listed: Vec<String> = options.iter().map(|(k, v)| format!("'{k}' = '{v}'")).collect();
                 let text = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
@@ -210,7 +266,11 @@ impl Session {
     }
 
     fn create_stream(&self, c: &CreateStream) -> Result<()> {
-        let connector = c.options.get("connector").cloned().unwrap_or_else(|| "memory".to_string());
+        let connector = c
+            .options
+            .get("connector")
+            .cloned()
+            .unwrap_or_else(|| "memory".to_string());
         validate_source(&connector, &c.options)?;
         let fixed = match connector.as_str() {
             "nexmark" => {
@@ -229,10 +289,16 @@ impl Session {
 
     async fn run_sql(&mut self, statement: Statement) -> Result<Output> {
         match statement {
-            Statement::Query(q) => Ok(Output::Rows { tag: "SELECT".into(), rows: self.rows(&q).await? }),
+            Statement::Query(q) => Ok(Output::Rows {
+                tag: "SELECT".into(),
+                rows: self.rows(&q).await?,
+            }),
             Statement::Insert(i) => {
                 let n = insert::insert(&self.engine.master, &i).await?;
-                Ok(Output::Command { tag: "INSERT".into(), rows: Some(n as usize) })
+                Ok(Output::Command {
+                    tag: "INSERT".into(),
+                    rows: Some(n as usize),
+                })
             }
             Statement::Set(set) => self.set(set),
             Statement::StartTransaction { .. } => Ok(command("BEGIN")),
@@ -255,13 +321,21 @@ impl Session {
                 }
                 Ok(command("CLOSE CURSOR"))
             }
-            Statement::Copy { source: CopySource::Query(q), to: true, target: CopyTarget::Stdout, .. } => {
-                Ok(Output::CopyOut(self.rows(&q).await?))
-            }
+            Statement::Copy {
+                source: CopySource::Query(q),
+                to: true,
+                target: CopyTarget::Stdout,
+                ..
+            } => Ok(Output::CopyOut(self.rows(&q).await?)),
             Statement::Copy { .. } => Err(Error::unsupported("COPY is supported as COPY (query) TO STDOUT")),
             other => Err(Error::unsupported(format!(
                 "statement not supported: {}",
-                other.to_string().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+                other
+                    .to_string()
+                    .split_whitespace()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ))),
         }
     }
@@ -283,11 +357,20 @@ impl Session {
     async fn declare(&mut self, stmts: Vec<sqlparser::ast::Declare>) -> Result<Output> {
         for d in stmts {
             let Some(q) = d.for_query else {
-                return Err(Error::unsupported("DECLARE is supported for cursors: DECLARE c CURSOR FOR query"));
+                return Err(Error::unsupported(
+                    "DECLARE is supported for cursors: DECLARE c CURSOR FOR query",
+                ));
             };
-            let name = d.names.first().map(normalize_ident).ok_or_else(|| Error::syntax("DECLARE needs a name"))?;
+            let name = d
+                .names
+                .first()
+                .map(normalize_ident)
+                .ok_or_else(|| Error::syntax("DECLARE needs a name"))?;
             if self.cursors.contains_key(&name) {
-                return Err(Error::user(SqlCode::DuplicateObject, format!("cursor \"{name}\" already exists")));
+                return Err(Error::user(
+                    SqlCode::DuplicateObject,
+                    format!("cursor \"{name}\" already exists"),
+                ));
             }
             if self.cursors.len() >= CURSORS_MAX {
                 return Err(Error::user(
@@ -308,14 +391,23 @@ impl Session {
     async fn fetch(&mut self, name: &str, direction: FetchDirection) -> Result<Output> {
         let count = match direction {
             FetchDirection::Next => Some(1),
-            FetchDirection::Count { limit } | FetchDirection::Forward { limit: Some(limit) } => Some(fetch_count(&limit.value)?),
+            FetchDirection::Count { limit } | FetchDirection::Forward { limit: Some(limit) } => {
+                Some(fetch_count(&limit.value)?)
+            }
             FetchDirection::Forward { limit: None } => Some(1),
             FetchDirection::All | FetchDirection::ForwardAll => None,
-            _ => return Err(Error::unsupported("cursors move forward only: FETCH [FORWARD] n | NEXT | ALL")),
+            _ => {
+                return Err(Error::unsupported(
+                    "cursors move forward only: FETCH [FORWARD] n | NEXT | ALL",
+                ));
+            }
         };
         let cursor = self.cursor(name)?;
         let schema = cursor.lock().await.schema.clone();
-        Ok(Output::Rows { tag: "FETCH".into(), rows: fetch(cursor, count, schema) })
+        Ok(Output::Rows {
+            tag: "FETCH".into(),
+            rows: fetch(cursor, count, schema),
+        })
     }
 }
 
@@ -332,7 +424,9 @@ fn setting_value(e: &sqlparser::ast::Expr) -> String {
 
 fn fetch_count(v: &Value) -> Result<usize> {
     match v {
-        Value::Number(n, _) => n.parse().map_err(|_| Error::syntax(format!("FETCH count must be a number, got {n}"))),
+        Value::Number(n, _) => n
+            .parse()
+            .map_err(|_| Error::syntax(format!("FETCH count must be a number, got {n}"))),
         other => Err(Error::syntax(format!("FETCH count must be a number, got {other}"))),
     }
 }

@@ -8,8 +8,16 @@ pub const PARALLELISM_MAX: u32 = 64;
 
 /// Sluice's settings: (name, default, description).
 const SLUICE_SETTINGS: &[(&str, &str, &str)] = &[
-    ("parallelism", "1", "instances per operator for new queries and pipelines"),
-    ("checkpoint_interval", "10s", "time between checkpoints of new pipelines"),
+    (
+        "parallelism",
+        "1",
+        "instances per operator for new queries and pipelines",
+    ),
+    (
+        "checkpoint_interval",
+        "10s",
+        "time between checkpoints of new pipelines",
+    ),
 ];
 
 /// Postgres settings accepted so drivers and tools connect: (name, default).
@@ -64,34 +72,48 @@ impl Default for Settings {
 }
 
 fn unknown(name: &str) -> Error {
-    Error::user(SqlCode::UndefinedObject, format!("unrecognized configuration parameter \"{name}\""))
+    Error::user(
+        SqlCode::UndefinedObject,
+        format!("unrecognized configuration parameter \"{name}\""),
+    )
 }
 
 impl Settings {
     /// Sets `name` (case-insensitive) after checking the value.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
         let name = name.to_ascii_lowercase();
-        let name = if name == "time zone" { "timezone".to_string() } else { name };
+        let name = if name == "time zone" {
+            "timezone".to_string()
+        } else {
+            name
+        };
         if !self.values.contains_key(&name) {
             return Err(unknown(&name));
         }
         let value = match name.as_str() {
             "parallelism" => {
-                let n: u32 = value.trim().parse().ok().filter(|n| (1..=PARALLELISM_MAX).contains(n)).ok_or_else(|| {
-                    Error::user(
-                        SqlCode::InvalidParameterValue,
-                        format!("parallelism must be an integer from 1 to {PARALLELISM_MAX}, got '{value}'"),
-                    )
-                })?;
+                let n: u32 = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=PARALLELISM_MAX).contains(n))
+                    .ok_or_else(|| {
+                        Error::user(
+                            SqlCode::InvalidParameterValue,
+                            format!("parallelism must be an integer from 1 to {PARALLELISM_MAX}, got '{value}'"),
+                        )
+                    })?;
                 n.to_string()
             }
             "checkpoint_interval" => {
-                sluice_types::parse_duration_ms(value).filter(|ms| *ms > 0).ok_or_else(|| {
-                    Error::user(
-                        SqlCode::InvalidParameterValue,
-                        format!("checkpoint_interval must be a duration such as '10s', got '{value}'"),
-                    )
-                })?;
+                sluice_types::parse_duration_ms(value)
+                    .filter(|ms| *ms > 0)
+                    .ok_or_else(|| {
+                        Error::user(
+                            SqlCode::InvalidParameterValue,
+                            format!("checkpoint_interval must be a duration such as '10s', got '{value}'"),
+                        )
+                    })?;
                 value.to_string()
             }
             "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes" => {
@@ -121,7 +143,11 @@ impl Settings {
         self.values
             .iter()
             .map(|(k, v)| {
-                let desc = SLUICE_SETTINGS.iter().find(|(n, _, _)| n == k).map(|(_, _, d)| *d).unwrap_or("PostgreSQL client setting");
+                let desc = SLUICE_SETTINGS
+                    .iter()
+                    .find(|(n, _, _)| n == k)
+                    .map(|(_, _, d)| *d)
+                    .unwrap_or("PostgreSQL client setting");
                 (k.clone(), v.clone(), desc.to_string())
             })
             .collect()

@@ -27,8 +27,16 @@ pub struct Table {
 impl Table {
     /// A table whose columns are all text.
     pub fn text(columns: &[&str], rows: Vec<Vec<String>>) -> Self {
-        let schema = Arc::new(Schema::new(columns.iter().map(|c| Field::new(*c, DataType::Utf8, true)).collect::<Vec<_>>()));
-        let rows = rows.into_iter().map(|r| r.into_iter().map(|v| Cell::Text(Some(v))).collect()).collect();
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|c| Field::new(*c, DataType::Utf8, true))
+                .collect::<Vec<_>>(),
+        ));
+        let rows = rows
+            .into_iter()
+            .map(|r| r.into_iter().map(|v| Cell::Text(Some(v))).collect())
+            .collect();
         Table { schema, rows }
     }
 
@@ -65,7 +73,13 @@ impl Table {
     pub fn output(self, tag: &str) -> Result<Output> {
         let batch = self.batch()?;
         let schema = self.schema.clone();
-        Ok(Output::Rows { tag: tag.to_string(), rows: RowStream { schema, batches: Box::pin(futures::stream::iter([Ok(batch)])) } })
+        Ok(Output::Rows {
+            tag: tag.to_string(),
+            rows: RowStream {
+                schema,
+                batches: Box::pin(futures::stream::iter([Ok(batch)])),
+            },
+        })
     }
 }
 
@@ -79,10 +93,20 @@ pub fn streams(defs: &[StreamDef]) -> Table {
                 .as_ref()
                 .map(|e| {
                     let col = d.schema.field(e.column).name();
-                    if e.from_upstream { format!("{col} (from pipeline)") } else { format!("{col} - {} ms", e.delay_ms) }
+                    if e.from_upstream {
+                        format!("{col} (from pipeline)")
+                    } else {
+                        format!("{col} - {} ms", e.delay_ms)
+                    }
                 })
                 .unwrap_or_default();
-            vec![d.name.clone(), d.connector.clone(), d.schema.fields().len().to_string(), event_time, d.pipeline.clone().unwrap_or_default()]
+            vec![
+                d.name.clone(),
+                d.connector.clone(),
+                d.schema.fields().len().to_string(),
+                event_time,
+                d.pipeline.clone().unwrap_or_default(),
+            ]
         })
         .collect();
     Table::text(&["name", "connector", "columns", "event_time", "pipeline"], rows)
@@ -120,7 +144,12 @@ pub fn describe(def: &StreamDef) -> Table {
                 Some(e) if e.column == i => format!("{} - INTERVAL '{}' MILLISECOND", f.name(), e.delay_ms),
                 _ => String::new(),
             };
-            vec![f.name().clone(), pg_type_name(f.data_type()), if f.is_nullable() { "YES" } else { "NO" }.to_string(), wm]
+            vec![
+                f.name().clone(),
+                pg_type_name(f.data_type()),
+                if f.is_nullable() { "YES" } else { "NO" }.to_string(),
+                wm,
+            ]
         })
         .collect();
     Table::text(&["column_name", "data_type", "is_nullable", "watermark"], rows)
@@ -162,7 +191,10 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
 
 /// `EXPLAIN …`.
 pub fn explain(dag: &PhysicalDag) -> Table {
-    Table::text(&EXPLAIN_COLUMNS, explain_rows(dag).into_iter().map(|r| r.to_vec()).collect())
+    Table::text(
+        &EXPLAIN_COLUMNS,
+        explain_rows(dag).into_iter().map(|r| r.to_vec()).collect(),
+    )
 }
 
 /// Schemas of statements that return rows, for Describe in the extended protocol.
@@ -170,7 +202,13 @@ pub fn schema_of(table: &str) -> SchemaRef {
     match table {
         "streams" => streams(&[]).schema,
         "pipelines" => pipelines(&[]).schema,
-        "explain" => explain(&PhysicalDag { operators: vec![], edges: vec![] }).schema,
+        "explain" => {
+            explain(&PhysicalDag {
+                operators: vec![],
+                edges: vec![],
+            })
+            .schema
+        }
         "describe" => Table::text(&["column_name", "data_type", "is_nullable", "watermark"], vec![]).schema,
         "show_all" => Table::text(&["name", "setting", "description"], vec![]).schema,
         other => Table::text(&[other], vec![]).schema,

@@ -14,9 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::oneshot;
-use pgwire::api::{
-    ConnectionGuard, ConnectionHandle, ConnectionManager, RandomPidSecretKeyGenerator,
-};
+use pgwire::api::{ConnectionGuard, ConnectionHandle, ConnectionManager, RandomPidSecretKeyGenerator};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult, SEVERITY_ERROR};
 use pgwire::messages::startup::SecretKey;
 use tokio::io::Interest;
@@ -52,9 +50,7 @@ impl Shared {
 pub(crate) type SessionSlot = tokio::sync::Mutex<Option<Session>>;
 
 /// Locks the session of a started connection.
-pub(crate) async fn lock_session(
-    slot: &SessionSlot,
-) -> PgWireResult<MappedMutexGuard<'_, Session>> {
+pub(crate) async fn lock_session(slot: &SessionSlot) -> PgWireResult<MappedMutexGuard<'_, Session>> {
     MutexGuard::try_map(slot.lock().await, Option::as_mut)
         .map_err(|_| user_error("08P01", "the connection has not completed startup"))
 }
@@ -102,10 +98,7 @@ impl Connection {
     pub(crate) fn register_cancel(&self, pid: i32, secret: SecretKey) {
         let (handle, guard) = self.shared.connections.register(pid, secret);
         if let Ok(mut slot) = self.cancel.lock() {
-            *slot = Some(CancelRegistration {
-                handle,
-                _guard: guard,
-            });
+            *slot = Some(CancelRegistration { handle, _guard: guard });
         }
     }
 
@@ -238,14 +231,8 @@ impl ClientProbe {
     /// Splits `socket` into itself and a probe on the same connection.
     pub(crate) fn attach(socket: TcpStream) -> std::io::Result<(TcpStream, Option<ClientProbe>)> {
         let socket = socket.into_std()?;
-        let probe = socket
-            .try_clone()
-            .ok()
-            .and_then(|dup| TcpStream::from_std(dup).ok());
-        Ok((
-            TcpStream::from_std(socket)?,
-            probe.map(|socket| ClientProbe { socket }),
-        ))
+        let probe = socket.try_clone().ok().and_then(|dup| TcpStream::from_std(dup).ok());
+        Ok((TcpStream::from_std(socket)?, probe.map(|socket| ClientProbe { socket })))
     }
 
     /// Resolves once the client has closed its side of the connection.
@@ -280,9 +267,7 @@ mod tests {
         let mut watch = QueryWatch::with_cancel(rx);
         drop(tx);
         assert!(!watch.cancel_requested());
-        let work = watch
-            .guard(tokio::time::sleep(Duration::from_millis(10)))
-            .await;
+        let work = watch.guard(tokio::time::sleep(Duration::from_millis(10))).await;
         assert_eq!(work, Ok(()));
     }
 
@@ -298,9 +283,7 @@ mod tests {
     #[tokio::test]
     async fn probe_notices_a_hang_up_even_with_unread_data() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (server, _) = listener.accept().await.unwrap();
         let (_server, probe) = ClientProbe::attach(server).unwrap();
         let probe = probe.unwrap();
@@ -311,18 +294,13 @@ mod tests {
 
         // A pipelined message does not count as a hang-up.
         client.write_all(b"X\0\0\0\x04").await.unwrap();
-        let early = watch
-            .guard(tokio::time::sleep(Duration::from_millis(50)))
-            .await;
+        let early = watch.guard(tokio::time::sleep(Duration::from_millis(50))).await;
         assert_eq!(early, Ok(()));
 
         drop(client);
-        let outcome = tokio::time::timeout(
-            Duration::from_secs(10),
-            watch.guard(std::future::pending::<()>()),
-        )
-        .await
-        .expect("hang-up noticed");
+        let outcome = tokio::time::timeout(Duration::from_secs(10), watch.guard(std::future::pending::<()>()))
+            .await
+            .expect("hang-up noticed");
         assert_eq!(outcome, Err(Interrupt::ClientGone));
     }
 }

@@ -62,9 +62,7 @@ where
             return Ok(Delivered::Suspended);
         }
         if watch.cancel_requested() {
-            return Ok(Delivered::Failed(Box::new(
-                super::connection::canceled_info(),
-            )));
+            return Ok(Delivered::Failed(Box::new(super::connection::canceled_info())));
         }
         let next = match items.next().now_or_never() {
             Some(next) => next,
@@ -139,9 +137,7 @@ pub(crate) fn transaction_after(tag: &str, status: TransactionStatus) -> Transac
 
 /// RowDescription for `fields`.
 pub(crate) fn row_description(fields: &[FieldInfo]) -> PgWireBackendMessage {
-    PgWireBackendMessage::RowDescription(RowDescription::new(
-        fields.iter().map(Into::into).collect(),
-    ))
+    PgWireBackendMessage::RowDescription(RowDescription::new(fields.iter().map(Into::into).collect()))
 }
 
 /// Flattens a batch stream into per-row items made by `encode`.
@@ -161,11 +157,7 @@ fn per_row<T: Send + 'static>(
 /// The `DataRow`s of `rows`, column `i` in `formats[i]`. With `described`
 /// (extended protocol), batches are first cast to the described column
 /// types, so rows always match the RowDescription the client holds.
-pub(crate) fn data_rows(
-    rows: RowStream,
-    formats: Vec<FieldFormat>,
-    described: Option<SchemaRef>,
-) -> SendableRowStream {
+pub(crate) fn data_rows(rows: RowStream, formats: Vec<FieldFormat>, described: Option<SchemaRef>) -> SendableRowStream {
     per_row(rows, move |batch| {
         let batch = match &described {
             Some(schema) => conform(batch, schema)?,
@@ -204,10 +196,7 @@ fn conform(batch: RecordBatch, described: &Schema) -> Result<RecordBatch> {
         .iter()
         .map(|f| Field::new(f.name(), f.data_type().clone(), true))
         .collect();
-    Ok(RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        columns,
-    )?)
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
 }
 
 /// [`deliver`] without a row limit: `Ok(n)` messages sent, or the error
@@ -228,9 +217,7 @@ where
         Delivered::Failed(error) => Err(*error),
         Delivered::Suspended => {
             debug_assert!(false, "an unlimited delivery cannot suspend");
-            Err(error_info(&Error::internal(
-                "an unlimited delivery was suspended",
-            )))
+            Err(error_info(&Error::internal("an unlimited delivery was suspended")))
         }
     })
 }
@@ -252,24 +239,17 @@ where
     let columns = i16::try_from(rows.schema.fields().len())
         .map_err(|_| engine_error(&Error::unsupported("COPY supports at most 32767 columns")))?;
     let response = CopyOutResponse::new(0, columns, vec![0; columns as usize]);
-    client
-        .feed(PgWireBackendMessage::CopyOutResponse(response))
-        .await?;
+    client.feed(PgWireBackendMessage::CopyOutResponse(response)).await?;
     let mut lines = per_row(rows, |batch| encode_copy_lines(&batch));
-    let message: fn(Bytes) -> PgWireBackendMessage =
-        |line| PgWireBackendMessage::CopyData(CopyData::new(line));
-    Ok(
-        match deliver_all(client, &mut lines, watch, message).await? {
-            Ok(n) => {
-                client
-                    .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
-                    .await?;
-                client.feed(command_complete(format!("COPY {n}"))).await?;
-                Ok(())
-            }
-            Err(error) => Err(error),
-        },
-    )
+    let message: fn(Bytes) -> PgWireBackendMessage = |line| PgWireBackendMessage::CopyData(CopyData::new(line));
+    Ok(match deliver_all(client, &mut lines, watch, message).await? {
+        Ok(n) => {
+            client.feed(PgWireBackendMessage::CopyDone(CopyDone::new())).await?;
+            client.feed(command_complete(format!("COPY {n}"))).await?;
+            Ok(())
+        }
+        Err(error) => Err(error),
+    })
 }
 
 /// Sends `rows` in text format: RowDescription, a DataRow per row as
@@ -390,22 +370,12 @@ mod tests {
         let mut watch = QueryWatch::detached();
         let waiting = tokio::time::timeout(
             Duration::from_millis(50),
-            deliver(
-                &mut client,
-                &mut rows,
-                0,
-                &mut watch,
-                PgWireBackendMessage::DataRow,
-            ),
+            deliver(&mut client, &mut rows, 0, &mut watch, PgWireBackendMessage::DataRow),
         )
         .await;
         assert!(waiting.is_err(), "a continuous query does not complete");
         assert_eq!(client.data_rows(), 2);
-        assert_eq!(
-            client.flushed_at,
-            vec![2],
-            "both rows flushed while waiting"
-        );
+        assert_eq!(client.flushed_at, vec![2], "both rows flushed while waiting");
     }
 
     #[tokio::test]
@@ -414,37 +384,19 @@ mod tests {
         let source = bounded(vec![Ok(batch(vec![1, 2, 3])), Ok(batch(vec![4, 5]))]);
         let mut rows = data_rows(source, Vec::new(), None);
         let mut watch = QueryWatch::detached();
-        let first = deliver(
-            &mut client,
-            &mut rows,
-            2,
-            &mut watch,
-            PgWireBackendMessage::DataRow,
-        )
-        .await
-        .unwrap();
+        let first = deliver(&mut client, &mut rows, 2, &mut watch, PgWireBackendMessage::DataRow)
+            .await
+            .unwrap();
         assert!(matches!(first, Delivered::Suspended));
         assert_eq!(client.data_rows(), 2);
-        let rest = deliver(
-            &mut client,
-            &mut rows,
-            10,
-            &mut watch,
-            PgWireBackendMessage::DataRow,
-        )
-        .await
-        .unwrap();
+        let rest = deliver(&mut client, &mut rows, 10, &mut watch, PgWireBackendMessage::DataRow)
+            .await
+            .unwrap();
         assert!(matches!(rest, Delivered::Complete(3)));
         // A finished (fused) stream can be asked again.
-        let again = deliver(
-            &mut client,
-            &mut rows,
-            10,
-            &mut watch,
-            PgWireBackendMessage::DataRow,
-        )
-        .await
-        .unwrap();
+        let again = deliver(&mut client, &mut rows, 10, &mut watch, PgWireBackendMessage::DataRow)
+            .await
+            .unwrap();
         assert!(matches!(again, Delivered::Complete(0)));
     }
 
@@ -458,15 +410,9 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
             let _ = cancel.send(());
         });
-        let outcome = deliver(
-            &mut client,
-            &mut rows,
-            0,
-            &mut watch,
-            PgWireBackendMessage::DataRow,
-        )
-        .await
-        .unwrap();
+        let outcome = deliver(&mut client, &mut rows, 0, &mut watch, PgWireBackendMessage::DataRow)
+            .await
+            .unwrap();
         let Delivered::Failed(error) = outcome else {
             panic!("expected a cancel, got {outcome:?}")
         };
@@ -490,15 +436,9 @@ mod tests {
         let (cancel, cancelled) = oneshot::channel();
         let mut watch = QueryWatch::with_cancel(cancelled);
         cancel.send(()).unwrap();
-        let outcome = deliver(
-            &mut client,
-            &mut rows,
-            0,
-            &mut watch,
-            PgWireBackendMessage::DataRow,
-        )
-        .await
-        .unwrap();
+        let outcome = deliver(&mut client, &mut rows, 0, &mut watch, PgWireBackendMessage::DataRow)
+            .await
+            .unwrap();
         assert!(matches!(outcome, Delivered::Failed(ref e) if e.code == "57014"));
     }
 
@@ -508,23 +448,15 @@ mod tests {
         let failure = Error::user(SqlCode::DataException, "bad record at offset 7");
         let mut watch = QueryWatch::detached();
         let rows = bounded(vec![Ok(batch(vec![1])), Err(failure)]);
-        let sent = send_rows(&mut client, "SELECT", rows, &mut watch)
-            .await
-            .unwrap();
+        let sent = send_rows(&mut client, "SELECT", rows, &mut watch).await.unwrap();
         let error = sent.unwrap_err();
         assert_eq!(
             (error.code.as_str(), error.message.as_str()),
             ("22000", "bad record at offset 7")
         );
-        assert!(matches!(
-            client.messages[0],
-            PgWireBackendMessage::RowDescription(_)
-        ));
+        assert!(matches!(client.messages[0], PgWireBackendMessage::RowDescription(_)));
         assert_eq!(client.data_rows(), 1);
-        assert!(
-            client.tags().is_empty(),
-            "no CommandComplete after an error"
-        );
+        assert!(client.tags().is_empty(), "no CommandComplete after an error");
     }
 
     #[tokio::test]
@@ -545,10 +477,7 @@ mod tests {
         let mut client = RecordingClient::default();
         let mut watch = QueryWatch::detached();
         let rows = bounded(vec![Ok(batch(vec![1, 2]))]);
-        send_copy_out(&mut client, rows, &mut watch)
-            .await
-            .unwrap()
-            .unwrap();
+        send_copy_out(&mut client, rows, &mut watch).await.unwrap().unwrap();
         let PgWireBackendMessage::CopyOutResponse(header) = &client.messages[0] else {
             panic!("CopyOutResponse first")
         };
@@ -564,14 +493,8 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(
-            lines,
-            vec![Bytes::from_static(b"1\n"), Bytes::from_static(b"2\n")]
-        );
-        assert!(matches!(
-            client.messages[3],
-            PgWireBackendMessage::CopyDone(_)
-        ));
+        assert_eq!(lines, vec![Bytes::from_static(b"1\n"), Bytes::from_static(b"2\n")]);
+        assert!(matches!(client.messages[3], PgWireBackendMessage::CopyDone(_)));
         assert_eq!(client.tags(), vec!["COPY 2"]);
     }
 
@@ -600,14 +523,8 @@ mod tests {
 
     #[test]
     fn engine_errors_carry_sqlstate_and_plain_message() {
-        let info = error_info(&Error::user(
-            SqlCode::UndefinedTable,
-            "stream \"bids\" does not exist",
-        ));
-        assert_eq!(
-            (info.severity.as_str(), info.code.as_str()),
-            ("ERROR", "42P01")
-        );
+        let info = error_info(&Error::user(SqlCode::UndefinedTable, "stream \"bids\" does not exist"));
+        assert_eq!((info.severity.as_str(), info.code.as_str()), ("ERROR", "42P01"));
         assert_eq!(info.message, "stream \"bids\" does not exist");
         let internal = error_info(&Error::internal("invariant broken"));
         assert_eq!(internal.code, "XX000");
@@ -618,11 +535,7 @@ mod tests {
     fn batches_are_cast_to_the_described_types() {
         let described = Schema::new(vec![Field::new("n", DataType::Int64, false)]);
         let conformed = conform(batch(vec![7]), &described).unwrap();
-        let column = conformed
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap();
+        let column = conformed.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         assert_eq!(column.value(0), 7);
         let wider = Schema::new(vec![
             Field::new("n", DataType::Int32, true),

@@ -52,9 +52,7 @@ fn out_of_range(e: OutOfRange) -> Error {
 
 /// `value × factor` microseconds, or an out-of-range error.
 fn scale_micros(value: i64, factor: i64, what: &'static str) -> Result<i64> {
-    value
-        .checked_mul(factor)
-        .ok_or_else(|| out_of_range(OutOfRange(what)))
+    value.checked_mul(factor).ok_or_else(|| out_of_range(OutOfRange(what)))
 }
 
 /// Microseconds for a value of `unit` (nanoseconds are floored, as
@@ -97,9 +95,7 @@ fn time_micros(array: &dyn Array, row: usize) -> Option<Result<i64>> {
             let ms = array.as_primitive::<Time32MillisecondType>().value(row);
             to_micros(TimeUnit::Millisecond, ms.into(), "time")
         }
-        D::Time64(TimeUnit::Microsecond) => {
-            Ok(array.as_primitive::<Time64MicrosecondType>().value(row))
-        }
+        D::Time64(TimeUnit::Microsecond) => Ok(array.as_primitive::<Time64MicrosecondType>().value(row)),
         D::Time64(TimeUnit::Nanosecond) => to_micros(
             TimeUnit::Nanosecond,
             array.as_primitive::<Time64NanosecondType>().value(row),
@@ -138,28 +134,10 @@ fn interval_at(array: &dyn Array, unit: IntervalUnit, row: usize) -> PgValue<'st
 
 fn decimal_at(array: &dyn Array, row: usize) -> Option<Numeric> {
     let (unscaled, scale) = match array.data_type() {
-        D::Decimal32(_, s) => (
-            array.as_primitive::<Decimal32Type>().value(row).to_string(),
-            *s,
-        ),
-        D::Decimal64(_, s) => (
-            array.as_primitive::<Decimal64Type>().value(row).to_string(),
-            *s,
-        ),
-        D::Decimal128(_, s) => (
-            array
-                .as_primitive::<Decimal128Type>()
-                .value(row)
-                .to_string(),
-            *s,
-        ),
-        D::Decimal256(_, s) => (
-            array
-                .as_primitive::<Decimal256Type>()
-                .value(row)
-                .to_string(),
-            *s,
-        ),
+        D::Decimal32(_, s) => (array.as_primitive::<Decimal32Type>().value(row).to_string(), *s),
+        D::Decimal64(_, s) => (array.as_primitive::<Decimal64Type>().value(row).to_string(), *s),
+        D::Decimal128(_, s) => (array.as_primitive::<Decimal128Type>().value(row).to_string(), *s),
+        D::Decimal256(_, s) => (array.as_primitive::<Decimal256Type>().value(row).to_string(), *s),
         D::UInt64 => (array.as_primitive::<UInt64Type>().value(row).to_string(), 0),
         _ => return None,
     };
@@ -182,9 +160,7 @@ pub(crate) fn value_at(array: &dyn Array, row: usize) -> Result<PgValue<'_>> {
         D::Float32 => PgValue::Float4(array.as_primitive::<Float32Type>().value(row)),
         D::Float64 => PgValue::Float8(array.as_primitive::<Float64Type>().value(row)),
         D::UInt64 | D::Decimal32(..) | D::Decimal64(..) | D::Decimal128(..) | D::Decimal256(..) => {
-            PgValue::Numeric(
-                decimal_at(array, row).unwrap_or_else(|| Numeric::from_unscaled("0", 0)),
-            )
+            PgValue::Numeric(decimal_at(array, row).unwrap_or_else(|| Numeric::from_unscaled("0", 0)))
         }
         D::Utf8 => PgValue::Text(array.as_string::<i32>().value(row)),
         D::LargeUtf8 => PgValue::Text(array.as_string::<i64>().value(row)),
@@ -202,27 +178,15 @@ pub(crate) fn value_at(array: &dyn Array, row: usize) -> Result<PgValue<'_>> {
 fn temporal_at(array: &dyn Array, row: usize) -> Result<PgValue<'static>> {
     let value = match array.data_type() {
         D::Date32 => PgValue::Date(array.as_primitive::<Date32Type>().value(row).into()),
-        D::Date64 => PgValue::Date(
-            array
-                .as_primitive::<Date64Type>()
-                .value(row)
-                .div_euclid(86_400_000),
-        ),
+        D::Date64 => PgValue::Date(array.as_primitive::<Date64Type>().value(row).div_euclid(86_400_000)),
         D::Time32(_) | D::Time64(_) => match time_micros(array, row) {
             Some(micros) => PgValue::Time(micros?),
             None => {
-                return Err(Error::internal(format!(
-                    "invalid time type {}",
-                    array.data_type()
-                )));
+                return Err(Error::internal(format!("invalid time type {}", array.data_type())));
             }
         },
         D::Timestamp(unit, tz) => {
-            let micros = to_micros(
-                *unit,
-                timestamp_raw(array, *unit, row),
-                "timestamp out of range",
-            )?;
+            let micros = to_micros(*unit, timestamp_raw(array, *unit, row), "timestamp out of range")?;
             if tz.is_some() {
                 PgValue::TimestampTz(micros)
             } else {
@@ -233,16 +197,10 @@ fn temporal_at(array: &dyn Array, row: usize) -> Result<PgValue<'static>> {
         D::Duration(unit) => PgValue::Interval {
             months: 0,
             days: 0,
-            micros: to_micros(
-                *unit,
-                duration_raw(array, *unit, row),
-                "interval out of range",
-            )?,
+            micros: to_micros(*unit, duration_raw(array, *unit, row), "interval out of range")?,
         },
         other => {
-            return Err(Error::internal(format!(
-                "no Postgres encoding for Arrow type {other}"
-            )));
+            return Err(Error::internal(format!("no Postgres encoding for Arrow type {other}")));
         }
     };
     Ok(value)
@@ -263,17 +221,9 @@ impl PgValue<'_> {
             PgValue::Bytes(v) => format::bytea_text(v, out),
             PgValue::Date(days) => format::date_text(*days, out).map_err(out_of_range)?,
             PgValue::Time(micros) => format::time_text(*micros, out),
-            PgValue::Timestamp(micros) => {
-                format::timestamp_text(*micros, false, out).map_err(out_of_range)?
-            }
-            PgValue::TimestampTz(micros) => {
-                format::timestamp_text(*micros, true, out).map_err(out_of_range)?
-            }
-            PgValue::Interval {
-                months,
-                days,
-                micros,
-            } => format::interval_text(*months, *days, *micros, out),
+            PgValue::Timestamp(micros) => format::timestamp_text(*micros, false, out).map_err(out_of_range)?,
+            PgValue::TimestampTz(micros) => format::timestamp_text(*micros, true, out).map_err(out_of_range)?,
+            PgValue::Interval { months, days, micros } => format::interval_text(*months, *days, *micros, out),
         }
         Ok(())
     }
@@ -291,23 +241,15 @@ impl PgValue<'_> {
             PgValue::Text(v) => out.put_slice(v.as_bytes()),
             PgValue::Bytes(v) => out.put_slice(v),
             PgValue::Date(days) => {
-                let pg_days = days
-                    .checked_sub(PG_EPOCH_DAYS)
-                    .and_then(|d| i32::try_from(d).ok());
+                let pg_days = days.checked_sub(PG_EPOCH_DAYS).and_then(|d| i32::try_from(d).ok());
                 out.put_i32(pg_days.ok_or_else(|| out_of_range(OutOfRange("date out of range")))?);
             }
             PgValue::Time(micros) => out.put_i64(*micros),
             PgValue::Timestamp(micros) | PgValue::TimestampTz(micros) => {
                 let pg_micros = micros.checked_sub(PG_EPOCH_MICROS);
-                out.put_i64(
-                    pg_micros.ok_or_else(|| out_of_range(OutOfRange("timestamp out of range")))?,
-                );
+                out.put_i64(pg_micros.ok_or_else(|| out_of_range(OutOfRange("timestamp out of range")))?);
             }
-            PgValue::Interval {
-                months,
-                days,
-                micros,
-            } => {
+            PgValue::Interval { months, days, micros } => {
                 out.put_i64(*micros);
                 out.put_i32(*days);
                 out.put_i32(*months);
@@ -358,10 +300,7 @@ impl<'a> BatchEncoder<'a> {
     }
 
     pub(crate) fn is_null(&self, col: usize, row: usize) -> bool {
-        self.columns[col]
-            .nulls
-            .as_ref()
-            .is_some_and(|nulls| nulls.is_null(row))
+        self.columns[col].nulls.as_ref().is_some_and(|nulls| nulls.is_null(row))
     }
 
     /// Writes the text form of a non-null cell.
@@ -385,13 +324,7 @@ impl<'a> BatchEncoder<'a> {
     }
 
     /// Writes one `DataRow` field: its length (-1 for NULL), then its bytes.
-    fn write_field(
-        &self,
-        col: usize,
-        row: usize,
-        format: FieldFormat,
-        out: &mut BytesMut,
-    ) -> Result<()> {
+    fn write_field(&self, col: usize, row: usize, format: FieldFormat, out: &mut BytesMut) -> Result<()> {
         if self.is_null(col, row) {
             out.put_i32(-1);
             return Ok(());
@@ -411,14 +344,11 @@ impl<'a> BatchEncoder<'a> {
 
 /// Encodes every row of `batch` as a `DataRow`, column `i` in `formats[i]`
 /// (text where `formats` is shorter).
-pub(crate) fn encode_data_rows(
-    batch: &RecordBatch,
-    formats: &[FieldFormat],
-) -> Result<Vec<DataRow>> {
+pub(crate) fn encode_data_rows(batch: &RecordBatch, formats: &[FieldFormat]) -> Result<Vec<DataRow>> {
     let encoder = BatchEncoder::try_new(batch)?;
     let columns = encoder.num_columns();
-    let field_count = i16::try_from(columns)
-        .map_err(|_| Error::unsupported("a result row may have at most 32767 columns"))?;
+    let field_count =
+        i16::try_from(columns).map_err(|_| Error::unsupported("a result row may have at most 32767 columns"))?;
     let mut buf = BytesMut::with_capacity(batch.num_rows() * (columns * 12 + 8));
     let mut rows = Vec::with_capacity(batch.num_rows());
     for row in 0..batch.num_rows() {
@@ -449,20 +379,14 @@ mod tests {
 
     fn binary_of(array: &dyn Array, row: usize) -> Vec<u8> {
         let mut out = BytesMut::new();
-        value_at(array, row)
-            .unwrap()
-            .write_binary(&mut out)
-            .unwrap();
+        value_at(array, row).unwrap().write_binary(&mut out).unwrap();
         out.to_vec()
     }
 
     #[test]
     fn scalars_encode_as_text_and_binary() {
         let bools = BooleanArray::from(vec![true, false]);
-        assert_eq!(
-            (text_of(&bools, 0), text_of(&bools, 1)),
-            ("t".into(), "f".into())
-        );
+        assert_eq!((text_of(&bools, 0), text_of(&bools, 1)), ("t".into(), "f".into()));
         assert_eq!(binary_of(&bools, 0), vec![1]);
 
         let i8s = Int8Array::from(vec![-5]);
@@ -480,10 +404,7 @@ mod tests {
         assert_eq!(text_of(&u64s, 0), "18446744073709551615");
 
         let f64s = Float64Array::from(vec![0.1, 1e20]);
-        assert_eq!(
-            (text_of(&f64s, 0), text_of(&f64s, 1)),
-            ("0.1".into(), "1e+20".into())
-        );
+        assert_eq!((text_of(&f64s, 0), text_of(&f64s, 1)), ("0.1".into(), "1e+20".into()));
         assert_eq!(binary_of(&f64s, 0), 0.1f64.to_be_bytes());
 
         let strings = StringArray::from(vec!["héllo"]);
@@ -523,8 +444,7 @@ mod tests {
         assert_eq!(text_of(&millis, 0), "2026-11-30 12:00:00.123");
         assert_eq!(text_of(&micros, 0), "2026-11-30 12:00:00.123");
         assert_eq!(text_of(&nanos, 0), "2026-11-30 12:00:00.123");
-        let with_tz =
-            TimestampMillisecondArray::from(vec![NOON_123_MICROS / 1_000]).with_timezone("UTC");
+        let with_tz = TimestampMillisecondArray::from(vec![NOON_123_MICROS / 1_000]).with_timezone("UTC");
         assert_eq!(text_of(&with_tz, 0), "2026-11-30 12:00:00.123+00");
         // Binary: microseconds since 2000-01-01 (946684800 s after 1970).
         let expected = NOON_123_MICROS - 946_684_800_000_000;
@@ -544,11 +464,7 @@ mod tests {
         assert_eq!(text_of(&times, 0), "12:34:56.5");
         assert_eq!(binary_of(&times, 0), 45_296_500_000i64.to_be_bytes());
 
-        let mdn = IntervalMonthDayNanoArray::from(vec![IntervalMonthDayNano::new(
-            14,
-            3,
-            3_600_000_000_000,
-        )]);
+        let mdn = IntervalMonthDayNanoArray::from(vec![IntervalMonthDayNano::new(14, 3, 3_600_000_000_000)]);
         assert_eq!(text_of(&mdn, 0), "1 year 2 mons 3 days 01:00:00");
         let mut expected = 3_600_000_000i64.to_be_bytes().to_vec();
         expected.extend(3i32.to_be_bytes());
@@ -584,10 +500,7 @@ mod tests {
             Field::new("name", DataType::Utf8, true),
             Field::new("tags", DataType::new_list(DataType::Int32, true), true),
         ]));
-        let tags = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
-            Some(vec![Some(1), Some(2)]),
-            None,
-        ]);
+        let tags = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![Some(vec![Some(1), Some(2)]), None]);
         let batch = RecordBatch::try_new(
             schema,
             vec![
@@ -607,10 +520,7 @@ mod tests {
                 Some(b"[1, 2]".to_vec())
             ]
         );
-        assert_eq!(
-            field_lengths_and_bytes(&rows[1]),
-            vec![None, Some(b"b".to_vec()), None]
-        );
+        assert_eq!(field_lengths_and_bytes(&rows[1]), vec![None, Some(b"b".to_vec()), None]);
     }
 
     #[test]

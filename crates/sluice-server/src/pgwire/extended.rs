@@ -34,15 +34,15 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::data::{NoData, ParameterDescription};
 use pgwire::messages::extendedquery::{
-    Bind, BindComplete, Describe, Execute, PortalSuspended, Sync as PgSync,
-    TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+    Bind, BindComplete, Describe, Execute, PortalSuspended, Sync as PgSync, TARGET_TYPE_BYTE_PORTAL,
+    TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionStatus};
 
 use super::connection::{Connection, QueryWatch, SessionSlot, lock_session, user_error};
 use super::delivery::{
-    Delivered, command_complete, command_tag, data_rows, deliver, engine_error, error_info,
-    row_description, send_copy_out, transaction_after,
+    Delivered, command_complete, command_tag, data_rows, deliver, engine_error, error_info, row_description,
+    send_copy_out, transaction_after,
 };
 use super::params::decode_params;
 use super::types::{column_formats, field_infos, pg_type};
@@ -76,10 +76,7 @@ pub(crate) fn effective_param_types(client: &[Option<Type>], engine: &[DataType]
 /// The result columns of `statement` in `format`, or `None` without rows.
 fn result_fields(statement: &Statement, format: &Format) -> Option<Vec<FieldInfo>> {
     let schema = statement.prepared.schema.as_ref()?;
-    Some(field_infos(
-        schema,
-        &column_formats(format, schema.fields().len()),
-    ))
+    Some(field_infos(schema, &column_formats(format, schema.fields().len())))
 }
 
 /// RowDescription for a statement with rows, NoData otherwise.
@@ -94,10 +91,7 @@ fn describe_rows(fields: Option<Vec<FieldInfo>>) -> PgWireBackendMessage {
 /// when more than one is given.
 fn check_result_formats(codes: &[i16], schema: Option<&Schema>) -> PgWireResult<()> {
     if let Some(code) = codes.iter().find(|c| !matches!(c, 0 | 1)) {
-        return Err(user_error(
-            "22023",
-            format!("unsupported format code: {code}"),
-        ));
+        return Err(user_error("22023", format!("unsupported format code: {code}")));
     }
     let columns = schema.map_or(0, |s| s.fields().len());
     if codes.len() > 1 && schema.is_some() && codes.len() != columns {
@@ -111,10 +105,7 @@ fn check_result_formats(codes: &[i16], schema: Option<&Schema>) -> PgWireResult<
 }
 
 /// A portal for `stored` with the parameters of `bind` decoded.
-fn bind_portal(
-    stored: &StoredStatement<Statement>,
-    bind: &Bind,
-) -> PgWireResult<Portal<Statement>> {
+fn bind_portal(stored: &StoredStatement<Statement>, bind: &Bind) -> PgWireResult<Portal<Statement>> {
     let statement = &stored.statement;
     if bind.parameters.len() != statement.param_types.len() {
         let name = bind.statement_name.as_deref().unwrap_or("");
@@ -125,10 +116,7 @@ fn bind_portal(
         );
         return Err(user_error("08P01", message));
     }
-    check_result_formats(
-        &bind.result_column_format_codes,
-        statement.prepared.schema.as_deref(),
-    )?;
+    check_result_formats(&bind.result_column_format_codes, statement.prepared.schema.as_deref())?;
     let params = decode_params(
         &bind.parameters,
         &bind.parameter_format_codes,
@@ -147,18 +135,12 @@ fn bind_portal(
 fn no_statement(name: Option<&str>) -> PgWireError {
     user_error(
         "26000",
-        format!(
-            "prepared statement \"{}\" does not exist",
-            name.unwrap_or("")
-        ),
+        format!("prepared statement \"{}\" does not exist", name.unwrap_or("")),
     )
 }
 
 fn no_portal(name: Option<&str>) -> PgWireError {
-    user_error(
-        "34000",
-        format!("portal \"{}\" does not exist", name.unwrap_or("")),
-    )
+    user_error("34000", format!("portal \"{}\" does not exist", name.unwrap_or("")))
 }
 
 /// Sends up to `max_rows` rows of a started portal, then `{tag} n` or
@@ -224,13 +206,9 @@ impl Connection {
                 Ok(())
             }
             PortalExecutionState::Initial => {
-                let (next_state, outcome) = self
-                    .start_portal(client, portal, max_rows, &mut watch)
-                    .await?;
+                let (next_state, outcome) = self.start_portal(client, portal, max_rows, &mut watch).await?;
                 *state = next_state;
-                return Ok(
-                    outcome.map(|tag| tag.map_or(status, |tag| transaction_after(&tag, status)))
-                );
+                return Ok(outcome.map(|tag| tag.map_or(status, |tag| transaction_after(&tag, status))));
             }
         };
         if sent.is_err() {
@@ -269,22 +247,16 @@ impl Connection {
         };
         match output {
             Output::Command { tag, rows } => {
-                client
-                    .feed(command_complete(command_tag(&tag, rows)))
-                    .await?;
+                client.feed(command_complete(command_tag(&tag, rows))).await?;
                 Ok((finished, Ok(Some(tag))))
             }
-            Output::CopyOut(rows) => Ok((
-                finished,
-                send_copy_out(client, rows, watch).await?.map(|()| None),
-            )),
+            Output::CopyOut(rows) => Ok((finished, send_copy_out(client, rows, watch).await?.map(|()| None))),
             Output::Rows { tag, rows } => {
                 let described = statement.prepared.schema.clone();
                 let columns = described.as_ref().unwrap_or(&rows.schema).fields().len();
                 let formats = column_formats(&portal.result_column_format, columns);
                 let fields = field_infos(described.as_ref().unwrap_or(&rows.schema), &formats);
-                let mut response =
-                    QueryResponse::new(Arc::new(fields), data_rows(rows, formats, described));
+                let mut response = QueryResponse::new(Arc::new(fields), data_rows(rows, formats, described));
                 response.set_command_tag(&tag);
                 let sent = send_portal_rows(client, &mut response, max_rows, watch).await?;
                 let next = if sent.is_ok() {
@@ -307,12 +279,7 @@ pub(crate) struct StatementParser {
 impl QueryParser for StatementParser {
     type Statement = Statement;
 
-    async fn parse_sql<C>(
-        &self,
-        _client: &C,
-        sql: &str,
-        types: &[Option<Type>],
-    ) -> PgWireResult<Option<Statement>>
+    async fn parse_sql<C>(&self, _client: &C, sql: &str, types: &[Option<Type>]) -> PgWireResult<Option<Statement>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
@@ -333,11 +300,7 @@ impl QueryParser for StatementParser {
         Ok(statement.param_types.to_vec())
     }
 
-    fn get_result_schema(
-        &self,
-        statement: &Statement,
-        format: Option<&Format>,
-    ) -> PgWireResult<Vec<FieldInfo>> {
+    fn get_result_schema(&self, statement: &Statement, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
         Ok(result_fields(statement, format.unwrap_or(&Format::UnifiedText)).unwrap_or_default())
     }
 }
@@ -423,10 +386,7 @@ impl ExtendedQueryHandler for Connection {
                 client.feed(describe_rows(fields)).await?;
             }
             other => {
-                return Err(user_error(
-                    "08P01",
-                    format!("invalid DESCRIBE message subtype {other}"),
-                ));
+                return Err(user_error("08P01", format!("invalid DESCRIBE message subtype {other}")));
             }
         }
         Ok(())
@@ -449,9 +409,7 @@ impl ExtendedQueryHandler for Connection {
             Some(Entry::Value(portal)) => portal,
             Some(Entry::Empty) => {
                 client
-                    .feed(PgWireBackendMessage::EmptyQueryResponse(
-                        EmptyQueryResponse::new(),
-                    ))
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new()))
                     .await?;
                 return Ok(());
             }
@@ -461,9 +419,7 @@ impl ExtendedQueryHandler for Connection {
         let max_rows = usize::try_from(message.max_rows).unwrap_or(0);
         let status = client.transaction_status();
         client.set_state(PgWireConnectionState::QueryInProgress);
-        let outcome = self
-            .execute_portal(client, &portal, max_rows, status)
-            .await?;
+        let outcome = self.execute_portal(client, &portal, max_rows, status).await?;
         client.set_state(PgWireConnectionState::ReadyForQuery);
         match outcome {
             Ok(status) => {
@@ -489,9 +445,7 @@ impl ExtendedQueryHandler for Connection {
             client.portal_store().rm_portal(DEFAULT_NAME);
         }
         client
-            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
-                status,
-            )))
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(status)))
             .await?;
         Ok(())
     }
@@ -510,10 +464,7 @@ impl ExtendedQueryHandler for Connection {
     {
         // `on_execute` above does the work; pgwire only calls `do_query`
         // from its default `on_execute`.
-        Err(user_error(
-            "XX000",
-            "extended query dispatch bypassed Sluice's handler",
-        ))
+        Err(user_error("XX000", "extended query dispatch bypassed Sluice's handler"))
     }
 }
 

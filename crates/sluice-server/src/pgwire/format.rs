@@ -173,11 +173,7 @@ impl Numeric {
             .as_bytes()
             .chunks(4)
             .chain(frac_padded.as_bytes().chunks(4))
-            .map(|chunk| {
-                chunk
-                    .iter()
-                    .fold(0i16, |acc, d| acc * 10 + i16::from(d - b'0'))
-            })
+            .map(|chunk| chunk.iter().fold(0i16, |acc, d| acc * 10 + i16::from(d - b'0')))
             .collect();
         let leading = groups.iter().take_while(|g| **g == 0).count();
         groups.drain(..leading);
@@ -188,11 +184,7 @@ impl Numeric {
         if groups.is_empty() {
             weight = 0;
         }
-        let sign: u16 = if self.negative && !groups.is_empty() {
-            0x4000
-        } else {
-            0
-        };
+        let sign: u16 = if self.negative && !groups.is_empty() { 0x4000 } else { 0 };
         out.put_i16(groups.len() as i16);
         out.put_i16(weight as i16);
         out.put_u16(sign);
@@ -247,13 +239,7 @@ pub(crate) fn date_text(days: i64, out: &mut BytesMut) -> Result<(), OutOfRange>
 pub(crate) fn time_text(micros: i64, out: &mut BytesMut) {
     let micros = micros.unsigned_abs();
     let secs = micros / 1_000_000;
-    let _ = write!(
-        out,
-        "{:02}:{:02}:{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    );
+    let _ = write!(out, "{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
     write_fraction(micros % 1_000_000, out);
 }
 
@@ -273,11 +259,7 @@ fn write_fraction(micros: u64, out: &mut BytesMut) {
 /// `timestamp` / `timestamptz` text for microseconds since 1970-01-01 UTC:
 /// `2026-11-30 12:00:00.123`, with `+00` for timestamptz (the session's
 /// TimeZone is UTC) and ` BC` for years before 1.
-pub(crate) fn timestamp_text(
-    micros: i64,
-    with_tz: bool,
-    out: &mut BytesMut,
-) -> Result<(), OutOfRange> {
+pub(crate) fn timestamp_text(micros: i64, with_tz: bool, out: &mut BytesMut) -> Result<(), OutOfRange> {
     let days = micros.div_euclid(MICROS_PER_DAY);
     let bc = write_ymd(days, out)?;
     out.put_u8(b' ');
@@ -313,13 +295,7 @@ pub(crate) fn interval_text(months: i32, days: i32, micros: i64, out: &mut Bytes
         }
         let magnitude = micros.unsigned_abs();
         let secs = magnitude / 1_000_000;
-        let _ = write!(
-            out,
-            "{:02}:{:02}:{:02}",
-            secs / 3600,
-            secs / 60 % 60,
-            secs % 60
-        );
+        let _ = write!(out, "{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
         write_fraction(magnitude % 1_000_000, out);
     }
 }
@@ -404,8 +380,7 @@ mod tests {
 
     #[test]
     fn numeric_text_keeps_exactly_the_scale_digits() {
-        let num =
-            |unscaled: &str, scale| text(|o| Numeric::from_unscaled(unscaled, scale).write_text(o));
+        let num = |unscaled: &str, scale| text(|o| Numeric::from_unscaled(unscaled, scale).write_text(o));
         assert_eq!(num("12345", 2), "123.45");
         assert_eq!(num("-12345", 2), "-123.45");
         assert_eq!(num("5", 3), "0.005");
@@ -421,10 +396,7 @@ mod tests {
     fn numeric_binary(unscaled: &str, scale: i32) -> (i16, i16, u16, u16, Vec<i16>) {
         let mut out = BytesMut::new();
         Numeric::from_unscaled(unscaled, scale).write_binary(&mut out);
-        let words: Vec<u16> = out
-            .chunks(2)
-            .map(|c| u16::from_be_bytes([c[0], c[1]]))
-            .collect();
+        let words: Vec<u16> = out.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
         let digits = words[4..].iter().map(|w| *w as i16).collect();
         (words[0] as i16, words[1] as i16, words[2], words[3], digits)
     }
@@ -432,10 +404,7 @@ mod tests {
     #[test]
     fn numeric_binary_matches_numeric_send() {
         // 12345.678 = 1·10000¹ + 2345·10000⁰ + 6780·10000⁻¹
-        assert_eq!(
-            numeric_binary("12345678", 3),
-            (3, 1, 0, 3, vec![1, 2345, 6780])
-        );
+        assert_eq!(numeric_binary("12345678", 3), (3, 1, 0, 3, vec![1, 2345, 6780]));
         // -1.5 = -(1 + 5000·10000⁻¹)
         assert_eq!(numeric_binary("-15", 1), (2, 0, 0x4000, 1, vec![1, 5000]));
         // 0.5: no integer digits, weight -1
@@ -452,10 +421,7 @@ mod tests {
 
     #[test]
     fn bytea_text_is_hex() {
-        assert_eq!(
-            text(|o| bytea_text(&[0x00, 0xab, 0x10, 0xff], o)),
-            "\\x00ab10ff"
-        );
+        assert_eq!(text(|o| bytea_text(&[0x00, 0xab, 0x10, 0xff], o)), "\\x00ab10ff");
         assert_eq!(text(|o| bytea_text(&[], o)), "\\x");
     }
 

@@ -63,11 +63,7 @@ const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
 
 /// Serves the Postgres protocol on `listener` until `shutdown` is cancelled; each connection gets its own Session.
-pub async fn serve(
-    listener: TcpListener,
-    engine: Arc<Engine>,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
+pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: CancellationToken) -> std::io::Result<()> {
     let shared = Arc::new(Shared::new(engine));
     let cancel_handler = Arc::new(DefaultCancelHandler::new(shared.connections.clone()));
     if let Ok(addr) = listener.local_addr() {
@@ -80,11 +76,7 @@ pub async fn serve(
 }
 
 /// Runs one client connection to its end.
-async fn serve_connection(
-    socket: TcpStream,
-    shared: Arc<Shared>,
-    cancel: Arc<DefaultCancelHandler>,
-) {
+async fn serve_connection(socket: TcpStream, shared: Arc<Shared>, cancel: Arc<DefaultCancelHandler>) {
     let (socket, probe) = match ClientProbe::attach(socket) {
         Ok(split) => split,
         Err(error) => {
@@ -221,25 +213,17 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         // Each served connection is held open until shutdown.
-        let server = tokio::spawn(accept_loop(
-            listener,
-            shutdown.clone(),
-            2,
-            |socket| async move {
-                let _socket = socket;
-                std::future::pending::<()>().await
-            },
-        ));
+        let server = tokio::spawn(accept_loop(listener, shutdown.clone(), 2, |socket| async move {
+            let _socket = socket;
+            std::future::pending::<()>().await
+        }));
 
         let mut first = connect(addr).await;
         let _second = connect(addr).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
         let mut third = connect(addr).await;
         // An SSLRequest, as libpq sends first.
-        third
-            .write_all(&[0, 0, 0, 8, 4, 210, 22, 47])
-            .await
-            .unwrap();
+        third.write_all(&[0, 0, 0, 8, 4, 210, 22, 47]).await.unwrap();
         let mut reply = Vec::new();
         third.read_to_end(&mut reply).await.unwrap();
         assert_eq!(reply[0], b'E');

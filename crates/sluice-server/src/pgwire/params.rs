@@ -70,10 +70,7 @@ pub(crate) fn binary_flags(format_codes: &[i16], params: usize) -> Result<Vec<bo
     let flag = |code: i16| match code {
         0 => Ok(false),
         1 => Ok(true),
-        other => Err(ParamError::new(
-            "22023",
-            format!("unsupported format code: {other}"),
-        )),
+        other => Err(ParamError::new("22023", format!("unsupported format code: {other}"))),
     };
     match format_codes {
         [] => Ok(vec![false; params]),
@@ -116,10 +113,7 @@ pub(crate) fn decode_params(
 /// Decodes one parameter and casts it to its target type.
 pub(crate) fn decode_param(param: &BoundParam<'_>) -> Result<ScalarValue, ParamError> {
     let Some(bytes) = param.bytes else {
-        let null_type = param
-            .target
-            .cloned()
-            .or_else(|| param_data_type(param.wire_type));
+        let null_type = param.target.cloned().or_else(|| param_data_type(param.wire_type));
         return Ok(null_type
             .and_then(|t| ScalarValue::try_new_null(&t).ok())
             .unwrap_or(ScalarValue::Null));
@@ -139,11 +133,7 @@ pub(crate) fn decode_param(param: &BoundParam<'_>) -> Result<ScalarValue, ParamE
     }
 }
 
-fn cast_param(
-    value: &ScalarValue,
-    target: &DataType,
-    position: usize,
-) -> Result<ScalarValue, ParamError> {
+fn cast_param(value: &ScalarValue, target: &DataType, position: usize) -> Result<ScalarValue, ParamError> {
     value.cast_to(target).map_err(|_| {
         let sqlstate = if matches!(value, ScalarValue::Utf8(_)) {
             "22P02"
@@ -162,18 +152,14 @@ fn cast_param(
 pub(crate) fn decode_text(text: &str, wire: &Type) -> Result<ScalarValue, ParamError> {
     let trimmed = text.trim();
     let value = match *wire {
-        Type::BOOL => {
-            ScalarValue::Boolean(Some(parse_bool(trimmed).ok_or_else(|| bad(wire, text))?))
-        }
+        Type::BOOL => ScalarValue::Boolean(Some(parse_bool(trimmed).ok_or_else(|| bad(wire, text))?)),
         Type::INT2 => ScalarValue::Int16(Some(trimmed.parse().map_err(|_| bad(wire, text))?)),
         Type::INT4 => ScalarValue::Int32(Some(trimmed.parse().map_err(|_| bad(wire, text))?)),
         Type::INT8 => ScalarValue::Int64(Some(trimmed.parse().map_err(|_| bad(wire, text))?)),
         Type::FLOAT4 => ScalarValue::Float32(Some(trimmed.parse().map_err(|_| bad(wire, text))?)),
         Type::FLOAT8 => ScalarValue::Float64(Some(trimmed.parse().map_err(|_| bad(wire, text))?)),
         Type::NUMERIC => parse_numeric(trimmed).ok_or_else(|| bad(wire, text))?,
-        Type::DATE => {
-            ScalarValue::Date32(Some(parse_date(trimmed).ok_or_else(|| bad(wire, text))?))
-        }
+        Type::DATE => ScalarValue::Date32(Some(parse_date(trimmed).ok_or_else(|| bad(wire, text))?)),
         Type::TIMESTAMP => {
             let micros = parse_timestamp(trimmed, false).ok_or_else(|| bad(wire, text))?;
             ScalarValue::TimestampMicrosecond(Some(micros), None)
@@ -193,11 +179,7 @@ fn bad(wire: &Type, text: &str) -> ParamError {
 }
 
 /// Reads a binary-format parameter (the Postgres `*recv` layouts).
-pub(crate) fn decode_binary(
-    bytes: &[u8],
-    wire: &Type,
-    position: usize,
-) -> Result<ScalarValue, ParamError> {
+pub(crate) fn decode_binary(bytes: &[u8], wire: &Type, position: usize) -> Result<ScalarValue, ParamError> {
     let fixed = |n: usize| -> Result<&[u8], ParamError> {
         if bytes.len() == n {
             Ok(bytes)
@@ -214,9 +196,8 @@ pub(crate) fn decode_binary(
         Type::FLOAT8 => ScalarValue::Float64(Some(f64::from_be_bytes(array(fixed(8)?)))),
         Type::NUMERIC => numeric_recv(bytes).ok_or_else(|| ParamError::binary_format(position))?,
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
-            let text = std::str::from_utf8(bytes).map_err(|_| {
-                ParamError::new("22021", "invalid byte sequence for encoding \"UTF8\"")
-            })?;
+            let text = std::str::from_utf8(bytes)
+                .map_err(|_| ParamError::new("22021", "invalid byte sequence for encoding \"UTF8\""))?;
             ScalarValue::Utf8(Some(text.to_owned()))
         }
         Type::BYTEA => ScalarValue::Binary(Some(bytes.to_vec())),
@@ -235,9 +216,7 @@ pub(crate) fn decode_binary(
             let tz = (*wire == Type::TIMESTAMPTZ).then(|| Arc::from(UTC));
             ScalarValue::TimestampMicrosecond(Some(micros), tz)
         }
-        Type::INTERVAL => {
-            interval_recv(fixed(16)?).ok_or_else(|| ParamError::binary_format(position))?
-        }
+        Type::INTERVAL => interval_recv(fixed(16)?).ok_or_else(|| ParamError::binary_format(position))?,
         _ => {
             return Err(ParamError::new(
                 "0A000",
@@ -262,9 +241,9 @@ fn interval_recv(bytes: &[u8]) -> Option<ScalarValue> {
     let days = i32::from_be_bytes(array(&bytes[8..12]));
     let months = i32::from_be_bytes(array(&bytes[12..16]));
     let nanos = micros.checked_mul(1_000)?;
-    Some(ScalarValue::IntervalMonthDayNano(Some(
-        IntervalMonthDayNano::new(months, days, nanos),
-    )))
+    Some(ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(
+        months, days, nanos,
+    ))))
 }
 
 /// Postgres `boolin`: `t/true/y/yes/on/1` and `f/false/n/no/off/0`, any
@@ -298,10 +277,7 @@ pub(crate) fn parse_numeric(text: &str) -> Option<ScalarValue> {
     let (negative, digits, exponent) = split_decimal(text)?;
     match decimal128(negative, &digits, exponent) {
         Some((unscaled, scale)) => Some(ScalarValue::Decimal128(Some(unscaled), 38, scale)),
-        None => text
-            .parse::<f64>()
-            .ok()
-            .map(|v| ScalarValue::Float64(Some(v))),
+        None => text.parse::<f64>().ok().map(|v| ScalarValue::Float64(Some(v))),
     }
 }
 
@@ -322,11 +298,7 @@ fn split_decimal(text: &str) -> Option<(bool, String, i64)> {
     if (int.is_empty() && frac.is_empty()) || !all_digits(int) || !all_digits(frac) {
         return None;
     }
-    Some((
-        negative,
-        format!("{int}{frac}"),
-        exp.checked_sub(frac.len() as i64)?,
-    ))
+    Some((negative, format!("{int}{frac}"), exp.checked_sub(frac.len() as i64)?))
 }
 
 /// The unscaled value and scale for `digits × 10^exponent`, when it fits a
@@ -334,17 +306,13 @@ fn split_decimal(text: &str) -> Option<(bool, String, i64)> {
 fn decimal128(negative: bool, digits: &str, exponent: i64) -> Option<(i128, i8)> {
     let mut digits = digits.trim_start_matches('0').to_owned();
     if digits.is_empty() {
-        let scale = usize::try_from(-exponent)
-            .unwrap_or(0)
-            .min(DECIMAL128_DIGITS_MAX);
+        let scale = usize::try_from(-exponent).unwrap_or(0).min(DECIMAL128_DIGITS_MAX);
         return Some((0, i8::try_from(scale).ok()?));
     }
     let scale = if exponent > 0 {
         digits.extend(std::iter::repeat_n(
             '0',
-            usize::try_from(exponent)
-                .ok()?
-                .min(DECIMAL128_DIGITS_MAX + 1),
+            usize::try_from(exponent).ok()?.min(DECIMAL128_DIGITS_MAX + 1),
         ));
         0
     } else {
@@ -354,19 +322,12 @@ fn decimal128(negative: bool, digits: &str, exponent: i64) -> Option<(i128, i8)>
         return None;
     }
     let magnitude: i128 = digits.parse().ok()?;
-    Some((
-        if negative { -magnitude } else { magnitude },
-        i8::try_from(scale).ok()?,
-    ))
+    Some((if negative { -magnitude } else { magnitude }, i8::try_from(scale).ok()?))
 }
 
 /// Postgres `numeric_recv` → the same values as [`parse_numeric`].
 fn numeric_recv(bytes: &[u8]) -> Option<ScalarValue> {
-    let word = |i: usize| {
-        bytes
-            .get(i * 2..i * 2 + 2)
-            .map(|b| u16::from_be_bytes([b[0], b[1]]))
-    };
+    let word = |i: usize| bytes.get(i * 2..i * 2 + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
     let ndigits = usize::from(word(0)?);
     let weight = i64::from(word(1)? as i16);
     let sign = word(2)?;
@@ -397,11 +358,7 @@ fn numeric_recv(bytes: &[u8]) -> Option<ScalarValue> {
     let exponent = 4 * (weight - ndigits as i64 + 1);
     let (digits, exponent) = rescale(digits, exponent, -dscale);
     let sign = if sign == 0x4000 { "-" } else { "" };
-    let digits = if digits.is_empty() {
-        "0"
-    } else {
-        digits.as_str()
-    };
+    let digits = if digits.is_empty() { "0" } else { digits.as_str() };
     parse_numeric(&format!("{sign}{digits}e{exponent}"))
 }
 
@@ -412,9 +369,7 @@ fn rescale(mut digits: String, exponent: i64, target: i64) -> (String, i64) {
         let zeros = usize::try_from(exponent - target).unwrap_or(0);
         digits.extend(std::iter::repeat_n('0', zeros));
     } else if exponent < target {
-        let drop = usize::try_from(target - exponent)
-            .unwrap_or(0)
-            .min(digits.len());
+        let drop = usize::try_from(target - exponent).unwrap_or(0).min(digits.len());
         digits.truncate(digits.len() - drop);
     }
     (digits, target)

@@ -29,18 +29,9 @@ fn binary(value: &[u8], wire: &Type, target: Option<&DataType>) -> Result<Scalar
 
 #[test]
 fn integers_and_floats_decode_from_text_and_binary() {
-    assert_eq!(
-        text(" 42 ", &Type::INT4, None),
-        Ok(ScalarValue::Int32(Some(42)))
-    );
-    assert_eq!(
-        text("-7", &Type::INT8, None),
-        Ok(ScalarValue::Int64(Some(-7)))
-    );
-    assert_eq!(
-        text("2.5", &Type::FLOAT8, None),
-        Ok(ScalarValue::Float64(Some(2.5)))
-    );
+    assert_eq!(text(" 42 ", &Type::INT4, None), Ok(ScalarValue::Int32(Some(42))));
+    assert_eq!(text("-7", &Type::INT8, None), Ok(ScalarValue::Int64(Some(-7))));
+    assert_eq!(text("2.5", &Type::FLOAT8, None), Ok(ScalarValue::Float64(Some(2.5))));
     assert_eq!(
         text("-Infinity", &Type::FLOAT8, None),
         Ok(ScalarValue::Float64(Some(f64::NEG_INFINITY)))
@@ -91,18 +82,9 @@ fn bad_input_reports_postgres_sqlstates() {
         err,
         ParamError::new("22P02", "invalid input syntax for type int4: \"12x\"")
     );
-    assert_eq!(
-        binary(&[0, 1, 2], &Type::INT4, None).unwrap_err().sqlstate,
-        "22P03"
-    );
-    assert_eq!(
-        binary(&[1, 2], &Type::JSON, None).unwrap_err().sqlstate,
-        "0A000"
-    );
-    assert_eq!(
-        text("99999", &Type::INT2, None).unwrap_err().sqlstate,
-        "22P02"
-    );
+    assert_eq!(binary(&[0, 1, 2], &Type::INT4, None).unwrap_err().sqlstate, "22P03");
+    assert_eq!(binary(&[1, 2], &Type::JSON, None).unwrap_err().sqlstate, "0A000");
+    assert_eq!(text("99999", &Type::INT2, None).unwrap_err().sqlstate, "22P02");
     let invalid_utf8 = decode_param(&BoundParam {
         position: 1,
         bytes: Some(&[0xff, 0xfe]),
@@ -132,10 +114,7 @@ fn booleans_follow_boolin() {
     for bad in ["o", "maybe", "2", ""] {
         assert!(text(bad, &Type::BOOL, None).is_err(), "{bad}");
     }
-    assert_eq!(
-        binary(&[1], &Type::BOOL, None),
-        Ok(ScalarValue::Boolean(Some(true)))
-    );
+    assert_eq!(binary(&[1], &Type::BOOL, None), Ok(ScalarValue::Boolean(Some(true))));
 }
 
 #[test]
@@ -148,14 +127,9 @@ fn numerics_decode_to_decimals_of_their_own_scale() {
     assert_eq!(text("25e-3", &Type::NUMERIC, None), dec(25, 3));
     assert_eq!(text(".5", &Type::NUMERIC, None), dec(5, 1));
     assert_eq!(text("0.00", &Type::NUMERIC, None), dec(0, 2));
-    assert!(
-        matches!(text("NaN", &Type::NUMERIC, None), Ok(ScalarValue::Float64(Some(v))) if v.is_nan())
-    );
+    assert!(matches!(text("NaN", &Type::NUMERIC, None), Ok(ScalarValue::Float64(Some(v))) if v.is_nan()));
     // Beyond 38 digits: a float approximation.
-    assert_eq!(
-        text("1e40", &Type::NUMERIC, None),
-        Ok(ScalarValue::Float64(Some(1e40)))
-    );
+    assert_eq!(text("1e40", &Type::NUMERIC, None), Ok(ScalarValue::Float64(Some(1e40))));
     assert!(text("1.2.3", &Type::NUMERIC, None).is_err());
     // Cast into the declared decimal type.
     let target = DataType::Decimal128(10, 2);
@@ -174,29 +148,17 @@ fn numerics_decode_from_numeric_send_layout() {
     let dec = |v, s| Ok(ScalarValue::Decimal128(Some(v), 38, s));
     // 12345.678: ndigits 3, weight 1, +, dscale 3, [1, 2345, 6780]
     assert_eq!(
-        binary(
-            &numeric_send(&[3, 1, 0, 3, 1, 2345, 6780]),
-            &Type::NUMERIC,
-            None
-        ),
+        binary(&numeric_send(&[3, 1, 0, 3, 1, 2345, 6780]), &Type::NUMERIC, None),
         dec(12_345_678, 3)
     );
     // -1.5: ndigits 2, weight 0, −, dscale 1, [1, 5000]
     assert_eq!(
-        binary(
-            &numeric_send(&[2, 0, 0x4000, 1, 1, 5000]),
-            &Type::NUMERIC,
-            None
-        ),
+        binary(&numeric_send(&[2, 0, 0x4000, 1, 1, 5000]), &Type::NUMERIC, None),
         dec(-15, 1)
     );
     // 0.00001: ndigits 1, weight -2, dscale 5, [1000]
     assert_eq!(
-        binary(
-            &numeric_send(&[1, 0xfffe, 0, 5, 1000]),
-            &Type::NUMERIC,
-            None
-        ),
+        binary(&numeric_send(&[1, 0xfffe, 0, 5, 1000]), &Type::NUMERIC, None),
         dec(1, 5)
     );
     // 100000000: ndigits 1, weight 2, dscale 0, [1]
@@ -205,10 +167,7 @@ fn numerics_decode_from_numeric_send_layout() {
         dec(100_000_000, 0)
     );
     // 0.00 and NaN
-    assert_eq!(
-        binary(&numeric_send(&[0, 0, 0, 2]), &Type::NUMERIC, None),
-        dec(0, 2)
-    );
+    assert_eq!(binary(&numeric_send(&[0, 0, 0, 2]), &Type::NUMERIC, None), dec(0, 2));
     let nan = binary(&numeric_send(&[0, 0, 0xC000, 0]), &Type::NUMERIC, None);
     assert!(matches!(nan, Ok(ScalarValue::Float64(Some(v))) if v.is_nan()));
     // Truncated message
@@ -218,18 +177,12 @@ fn numerics_decode_from_numeric_send_layout() {
 #[test]
 fn timestamps_decode_from_text_and_binary() {
     let ts = |micros| Ok(ScalarValue::TimestampMicrosecond(Some(micros), None));
-    assert_eq!(
-        text("2026-11-30 12:00:00", &Type::TIMESTAMP, None),
-        ts(NOON_MICROS)
-    );
+    assert_eq!(text("2026-11-30 12:00:00", &Type::TIMESTAMP, None), ts(NOON_MICROS));
     assert_eq!(
         text("2026-11-30T12:00:00.123", &Type::TIMESTAMP, None),
         ts(NOON_MICROS + 123_000)
     );
-    assert_eq!(
-        text("2026-11-30 12:00", &Type::TIMESTAMP, None),
-        ts(NOON_MICROS)
-    );
+    assert_eq!(text("2026-11-30 12:00", &Type::TIMESTAMP, None), ts(NOON_MICROS));
     assert_eq!(
         text("2026-11-30", &Type::TIMESTAMP, None),
         ts(NOON_MICROS - 12 * 3_600_000_000)
@@ -240,16 +193,8 @@ fn timestamps_decode_from_text_and_binary() {
         ts(NOON_MICROS + 2)
     );
     // timestamp ignores a zone, as Postgres does (JDBC sends one).
-    assert_eq!(
-        text("2026-11-30 12:00:00+05", &Type::TIMESTAMP, None),
-        ts(NOON_MICROS)
-    );
-    let tz = |micros| {
-        Ok(ScalarValue::TimestampMicrosecond(
-            Some(micros),
-            Some(Arc::from(UTC)),
-        ))
-    };
+    assert_eq!(text("2026-11-30 12:00:00+05", &Type::TIMESTAMP, None), ts(NOON_MICROS));
+    let tz = |micros| Ok(ScalarValue::TimestampMicrosecond(Some(micros), Some(Arc::from(UTC))));
     assert_eq!(
         text("2026-11-30 12:00:00+00", &Type::TIMESTAMPTZ, None),
         tz(NOON_MICROS)
@@ -262,14 +207,8 @@ fn timestamps_decode_from_text_and_binary() {
         text("2026-11-30 04:00:00-0800", &Type::TIMESTAMPTZ, None),
         tz(NOON_MICROS)
     );
-    assert_eq!(
-        text("2026-11-30 12:00:00Z", &Type::TIMESTAMPTZ, None),
-        tz(NOON_MICROS)
-    );
-    assert_eq!(
-        text("2026-11-30 12:00:00", &Type::TIMESTAMPTZ, None),
-        tz(NOON_MICROS)
-    );
+    assert_eq!(text("2026-11-30 12:00:00Z", &Type::TIMESTAMPTZ, None), tz(NOON_MICROS));
+    assert_eq!(text("2026-11-30 12:00:00", &Type::TIMESTAMPTZ, None), tz(NOON_MICROS));
     assert!(text("2026-13-30 12:00:00", &Type::TIMESTAMP, None).is_err());
     assert!(text("yesterday", &Type::TIMESTAMP, None).is_err());
     // Binary: microseconds since 2000-01-01.
@@ -280,10 +219,7 @@ fn timestamps_decode_from_text_and_binary() {
     let target = DataType::Timestamp(TimeUnit::Millisecond, None);
     assert_eq!(
         binary(&pg, &Type::TIMESTAMP, Some(&target)),
-        Ok(ScalarValue::TimestampMillisecond(
-            Some(NOON_MICROS / 1_000),
-            None
-        ))
+        Ok(ScalarValue::TimestampMillisecond(Some(NOON_MICROS / 1_000), None))
     );
 }
 
@@ -293,10 +229,7 @@ fn dates_times_and_intervals_decode() {
         text("2026-11-30", &Type::DATE, None),
         Ok(ScalarValue::Date32(Some(20_787)))
     );
-    assert_eq!(
-        text("1969-12-31", &Type::DATE, None),
-        Ok(ScalarValue::Date32(Some(-1)))
-    );
+    assert_eq!(text("1969-12-31", &Type::DATE, None), Ok(ScalarValue::Date32(Some(-1))));
     assert_eq!(
         binary(&(20_787i32 - 10_957).to_be_bytes(), &Type::DATE, None),
         Ok(ScalarValue::Date32(Some(20_787)))
@@ -310,9 +243,11 @@ fn dates_times_and_intervals_decode() {
     interval.extend(14i32.to_be_bytes());
     assert_eq!(
         binary(&interval, &Type::INTERVAL, None),
-        Ok(ScalarValue::IntervalMonthDayNano(Some(
-            IntervalMonthDayNano::new(14, 3, 3_600_000_000_000)
-        )))
+        Ok(ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(
+            14,
+            3,
+            3_600_000_000_000
+        ))))
     );
     // Text for types without a reader stays text until cast.
     assert_eq!(
@@ -357,10 +292,7 @@ fn nulls_are_typed_by_the_declared_type() {
             target,
         })
     };
-    assert_eq!(
-        null(&Type::INT4, Some(&DataType::Int64)),
-        Ok(ScalarValue::Int64(None))
-    );
+    assert_eq!(null(&Type::INT4, Some(&DataType::Int64)), Ok(ScalarValue::Int64(None)));
     assert_eq!(null(&Type::INT4, None), Ok(ScalarValue::Int32(None)));
     assert_eq!(null(&Type::TEXT, None), Ok(ScalarValue::Utf8(None)));
     assert_eq!(null(&Type::JSON, None), Ok(ScalarValue::Null));

@@ -21,9 +21,7 @@ use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionS
 use pgwire::messages::simplequery::Query;
 
 use super::connection::{Connection, QueryWatch, lock_session, user_error};
-use super::delivery::{
-    command_complete, command_tag, error_info, send_copy_out, send_rows, transaction_after,
-};
+use super::delivery::{command_complete, command_tag, error_info, send_copy_out, send_rows, transaction_after};
 use crate::engine::Output;
 
 /// Whether a query string holds no statement (only `;` and whitespace),
@@ -84,9 +82,7 @@ where
 {
     match output {
         Output::Command { tag, rows } => {
-            client
-                .feed(command_complete(command_tag(&tag, rows)))
-                .await?;
+            client.feed(command_complete(command_tag(&tag, rows))).await?;
             *status = transaction_after(&tag, *status);
             Ok(Ok(()))
         }
@@ -97,19 +93,13 @@ where
 
 /// Sends `error` as ErrorResponse; an error inside a transaction block
 /// leaves it failed (`E`) until ROLLBACK.
-async fn send_error<C>(
-    client: &mut C,
-    error: ErrorInfo,
-    status: TransactionStatus,
-) -> PgWireResult<TransactionStatus>
+async fn send_error<C>(client: &mut C, error: ErrorInfo, status: TransactionStatus) -> PgWireResult<TransactionStatus>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<C::Error>,
 {
-    client
-        .feed(PgWireBackendMessage::ErrorResponse(error.into()))
-        .await?;
+    client.feed(PgWireBackendMessage::ErrorResponse(error.into())).await?;
     Ok(status.to_error_state())
 }
 
@@ -129,9 +119,7 @@ impl SimpleQueryHandler for Connection {
         let mut status = client.transaction_status();
         if is_empty_query(&query.query) {
             client
-                .feed(PgWireBackendMessage::EmptyQueryResponse(
-                    EmptyQueryResponse::new(),
-                ))
+                .feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new()))
                 .await?;
         } else {
             status = self.run_simple_query(client, &query.query, status).await?;
@@ -143,9 +131,7 @@ impl SimpleQueryHandler for Connection {
         client.set_state(PgWireConnectionState::ReadyForQuery);
         client.set_transaction_status(status);
         client
-            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
-                status,
-            )))
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(status)))
             .await?;
         Ok(())
     }
@@ -159,10 +145,7 @@ impl SimpleQueryHandler for Connection {
     {
         // `on_query` above does the work; pgwire only calls `do_query` from
         // its default `on_query`.
-        Err(user_error(
-            "XX000",
-            "simple query dispatch bypassed Sluice's handler",
-        ))
+        Err(user_error("XX000", "simple query dispatch bypassed Sluice's handler"))
     }
 }
 

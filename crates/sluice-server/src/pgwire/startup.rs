@@ -25,10 +25,7 @@ pub(crate) const DEFAULT_USER: &str = "sluice";
 /// parse as 15.0.
 pub(crate) fn server_parameters(application_name: &str, user: &str) -> Vec<(&'static str, String)> {
     vec![
-        (
-            "server_version",
-            format!("15.0 (Sluice {})", env!("CARGO_PKG_VERSION")),
-        ),
+        ("server_version", format!("15.0 (Sluice {})", env!("CARGO_PKG_VERSION"))),
         ("server_encoding", "UTF8".to_owned()),
         ("client_encoding", "UTF8".to_owned()),
         ("DateStyle", "ISO, MDY".to_owned()),
@@ -63,22 +60,13 @@ impl ServerParameterProvider for SluiceParameters {
             .cloned()
             .unwrap_or_default();
         let parameters = server_parameters(&application_name, &user_of(client));
-        Some(
-            parameters
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect(),
-        )
+        Some(parameters.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
     }
 }
 
 #[async_trait]
 impl StartupHandler for Connection {
-    async fn on_startup<C>(
-        &self,
-        client: &mut C,
-        message: PgWireFrontendMessage,
-    ) -> PgWireResult<()>
+    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,

@@ -55,9 +55,7 @@ pub(crate) fn pg_kind(data_type: &DataType) -> PgKind {
         D::Int8 | D::Int16 | D::UInt8 => PgKind::Int2,
         D::Int32 | D::UInt16 => PgKind::Int4,
         D::Int64 | D::UInt32 => PgKind::Int8,
-        D::UInt64 | D::Decimal32(..) | D::Decimal64(..) | D::Decimal128(..) | D::Decimal256(..) => {
-            PgKind::Numeric
-        }
+        D::UInt64 | D::Decimal32(..) | D::Decimal64(..) | D::Decimal128(..) | D::Decimal256(..) => PgKind::Numeric,
         D::Float16 | D::Float32 => PgKind::Float4,
         D::Float64 => PgKind::Float8,
         D::Utf8 | D::LargeUtf8 | D::Utf8View => PgKind::Text,
@@ -98,11 +96,7 @@ impl PgKind {
             PgKind::Bool => 1,
             PgKind::Int2 => 2,
             PgKind::Int4 | PgKind::Float4 | PgKind::Date => 4,
-            PgKind::Int8
-            | PgKind::Float8
-            | PgKind::Time
-            | PgKind::Timestamp
-            | PgKind::TimestampTz => 8,
+            PgKind::Int8 | PgKind::Float8 | PgKind::Time | PgKind::Timestamp | PgKind::TimestampTz => 8,
             PgKind::Interval => 16,
             PgKind::Numeric | PgKind::Text | PgKind::Bytea | PgKind::Display => -1,
         }
@@ -118,9 +112,7 @@ pub(crate) fn pg_type(data_type: &DataType) -> Type {
 /// Postgres does (`(p << 16 | s) + 4`); everything else has none (-1).
 pub(crate) fn type_modifier(data_type: &DataType) -> i32 {
     let (precision, scale) = match data_type {
-        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => {
-            (*p, *s)
-        }
+        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => (*p, *s),
         DataType::Decimal256(p, s) => (*p, *s),
         _ => return -1,
     };
@@ -154,9 +146,7 @@ pub(crate) fn column_formats(format: &Format, columns: usize) -> Vec<FieldFormat
         .map(|idx| match format {
             Format::UnifiedText => FieldFormat::Text,
             Format::UnifiedBinary => FieldFormat::Binary,
-            Format::Individual(codes) => codes
-                .get(idx)
-                .map_or(FieldFormat::Text, |c| FieldFormat::from(*c)),
+            Format::Individual(codes) => codes.get(idx).map_or(FieldFormat::Text, |c| FieldFormat::from(*c)),
         })
         .collect()
 }
@@ -218,18 +208,12 @@ mod tests {
             (DataType::Date64, Type::DATE),
             (DataType::Time64(TimeUnit::Nanosecond), Type::TIME),
             (DataType::Timestamp(TimeUnit::Second, None), Type::TIMESTAMP),
-            (
-                DataType::Timestamp(TimeUnit::Nanosecond, None),
-                Type::TIMESTAMP,
-            ),
+            (DataType::Timestamp(TimeUnit::Nanosecond, None), Type::TIMESTAMP),
             (
                 DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
                 Type::TIMESTAMPTZ,
             ),
-            (
-                DataType::Interval(IntervalUnit::MonthDayNano),
-                Type::INTERVAL,
-            ),
+            (DataType::Interval(IntervalUnit::MonthDayNano), Type::INTERVAL),
             (DataType::Interval(IntervalUnit::YearMonth), Type::INTERVAL),
             (DataType::Duration(TimeUnit::Millisecond), Type::INTERVAL),
             (DataType::Null, Type::TEXT),
@@ -256,10 +240,7 @@ mod tests {
             (DataType::Date32, 1082),
             (DataType::Time64(TimeUnit::Microsecond), 1083),
             (DataType::Timestamp(TimeUnit::Microsecond, None), 1114),
-            (
-                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-                1184,
-            ),
+            (DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), 1184),
             (DataType::Interval(IntervalUnit::DayTime), 1186),
         ];
         for (arrow, oid) in cases {
@@ -303,10 +284,7 @@ mod tests {
         let text = FieldFormat::Text;
         let binary = FieldFormat::Binary;
         assert_eq!(column_formats(&Format::UnifiedText, 2), vec![text, text]);
-        assert_eq!(
-            column_formats(&Format::UnifiedBinary, 2),
-            vec![binary, binary]
-        );
+        assert_eq!(column_formats(&Format::UnifiedBinary, 2), vec![binary, binary]);
         assert_eq!(
             column_formats(&Format::Individual(vec![1, 0]), 3),
             vec![binary, text, text]

@@ -37,20 +37,43 @@ pub(super) fn build(
     settings: &PlannerSettings,
     sink: SinkSpec,
 ) -> Result<PlannedQuery> {
-    let mut b = DagBuilder { operators: Vec::new(), edges: Vec::new(), settings, windows, streams };
+    let mut b = DagBuilder {
+        operators: Vec::new(),
+        edges: Vec::new(),
+        settings,
+        windows,
+        streams,
+    };
     let (body, limit) = strip_limit(plan)?;
     let stage = b.plan_node(body)?;
     let names: Vec<String> = body.schema().fields().iter().map(|f| f.name().clone()).collect();
     let (op, schema, parallelism) = b.materialize(&stage, &names)?;
-    let event_time_column = stage
-        .time_column
-        .as_ref()
-        .and_then(|t| stage.exprs.iter().position(|e| matches!(e, Expr::Column(c) if &c.name == t)));
-    let sink = SinkSpec { event_time_column, ..sink };
+    let event_time_column = stage.time_column.as_ref().and_then(|t| {
+        stage
+            .exprs
+            .iter()
+            .position(|e| matches!(e, Expr::Column(c) if &c.name == t))
+    });
+    let sink = SinkSpec {
+        event_time_column,
+        ..sink
+    };
     let sink_op = b.add(OperatorKind::Sink(sink), 1, schema.clone());
-    let partitioning = if parallelism == 1 { Partitioning::Forward } else { Partitioning::Single };
+    let partitioning = if parallelism == 1 {
+        Partitioning::Forward
+    } else {
+        Partitioning::Single
+    };
     b.connect(op, sink_op, partitioning);
-    Ok(PlannedQuery { dag: PhysicalDag { operators: b.operators, edges: b.edges }, schema, limit, event_time_column })
+    Ok(PlannedQuery {
+        dag: PhysicalDag {
+            operators: b.operators,
+            edges: b.edges,
+        },
+        schema,
+        limit,
+        event_time_column,
+    })
 }
 
 fn strip_limit(plan: &LogicalPlan) -> Result<(&LogicalPlan, Option<usize>)> {
@@ -73,13 +96,23 @@ fn strip_limit(plan: &LogicalPlan) -> Result<(&LogicalPlan, Option<usize>)> {
 impl DagBuilder<'_> {
     fn add(&mut self, kind: OperatorKind, parallelism: u32, output_schema: SchemaRef) -> OperatorId {
         let id = OperatorId(self.operators.len() as u32);
-        self.operators.push(OperatorSpec { id, kind, parallelism, output_schema });
+        self.operators.push(OperatorSpec {
+            id,
+            kind,
+            parallelism,
+            output_schema,
+        });
         id
     }
 
     fn connect(&mut self, from: OperatorId, to: OperatorId, partitioning: Partitioning) {
         let id = EdgeId(self.edges.len() as u32);
-        self.edges.push(EdgeSpec { id, from, to, partitioning });
+        self.edges.push(EdgeSpec {
+            id,
+            from,
+            to,
+            partitioning,
+        });
     }
 
     fn plan_node(&mut self, plan: &LogicalPlan) -> Result<Stage> {
@@ -87,7 +120,11 @@ impl DagBuilder<'_> {
             LogicalPlan::TableScan(scan) => self.plan_scan(scan),
             LogicalPlan::Projection(p) => {
                 let child = self.plan_node(&p.input)?;
-                let exprs = p.expr.iter().map(|e| child.substitute(e, p.input.schema())).collect::<Result<_>>()?;
+                let exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| child.substitute(e, p.input.schema()))
+                    .collect::<Result<_>>()?;
                 Ok(Stage { exprs, ..child })
             }
             LogicalPlan::Filter(f) => {
@@ -106,14 +143,17 @@ impl DagBuilder<'_> {
             )),
             LogicalPlan::Limit(_) => Err(unsupported("LIMIT is supported only on the outermost query")),
             LogicalPlan::Join(_) => Err(unsupported("joins of streams are not supported yet")),
-            LogicalPlan::Distinct(_) => {
-                Err(unsupported("SELECT DISTINCT is not supported on a stream; use GROUP BY with a window"))
-            }
+            LogicalPlan::Distinct(_) => Err(unsupported(
+                "SELECT DISTINCT is not supported on a stream; use GROUP BY with a window",
+            )),
             LogicalPlan::Union(_) => Err(unsupported("UNION of streams is not supported yet")),
-            LogicalPlan::Window(_) => {
-                Err(unsupported("OVER windows are not supported; use TUMBLE, HOP or SESSION in FROM"))
-            }
-            other => Err(unsupported(&format!("{} is not supported in a continuous query", other.display()))),
+            LogicalPlan::Window(_) => Err(unsupported(
+                "OVER windows are not supported; use TUMBLE, HOP or SESSION in FROM",
+            )),
+            other => Err(unsupported(&format!(
+                "{} is not supported in a continuous query",
+                other.display()
+            ))),
         }
     }
 
@@ -121,7 +161,10 @@ impl DagBuilder<'_> {
         let table = scan.table_name.table();
         let window = self.windows.iter().position(|w| w.table == table);
         let stream_name = window.map(|w| self.windows[w].stream.as_str()).unwrap_or(table);
-        let def = self.streams.get(stream_name).ok_or_else(|| Error::internal(format!("unbound stream {stream_name}")))?;
+        let def = self
+            .streams
+            .get(stream_name)
+            .ok_or_else(|| Error::internal(format!("unbound stream {stream_name}")))?;
         let idle_timeout_ms = def
             .options
             .get("idle.timeout")
@@ -135,7 +178,11 @@ impl DagBuilder<'_> {
             idle_timeout_ms,
         };
         // A memory log has one partition: one reader.
-        let parallelism = if def.connector == "memory" { 1 } else { self.settings.parallelism };
+        let parallelism = if def.connector == "memory" {
+            1
+        } else {
+            self.settings.parallelism
+        };
         let op = self.add(OperatorKind::Source(spec), parallelism, def.schema.clone());
         let mut exprs: Vec<Expr> = def.schema.fields().iter().map(|f| col(f.name())).collect();
         if window.is_some() {
@@ -151,7 +198,10 @@ impl DagBuilder<'_> {
             input_schema: def.schema.clone(),
             filter: None,
             exprs,
-            time_column: def.event_time.as_ref().map(|e| def.schema.field(e.column).name().clone()),
+            time_column: def
+                .event_time
+                .as_ref()
+                .map(|e| def.schema.field(e.column).name().clone()),
             window,
         };
         if !scan.filters.is_empty() {
@@ -163,7 +213,10 @@ impl DagBuilder<'_> {
     /// Turns a stage into an operator (unless it is a pass-through with the
     /// same names); returns the operator, its schema and parallelism.
     fn materialize(&mut self, stage: &Stage, names: &[String]) -> Result<(OperatorId, SchemaRef, u32)> {
-        let same_names = names.iter().zip(stage.input_schema.fields()).all(|(n, f)| n == f.name());
+        let same_names = names
+            .iter()
+            .zip(stage.input_schema.fields())
+            .all(|(n, f)| n == f.name());
         if stage.is_identity() && same_names {
             return Ok((stage.op, stage.input_schema.clone(), stage.parallelism));
         }
@@ -192,7 +245,9 @@ impl DagBuilder<'_> {
         let mut keys = Vec::new();
         for g in &agg.group_expr {
             if matches!(g, Expr::GroupingSet(_)) {
-                return Err(unsupported("GROUPING SETS, CUBE and ROLLUP are not supported on streams"));
+                return Err(unsupported(
+                    "GROUPING SETS, CUBE and ROLLUP are not supported on streams",
+                ));
             }
             match child.substitute(g, input_schema)? {
                 Expr::Column(c) if c.name == MARK_WINDOW_START => slots.push(col(WINDOW_START)),
@@ -205,10 +260,15 @@ impl DagBuilder<'_> {
         }
         let grouped = |c: &str| slots.iter().any(|s| matches!(s, Expr::Column(x) if x.name == c));
         if !grouped(WINDOW_START) || !grouped(WINDOW_END) {
-            return Err(unsupported("a window aggregate must GROUP BY window_start, window_end (and any keys)"));
+            return Err(unsupported(
+                "a window aggregate must GROUP BY window_start, window_end (and any keys)",
+            ));
         }
         let (calls, args) = self.aggregate_calls(agg, &child, keys.len())?;
-        let time = child.time_column.clone().ok_or_else(|| Error::internal("window over a stream without event time"))?;
+        let time = child
+            .time_column
+            .clone()
+            .ok_or_else(|| Error::internal("window over a stream without event time"))?;
         let mut pre_exprs = vec![col(&time)];
         let mut pre_names = vec!["_time".to_string()];
         for (j, k) in keys.iter().enumerate() {
@@ -219,7 +279,11 @@ impl DagBuilder<'_> {
             pre_exprs.push(a.clone());
             pre_names.push(format!("_arg{i}"));
         }
-        let pre = Stage { exprs: pre_exprs, window: None, ..child };
+        let pre = Stage {
+            exprs: pre_exprs,
+            window: None,
+            ..child
+        };
         let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
         let key_columns: Vec<usize> = (1..=keys.len()).collect();
         let time_type = pre_schema.field(0).data_type().clone();
@@ -243,7 +307,11 @@ impl DagBuilder<'_> {
         };
         let parallelism = if keys.is_empty() { 1 } else { self.settings.parallelism };
         let op = self.add(OperatorKind::WindowAggregate(spec), parallelism, out_schema.clone());
-        let partitioning = if keys.is_empty() { Partitioning::Single } else { Partitioning::Hash(key_columns) };
+        let partitioning = if keys.is_empty() {
+            Partitioning::Single
+        } else {
+            Partitioning::Hash(key_columns)
+        };
         self.connect(pre_op, op, partitioning);
         let mut exprs = slots;
         exprs.extend((0..agg.aggr_expr.len()).map(|i| col(&format!("_a{i}"))));
@@ -260,7 +328,12 @@ impl DagBuilder<'_> {
 
     /// The aggregate calls and the argument expressions they read (as
     /// pre-projection columns numbered after the keys).
-    fn aggregate_calls(&self, agg: &Aggregate, child: &Stage, key_count: usize) -> Result<(Vec<AggregateCall>, Vec<Expr>)> {
+    fn aggregate_calls(
+        &self,
+        agg: &Aggregate,
+        child: &Stage,
+        key_count: usize,
+    ) -> Result<(Vec<AggregateCall>, Vec<Expr>)> {
         let mut calls = Vec::new();
         let mut args = Vec::new();
         for e in &agg.aggr_expr {
@@ -282,7 +355,11 @@ impl DagBuilder<'_> {
                 args.push(child.substitute(a, agg.input.schema())?);
                 indices.push(key_count + args.len());
             }
-            calls.push(AggregateCall { function: func.name().to_string(), args: indices, distinct: params.distinct });
+            calls.push(AggregateCall {
+                function: func.name().to_string(),
+                args: indices,
+                distinct: params.distinct,
+            });
         }
         Ok((calls, args))
     }

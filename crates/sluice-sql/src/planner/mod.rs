@@ -42,7 +42,10 @@ pub struct PlannerSettings {
 
 impl Default for PlannerSettings {
     fn default() -> Self {
-        PlannerSettings { parallelism: 1, window_groups_max: 1_000_000 }
+        PlannerSettings {
+            parallelism: 1,
+            window_groups_max: 1_000_000,
+        }
     }
 }
 
@@ -96,17 +99,32 @@ impl<'a> Planner<'a> {
         let ctes: Vec<String> = query
             .with
             .as_ref()
-            .map(|w| w.cte_tables.iter().map(|c| crate::statement::normalize_ident(&c.alias.name)).collect())
+            .map(|w| {
+                w.cte_tables
+                    .iter()
+                    .map(|c| crate::statement::normalize_ident(&c.alias.name))
+                    .collect()
+            })
             .unwrap_or_default();
         names.retain(|n| {
-            !n.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) && !ctes.contains(n) && self.catalog.stream(n).is_none()
+            !n.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX)
+                && !ctes.contains(n)
+                && self.catalog.stream(n).is_none()
         });
-        names.extend(windows.into_iter().map(|w| w.stream).filter(|s| self.catalog.stream(s).is_none()));
+        names.extend(
+            windows
+                .into_iter()
+                .map(|w| w.stream)
+                .filter(|s| self.catalog.stream(s).is_none()),
+        );
         names
     }
 
     /// Binds `query` with DataFusion: its logical plan and the windows it uses.
-    pub async fn logical_plan(&self, query: &Query) -> Result<(LogicalPlan, Vec<WindowTvf>, HashMap<String, StreamDef>)> {
+    pub async fn logical_plan(
+        &self,
+        query: &Query,
+    ) -> Result<(LogicalPlan, Vec<WindowTvf>, HashMap<String, StreamDef>)> {
         let mut query = query.clone();
         let windows = extract_window_tvfs(&mut query)?;
         let ctx = SessionContext::new_with_config(SessionConfig::new().with_information_schema(false));
@@ -117,15 +135,19 @@ impl<'a> Planner<'a> {
             if name.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) {
                 continue;
             }
-            let def = self.catalog.stream(&name).ok_or_else(|| {
-                Error::user(SqlCode::UndefinedTable, format!("stream \"{name}\" does not exist"))
-            })?;
+            let def = self
+                .catalog
+                .stream(&name)
+                .ok_or_else(|| Error::user(SqlCode::UndefinedTable, format!("stream \"{name}\" does not exist")))?;
             register(&ctx, &name, def.schema.clone())?;
             streams.insert(name, def);
         }
         for w in &windows {
             let def = self.catalog.stream(&w.stream).ok_or_else(|| {
-                Error::user(SqlCode::UndefinedTable, format!("stream \"{}\" does not exist", w.stream))
+                Error::user(
+                    SqlCode::UndefinedTable,
+                    format!("stream \"{}\" does not exist", w.stream),
+                )
             })?;
             check_window_time(&def, w)?;
             register(&ctx, &w.table, window_table_schema(&def, w))?;
@@ -134,7 +156,10 @@ impl<'a> Planner<'a> {
         let state = ctx.state();
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Query(Box::new(query))));
         let plan = state.statement_to_plan(statement).await.map_err(plan_error)?;
-        let plan = state.analyzer().execute_and_check(plan, state.config_options(), |_, _| {}).map_err(plan_error)?;
+        let plan = state
+            .analyzer()
+            .execute_and_check(plan, state.config_options(), |_, _| {})
+            .map_err(plan_error)?;
         Ok((plan, windows, streams))
     }
 
@@ -145,7 +170,12 @@ impl<'a> Planner<'a> {
         let types = plan.get_parameter_types().map_err(plan_error)?;
         let mut params: Vec<(usize, DataType)> = types
             .into_iter()
-            .filter_map(|(name, t)| name.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, t.unwrap_or(DataType::Utf8))))
+            .filter_map(|(name, t)| {
+                name.trim_start_matches('$')
+                    .parse::<usize>()
+                    .ok()
+                    .map(|i| (i, t.unwrap_or(DataType::Utf8)))
+            })
             .collect();
         params.sort_by_key(|(i, _)| *i);
         let mut out = Vec::new();
@@ -172,7 +202,11 @@ fn register(ctx: &SessionContext, name: &str, schema: SchemaRef) -> Result<()> {
 }
 
 fn window_table_schema(def: &StreamDef, w: &WindowTvf) -> SchemaRef {
-    let time_type = def.schema.field_with_name(&w.time_column).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
+    let time_type = def
+        .schema
+        .field_with_name(&w.time_column)
+        .map(|f| f.data_type().clone())
+        .unwrap_or(DataType::Null);
     let mut fields: Vec<Field> = def.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new(WINDOW_START, time_type.clone(), false));
     fields.push(Field::new(WINDOW_END, time_type, false));
@@ -191,7 +225,11 @@ fn check_window_time(def: &StreamDef, w: &WindowTvf) -> Result<()> {
     };
     let time_col = def.schema.field(et.column).name();
     if time_col != &w.time_column {
-        let code = if def.schema.index_of(&w.time_column).is_err() { SqlCode::UndefinedColumn } else { SqlCode::FeatureNotSupported };
+        let code = if def.schema.index_of(&w.time_column).is_err() {
+            SqlCode::UndefinedColumn
+        } else {
+            SqlCode::FeatureNotSupported
+        };
         return Err(Error::user(
             code,
             format!(
@@ -218,5 +256,9 @@ impl sqlparser::ast::Visitor for RelationCollector<'_> {
 
 /// Options of a planned sink, for SinkSpec construction by callers.
 pub fn sink_spec(connector: &str, options: BTreeMap<String, String>) -> SinkSpec {
-    SinkSpec { connector: connector.to_string(), options, event_time_column: None }
+    SinkSpec {
+        connector: connector.to_string(),
+        options,
+        event_time_column: None,
+    }
 }

@@ -61,7 +61,11 @@ impl Stage {
     pub fn is_identity(&self) -> bool {
         self.filter.is_none()
             && self.exprs.len() == self.input_schema.fields().len()
-            && self.exprs.iter().zip(self.input_schema.fields()).all(|(e, f)| matches!(e, Expr::Column(c) if c.name == *f.name()))
+            && self
+                .exprs
+                .iter()
+                .zip(self.input_schema.fields())
+                .all(|(e, f)| matches!(e, Expr::Column(c) if c.name == *f.name()))
     }
 
     /// The output fields for `names`, typed over the input schema.
@@ -106,6 +110,7 @@ pub fn to_sql(expr: &Expr) -> Result<String> {
         Expr::Alias(a) => a.expr.as_ref().clone(),
         other => other.clone(),
     };
-    let sql = expr_to_sql(&expr).map_err(|e| Error::unsupported(format!("expression {expr} cannot run in a stream: {e}")))?;
+    let sql =
+        expr_to_sql(&expr).map_err(|e| Error::unsupported(format!("expression {expr} cannot run in a stream: {e}")))?;
     Ok(sql.to_string())
 }

@@ -1,0 +1,314 @@
+//! The server's life: catalog persistence across a clean Ctrl-C restart,
+//! file sinks, a failing pipeline beside a healthy one, and the HTTP API.
+
+use crate::common::TestServer;
+use crate::support::{STATEMENT_TIMEOUT, describe, exec, query, simple_records, simple_rows, wait_for, within};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a background pipeline may take to show an effect.
+const PIPELINE_TIMEOUT: Duration = Duration::from_secs(60);
+
+type Record = BTreeMap<String, Option<String>>;
+
+/// The SHOW PIPELINES row of `name`, if listed.
+async fn pipeline(client: &tokio_postgres::Client, name: &str) -> Option<Record> {
+    simple_records(client, "SHOW PIPELINES")
+        .await
+        .into_iter()
+        .find(|r| r.get("name").cloned().flatten().as_deref() == Some(name))
+}
+
+fn field<'a>(r: &'a Record, column: &str) -> &'a str {
+    r.get(column)
+        .unwrap_or_else(|| panic!("no column {column} in {r:?}"))
+        .as_deref()
+        .unwrap_or("")
+}
+
+/// Stops `server` with SIGINT, failing if it takes too long; returns whether it exited 0.
+async fn interrupt(mut server: TestServer) -> std::process::ExitStatus {
+    let stopping = tokio::task::spawn_blocking(move || server.interrupt());
+    within("clean shutdown after Ctrl-C", Duration::from_secs(30), stopping)
+        .await
+        .expect("interrupt")
+}
+
+/// The lines of `path` once it has at least `n` of them.
+async fn lines_of(path: &Path, n: usize) -> Vec<String> {
+    wait_for(
+        &format!("{n} lines in {}", path.display()),
+        PIPELINE_TIMEOUT,
+        || async {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<String> = text.lines().map(str::to_string).collect();
+            (lines.len() >= n && text.ends_with('\n')).then_some(lines)
+        },
+    )
+    .await
+}
+
+fn json_lines(lines: &[String]) -> Vec<Value> {
+    let mut values: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    values.sort_by_key(|v| v.to_string());
+    values
+}
+
+#[tokio::test]
+async fn catalog_survives_a_clean_restart() {
+    let data = tempfile::tempdir().expect("data dir");
+    let out_dir = tempfile::tempdir().expect("sink dir");
+    let out = out_dir.path().join("nested").join("events.jsonl");
+    let server = TestServer::start_in(data.path());
+    let client = server.connect().await;
+    exec(&client, "CREATE STREAM events (id BIGINT, msg VARCHAR)").await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK exported WITH (connector = 'file', path = '{}', format = 'json') \
+             AS SELECT id, msg FROM events WHERE id > 1",
+            out.display()
+        ),
+    )
+    .await;
+    exec(&client, "CREATE STREAM doubled AS SELECT id * 2 AS id2 FROM events").await;
+    exec(&client, "INSERT INTO events VALUES (1, 'a'), (2, 'b'), (3, 'c')").await;
+
+    // The file sink writes one JSON object per row that passes the filter.
+    let lines = lines_of(&out, 2).await;
+    assert_eq!(
+        json_lines(&lines),
+        vec![json!({"id": 2, "msg": "b"}), json!({"id": 3, "msg": "c"})]
+    );
+    let p = pipeline(&client, "exported").await.expect("exported is listed");
+    assert_eq!(field(&p, "state"), "running");
+    assert_eq!(field(&p, "kind"), "sink");
+
+    // Ctrl-C with a session open and an unbounded query in flight: a clean exit.
+    let in_flight = server.connect().await;
+    let running = tokio::spawn(async move { in_flight.simple_query("SELECT id FROM events").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = interrupt(server).await;
+    assert!(status.success(), "Ctrl-C shutdown should exit 0, got {status}");
+    let cut = within("in-flight query ends with the server", STATEMENT_TIMEOUT, running)
+        .await
+        .expect("task");
+    assert!(cut.is_err(), "the in-flight query cannot complete normally");
+
+    // Same data dir: the catalog is back and the pipelines run again.
+    let server = TestServer::start_in(data.path());
+    let client = server.connect().await;
+    let streams = simple_records(&client, "SHOW STREAMS").await;
+    let names: Vec<&str> = streams.iter().map(|r| field(r, "name")).collect();
+    assert!(
+        names.contains(&"events") && names.contains(&"doubled"),
+        "SHOW STREAMS after restart: {names:?}"
+    );
+    let events = streams.iter().find(|r| field(r, "name") == "events").expect("events");
+    assert_eq!(field(events, "connector"), "memory");
+    assert_eq!(field(events, "columns"), "2");
+    let doubled = streams.iter().find(|r| field(r, "name") == "doubled").expect("doubled");
+    assert_eq!(field(doubled, "pipeline"), "doubled");
+    for name in ["exported", "doubled"] {
+        let p = pipeline(&client, name)
+            .await
+            .unwrap_or_else(|| panic!("{name} is listed after restart"));
+        assert_eq!(field(&p, "state"), "running", "{name}: {p:?}");
+    }
+    let described = simple_rows(&client, "DESCRIBE events").await;
+    let columns: Vec<(String, String)> = described
+        .iter()
+        .map(|r| (r[0].clone().unwrap_or_default(), r[1].clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        columns,
+        vec![("id".into(), "bigint".into()), ("msg".into(), "varchar".into())]
+    );
+
+    exec(&client, "INSERT INTO events VALUES (4, 'd')").await;
+    let want = json!({"id": 4, "msg": "d"});
+    wait_for("the restarted sink writes the new row", PIPELINE_TIMEOUT, || async {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        text.lines()
+            .any(|l| serde_json::from_str::<Value>(l).ok().as_ref() == Some(&want))
+            .then_some(())
+    })
+    .await;
+    let rows = query(&client, "SELECT id2 FROM doubled WHERE id2 >= 8 LIMIT 1").await;
+    assert_eq!(rows[0].get::<_, i64>(0), 8);
+
+    drop(client);
+    let status = interrupt(server).await;
+    assert!(status.success(), "second Ctrl-C shutdown should exit 0, got {status}");
+}
+
+#[tokio::test]
+async fn a_failing_pipeline_is_reported_and_others_keep_running() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let out_dir = tempfile::tempdir().expect("sink dir");
+    let out = out_dir.path().join("good.csv");
+    exec(&client, "CREATE STREAM s (x BIGINT)").await;
+    exec(
+        &client,
+        "CREATE SINK bad WITH (connector = 'blackhole') AS SELECT 10 / (x - x) AS boom FROM s",
+    )
+    .await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK good WITH (connector = 'file', path = '{}', format = 'csv') AS SELECT x, x * 10 AS tenfold FROM s",
+            out.display()
+        ),
+    )
+    .await;
+    exec(&client, "INSERT INTO s VALUES (1), (2), (3)").await;
+
+    let bad = wait_for("bad to fail", PIPELINE_TIMEOUT, || async {
+        pipeline(&client, "bad").await.filter(|p| field(p, "state") == "failed")
+    })
+    .await;
+    // The error names the operator that divided by zero (the projection).
+    let plan = simple_records(&client, "EXPLAIN PIPELINE bad").await;
+    let project = plan
+        .iter()
+        .find(|r| field(r, "kind") == "project")
+        .unwrap_or_else(|| panic!("no project in {plan:?}"));
+    let error = field(&bad, "error").to_ascii_lowercase();
+    assert!(
+        error.contains(&format!("operator {}", field(project, "operator_id"))),
+        "error: {error}"
+    );
+    assert!(
+        error.contains("divide by zero") || error.contains("division by zero"),
+        "error: {error}"
+    );
+
+    // The healthy pipeline over the same stream goes on.
+    let lines = lines_of(&out, 4).await;
+    assert_eq!(lines[0], "x,tenfold");
+    let mut rows = lines[1..].to_vec();
+    rows.sort();
+    assert_eq!(rows, vec!["1,10", "2,20", "3,30"]);
+    exec(&client, "INSERT INTO s VALUES (4)").await;
+    let lines = lines_of(&out, 5).await;
+    assert!(lines.contains(&"4,40".to_string()), "{lines:?}");
+    let good = pipeline(&client, "good").await.expect("good listed");
+    assert_eq!(field(&good, "state"), "running");
+    assert_eq!(field(&good, "error"), "");
+    assert_eq!(field(&good, "rows_in"), "4", "{good:?}");
+    let bad = pipeline(&client, "bad").await.expect("bad still listed");
+    assert_eq!(field(&bad, "state"), "failed");
+
+    // Sessions keep working, old and new.
+    let rows = query(&client, "SELECT x FROM s LIMIT 4").await;
+    let mut xs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    xs.sort();
+    assert_eq!(xs, vec![1, 2, 3, 4]);
+    let other = server.connect().await;
+    assert_eq!(simple_rows(&other, "SELECT 1").await, vec![vec![Some("1".to_string())]]);
+
+    // A failed pipeline can be dropped; the other stays.
+    exec(&client, "DROP PIPELINE bad").await;
+    assert!(pipeline(&client, "bad").await.is_none());
+    assert!(pipeline(&client, "good").await.is_some());
+}
+
+async fn get(url: &str) -> (u16, Value) {
+    let resp = within(url, STATEMENT_TIMEOUT, reqwest::get(url))
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        content_type.starts_with("application/json"),
+        "GET {url}: content-type {content_type}"
+    );
+    let body = within(url, STATEMENT_TIMEOUT, resp.json::<Value>())
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    (status, body)
+}
+
+#[tokio::test]
+async fn http_api_answers_json() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(&client, "CREATE STREAM s (x BIGINT, label VARCHAR)").await;
+    exec(
+        &client,
+        "CREATE SINK keep WITH (connector = 'blackhole') AS SELECT x FROM s WHERE x > 0",
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{}", server.http_port);
+
+    let (status, health) = get(&format!("{base}/health")).await;
+    assert_eq!(status, 200);
+    assert_eq!(health["status"], "ok", "{health}");
+
+    exec(&client, "INSERT INTO s VALUES (1, 'a'), (-1, 'b'), (2, 'c')").await;
+    let (status, body) = get(&format!("{base}/api/v1/pipelines")).await;
+    assert_eq!(status, 200);
+    let list = body["pipelines"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no pipelines array: {body}"));
+    let keep = list
+        .iter()
+        .find(|p| p["name"] == "keep")
+        .unwrap_or_else(|| panic!("keep not listed: {body}"));
+    assert_eq!(keep["state"], "running", "{keep}");
+    assert_eq!(keep["kind"], "sink", "{keep}");
+
+    // Counters reach the rows inserted (3 in, 2 pass the filter).
+    wait_for("keep to count its rows", PIPELINE_TIMEOUT, || async {
+        let (_, body) = get(&format!("{base}/api/v1/pipelines/keep")).await;
+        (body["pipeline"]["rows_in"] == 3 && body["pipeline"]["rows_out"] == 2).then_some(())
+    })
+    .await;
+
+    let (status, body) = get(&format!("{base}/api/v1/streams")).await;
+    assert_eq!(status, 200);
+    let s = body["streams"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "s"))
+        .cloned();
+    let s = s.unwrap_or_else(|| panic!("s not listed: {body}"));
+    assert_eq!(s["columns"][0]["name"], "x");
+    assert_eq!(s["columns"][0]["type"], "bigint");
+    assert_eq!(s["columns"][1]["type"], "varchar");
+
+    let (status, body) = get(&format!("{base}/api/v1/no-such-thing")).await;
+    assert_eq!(status, 404);
+    assert!(body["error"].is_string(), "{body}");
+    let (status, body) = get(&format!("{base}/api/v1/pipelines/nope")).await;
+    assert_eq!(status, 404);
+    assert!(body["error"].as_str().unwrap_or_default().contains("nope"), "{body}");
+
+    // Dropped pipelines leave the listing.
+    exec(&client, "DROP PIPELINE keep").await;
+    let (_, body) = get(&format!("{base}/api/v1/pipelines")).await;
+    assert!(
+        body["pipelines"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|p| p["name"] != "keep")),
+        "{body}"
+    );
+    let e = within(
+        "drop twice",
+        STATEMENT_TIMEOUT,
+        client.batch_execute("DROP PIPELINE keep"),
+    )
+    .await
+    .expect_err("gone");
+    assert!(e.code().is_some(), "{}", describe(&e));
+}

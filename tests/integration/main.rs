@@ -1,0 +1,14 @@
+//! End-to-end integration tests: the real `sluice` binary, driven as a user
+//! would drive it (tokio-postgres, `psql`, HTTP). Expected results come from
+//! independent computations (reference models in Rust, hand computation),
+//! never from the engine's own earlier output.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod lifecycle;
+mod protocol;
+mod psql;
+mod sessions;
+mod support;
+mod windows;
