@@ -43,6 +43,26 @@ fn not_found(kind: &str, name: &str) -> Error {
     Error::user(code, format!("{kind} \"{name}\" does not exist"))
 }
 
+/// Refuses to drop `what` while pipelines read `stream`.
+fn ensure_unread(state: &CatalogState, stream: &str, what: &str) -> Result<()> {
+    let readers: Vec<&str> = state
+        .pipelines
+        .values()
+        .filter(|p| p.reads(stream))
+        .map(|p| p.name.as_str())
+        .collect();
+    if readers.is_empty() {
+        return Ok(());
+    }
+    Err(Error::user(
+        SqlCode::DependentObjectsStillExist,
+        format!(
+            "cannot drop {what}: pipeline(s) {} read stream \"{stream}\"; drop them first",
+            readers.join(", ")
+        ),
+    ))
+}
+
 impl Master {
     /// Opens the catalog in `data_dir` and restarts its pipelines.
     pub fn open(data_dir: &Path, scheduler: Arc<dyn Scheduler>, connectors: Connectors) -> Result<Self> {
@@ -110,21 +130,7 @@ impl Master {
                 Err(not_found("stream", name))
             };
         };
-        let readers: Vec<String> = state
-            .pipelines
-            .values()
-            .filter(|p| p.reads(name))
-            .map(|p| p.name.clone())
-            .collect();
-        if !readers.is_empty() {
-            return Err(Error::user(
-                SqlCode::DependentObjectsStillExist,
-                format!(
-                    "cannot drop stream \"{name}\": pipeline(s) {} read it; drop them first",
-                    readers.join(", ")
-                ),
-            ));
-        }
+        ensure_unread(&state, name, &format!("stream \"{name}\""))?;
         if let Some(p) = &def.pipeline {
             state.pipelines.remove(p);
             self.stop(p);
@@ -220,21 +226,7 @@ impl Master {
             .map(|s| s.name.clone())
             .collect();
         for stream in &derived {
-            let readers: Vec<String> = state
-                .pipelines
-                .values()
-                .filter(|p| p.reads(stream))
-                .map(|p| p.name.clone())
-                .collect();
-            if !readers.is_empty() {
-                return Err(Error::user(
-                    SqlCode::DependentObjectsStillExist,
-                    format!(
-                        "cannot drop \"{name}\": pipeline(s) {} read its stream; drop them first",
-                        readers.join(", ")
-                    ),
-                ));
-            }
+            ensure_unread(&state, stream, &format!("\"{name}\""))?;
         }
         state.pipelines.remove(name);
         for stream in &derived {

@@ -73,3 +73,54 @@ impl CompiledAggregate {
         self.expr.create_accumulator().map_err(df_error)
     }
 }
+
+/// What both window operators compile from a spec: the key row converter
+/// (none without keys) and the aggregates.
+pub struct WindowInputs {
+    pub converter: Option<arrow::row::RowConverter>,
+    pub aggregates: Vec<CompiledAggregate>,
+    pub key_columns: Vec<usize>,
+}
+
+impl WindowInputs {
+    pub fn new(spec: &sluice_plan::WindowAggSpec) -> Result<Self> {
+        let converter = if spec.key_columns.is_empty() {
+            None
+        } else {
+            let fields = spec
+                .key_columns
+                .iter()
+                .map(|c| arrow::row::SortField::new(spec.input_schema.field(*c).data_type().clone()))
+                .collect();
+            Some(arrow::row::RowConverter::new(fields)?)
+        };
+        let aggregates = spec
+            .aggregates
+            .iter()
+            .map(|a| CompiledAggregate::new(a, &spec.input_schema))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(WindowInputs {
+            converter,
+            aggregates,
+            key_columns: spec.key_columns.clone(),
+        })
+    }
+}
+
+/// The batch's keys as rows (none without keys) and each aggregate's arguments.
+pub fn read_inputs(
+    converter: &Option<arrow::row::RowConverter>,
+    key_columns: &[usize],
+    aggregates: &[CompiledAggregate],
+    batch: &RecordBatch,
+) -> Result<(Option<arrow::row::Rows>, Vec<Vec<ArrayRef>>)> {
+    let key_rows = match converter {
+        Some(c) => {
+            let keys: Vec<ArrayRef> = key_columns.iter().map(|k| batch.column(*k).clone()).collect();
+            Some(c.convert_columns(&keys)?)
+        }
+        None => None,
+    };
+    let arguments = aggregates.iter().map(|a| a.arguments(batch)).collect::<Result<_>>()?;
+    Ok((key_rows, arguments))
+}

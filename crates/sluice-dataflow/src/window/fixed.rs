@@ -2,7 +2,7 @@
 //! incrementally; a window is emitted and dropped when the low watermark
 //! reaches its end.
 
-use super::aggregate::CompiledAggregate;
+use super::aggregate::{CompiledAggregate, WindowInputs, read_inputs};
 use super::assign::{hop_starts, tumble_start};
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
@@ -11,7 +11,7 @@ use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::{cast, take};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{RowConverter, Rows};
 use async_trait::async_trait;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use sluice_plan::{WindowAggSpec, WindowKind};
@@ -48,27 +48,17 @@ impl FixedWindowOperator {
             WindowKind::Hop { size_ms, .. } => size_ms,
             WindowKind::Session { .. } => return Err(Error::internal("session window in fixed operator")),
         };
-        let converter = if spec.key_columns.is_empty() {
-            None
-        } else {
-            let fields = spec
-                .key_columns
-                .iter()
-                .map(|c| SortField::new(spec.input_schema.field(*c).data_type().clone()))
-                .collect();
-            Some(RowConverter::new(fields)?)
-        };
-        let aggregates = spec
-            .aggregates
-            .iter()
-            .map(|a| CompiledAggregate::new(a, &spec.input_schema))
-            .collect::<Result<Vec<_>>>()?;
+        let WindowInputs {
+            converter,
+            aggregates,
+            key_columns,
+        } = WindowInputs::new(spec)?;
         Ok(FixedWindowOperator {
             window: spec.window,
             size_ms,
             time_column: spec.time_column,
             time_type: spec.input_schema.field(spec.time_column).data_type().clone(),
-            key_columns: spec.key_columns.clone(),
+            key_columns,
             converter,
             aggregates,
             windows: BTreeMap::new(),
@@ -125,18 +115,7 @@ impl FixedWindowOperator {
         if per_window.is_empty() {
             return Ok(late);
         }
-        let key_rows = match &self.converter {
-            Some(c) => {
-                let keys: Vec<ArrayRef> = self.key_columns.iter().map(|k| batch.column(*k).clone()).collect();
-                Some(c.convert_columns(&keys)?)
-            }
-            None => None,
-        };
-        let arguments: Vec<Vec<ArrayRef>> = self
-            .aggregates
-            .iter()
-            .map(|a| a.arguments(batch))
-            .collect::<Result<_>>()?;
+        let (key_rows, arguments) = read_inputs(&self.converter, &self.key_columns, &self.aggregates, batch)?;
         for (start, rows) in per_window {
             if !self.windows.contains_key(&start) {
                 let w = self.new_window()?;

@@ -2,7 +2,7 @@
 //! a row within the gap of one or more sessions merges them. A session is
 //! emitted when the low watermark reaches its end.
 
-use super::aggregate::CompiledAggregate;
+use super::aggregate::{CompiledAggregate, WindowInputs, read_inputs};
 use super::fixed::finish_batch;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
@@ -10,7 +10,7 @@ use crate::time::{timestamp_array, timestamps_ms};
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{OwnedRow, RowConverter};
 use async_trait::async_trait;
 use datafusion::logical_expr::Accumulator;
 use datafusion::scalar::ScalarValue;
@@ -47,26 +47,16 @@ pub struct SessionWindowOperator {
 
 impl SessionWindowOperator {
     pub fn new(spec: &WindowAggSpec, gap_ms: i64, output_schema: SchemaRef) -> Result<Self> {
-        let converter = if spec.key_columns.is_empty() {
-            None
-        } else {
-            let fields = spec
-                .key_columns
-                .iter()
-                .map(|c| SortField::new(spec.input_schema.field(*c).data_type().clone()))
-                .collect();
-            Some(RowConverter::new(fields)?)
-        };
-        let aggregates = spec
-            .aggregates
-            .iter()
-            .map(|a| CompiledAggregate::new(a, &spec.input_schema))
-            .collect::<Result<Vec<_>>>()?;
+        let WindowInputs {
+            converter,
+            aggregates,
+            key_columns,
+        } = WindowInputs::new(spec)?;
         Ok(SessionWindowOperator {
             gap_ms,
             time_column: spec.time_column,
             time_type: spec.input_schema.field(spec.time_column).data_type().clone(),
-            key_columns: spec.key_columns.clone(),
+            key_columns,
             converter,
             aggregates,
             keys: HashMap::new(),
@@ -86,18 +76,7 @@ impl SessionWindowOperator {
 
     pub(crate) fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
         let times = timestamps_ms(batch.column(self.time_column))?;
-        let key_rows = match &self.converter {
-            Some(c) => {
-                let keys: Vec<ArrayRef> = self.key_columns.iter().map(|k| batch.column(*k).clone()).collect();
-                Some(c.convert_columns(&keys)?)
-            }
-            None => None,
-        };
-        let arguments: Vec<Vec<ArrayRef>> = self
-            .aggregates
-            .iter()
-            .map(|a| a.arguments(batch))
-            .collect::<Result<_>>()?;
+        let (key_rows, arguments) = read_inputs(&self.converter, &self.key_columns, &self.aggregates, batch)?;
         let mut late = 0;
         for (row, ts) in times.iter().enumerate() {
             let Some(ts) = *ts else {
