@@ -3,6 +3,7 @@
 
 use crate::memory::{IdleReader, MemoryLogs, MemoryReader};
 use crate::nexmark_source::{NexmarkReader, nexmark_config};
+use crate::options::{SOURCE_COMMON, check_known, idle_timeout_ms, sink_options, source_options};
 use crate::sinks::{BlackholeSink, ClientSink, FileFormat, FileSink, MemorySink};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -11,9 +12,49 @@ use sluice_dataflow::deploy::ConnectorFactory;
 use sluice_dataflow::source::SourceReader;
 use sluice_plan::{SinkSpec, SourceSpec};
 use sluice_types::{Error, PipelineId, Result};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
+
+/// Checks the options of a source connector (unknown keys list the known ones).
+pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> Result<()> {
+    check_known(
+        &format!("connector '{connector}'"),
+        options,
+        source_options(connector)?,
+        SOURCE_COMMON,
+    )?;
+    if connector == "nexmark" {
+        nexmark_config(options)?;
+    }
+    if let Some(mode) = options.get("scan.startup.mode")
+        && mode != "earliest"
+        && mode != "latest"
+    {
+        return Err(Error::invalid_option(format!(
+            "'scan.startup.mode' = '{mode}' is not supported by the memory connector; use 'earliest' or 'latest'"
+        )));
+    }
+    idle_timeout_ms(options)?;
+    Ok(())
+}
+
+/// Validates a sink's options.
+pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Result<()> {
+    check_known(
+        &format!("sink connector '{connector}'"),
+        options,
+        sink_options(connector)?,
+        &[],
+    )?;
+    if connector == "file" {
+        if !options.contains_key("path") {
+            return Err(Error::invalid_option("the file sink needs a 'path' option"));
+        }
+        FileFormat::parse(options.get("format").map(String::as_str).unwrap_or("json"))?;
+    }
+    Ok(())
+}
 
 /// Result channels of session queries, registered before their pipeline is
 /// deployed and taken by its `client` sink.
@@ -94,5 +135,22 @@ impl ConnectorFactory for Connectors {
             "blackhole" => Ok(Box::new(BlackholeSink)),
             other => Err(Error::unsupported(format!("unknown sink connector '{other}'"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn unknown_option_lists_the_known_ones() {
+        let mut o = BTreeMap::new();
+        o.insert("tabel".to_string(), "bid".to_string());
+        let e = validate_source("nexmark", &o).unwrap_err().to_string();
+        assert!(
+            e.contains("'tabel'") && e.contains("events.max") && e.contains("table"),
+            "{e}"
+        );
     }
 }

@@ -4,7 +4,7 @@ use sluice_types::{Error, Result};
 use std::collections::BTreeMap;
 
 /// Options every source accepts.
-const SOURCE_COMMON: &[&str] = &["connector", "idle.timeout"];
+pub const SOURCE_COMMON: &[&str] = &["connector", "idle.timeout"];
 
 /// The options a source connector knows, or an error naming the known connectors.
 pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
@@ -44,46 +44,6 @@ pub fn check_known(kind: &str, options: &BTreeMap<String, String>, known: &[&str
     Ok(())
 }
 
-/// Validates a source's options.
-pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> Result<()> {
-    check_known(
-        &format!("connector '{connector}'"),
-        options,
-        source_options(connector)?,
-        SOURCE_COMMON,
-    )?;
-    if connector == "nexmark" {
-        crate::nexmark_source::nexmark_config(options)?;
-    }
-    if let Some(mode) = options.get("scan.startup.mode")
-        && mode != "earliest"
-        && mode != "latest"
-    {
-        return Err(Error::invalid_option(format!(
-            "'scan.startup.mode' = '{mode}' is not supported by the memory connector; use 'earliest' or 'latest'"
-        )));
-    }
-    idle_timeout_ms(options)?;
-    Ok(())
-}
-
-/// Validates a sink's options.
-pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Result<()> {
-    check_known(
-        &format!("sink connector '{connector}'"),
-        options,
-        sink_options(connector)?,
-        &[],
-    )?;
-    if connector == "file" {
-        if !options.contains_key("path") {
-            return Err(Error::invalid_option("the file sink needs a 'path' option"));
-        }
-        crate::sinks::FileFormat::parse(options.get("format").map(String::as_str).unwrap_or("json"))?;
-    }
-    Ok(())
-}
-
 /// A non-negative integer option.
 pub fn u64_option(options: &BTreeMap<String, String>, key: &str) -> Result<Option<u64>> {
     options
@@ -116,17 +76,6 @@ pub use sluice_types::parse_duration_ms;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unknown_option_lists_the_known_ones() {
-        let mut o = BTreeMap::new();
-        o.insert("tabel".to_string(), "bid".to_string());
-        let e = validate_source("nexmark", &o).unwrap_err().to_string();
-        assert!(
-            e.contains("'tabel'") && e.contains("events.max") && e.contains("table"),
-            "{e}"
-        );
-    }
 
     #[test]
     fn durations() {

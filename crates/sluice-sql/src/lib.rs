@@ -15,6 +15,7 @@
 
 pub mod create;
 pub mod errors;
+pub mod names;
 pub mod planner;
 pub mod statement;
 pub mod types;

@@ -5,9 +5,10 @@
 //! PostgreSQL dialect.
 
 use crate::errors::parser_error;
+pub use crate::names::{normalize_ident, normalize_name};
 use crate::window_tvf::rewrite_flink_window_syntax;
 use sluice_types::{Error, Result};
-use sqlparser::ast::{ColumnDef, Expr, Ident, ObjectName, Query, Statement};
+use sqlparser::ast::{ColumnDef, Expr, Query, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
@@ -124,24 +125,6 @@ fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
             p.parse_statement().map_err(parser_error)?,
         ))),
     }
-}
-
-/// A name: unquoted parts are lower-cased, as Postgres does.
-pub fn normalize_ident(ident: &Ident) -> String {
-    if ident.quote_style.is_some() {
-        ident.value.clone()
-    } else {
-        ident.value.to_lowercase()
-    }
-}
-
-/// The (single-part, or last-part) normalized name of an object name.
-pub fn normalize_name(name: &ObjectName) -> String {
-    name.0
-        .last()
-        .and_then(|part| part.as_ident())
-        .map(normalize_ident)
-        .unwrap_or_else(|| name.to_string())
 }
 
 fn object_name(p: &mut Parser) -> Result<String> {

@@ -9,7 +9,7 @@
 //! rewritten, at the token level, into the plain one.
 
 use crate::errors::parser_error;
-use crate::statement::normalize_ident;
+use crate::names::normalize_ident;
 use crate::types::interval_ms;
 use sluice_plan::WindowKind;
 use sluice_types::{Error, Result};

@@ -6,12 +6,12 @@ use arrow::array::{ArrayRef, Int64Builder, StringBuilder, TimestampMillisecondBu
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
-use super::generator::{EventContext, TableRows};
 use super::ids::{
     CATEGORIES, FIRST_AUCTION_ID, FIRST_CATEGORY_ID, IN_FLIGHT_AUCTIONS, PROPORTION_AUCTION, PROPORTION_TOTAL,
     last_base0_auction_id, next_seller_id,
 };
 use super::random::EventRng;
+use super::rows::{EventContext, TableRows};
 use super::schedule::EventClock;
 use super::strings::{append_extra, push_string};
 

@@ -4,33 +4,16 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use super::auction::AuctionRows;
-use super::bid::{BidRows, ChannelUrls};
+use super::bid::BidRows;
+use super::channels::ChannelUrls;
 use super::person::PersonRows;
+use super::rows::{EventContext, TableRows};
 use super::schedule::{EventClock, OwnedEvents};
 use super::{NexmarkConfig, NexmarkTable, nexmark_schema};
 
 /// Builders are preallocated for at most this many rows; a larger batch
 /// grows them as it goes.
 const BATCH_ROWS_PREALLOCATED_MAX: usize = 8192;
-
-/// What the row builders of every table share while generating.
-pub(super) struct EventContext {
-    pub(super) seed: u64,
-    pub(super) clock: EventClock,
-    /// Reused buffer for composing string values.
-    pub(super) scratch: String,
-    /// Reused buffer for filler letters.
-    pub(super) letters: Vec<u8>,
-    pub(super) channels: ChannelUrls,
-}
-
-/// The columns of one table's batch under construction.
-pub(super) trait TableRows: Sized {
-    fn with_capacity(rows: usize) -> Self;
-    /// Appends the row of event `n`, which must be of this table's kind.
-    fn append(&mut self, n: u64, context: &mut EventContext);
-    fn finish(self, schema: SchemaRef) -> RecordBatch;
-}
 
 /// Generates the rows of one table for one partition: partition `p` of `k`
 /// owns the global event numbers `n` with `n % k == p`; events of the other

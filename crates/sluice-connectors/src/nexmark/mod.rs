@@ -47,10 +47,12 @@
 
 mod auction;
 mod bid;
+mod channels;
 mod generator;
 mod ids;
 mod person;
 mod random;
+mod rows;
 mod schedule;
 mod strings;
 #[cfg(test)]

@@ -6,9 +6,9 @@ use arrow::array::{ArrayRef, Int64Builder, StringBuilder, TimestampMillisecondBu
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
-use super::generator::{EventContext, TableRows};
 use super::ids::{FIRST_PERSON_ID, last_base0_person_id};
 use super::random::EventRng;
+use super::rows::{EventContext, TableRows};
 use super::strings::{append_extra, push_four_digits, push_string};
 
 /// Few states and cities, so that queries grouping by them find results.
