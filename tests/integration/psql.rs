@@ -199,10 +199,10 @@ fn fetch_count_reads_through_a_cursor() {
 }
 
 #[test]
-#[ignore = "bug: psql's \\d fails with `ERROR:  stream \"pg_class\" does not exist` (pg_catalog queries are not answered)"]
 fn describe_meta_commands_list_streams_and_columns() {
     let server = TestServer::start();
-    let (_dir, path) = script("CREATE STREAM readings (sensor VARCHAR, celsius BIGINT);\n\\d\n\\d readings\n");
+    let (_dir, path) =
+        script("CREATE STREAM readings (sensor VARCHAR, celsius BIGINT NOT NULL);\n\\d\n\\dt read*\n\\d readings\n");
     let out = psql(&server, &["-v", "ON_ERROR_STOP=1", "-f", &path]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", text(&out.stderr));
@@ -216,4 +216,8 @@ fn describe_meta_commands_list_streams_and_columns() {
         "\\d readings shows its columns:\n{stdout}"
     );
     assert!(stdout.contains("bigint"), "{stdout}");
+    assert!(stdout.contains("Table \"public.readings\""), "{stdout}");
+    assert!(stdout.contains("not null"), "celsius is NOT NULL:\n{stdout}");
+    // \d, \dt read* and \d readings each name it.
+    assert!(after_list.matches("readings").count() >= 3, "{stdout}");
 }

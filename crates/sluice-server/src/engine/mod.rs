@@ -55,6 +55,7 @@ mod batch;
 mod catalog;
 mod insert;
 mod params;
+mod psql_catalog;
 mod query;
 mod session;
 mod settings;

@@ -53,6 +53,9 @@ impl Session {
     /// Runs every statement of a simple-protocol query string in order,
     /// stopping at the first error (its `Err` is the last element).
     pub async fn execute(&mut self, sql: &str) -> Vec<Result<Output>> {
+        if let Some(answer) = super::psql_catalog::answer(sql, &self.engine.master.streams()) {
+            return vec![answer];
+        }
         let statements = match parse_statements(sql) {
             Ok(s) => s,
             Err(e) => return vec![Err(e)],
