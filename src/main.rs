@@ -30,18 +30,28 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Playground { data_dir, pg_listen, http_listen } => {
-            let config = sluice_server::ServerConfig { data_dir: data_dir.clone(), pg_addr: pg_listen, http_addr: http_listen };
+        Command::Playground {
+            data_dir,
+            pg_listen,
+            http_listen,
+        } => {
+            let config = sluice_server::ServerConfig {
+                data_dir: data_dir.clone(),
+                pg_addr: pg_listen,
+                http_addr: http_listen,
+            };
             let server = sluice_server::start(config).await?;
             println!("Sluice {} playground is running.", env!("CARGO_PKG_VERSION"));
-            println!("  SQL:   psql -h {} -p {} -U sluice", server.pg_addr.ip(), server.pg_addr.port());
+            println!(
+                "  SQL:   psql -h {} -p {} -U sluice",
+                server.pg_addr.ip(),
+                server.pg_addr.port()
+            );
             println!("  HTTP:  http://{}/health", server.http_addr);
             println!("  data:  {}", data_dir.display());
             println!("Press Ctrl-C to stop.");

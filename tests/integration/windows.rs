@@ -101,8 +101,8 @@ fn hop_reference(bids: &[Bid], slide_ms: i64, size_ms: i64) -> Vec<WindowRow> {
 }
 
 /// Reference SESSION per auction: rows sorted by time, a new session where
-/// the distance to the previous row is at least `gap`; a session is
-/// `[first row, last row + gap)`.
+/// the distance to the previous row is more than `gap` (sessions that touch
+/// merge, as in Flink); a session is `[first row, last row + gap)`.
 fn session_reference(bids: &[Bid], gap_ms: i64) -> Vec<WindowRow> {
     let mut per_key: BTreeMap<i64, Vec<Bid>> = BTreeMap::new();
     for b in bids {
@@ -114,7 +114,7 @@ fn session_reference(bids: &[Bid], gap_ms: i64) -> Vec<WindowRow> {
         let mut acc = Acc::default();
         let (mut first, mut last) = (rows[0].ts_ms, rows[0].ts_ms);
         for b in &rows {
-            if b.ts_ms - last >= gap_ms {
+            if b.ts_ms - last > gap_ms {
                 out.push(acc.row(first, last + gap_ms, auction));
                 acc = Acc::default();
                 first = b.ts_ms;

@@ -7,6 +7,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use async_trait::async_trait;
 use datafusion::common::DFSchema;
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use sluice_plan::ProjectSpec;
@@ -21,6 +23,15 @@ static EXPR_CONTEXT: LazyLock<SessionContext> = LazyLock::new(SessionContext::ne
 pub fn compile_expr(sql: &str, schema: &SchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
     let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(df_error)?;
     let expr = EXPR_CONTEXT.parse_sql_expr(sql, &df_schema).map_err(df_error)?;
+    // Some functions (coalesce, nvl, …) only run after simplification.
+    let simplify = SimplifyContext::builder()
+        .with_schema(Arc::new(df_schema.clone()))
+        .build();
+    let simplifier = ExprSimplifier::new(simplify);
+    let expr = simplifier
+        .coerce(expr, &df_schema)
+        .and_then(|e| simplifier.simplify(e))
+        .map_err(df_error)?;
     EXPR_CONTEXT.create_physical_expr(expr, &df_schema).map_err(df_error)
 }
 

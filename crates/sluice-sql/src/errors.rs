@@ -49,7 +49,7 @@ fn classify_plan_message(m: String) -> Error {
     if lower.contains("table") && lower.contains("not found") {
         Error::user(SqlCode::UndefinedTable, m)
     } else if lower.contains("invalid function") || lower.contains("function") && lower.contains("not found") {
-        Error::user(SqlCode::UndefinedObject, m)
+        Error::user(SqlCode::UndefinedFunction, m)
     } else if lower.contains("cannot") && (lower.contains("type") || lower.contains("coerc") || lower.contains("cast"))
         || lower.contains("type")
     {

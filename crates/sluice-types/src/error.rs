@@ -35,6 +35,22 @@ pub enum SqlCode {
     ConfigurationLimitExceeded,
     /// `22000`: a data value error (bad record, overflow, …).
     DataException,
+    /// `22012`
+    DivisionByZero,
+    /// `42701`: a column named twice.
+    DuplicateColumn,
+    /// `42P03`: a cursor name already open.
+    DuplicateCursor,
+    /// `42883`: a function that does not exist.
+    UndefinedFunction,
+    /// `55P02`: a setting that cannot be changed now.
+    CantChangeRuntimeParam,
+    /// `42809`: the object is of the wrong kind (DROP SINK on a stream).
+    WrongObjectType,
+    /// `25P01`: a statement that needs a transaction block.
+    NoActiveTransaction,
+    /// `25P02`: a statement after an error inside a transaction block.
+    InFailedTransaction,
 }
 
 impl SqlCode {
@@ -55,6 +71,14 @@ impl SqlCode {
             SqlCode::QueryCanceled => "57014",
             SqlCode::ConfigurationLimitExceeded => "53400",
             SqlCode::DataException => "22000",
+            SqlCode::DivisionByZero => "22012",
+            SqlCode::DuplicateColumn => "42701",
+            SqlCode::DuplicateCursor => "42P03",
+            SqlCode::UndefinedFunction => "42883",
+            SqlCode::CantChangeRuntimeParam => "55P02",
+            SqlCode::WrongObjectType => "42809",
+            SqlCode::NoActiveTransaction => "25P01",
+            SqlCode::InFailedTransaction => "25P02",
         }
     }
 }
@@ -120,7 +144,7 @@ impl From<arrow::error::ArrowError> for Error {
             }
             arrow::error::ArrowError::InvalidArgumentError(m) => Error::user(SqlCode::DataException, m),
             arrow::error::ArrowError::ComputeError(m) => Error::user(SqlCode::DataException, m),
-            arrow::error::ArrowError::DivideByZero => Error::user(SqlCode::DataException, "division by zero"),
+            arrow::error::ArrowError::DivideByZero => Error::user(SqlCode::DivisionByZero, "division by zero"),
             other => Error::Internal(other.to_string()),
         }
     }

@@ -112,7 +112,7 @@ impl SessionWindowOperator {
         let entry = self.keys.get_mut(key).expect("inserted above");
         let (mut touching, rest): (Vec<Session>, Vec<Session>) = std::mem::take(&mut entry.sessions)
             .into_iter()
-            .partition(|s| s.start < hi && lo < s.end);
+            .partition(|s| s.start <= hi && lo <= s.end);
         entry.sessions = rest;
         let merged = if touching.is_empty() {
             if self.sessions >= self.sessions_max {

@@ -138,6 +138,10 @@ fn sessions_merge_when_a_row_bridges_the_gap() {
     op.update(&rows(&[(13, 1, 64)]), Watermark(8)).unwrap();
     let fired = collect(&op.fire(Watermark::MAX).unwrap());
     assert_eq!(fired, vec![(10, 25, 1, 4, 2 + 16 + 32 + 64)]);
+    // Sessions that touch merge (as in Flink): t=30 → [30,35), t=35 → [35,40).
+    op.update(&rows(&[(30, 3, 1), (35, 3, 2)]), Watermark(8)).unwrap();
+    let fired = collect(&op.fire(Watermark::MAX).unwrap());
+    assert_eq!(fired, vec![(30, 40, 3, 2, 3)]);
     // A row whose session would end at or before the watermark is late.
     assert_eq!(op.update(&rows(&[(1, 1, 1)]), Watermark(100)).unwrap(), 1);
 }

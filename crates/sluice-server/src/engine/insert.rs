@@ -33,9 +33,19 @@ pub async fn insert(master: &Master, insert: &Insert) -> Result<u64> {
             }
         )));
     }
+    if let Some(source) = &insert.source {
+        let mut relations = Vec::new();
+        let _ = sqlparser::ast::Visit::visit(source.as_ref(), &mut Relations(&mut relations));
+        if !relations.is_empty() {
+            return Err(Error::unsupported(
+                "INSERT … SELECT from a stream is not supported; use CREATE SINK or CREATE STREAM … AS SELECT",
+            ));
+        }
+    }
     let ctx = SessionContext::new();
     let table = MemTable::try_new(def.schema.clone(), vec![vec![]]).map_err(plan_error)?;
-    ctx.register_table(name.as_str(), Arc::new(table)).map_err(plan_error)?;
+    ctx.register_table(datafusion::common::TableReference::bare(name.as_str()), Arc::new(table))
+        .map_err(plan_error)?;
     let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Insert(insert.clone())));
     let plan = ctx.state().statement_to_plan(statement).await.map_err(plan_error)?;
     let LogicalPlan::Dml(dml) = plan else {
@@ -75,4 +85,14 @@ fn conform(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> Result<
         columns.push(column);
     }
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+struct Relations<'v>(&'v mut Vec<String>);
+
+impl sqlparser::ast::Visitor for Relations<'_> {
+    type Break = ();
+    fn pre_visit_relation(&mut self, relation: &sqlparser::ast::ObjectName) -> std::ops::ControlFlow<()> {
+        self.0.push(relation.to_string());
+        std::ops::ControlFlow::Continue(())
+    }
 }

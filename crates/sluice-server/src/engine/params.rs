@@ -21,8 +21,17 @@ pub fn literal_sql(value: &ScalarValue) -> String {
         ScalarValue::Boolean(Some(b)) => b.to_string(),
         v if v.data_type().is_integer() => v.to_string(),
         v if v.data_type().is_floating() => format!("CAST({} AS DOUBLE)", quote(&v.to_string())),
-        v => format!("CAST({} AS {})", quote(&v.to_string()), sql_type(&v.data_type())),
+        v => format!("CAST({} AS {})", quote(&display(v)), sql_type(&v.data_type())),
     }
+}
+
+/// The value as Postgres-style text (timestamps and dates as calendar text).
+fn display(v: &ScalarValue) -> String {
+    v.to_array()
+        .ok()
+        .and_then(|a| arrow::util::display::array_value_to_string(&a, 0).ok())
+        .map(|s| s.replacen('T', " ", 1))
+        .unwrap_or_else(|| v.to_string())
 }
 
 fn quote(s: &str) -> String {
@@ -111,6 +120,12 @@ mod tests {
             s.to_string(),
             "SELECT a FROM t WHERE a > (5) AND b = ('it''s') AND c = (CAST(NULL AS BIGINT))"
         );
+    }
+
+    #[test]
+    fn timestamps_bind_as_calendar_text() {
+        let v = ScalarValue::TimestampMicrosecond(Some(1_704_110_401_250_000), None);
+        assert_eq!(literal_sql(&v), "CAST('2024-01-01 12:00:01.250' AS TIMESTAMP)");
     }
 
     #[test]

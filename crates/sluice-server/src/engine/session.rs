@@ -26,7 +26,17 @@ pub const CURSORS_MAX: usize = 64;
 pub struct Session {
     engine: Arc<Engine>,
     settings: Settings,
-    cursors: HashMap<String, SharedCursor>,
+    cursors: HashMap<String, OpenCursor>,
+    /// Inside BEGIN … COMMIT/ROLLBACK.
+    in_transaction: bool,
+    /// A statement failed inside the transaction: only its end is accepted.
+    transaction_failed: bool,
+}
+
+/// A cursor and whether it outlives its transaction (`WITH HOLD`).
+struct OpenCursor {
+    cursor: SharedCursor,
+    hold: bool,
 }
 
 fn command(tag: &str) -> Output {
@@ -42,6 +52,8 @@ impl Session {
             engine,
             settings: Settings::default(),
             cursors: HashMap::new(),
+            in_transaction: false,
+            transaction_failed: false,
         }
     }
 
@@ -93,6 +105,7 @@ impl Session {
                     let (p, s) = self.describe_query(q).await?;
                     (p, Some(s))
                 }
+                Statement::Insert(insert) => (self.insert_param_types(insert), None),
                 Statement::Fetch { name, .. } => {
                     let cursor = self.cursor(&normalize_ident(name))?;
                     let schema = cursor.lock().await.schema.clone();
@@ -137,6 +150,49 @@ impl Session {
         self.run(statement).await
     }
 
+    /// Types of `$n` placeholders that stand directly for a column in
+    /// `INSERT … VALUES`: the column's type (others stay unknown: text).
+    fn insert_param_types(&self, insert: &sqlparser::ast::Insert) -> Vec<arrow::datatypes::DataType> {
+        use arrow::datatypes::DataType;
+        use sqlparser::ast::{Expr, SetExpr, TableObject};
+        let (TableObject::TableName(name), Some(source)) = (&insert.table, &insert.source) else {
+            return Vec::new();
+        };
+        let Some(def) = self.engine.master.stream(&sluice_sql::names::normalize_name(name)) else {
+            return Vec::new();
+        };
+        let SetExpr::Values(values) = source.body.as_ref() else {
+            return Vec::new();
+        };
+        let columns: Vec<usize> = if insert.columns.is_empty() {
+            (0..def.schema.fields().len()).collect()
+        } else {
+            insert
+                .columns
+                .iter()
+                .filter_map(|c| def.schema.index_of(&sluice_sql::names::normalize_name(c)).ok())
+                .collect()
+        };
+        let mut types: Vec<DataType> = Vec::new();
+        for row in &values.rows {
+            for (i, expr) in row.iter().enumerate() {
+                let Expr::Value(v) = expr else { continue };
+                let Value::Placeholder(p) = &v.value else { continue };
+                let (Some(n), Some(column)) = (p.trim_start_matches('$').parse::<usize>().ok(), columns.get(i)) else {
+                    continue;
+                };
+                if n == 0 {
+                    continue;
+                }
+                if types.len() < n {
+                    types.resize(n, DataType::Utf8);
+                }
+                types[n - 1] = def.schema.field(*column).data_type().clone();
+            }
+        }
+        types
+    }
+
     fn planner_settings(&self) -> PlannerSettings {
         PlannerSettings {
             parallelism: self.settings.parallelism(),
@@ -150,7 +206,7 @@ impl Session {
     ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        if let Some(name) = planner.unknown_relations(q).first() {
+        if let Some(name) = planner.unknown_relations(q)?.first() {
             return Err(stream_not_found(name));
         }
         if planner.referenced_streams(q).is_empty() {
@@ -169,7 +225,7 @@ impl Session {
     async fn rows(&self, q: &Query) -> Result<RowStream> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        if let Some(name) = planner.unknown_relations(q).first() {
+        if let Some(name) = planner.unknown_relations(q)?.first() {
             return Err(stream_not_found(name));
         }
         if planner.referenced_streams(q).is_empty() {
@@ -179,7 +235,32 @@ impl Session {
         query::start(&self.engine.master, &planned)
     }
 
+    /// Runs one statement, keeping Postgres' failed-transaction rule: after
+    /// an error inside BEGIN … only COMMIT/ROLLBACK are accepted (25P02),
+    /// and COMMIT then rolls back.
     async fn run(&mut self, statement: SluiceStatement) -> Result<Output> {
+        let ends_transaction = matches!(
+            &statement,
+            SluiceStatement::Sql(s) if matches!(s.as_ref(), Statement::Commit { .. } | Statement::Rollback { .. })
+        );
+        if self.transaction_failed {
+            if !ends_transaction {
+                return Err(Error::user(
+                    SqlCode::InFailedTransaction,
+                    "current transaction is aborted, commands ignored until end of transaction block",
+                ));
+            }
+            self.end_transaction();
+            return Ok(command("ROLLBACK"));
+        }
+        let result = self.run_statement(statement).await;
+        if result.is_err() && self.in_transaction {
+            self.transaction_failed = true;
+        }
+        result
+    }
+
+    async fn run_statement(&mut self, statement: SluiceStatement) -> Result<Output> {
         let master = self.engine.master.clone();
         match statement {
             SluiceStatement::CreateStream(c) => self.create_stream(&c).map(|_| command("CREATE STREAM")),
@@ -237,7 +318,16 @@ impl Session {
             }
             SluiceStatement::Drop { kind, name, if_exists } => match kind {
                 DropKind::Stream => master.drop_stream(&name, if_exists).map(|_| command("DROP STREAM")),
-                DropKind::Sink => master.drop_pipeline(&name, if_exists).map(|_| command("DROP SINK")),
+                DropKind::Sink => {
+                    let is_stream = master.pipeline(&name).is_some_and(|p| p.kind != PipelineKind::Sink);
+                    if is_stream {
+                        return Err(Error::user(
+                            SqlCode::WrongObjectType,
+                            format!("\"{name}\" is a stream, not a sink: use DROP STREAM {name}"),
+                        ));
+                    }
+                    master.drop_pipeline(&name, if_exists).map(|_| command("DROP SINK"))
+                }
                 DropKind::Pipeline => master.drop_pipeline(&name, if_exists).map(|_| command("DROP PIPELINE")),
             },
             SluiceStatement::ShowStreams => show::streams(&master.streams()).output("SHOW"),
@@ -304,9 +394,18 @@ impl Session {
                 })
             }
             Statement::Set(set) => self.set(set),
-            Statement::StartTransaction { .. } => Ok(command("BEGIN")),
-            Statement::Commit { .. } => Ok(command("COMMIT")),
-            Statement::Rollback { .. } => Ok(command("ROLLBACK")),
+            Statement::StartTransaction { .. } => {
+                self.in_transaction = true;
+                Ok(command("BEGIN"))
+            }
+            Statement::Commit { .. } => {
+                self.end_transaction();
+                Ok(command("COMMIT"))
+            }
+            Statement::Rollback { .. } => {
+                self.end_transaction();
+                Ok(command("ROLLBACK"))
+            }
             Statement::Discard { .. } => {
                 self.cursors.clear();
                 Ok(command("DISCARD ALL"))
@@ -343,6 +442,13 @@ impl Session {
         }
     }
 
+    /// A transaction's end closes its cursors, except those declared WITH HOLD.
+    fn end_transaction(&mut self) {
+        self.in_transaction = false;
+        self.transaction_failed = false;
+        self.cursors.retain(|_, c| c.hold);
+    }
+
     fn set(&mut self, set: Set) -> Result<Output> {
         match set {
             Set::SingleAssignment { variable, values, .. } => {
@@ -369,9 +475,16 @@ impl Session {
                 .first()
                 .map(normalize_ident)
                 .ok_or_else(|| Error::syntax("DECLARE needs a name"))?;
+            let hold = d.hold.unwrap_or(false);
+            if !hold && !self.in_transaction {
+                return Err(Error::user(
+                    SqlCode::NoActiveTransaction,
+                    "DECLARE CURSOR can only be used in transaction blocks (or declare it WITH HOLD)",
+                ));
+            }
             if self.cursors.contains_key(&name) {
                 return Err(Error::user(
-                    SqlCode::DuplicateObject,
+                    SqlCode::DuplicateCursor,
                     format!("cursor \"{name}\" already exists"),
                 ));
             }
@@ -382,13 +495,29 @@ impl Session {
                 ));
             }
             let rows = self.rows(&q).await?;
-            self.cursors.insert(name, Cursor::new(rows));
+            self.cursors.insert(
+                name,
+                OpenCursor {
+                    cursor: Cursor::new(rows),
+                    hold,
+                },
+            );
         }
         Ok(command("DECLARE CURSOR"))
     }
 
+    /// The columns of an open cursor (the pgwire layer describes cursors as portals).
+    pub async fn cursor_schema(&self, name: &str) -> Option<arrow::datatypes::SchemaRef> {
+        let cursor = self.cursors.get(name)?.cursor.clone();
+        let schema = cursor.lock().await.schema.clone();
+        Some(schema)
+    }
+
     fn cursor(&self, name: &str) -> Result<SharedCursor> {
-        self.cursors.get(name).cloned().ok_or_else(|| cursor_not_found(name))
+        self.cursors
+            .get(name)
+            .map(|c| c.cursor.clone())
+            .ok_or_else(|| cursor_not_found(name))
     }
 
     async fn fetch(&mut self, name: &str, direction: FetchDirection) -> Result<Output> {

@@ -118,7 +118,7 @@ impl Settings {
             }
             "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes" => {
                 return Err(Error::user(
-                    SqlCode::InvalidParameterValue,
+                    SqlCode::CantChangeRuntimeParam,
                     format!("parameter \"{name}\" cannot be changed"),
                 ));
             }

@@ -381,7 +381,15 @@ impl ExtendedQueryHandler for Connection {
                         result_fields(&portal.statement.statement, &portal.result_column_format)
                     }
                     Some(Entry::Empty) => None,
-                    None => return Err(no_portal(message.name.as_deref())),
+                    // A SQL-level cursor (DECLARE c CURSOR …) is a portal too:
+                    // psycopg describes it by name before FETCHing.
+                    None => {
+                        let session = lock_session(&self.session).await?;
+                        let schema = session.cursor_schema(name).await;
+                        let schema = schema.ok_or_else(|| no_portal(message.name.as_deref()))?;
+                        let formats = column_formats(&Format::UnifiedText, schema.fields().len());
+                        Some(field_infos(&schema, &formats))
+                    }
                 };
                 client.feed(describe_rows(fields)).await?;
             }

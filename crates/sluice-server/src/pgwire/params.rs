@@ -159,7 +159,11 @@ pub(crate) fn decode_text(text: &str, wire: &Type) -> Result<ScalarValue, ParamE
         Type::FLOAT4 => ScalarValue::Float32(Some(trimmed.parse().map_err(|_| bad(wire, text))?)),
         Type::FLOAT8 => ScalarValue::Float64(Some(trimmed.parse().map_err(|_| bad(wire, text))?)),
         Type::NUMERIC => parse_numeric(trimmed).ok_or_else(|| bad(wire, text))?,
-        Type::DATE => ScalarValue::Date32(Some(parse_date(trimmed).ok_or_else(|| bad(wire, text))?)),
+        // JDBC sends dates with a zone (`2024-02-05 +00`); a date ignores it.
+        Type::DATE => {
+            let day = trimmed.split_whitespace().next().unwrap_or_default();
+            ScalarValue::Date32(Some(parse_date(day).ok_or_else(|| bad(wire, text))?))
+        }
         Type::TIMESTAMP => {
             let micros = parse_timestamp(trimmed, false).ok_or_else(|| bad(wire, text))?;
             ScalarValue::TimestampMicrosecond(Some(micros), None)

@@ -15,6 +15,7 @@ use crate::errors::plan_error;
 use crate::window_tvf::{WindowTvf, extract_window_tvfs};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
+use datafusion::common::TableReference;
 use datafusion::datasource::empty::EmptyTable;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -91,9 +92,9 @@ impl<'a> Planner<'a> {
 
     /// Relations the query names that are neither streams nor built-in
     /// tables (an error for the caller to report).
-    pub fn unknown_relations(&self, query: &Query) -> Vec<String> {
+    pub fn unknown_relations(&self, query: &Query) -> Result<Vec<String>> {
         let mut query = query.clone();
-        let windows = extract_window_tvfs(&mut query).unwrap_or_default();
+        let windows = extract_window_tvfs(&mut query)?;
         let mut names = Vec::new();
         let _ = query.visit(&mut RelationCollector(&mut names));
         let ctes: Vec<String> = query
@@ -117,7 +118,7 @@ impl<'a> Planner<'a> {
                 .map(|w| w.stream)
                 .filter(|s| self.catalog.stream(s).is_none()),
         );
-        names
+        Ok(names)
     }
 
     /// Binds `query` with DataFusion: its logical plan and the windows it uses.
@@ -131,8 +132,9 @@ impl<'a> Planner<'a> {
         let mut streams = HashMap::new();
         let mut relations = Vec::new();
         let _ = query.visit(&mut RelationCollector(&mut relations));
+        let ctes = cte_names(&query);
         for name in relations {
-            if name.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) {
+            if name.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) || ctes.contains(&name) {
                 continue;
             }
             let def = self
@@ -195,9 +197,34 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// Names of the query's common table expressions (`WITH x AS …`).
+fn cte_names(query: &Query) -> Vec<String> {
+    let mut names = Vec::new();
+    let _ = query.visit(&mut CteCollector(&mut names));
+    names
+}
+
+struct CteCollector<'v>(&'v mut Vec<String>);
+
+impl sqlparser::ast::Visitor for CteCollector<'_> {
+    type Break = ();
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        if let Some(with) = &query.with {
+            self.0.extend(
+                with.cte_tables
+                    .iter()
+                    .map(|c| crate::names::normalize_ident(&c.alias.name)),
+            );
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Registers a schema-only table under its exact (already normalised) name.
 fn register(ctx: &SessionContext, name: &str, schema: SchemaRef) -> Result<()> {
     let table: Arc<dyn TableProvider> = Arc::new(EmptyTable::new(schema));
-    ctx.register_table(name, table).map_err(plan_error)?;
+    ctx.register_table(TableReference::bare(name), table)
+        .map_err(plan_error)?;
     Ok(())
 }
 
