@@ -51,7 +51,7 @@ fn declared_schema(create: &CreateStream) -> Result<Option<SchemaRef>> {
         let name = normalize_ident(&c.name);
         if fields.iter().any(|f| f.name() == &name) {
             return Err(Error::user(
-                SqlCode::DuplicateObject,
+                SqlCode::DuplicateColumn,
                 format!("column \"{name}\" specified more than once"),
             ));
         }

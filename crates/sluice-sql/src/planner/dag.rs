@@ -52,7 +52,7 @@ pub(super) fn build(
         stage
             .exprs
             .iter()
-            .position(|e| matches!(e, Expr::Column(c) if &c.name == t))
+            .position(|e| matches!(e.clone().unalias(), Expr::Column(c) if &c.name == t))
     });
     let sink = SinkSpec {
         event_time_column,
