@@ -34,4 +34,11 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== build"
 cargo build --workspace --all-targets
 echo "== test"
-cargo test --workspace --no-fail-fast -- --test-threads 2
+log="$(mktemp)"
+status=0
+cargo test --workspace --lib --bins --tests --no-fail-fast -- --test-threads 2 2>&1 | tee "$log" || status=$?
+# One closing line over every test binary (cargo prints one per binary).
+awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) == "passed;") p += $i; if ($(i+1) == "failed;") f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
+exit "$status"
