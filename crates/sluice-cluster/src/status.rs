@@ -60,6 +60,7 @@ pub fn describe_status(status: &PipelineStatus) -> (String, Option<String>) {
             operator,
             instance,
             error,
+            ..
         } => (
             "failed".to_string(),
             Some(format!("operator {operator} instance {instance}: {error}")),

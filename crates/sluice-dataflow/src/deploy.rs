@@ -18,7 +18,7 @@ use crate::window::build_window_operator;
 use arrow::datatypes::SchemaRef;
 use futures::FutureExt;
 use sluice_plan::{EdgeSpec, OperatorKind, OperatorSpec, Partitioning, PhysicalDag, SinkSpec, SourceSpec};
-use sluice_types::{Error, OperatorId, PipelineId, Result};
+use sluice_types::{Error, OperatorId, PipelineId, Result, SqlCode};
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -75,6 +75,8 @@ pub enum PipelineStatus {
         operator: OperatorId,
         instance: u32,
         error: String,
+        /// The SQLSTATE class when the error was the data's or the query's fault.
+        code: Option<SqlCode>,
     },
 }
 
@@ -118,18 +120,24 @@ impl PipelineRuntime {
 
     /// Marks the pipeline failed from outside (e.g. a sink's consumer failed).
     pub fn fail(&self, operator: OperatorId, error: String) {
-        mark_failed(&self.status, operator, 0, error);
+        mark_failed(&self.status, operator, 0, (error, None));
         self.cancel.cancel();
     }
 }
 
-fn mark_failed(status: &Mutex<PipelineStatus>, operator: OperatorId, instance: u32, error: String) {
+fn mark_failed(
+    status: &Mutex<PipelineStatus>,
+    operator: OperatorId,
+    instance: u32,
+    (error, code): (String, Option<SqlCode>),
+) {
     let mut s = status.lock().expect("status lock");
     if *s == PipelineStatus::Running {
         *s = PipelineStatus::Failed {
             operator,
             instance,
             error,
+            code,
         };
     }
 }
@@ -244,11 +252,17 @@ pub fn deploy(
             let outcome = AssertUnwindSafe(fut).catch_unwind().await;
             let failure = match outcome {
                 Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e.to_string()),
-                Err(panic) => Some(format!("task panicked: {}", panic_message(&panic))),
+                Ok(Err(e)) => {
+                    let code = match &e {
+                        sluice_types::Error::User { code, .. } => Some(*code),
+                        _ => None,
+                    };
+                    Some((e.to_string(), code))
+                }
+                Err(panic) => Some((format!("task panicked: {}", panic_message(&panic)), None)),
             };
             if let Some(error) = failure.filter(|_| !cancel.is_cancelled()) {
-                tracing::warn!(pipeline = %id, operator = %operator, instance, %error, "task failed");
+                tracing::warn!(pipeline = %id, operator = %operator, instance, error = %error.0, "task failed");
                 mark_failed(&status, operator, instance, error);
                 cancel.cancel();
             }

@@ -51,6 +51,8 @@ pub enum SqlCode {
     NoActiveTransaction,
     /// `25P02`: a statement after an error inside a transaction block.
     InFailedTransaction,
+    /// `23502`: NULL into a NOT NULL column.
+    NotNullViolation,
 }
 
 impl SqlCode {
@@ -79,6 +81,7 @@ impl SqlCode {
             SqlCode::WrongObjectType => "42809",
             SqlCode::NoActiveTransaction => "25P01",
             SqlCode::InFailedTransaction => "25P02",
+            SqlCode::NotNullViolation => "23502",
         }
     }
 }

@@ -43,10 +43,20 @@ pub async fn insert(master: &Master, insert: &Insert) -> Result<u64> {
         }
     }
     let ctx = SessionContext::new();
-    let table = MemTable::try_new(def.schema.clone(), vec![vec![]]).map_err(plan_error)?;
+    // Plan against nullable columns so NOT NULL is checked below, by name.
+    let nullable: Vec<arrow::datatypes::Field> = def
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    let planning_schema = Arc::new(arrow::datatypes::Schema::new(nullable));
+    let table = MemTable::try_new(planning_schema, vec![vec![]]).map_err(plan_error)?;
     ctx.register_table(datafusion::common::TableReference::bare(name.as_str()), Arc::new(table))
         .map_err(plan_error)?;
-    let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Insert(insert.clone())));
+    let mut insert = insert.clone();
+    assignment_rules(&mut insert, &def.schema)?;
+    let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Insert(insert)));
     let plan = ctx.state().statement_to_plan(statement).await.map_err(plan_error)?;
     let LogicalPlan::Dml(dml) = plan else {
         return Err(Error::internal("INSERT did not plan to a DML node"));
@@ -63,6 +73,74 @@ pub async fn insert(master: &Master, insert: &Insert) -> Result<u64> {
     master.memory_log(&def)?.append(rows)
 }
 
+/// Postgres' assignment rules for literal VALUES, where DataFusion's casts
+/// are looser: a short row fills the remaining columns with NULL, a
+/// boolean or a number cannot go into a column of another kind (42804),
+/// and a fractional number into an integer column is rounded.
+fn assignment_rules(insert: &mut Insert, schema: &arrow::datatypes::SchemaRef) -> Result<()> {
+    use arrow::datatypes::DataType as D;
+    use sqlparser::ast::{Expr, SetExpr, Value};
+    let Some(SetExpr::Values(values)) = insert.source.as_mut().map(|s| s.body.as_mut()) else {
+        return Ok(());
+    };
+    let widest = values.rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    if insert.columns.is_empty() && widest < schema.fields().len() && values.rows.iter().all(|r| r.len() == widest) {
+        insert.columns = schema
+            .fields()
+            .iter()
+            .take(widest)
+            .map(|f| sqlparser::ast::ObjectName::from(vec![sqlparser::ast::Ident::with_quote('"', f.name())]))
+            .collect();
+    }
+    let targets: Vec<usize> = if insert.columns.is_empty() {
+        (0..schema.fields().len()).collect()
+    } else {
+        insert
+            .columns
+            .iter()
+            .filter_map(|c| schema.index_of(&normalize_name(c)).ok())
+            .collect()
+    };
+    for row in &mut values.rows {
+        for (expr, column) in row.iter_mut().zip(&targets) {
+            let field = schema.field(*column);
+            let mismatch = |kind: &str| {
+                Error::user(
+                    SqlCode::DatatypeMismatch,
+                    format!(
+                        "column \"{}\" is of type {} but expression is of type {kind}",
+                        field.name(),
+                        super::show::pg_type_name(field.data_type())
+                    ),
+                )
+            };
+            // `-1.5` is a minus applied to 1.5: round the magnitude (half away from zero).
+            let inner = match expr {
+                Expr::UnaryOp {
+                    op: sqlparser::ast::UnaryOperator::Minus | sqlparser::ast::UnaryOperator::Plus,
+                    expr,
+                } => expr.as_mut(),
+                other => other,
+            };
+            let Expr::Value(v) = inner else { continue };
+            match (&mut v.value, field.data_type()) {
+                (Value::Boolean(_), D::Boolean | D::Utf8) => {}
+                (Value::Boolean(_), _) => return Err(mismatch("boolean")),
+                (Value::Number(_, _), D::Timestamp(_, _) | D::Date32 | D::Boolean | D::Binary) => {
+                    return Err(mismatch("numeric"));
+                }
+                (Value::Number(n, _), t) if t.is_integer() && n.contains(['.', 'e', 'E']) => {
+                    if let Ok(x) = n.parse::<f64>() {
+                        *n = format!("{}", x.round() as i64);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Casts to the stream's exact schema and checks NOT NULL columns.
 fn conform(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> Result<RecordBatch> {
     let mut columns = Vec::with_capacity(schema.fields().len());
@@ -75,11 +153,8 @@ fn conform(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> Result<
         };
         if !field.is_nullable() && column.null_count() > 0 {
             return Err(Error::user(
-                SqlCode::DataException,
-                format!(
-                    "null value in column \"{}\" violates its NOT NULL constraint",
-                    field.name()
-                ),
+                SqlCode::NotNullViolation,
+                format!("null value in column \"{}\" violates not-null constraint", field.name()),
             ));
         }
         columns.push(column);

@@ -60,9 +60,11 @@ pub fn start(master: &Master, planned: &PlannedQuery) -> Result<RowStream> {
                 s.done = true;
                 let status = s.guard.0.wait().await;
                 match status {
-                    PipelineStatus::Failed { operator, error, .. } => Some((
+                    PipelineStatus::Failed {
+                        operator, error, code, ..
+                    } => Some((
                         Err(Error::user(
-                            SqlCode::DataException,
+                            code.unwrap_or(SqlCode::DataException),
                             format!("query failed in operator {operator}: {error}"),
                         )),
                         s,
