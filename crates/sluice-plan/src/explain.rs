@@ -14,12 +14,12 @@ pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 6]> {
             let inputs: Vec<String> = dag
                 .inputs_of(op.id)
                 .iter()
-                .map(|e| {
-                    let schema = dag
-                        .operator(e.from)
-                        .map(|o| o.output_schema.clone())
-                        .unwrap_or_else(crate::empty_schema);
-                    format!("op {} {}", e.from, e.partitioning.describe(&schema))
+                .map(|e| match &e.partitioning {
+                    crate::Partitioning::Hash(cols) => {
+                        let keys: Vec<String> = cols.iter().map(|c| column_label(dag, e.from, *c)).collect();
+                        format!("op {} hash({})", e.from, keys.join(", "))
+                    }
+                    other => format!("op {} {}", e.from, other.describe(&crate::empty_schema())),
                 })
                 .collect();
             let columns: Vec<String> = op
@@ -32,7 +32,7 @@ pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 6]> {
                 op.id.to_string(),
                 op.kind.name().to_string(),
                 op.parallelism.to_string(),
-                detail(op),
+                detail(dag, op),
                 inputs.join("; "),
                 columns.join(", "),
             ]
@@ -40,7 +40,24 @@ pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 6]> {
         .collect()
 }
 
-fn detail(op: &crate::OperatorSpec) -> String {
+/// How column `column` of operator `op`'s output reads to a user: the
+/// expression a project computes it with, or the column's name.
+fn column_label(dag: &PhysicalDag, op: sluice_types::OperatorId, column: usize) -> String {
+    match dag.operator(op) {
+        Some(o) => match &o.kind {
+            OperatorKind::Project(p) => p.exprs.get(column).cloned().unwrap_or_default(),
+            _ => o
+                .output_schema
+                .fields()
+                .get(column)
+                .map(|f| f.name().clone())
+                .unwrap_or_default(),
+        },
+        None => String::new(),
+    }
+}
+
+fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
     match &op.kind {
         OperatorKind::Source(s) => {
             let wm = match &s.watermark {
@@ -63,7 +80,12 @@ fn detail(op: &crate::OperatorSpec) -> String {
                 WindowKind::Hop { slide_ms, size_ms } => format!("hop slide {slide_ms} ms size {size_ms} ms"),
                 WindowKind::Session { gap_ms } => format!("session gap {gap_ms} ms"),
             };
-            let name = |i: &usize| w.input_schema.field(*i).name().clone();
+            // Read columns through the operator feeding the window (its pre-projection).
+            let input = dag.inputs_of(op.id).first().map(|e| e.from);
+            let name = |i: &usize| match input {
+                Some(from) => column_label(dag, from, *i),
+                None => w.input_schema.field(*i).name().clone(),
+            };
             let keys: Vec<String> = w.key_columns.iter().map(name).collect();
             let aggs: Vec<String> = w
                 .aggregates
