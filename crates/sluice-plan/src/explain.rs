@@ -123,3 +123,55 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EdgeSpec, OperatorSpec, Partitioning, ProjectSpec, SinkSpec};
+    use arrow_schema::{DataType, Field, Schema};
+    use sluice_types::{EdgeId, OperatorId};
+    use std::sync::Arc;
+
+    #[test]
+    fn hash_keys_read_as_the_expressions_that_compute_them() {
+        let input = Arc::new(Schema::new(vec![Field::new("auction", DataType::Int64, false)]));
+        let projected = Arc::new(Schema::new(vec![Field::new("_k0", DataType::Int64, true)]));
+        let project = ProjectSpec {
+            input_schema: input,
+            filter: None,
+            exprs: vec!["(auction % 10)".into()],
+        };
+        let sink = SinkSpec {
+            connector: "blackhole".into(),
+            options: Default::default(),
+            event_time_column: None,
+        };
+        let dag = PhysicalDag {
+            operators: vec![
+                OperatorSpec {
+                    id: OperatorId(0),
+                    kind: OperatorKind::Project(project),
+                    parallelism: 2,
+                    output_schema: projected.clone(),
+                },
+                OperatorSpec {
+                    id: OperatorId(1),
+                    kind: OperatorKind::Sink(sink),
+                    parallelism: 1,
+                    output_schema: projected,
+                },
+            ],
+            edges: vec![EdgeSpec {
+                id: EdgeId(0),
+                from: OperatorId(0),
+                to: OperatorId(1),
+                partitioning: Partitioning::Hash(vec![0]),
+            }],
+        };
+        let rows = explain_rows(&dag);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1][4], "op 0 hash((auction % 10))");
+        assert_eq!(rows[0][3], "(auction % 10)");
+        assert_eq!(rows[1][3], "blackhole");
+    }
+}

@@ -161,3 +161,21 @@ impl From<std::io::Error> for Error {
 
 /// Result with Sluice's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlstates_by_kind() {
+        assert_eq!(Error::syntax("x").sqlstate(), "42601");
+        assert_eq!(Error::unsupported("x").sqlstate(), "0A000");
+        assert_eq!(Error::external("broker down").sqlstate(), "58000");
+        assert_eq!(Error::internal("bug").sqlstate(), "XX000");
+        assert_eq!(Error::from(arrow::error::ArrowError::DivideByZero).sqlstate(), "22012");
+        assert_eq!(
+            Error::from(arrow::error::ArrowError::CastError("no".into())).sqlstate(),
+            "22P02"
+        );
+    }
+}

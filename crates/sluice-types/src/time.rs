@@ -57,3 +57,26 @@ pub fn parse_duration_ms(text: &str) -> Option<u64> {
     };
     n.checked_mul(factor)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_every_unit() {
+        assert_eq!(parse_duration_ms("10s"), Some(10_000));
+        assert_eq!(parse_duration_ms("250ms"), Some(250));
+        assert_eq!(parse_duration_ms(" 2m "), Some(120_000));
+        assert_eq!(parse_duration_ms("1h"), Some(3_600_000));
+        assert_eq!(parse_duration_ms("42"), Some(42));
+        assert_eq!(parse_duration_ms("5 parsecs"), None);
+        assert_eq!(parse_duration_ms(""), None);
+    }
+
+    #[test]
+    fn watermark_display_marks_the_ends() {
+        assert_eq!(Watermark::MIN.display(), "");
+        assert_eq!(Watermark::MAX.display(), "end of input");
+        assert_eq!(Watermark(1_796_040_000_000).display(), "2026-11-30 12:00:00.000");
+    }
+}
