@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod http_api;
 mod lifecycle;
 mod protocol;
 mod psql;

@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod http;
+mod http_sql;
 pub mod pgwire;
 pub mod server;
 

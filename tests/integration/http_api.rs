@@ -1,0 +1,108 @@
+//! The REST API: SQL over HTTP with the engine's errors, pipeline actions,
+//! the cluster view and Prometheus metrics.
+
+use crate::common::TestServer;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+async fn post_sql(server: &TestServer, sql: &str) -> (u16, Value) {
+    let url = format!("http://127.0.0.1:{}/api/v1/sql", server.http_port);
+    let response = tokio::time::timeout(
+        LIMIT,
+        reqwest::Client::new().post(&url).json(&json!({ "sql": sql })).send(),
+    )
+    .await
+    .expect("in time")
+    .expect("POST /api/v1/sql");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+async fn get(server: &TestServer, path: &str) -> (u16, String) {
+    let url = format!("http://127.0.0.1:{}{path}", server.http_port);
+    let response = tokio::time::timeout(LIMIT, reqwest::get(&url))
+        .await
+        .expect("in time")
+        .expect("GET");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn sql_over_http_runs_statements_and_reports_errors_with_sqlstates() {
+    let server = TestServer::start();
+    let (status, body) = post_sql(
+        &server,
+        "CREATE STREAM h (a BIGINT, note VARCHAR); INSERT INTO h VALUES (1, 'x'), (2, NULL); SELECT a * 10, note FROM h LIMIT 2",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().expect("results");
+    assert_eq!(results[0]["tag"], "CREATE STREAM");
+    assert_eq!(results[1]["rows_affected"], 2);
+    assert_eq!(results[2]["columns"][1], json!({"name": "note", "type": "varchar"}));
+    assert_eq!(results[2]["rows"], json!([["10", "x"], ["20", null]]));
+    assert_eq!(results[2]["truncated"], false);
+
+    let (status, body) = post_sql(&server, "SELEC 1").await;
+    assert_eq!((status, body["sqlstate"].as_str()), (400, Some("42601")), "{body}");
+    let (status, body) = post_sql(&server, "SELECT * FROM nowhere").await;
+    assert_eq!((status, body["sqlstate"].as_str()), (404, Some("42P01")), "{body}");
+    // The statements before an error ran; the error says which kind.
+    let (status, body) = post_sql(&server, "INSERT INTO h VALUES (3, 'y'); SELECT nope FROM h LIMIT 1").await;
+    assert_eq!((status, body["sqlstate"].as_str()), (400, Some("42703")), "{body}");
+    assert_eq!(body["results"][0]["rows_affected"], 3 - 2);
+
+    let url = format!("http://127.0.0.1:{}/api/v1/sql", server.http_port);
+    let response = reqwest::Client::new()
+        .post(&url)
+        .body("not json")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status().as_u16(), 400);
+}
+
+#[tokio::test]
+async fn pipelines_can_be_dropped_and_are_measured() {
+    let server = TestServer::start();
+    let (status, body) = post_sql(
+        &server,
+        "CREATE STREAM m (a BIGINT); CREATE SINK m_out WITH (connector = 'blackhole') AS SELECT a FROM m WHERE a > 1; \
+         INSERT INTO m VALUES (1), (2), (3)",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // 3 rows read, 2 pass the filter: wait until the sink has them.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let (status, text) = get(&server, "/metrics").await;
+        assert_eq!(status, 200);
+        if text.contains("sluice_pipeline_rows_in_total{pipeline=\"m_out\"} 3")
+            && text.contains("sluice_pipeline_rows_out_total{pipeline=\"m_out\"} 2")
+        {
+            assert!(text.contains("# TYPE sluice_pipeline_rows_in_total counter"), "{text}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "metrics never showed 3 in / 2 out:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, text) = get(&server, "/api/v1/cluster").await;
+    let cluster: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(status, 200);
+    assert_eq!(cluster["masters"][0]["role"], "leader");
+    assert_eq!(cluster["workers"][0]["pipelines_running"], 1);
+
+    let url = format!("http://127.0.0.1:{}/api/v1/pipelines/m_out", server.http_port);
+    let client = reqwest::Client::new();
+    assert_eq!(client.delete(&url).send().await.expect("DELETE").status().as_u16(), 204);
+    let again = client.delete(&url).send().await.expect("DELETE");
+    assert_eq!(again.status().as_u16(), 404);
+    let (_, text) = get(&server, "/api/v1/pipelines").await;
+    assert!(!text.contains("m_out"), "{text}");
+}
