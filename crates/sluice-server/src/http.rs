@@ -108,10 +108,17 @@ async fn sql(
     }
 }
 
+/// A metric's name, help text, and how to read it from a pipeline's status.
+type MetricFamily = (
+    &'static str,
+    &'static str,
+    fn(&sluice_cluster::status::PipelineInfo) -> Option<i64>,
+);
+
 /// Prometheus text exposition of pipeline counters.
 async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
     let mut out = String::new();
-    let families: [(&str, &str, fn(&sluice_cluster::status::PipelineInfo) -> Option<i64>); 4] = [
+    let families: [MetricFamily; 4] = [
         (
             "sluice_pipeline_rows_in_total",
             "Rows read by a pipeline's sources.",
