@@ -106,3 +106,55 @@ async fn pipelines_can_be_dropped_and_are_measured() {
     let (_, text) = get(&server, "/api/v1/pipelines").await;
     assert!(!text.contains("m_out"), "{text}");
 }
+
+#[tokio::test]
+async fn the_openapi_document_lists_every_endpoint_and_pipelines_show_their_tasks() {
+    let server = TestServer::start();
+    let (status, text) = get(&server, "/api/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    let spec: Value = serde_json::from_str(&text).expect("OpenAPI JSON");
+    assert_eq!(spec["openapi"], "3.0.3");
+    let paths: Vec<&String> = spec["paths"].as_object().expect("paths").keys().collect();
+    for path in [
+        "/health",
+        "/api/v1/cluster",
+        "/api/v1/streams",
+        "/api/v1/pipelines",
+        "/api/v1/sql",
+        "/metrics",
+    ] {
+        assert!(paths.iter().any(|p| p.as_str() == path), "{path} is not documented");
+        if path != "/api/v1/sql" {
+            assert_eq!(get(&server, path).await.0, 200, "GET {path}");
+        }
+    }
+
+    // A pipeline of source → project → sink shows one task per operator instance.
+    let (status, body) = post_sql(
+        &server,
+        "CREATE STREAM t (a BIGINT); CREATE SINK t_out WITH (connector = 'blackhole') AS SELECT a + 1 FROM t; \
+         INSERT INTO t VALUES (1), (2)",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let (status, text) = get(&server, "/api/v1/pipelines/t_out").await;
+        assert_eq!(status, 200, "{text}");
+        let pipeline: Value = serde_json::from_str(&text).expect("JSON");
+        let tasks = pipeline["tasks"].as_array().expect("tasks").clone();
+        let kinds: Vec<&str> = tasks.iter().map(|t| t["kind"].as_str().unwrap_or_default()).collect();
+        assert_eq!(kinds, vec!["source", "project", "sink"], "{text}");
+        assert_eq!(pipeline["dag"]["operators"].as_array().map(Vec::len), Some(3));
+        if tasks[2]["rows_in"] == 2 {
+            assert_eq!(tasks[0]["rows_out"], 2);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sink never saw 2 rows: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(get(&server, "/api/v1/pipelines/nope").await.0, 404);
+}

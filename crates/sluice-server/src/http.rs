@@ -20,6 +20,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route("/api/v1/streams", get(streams))
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/sql", axum::routing::post(sql))
+        .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .with_state(engine)
@@ -42,7 +43,30 @@ async fn pipeline(State(engine): State<Arc<Engine>>, Path(name): Path<String>) -
         return error(StatusCode::NOT_FOUND, &format!("pipeline \"{name}\" does not exist"));
     };
     let dag = engine.master.pipeline(&name).map(|d| d.dag);
-    Json(json!({ "pipeline": info, "dag": dag })).into_response()
+    let tasks: Vec<serde_json::Value> = engine
+        .master
+        .runtime(&name)
+        .map(|r| r.metrics.iter().map(|m| task_metrics(m)).collect())
+        .unwrap_or_default();
+    Json(json!({ "pipeline": info, "dag": dag, "tasks": tasks })).into_response()
+}
+
+/// One task instance's counters.
+fn task_metrics(m: &sluice_dataflow::metrics::TaskMetrics) -> serde_json::Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let watermark = m.watermark_ms.load(Relaxed);
+    json!({
+        "operator": m.operator.0,
+        "instance": m.instance,
+        "kind": m.kind,
+        "rows_in": m.rows_in.load(Relaxed),
+        "rows_out": m.rows_out.load(Relaxed),
+        "late_rows_dropped": m.late_rows_dropped.load(Relaxed),
+        "queued_rows": m.queued_rows.load(Relaxed),
+        "backpressure_us": m.backpressure_us.load(Relaxed),
+        "state_groups": m.state_groups.load(Relaxed),
+        "watermark_ms": (watermark != i64::MIN).then_some(watermark),
+    })
 }
 
 async fn streams(State(engine): State<Arc<Engine>>) -> Json<serde_json::Value> {
@@ -180,6 +204,15 @@ fn public_message(e: &sluice_types::Error) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// The OpenAPI description of this API.
+async fn openapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        include_str!("openapi.json"),
+    )
+        .into_response()
 }
 
 async fn not_found() -> Response {
