@@ -158,3 +158,69 @@ async fn the_openapi_document_lists_every_endpoint_and_pipelines_show_their_task
     }
     assert_eq!(get(&server, "/api/v1/pipelines/nope").await.0, 404);
 }
+
+#[tokio::test]
+async fn a_pipeline_paused_over_http_reads_nothing_until_resumed() {
+    let server = TestServer::start();
+    let (status, body) = post_sql(
+        &server,
+        "CREATE STREAM pz (a BIGINT); CREATE SINK pz_out WITH (connector = 'blackhole') AS SELECT a FROM pz",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{}/api/v1/pipelines", server.http_port);
+    assert_eq!(
+        client
+            .post(format!("{base}/pz_out/pause"))
+            .send()
+            .await
+            .expect("pause")
+            .status()
+            .as_u16(),
+        204
+    );
+    assert_eq!(post_sql(&server, "INSERT INTO pz VALUES (1), (2)").await.0, 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, text) = get(&server, "/api/v1/pipelines/pz_out").await;
+    let view: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(
+        (view["pipeline"]["state"].as_str(), view["pipeline"]["rows_in"].as_u64()),
+        (Some("paused"), Some(0)),
+        "{text}"
+    );
+    assert_eq!(
+        client
+            .post(format!("{base}/pz_out/resume"))
+            .send()
+            .await
+            .expect("resume")
+            .status()
+            .as_u16(),
+        204
+    );
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let (_, text) = get(&server, "/api/v1/pipelines/pz_out").await;
+        let view: Value = serde_json::from_str(&text).expect("JSON");
+        if view["pipeline"]["rows_out"] == 2 {
+            assert_eq!(view["pipeline"]["state"], "running");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "resumed pipeline never read its rows: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        client
+            .post(format!("{base}/nope/pause"))
+            .send()
+            .await
+            .expect("pause")
+            .status()
+            .as_u16(),
+        404
+    );
+}

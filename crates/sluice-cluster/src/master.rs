@@ -254,7 +254,10 @@ impl Master {
             .map(|def| {
                 let (state, since_ms, t, error) = match running.get(&def.name) {
                     Some(r) => {
-                        let (state, error) = describe_status(&r.runtime.status());
+                        let (mut state, error) = describe_status(&r.runtime.status());
+                        if state == "running" && r.runtime.is_paused() {
+                            state = "paused".to_string();
+                        }
                         (state, r.since_ms, totals(&r.runtime), error)
                     }
                     None => ("not running".to_string(), def.created_ms, Default::default(), None),
@@ -277,6 +280,15 @@ impl Master {
                 }
             })
             .collect()
+    }
+
+    /// Pauses or resumes a named pipeline's sources (not persisted: a
+    /// restarted server runs every pipeline).
+    pub fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
+        let running = self.running.lock().expect("running lock");
+        let r = running.get(name).ok_or_else(|| not_found("pipeline", name))?;
+        r.runtime.set_paused(paused);
+        Ok(())
     }
 
     /// The runtime of a running named pipeline.

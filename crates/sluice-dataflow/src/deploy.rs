@@ -99,11 +99,23 @@ pub struct PipelineRuntime {
     status: Arc<Mutex<PipelineStatus>>,
     cancel: CancellationToken,
     done: watch::Receiver<bool>,
+    paused: watch::Sender<bool>,
 }
 
 impl PipelineRuntime {
     pub fn status(&self) -> PipelineStatus {
         self.status.lock().expect("status lock").clone()
+    }
+
+    /// Pauses (true) or resumes (false) the pipeline's sources; the rest of
+    /// the pipeline drains what is in flight and waits.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.send_replace(paused);
+    }
+
+    /// True while paused.
+    pub fn is_paused(&self) -> bool {
+        *self.paused.borrow()
     }
 
     /// Asks every task to stop.
@@ -220,6 +232,11 @@ pub fn deploy(
 ) -> Result<PipelineRuntime> {
     let (mut outputs, mut inputs) = open_channels(id, dag, transport)?;
     let cancel = CancellationToken::new();
+    let (paused, paused_rx) = watch::channel(false);
+    let control = TaskControl {
+        cancel: cancel.clone(),
+        paused: paused_rx,
+    };
     let mut futures: Vec<(OperatorId, u32, TaskFuture)> = Vec::new();
     let mut metrics = Vec::new();
     for op in &dag.operators {
@@ -237,7 +254,7 @@ pub fn deploy(
                 output,
                 task_inputs,
                 m,
-                cancel.clone(),
+                control.clone(),
             )?;
             futures.push((op.id, instance, fut));
         }
@@ -286,7 +303,15 @@ pub fn deploy(
         status,
         cancel,
         done: done_rx,
+        paused,
     })
+}
+
+/// What the pipeline tells every task: stop, and (sources) pause.
+#[derive(Clone)]
+struct TaskControl {
+    cancel: CancellationToken,
+    paused: watch::Receiver<bool>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -299,8 +324,9 @@ fn build_task(
     output: Output,
     inputs: Vec<ChannelReceiver>,
     metrics: Arc<TaskMetrics>,
-    cancel: CancellationToken,
+    control: TaskControl,
 ) -> Result<TaskFuture> {
+    let TaskControl { cancel, paused } = control;
     let operator: Box<dyn Operator> = match &op.kind {
         OperatorKind::Source(spec) => {
             let reader = connectors.source(spec, &op.output_schema, instance, op.parallelism)?;
@@ -312,6 +338,7 @@ fn build_task(
                 output,
                 metrics,
                 cancel,
+                paused,
             };
             return Ok(Box::pin(task.run()));
         }

@@ -136,6 +136,8 @@ pub struct SourceTask {
     pub output: Output,
     pub metrics: Arc<TaskMetrics>,
     pub cancel: CancellationToken,
+    /// While true the source reads nothing (ALTER PIPELINE … PAUSE).
+    pub paused: tokio::sync::watch::Receiver<bool>,
 }
 
 impl SourceTask {
@@ -151,9 +153,18 @@ impl SourceTask {
         );
         let tick = (self.idle_timeout / 2).max(Duration::from_millis(10));
         loop {
+            if *self.paused.borrow() {
+                tokio::select! {
+                    biased;
+                    _ = self.cancel.cancelled() => return Ok(()),
+                    _ = self.paused.wait_for(|p| !*p) => {}
+                }
+            }
             let event = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Ok(()),
+                // Paused while waiting for input: drop the (cancel-safe) read.
+                _ = self.paused.wait_for(|p| *p) => continue,
                 event = tokio::time::timeout(tick, self.reader.next(self.batch_rows_max)) => event,
             };
             match event {

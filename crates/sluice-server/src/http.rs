@@ -17,6 +17,8 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route("/health", get(health))
         .route("/api/v1/pipelines", get(pipelines))
         .route("/api/v1/pipelines/{name}", get(pipeline).delete(drop_pipeline))
+        .route("/api/v1/pipelines/{name}/pause", axum::routing::post(pause))
+        .route("/api/v1/pipelines/{name}/resume", axum::routing::post(resume))
         .route("/api/v1/streams", get(streams))
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/sql", axum::routing::post(sql))
@@ -101,6 +103,21 @@ async fn cluster(State(engine): State<Arc<Engine>>) -> Json<serde_json::Value> {
 async fn drop_pipeline(State(engine): State<Arc<Engine>>, Path(name): Path<String>) -> Response {
     match engine.master.drop_pipeline(&name, false) {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => sluice_error(&e),
+    }
+}
+
+async fn pause(State(engine): State<Arc<Engine>>, Path(name): Path<String>) -> Response {
+    set_paused(&engine, &name, true)
+}
+
+async fn resume(State(engine): State<Arc<Engine>>, Path(name): Path<String>) -> Response {
+    set_paused(&engine, &name, false)
+}
+
+fn set_paused(engine: &Engine, name: &str, paused: bool) -> Response {
+    match engine.master.set_paused(name, paused) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => sluice_error(&e),
     }
 }

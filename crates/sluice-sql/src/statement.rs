@@ -65,6 +65,11 @@ pub enum SluiceStatement {
     Describe(String),
     Explain(Box<Query>),
     ExplainPipeline(String),
+    /// `ALTER PIPELINE name PAUSE | RESUME`.
+    AlterPipelinePause {
+        name: String,
+        paused: bool,
+    },
     /// Anything sqlparser parses: queries, INSERT, SET, BEGIN/COMMIT,
     /// DECLARE/FETCH/CLOSE, COPY, …
     Sql(Box<Statement>),
@@ -111,6 +116,23 @@ fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
         (Some("DESCRIBE" | "DESC"), _) => {
             p.next_token();
             Ok(SluiceStatement::Describe(object_name(p)?))
+        }
+        (Some("ALTER"), Some("PIPELINE")) => {
+            p.next_token();
+            p.next_token();
+            let name = object_name(p)?;
+            match word(p, 0).as_deref() {
+                Some(action @ ("PAUSE" | "RESUME")) => {
+                    p.next_token();
+                    Ok(SluiceStatement::AlterPipelinePause {
+                        name,
+                        paused: action == "PAUSE",
+                    })
+                }
+                _ => Err(Error::unsupported(
+                    "ALTER PIPELINE supports PAUSE and RESUME today; changing a pipeline's query or parallelism comes later",
+                )),
+            }
         }
         (Some("EXPLAIN"), Some("PIPELINE")) => {
             p.next_token();

@@ -346,6 +346,10 @@ impl Session {
                 })?;
                 show::explain(&def.dag).output("EXPLAIN")
             }
+            SluiceStatement::AlterPipelinePause { name, paused } => {
+                master.set_paused(&name, paused)?;
+                Ok(command("ALTER PIPELINE"))
+            }
             SluiceStatement::ShowVariable(name) => {
                 let value = self.settings.get(&name)?;
                 Table::text(&[name.as_str()], vec![vec![value]]).output("SHOW")
