@@ -41,9 +41,4 @@ impl Worker {
             r.stop();
         }
     }
-
-    /// Pipelines running here.
-    pub fn running(&self) -> usize {
-        self.running.lock().expect("worker lock").len()
-    }
 }

@@ -56,33 +56,14 @@ pub fn u64_option(options: &BTreeMap<String, String>, key: &str) -> Result<Optio
         .transpose()
 }
 
-/// Default idle timeout of a source partition.
-pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
-
 /// `'idle.timeout'` in milliseconds (`'5s'`, `'500ms'` or a number of ms).
 pub fn idle_timeout_ms(options: &BTreeMap<String, String>) -> Result<u64> {
     let Some(v) = options.get("idle.timeout") else {
-        return Ok(IDLE_TIMEOUT_MS_DEFAULT);
+        return Ok(sluice_plan::IDLE_TIMEOUT_MS_DEFAULT);
     };
-    parse_duration_ms(v).ok_or_else(|| {
+    sluice_types::parse_duration_ms(v).ok_or_else(|| {
         Error::invalid_option(format!(
             "option 'idle.timeout' must be a duration like '5s' or '500ms', got '{v}'"
         ))
     })
-}
-
-pub use sluice_types::parse_duration_ms;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration_ms("5s"), Some(5000));
-        assert_eq!(parse_duration_ms("250ms"), Some(250));
-        assert_eq!(parse_duration_ms("2m"), Some(120_000));
-        assert_eq!(parse_duration_ms("42"), Some(42));
-        assert_eq!(parse_duration_ms("soon"), None);
-    }
 }

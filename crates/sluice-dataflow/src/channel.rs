@@ -110,11 +110,6 @@ impl ChannelSender {
             })
             .map_err(|_| Closed)
     }
-
-    /// Credits the sender can use right now.
-    pub fn credits_available(&self) -> usize {
-        self.credits.available_permits()
-    }
 }
 
 impl ChannelReceiver {

@@ -129,12 +129,6 @@ impl PipelineRuntime {
         let _ = done.wait_for(|d| *d).await;
         self.status()
     }
-
-    /// Marks the pipeline failed from outside (e.g. a sink's consumer failed).
-    pub fn fail(&self, operator: OperatorId, error: String) {
-        mark_failed(&self.status, operator, 0, (error, None));
-        self.cancel.cancel();
-    }
 }
 
 fn mark_failed(

@@ -129,11 +129,6 @@ impl Output {
         }
         Ok(())
     }
-
-    /// True when this task has no downstream (a sink).
-    pub fn is_empty(&self) -> bool {
-        self.edges.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! (SHOW PIPELINES, the REST API). Plain atomics: tasks update them on the
 //! data path without locks.
 
-use sluice_types::{OperatorId, Watermark};
+use sluice_types::OperatorId;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -40,10 +40,6 @@ impl TaskMetrics {
             queued_rows: AtomicU64::new(0),
             state_groups: AtomicU64::new(0),
         })
-    }
-
-    pub fn watermark(&self) -> Watermark {
-        Watermark(self.watermark_ms.load(Ordering::Relaxed))
     }
 
     pub fn add_rows_in(&self, n: usize) {

@@ -76,6 +76,10 @@ pub struct WatermarkSpec {
     pub delay_ms: i64,
 }
 
+/// How long a source partition may go without data before it stops holding
+/// the watermark back, unless a stream's `'idle.timeout'` says otherwise.
+pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+
 /// Reads a stream from a connector.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SourceSpec {

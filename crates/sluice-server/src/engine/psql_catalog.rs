@@ -17,10 +17,13 @@ use sluice_types::Result;
 pub const STREAM_OID_BASE: u32 = 16384;
 
 /// The answer to `sql` if it is one of psql's catalog queries.
-pub fn answer(sql: &str, streams: &[StreamDef]) -> Option<Result<Output>> {
+/// `streams` is asked only for a `pg_catalog` query.
+pub fn answer(sql: &str, streams: impl FnOnce() -> Vec<StreamDef>) -> Option<Result<Output>> {
     if !sql.contains("pg_catalog.") {
         return None;
     }
+    let streams = streams();
+    let streams = streams.as_slice();
     let oid = |i: usize| (STREAM_OID_BASE + i as u32).to_string();
     if sql.contains("pg_catalog.pg_get_userbyid(c.relowner) as \"Owner\"") {
         // \d, \dt: Schema | Name | Type | Owner

@@ -57,15 +57,10 @@ impl Session {
         }
     }
 
-    /// The session's settings.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// Runs every statement of a simple-protocol query string in order,
     /// stopping at the first error (its `Err` is the last element).
     pub async fn execute(&mut self, sql: &str) -> Vec<Result<Output>> {
-        if let Some(answer) = super::psql_catalog::answer(sql, &self.engine.master.streams()) {
+        if let Some(answer) = super::psql_catalog::answer(sql, || self.engine.master.streams()) {
             return vec![answer];
         }
         let statements = match parse_statements(sql) {
@@ -206,10 +201,7 @@ impl Session {
     ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        if let Some(name) = planner.unknown_relations(q)?.first() {
-            return Err(stream_not_found(name));
-        }
-        if planner.referenced_streams(q).is_empty() {
+        if !planner.reads_streams(q)? {
             batch::describe(q).await
         } else {
             planner.describe(q).await
@@ -225,10 +217,7 @@ impl Session {
     async fn rows(&self, q: &Query) -> Result<RowStream> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        if let Some(name) = planner.unknown_relations(q)?.first() {
-            return Err(stream_not_found(name));
-        }
-        if planner.referenced_streams(q).is_empty() {
+        if !planner.reads_streams(q)? {
             return batch::run(q).await;
         }
         let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
@@ -310,7 +299,10 @@ impl Session {
                     Error::invalid_option("CREATE SINK needs WITH (connector = 'file' | 'blackhole', …)")
                 })?;
                 validate_sink(&connector, &options)?;
-                let listed: Vec<String> = options.iter().map(|(k, v)| format!("'{k}' = '{v}'")).collect();
+                let listed: Vec<String> = options
+                    .iter()
+                    .map(|(k, v)| format!("'{k}' = '{}'", v.replace('\'', "''")))
+                    .collect();
                 let text = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
                 let planned = self.plan(&query, sink_spec(&connector, options)).await?;
                 master.create_pipeline(&name, PipelineKind::Sink, &text, planned.dag, None, if_not_exists)?;

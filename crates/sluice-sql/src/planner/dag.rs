@@ -15,9 +15,6 @@ use sluice_types::{EdgeId, Error, OperatorId, Result, SqlCode};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Default idle timeout of a source partition.
-const IDLE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
-
 struct DagBuilder<'p> {
     operators: Vec<OperatorSpec>,
     edges: Vec<EdgeSpec>,
@@ -169,7 +166,7 @@ impl DagBuilder<'_> {
             .options
             .get("idle.timeout")
             .and_then(|v| sluice_types::parse_duration_ms(v))
-            .unwrap_or(IDLE_TIMEOUT_MS_DEFAULT);
+            .unwrap_or(sluice_plan::IDLE_TIMEOUT_MS_DEFAULT);
         let spec = SourceSpec {
             stream: def.name.clone(),
             connector: def.connector.clone(),

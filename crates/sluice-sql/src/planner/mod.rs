@@ -79,46 +79,24 @@ impl<'a> Planner<'a> {
         Planner { catalog, settings }
     }
 
-    /// The streams a query reads (names as written, normalized).
-    pub fn referenced_streams(&self, query: &Query) -> Vec<String> {
-        let mut query = query.clone();
-        let windows = extract_window_tvfs(&mut query).unwrap_or_default();
-        let mut names = Vec::new();
-        let _ = query.visit(&mut RelationCollector(&mut names));
-        names.extend(windows.into_iter().map(|w| w.stream));
-        names.retain(|n| self.catalog.stream(n).is_some());
-        names
-    }
-
-    /// Relations the query names that are neither streams nor built-in
-    /// tables (an error for the caller to report).
-    pub fn unknown_relations(&self, query: &Query) -> Result<Vec<String>> {
+    /// Whether the query reads a stream (a continuous query) or not (a
+    /// one-off batch query); `42P01` for a relation that is neither a
+    /// stream nor one of the query's CTEs.
+    pub fn reads_streams(&self, query: &Query) -> Result<bool> {
         let mut query = query.clone();
         let windows = extract_window_tvfs(&mut query)?;
         let mut names = Vec::new();
         let _ = query.visit(&mut RelationCollector(&mut names));
-        let ctes: Vec<String> = query
-            .with
-            .as_ref()
-            .map(|w| {
-                w.cte_tables
-                    .iter()
-                    .map(|c| crate::statement::normalize_ident(&c.alias.name))
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.retain(|n| {
-            !n.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX)
-                && !ctes.contains(n)
-                && self.catalog.stream(n).is_none()
-        });
-        names.extend(
-            windows
-                .into_iter()
-                .map(|w| w.stream)
-                .filter(|s| self.catalog.stream(s).is_none()),
-        );
-        Ok(names)
+        let ctes = cte_names(&query);
+        names.retain(|n| !n.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) && !ctes.contains(n));
+        names.extend(windows.into_iter().map(|w| w.stream));
+        if let Some(unknown) = names.iter().find(|n| self.catalog.stream(n).is_none()) {
+            return Err(Error::user(
+                SqlCode::UndefinedTable,
+                format!("stream \"{unknown}\" does not exist"),
+            ));
+        }
+        Ok(!names.is_empty())
     }
 
     /// Binds `query` with DataFusion: its logical plan and the windows it uses.
