@@ -1,6 +1,8 @@
 //! The [`ConnectorFactory`] of this process: builds readers and sink
 //! operators by connector name.
 
+use crate::hdfs::{HdfsSettings, RollingSink};
+use crate::kafka::{KafkaReader, KafkaSink, KafkaSourceConfig};
 use crate::memory::{IdleReader, MemoryLogs, MemoryReader};
 use crate::nexmark_source::{NexmarkReader, nexmark_config};
 use crate::options::{SOURCE_COMMON, check_known, idle_timeout_ms, sink_options, source_options};
@@ -8,7 +10,7 @@ use crate::sinks::{BlackholeSink, ClientSink, FileFormat, FileSink, MemorySink};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use sluice_dataflow::Operator;
-use sluice_dataflow::deploy::ConnectorFactory;
+use sluice_dataflow::deploy::{ConnectorFactory, InstanceContext};
 use sluice_dataflow::source::SourceReader;
 use sluice_plan::{SinkSpec, SourceSpec};
 use sluice_types::{Error, PipelineId, Result};
@@ -27,7 +29,11 @@ pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> R
     if connector == "nexmark" {
         nexmark_config(options)?;
     }
-    if let Some(mode) = options.get("scan.startup.mode")
+    if connector == "kafka" {
+        KafkaSourceConfig::parse("stream", options)?;
+    }
+    if connector == "memory"
+        && let Some(mode) = options.get("scan.startup.mode")
         && mode != "earliest"
         && mode != "latest"
     {
@@ -56,6 +62,16 @@ pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Res
     Ok(())
 }
 
+/// Checks a sink's options that name columns of the query's output
+/// (Kafka key and timestamp columns, HDFS partition column).
+pub fn validate_sink_output(connector: &str, options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<()> {
+    match connector {
+        "kafka" => crate::kafka::check_sink(options, schema),
+        "hdfs" => HdfsSettings::parse(options, schema).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
 /// Result channels of session queries, registered before their pipeline is
 /// deployed and taken by its `client` sink.
 #[derive(Debug, Default)]
@@ -80,16 +96,10 @@ pub struct Connectors {
 }
 
 impl ConnectorFactory for Connectors {
-    fn source(
-        &self,
-        spec: &SourceSpec,
-        _schema: &SchemaRef,
-        instance: u32,
-        parallelism: u32,
-    ) -> Result<Box<dyn SourceReader>> {
+    fn source(&self, spec: &SourceSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn SourceReader>> {
         match spec.connector.as_str() {
             "memory" => {
-                if instance > 0 {
+                if ctx.instance > 0 {
                     return Ok(Box::new(IdleReader));
                 }
                 let log = self.memory.get_or_create(&spec.stream, &spec.options)?;
@@ -98,22 +108,20 @@ impl ConnectorFactory for Connectors {
             }
             "nexmark" => {
                 let options = nexmark_config(&spec.options)?;
-                Ok(Box::new(NexmarkReader::new(&options, instance, parallelism)))
+                Ok(Box::new(NexmarkReader::new(&options, ctx.instance, ctx.parallelism)))
+            }
+            "kafka" => {
+                let config = KafkaSourceConfig::parse(&spec.stream, &spec.options)?;
+                Ok(Box::new(KafkaReader::start(config, schema, ctx)?))
             }
             other => Err(Error::unsupported(format!("unknown source connector '{other}'"))),
         }
     }
 
-    fn sink(
-        &self,
-        spec: &SinkSpec,
-        _schema: &SchemaRef,
-        pipeline: PipelineId,
-        instance: u32,
-    ) -> Result<Box<dyn Operator>> {
+    fn sink(&self, spec: &SinkSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn Operator>> {
         match spec.connector.as_str() {
             "client" => Ok(Box::new(ClientSink {
-                tx: self.clients.take(pipeline),
+                tx: self.clients.take(ctx.pipeline),
             })),
             "memory" => {
                 let stream = spec
@@ -130,9 +138,11 @@ impl ConnectorFactory for Connectors {
                     .get("path")
                     .ok_or_else(|| Error::invalid_option("the file sink needs 'path'"))?;
                 let format = FileFormat::parse(spec.options.get("format").map(String::as_str).unwrap_or("json"))?;
-                Ok(Box::new(FileSink::open(path, format, instance)?))
+                Ok(Box::new(FileSink::open(path, format, ctx.instance)?))
             }
             "blackhole" => Ok(Box::new(BlackholeSink)),
+            "kafka" => Ok(Box::new(KafkaSink::open(&spec.options, schema, ctx)?)),
+            "hdfs" => Ok(Box::new(RollingSink::open(&spec.options, schema, ctx)?)),
             other => Err(Error::unsupported(format!("unknown sink connector '{other}'"))),
         }
     }

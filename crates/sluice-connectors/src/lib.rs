@@ -4,16 +4,25 @@
 //! - [`memory`]: in-memory append-only logs — what `INSERT INTO` appends to
 //!   and what a derived stream's pipeline writes (with its watermarks);
 //! - [`nexmark`]: the standard Nexmark generator (person / auction / bid);
+//! - [`kafka`]: Kafka source (per-partition readers, startup modes incl.
+//!   replay from a timestamp, error policies) and sink, on `rdkafka`;
+//! - [`hdfs`]: the HDFS sink on `hdfs-native`, rolling files ([`rolling`])
+//!   in Parquet, JSON lines or CSV, visible only when complete;
+//! - [`format`]: record formats (json / csv / raw) of message connectors;
 //! - [`sinks`]: the `client` sink that feeds a session's result stream,
 //!   `file` (JSON lines or CSV), `blackhole`;
 //! - [`options`]: the options each connector accepts, so unknown options are
 //!   rejected with the list of known ones.
 
 pub mod factory;
+pub mod format;
+pub mod hdfs;
+pub mod kafka;
 pub mod memory;
 pub mod nexmark;
 pub mod nexmark_source;
 pub mod options;
+pub mod rolling;
 pub mod sinks;
 
 pub use factory::{ClientSinks, Connectors};

@@ -11,8 +11,9 @@ pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
     match connector {
         "memory" => Ok(&["scan.startup.mode", "memory.rows.max"]),
         "nexmark" => Ok(&["table", "events.per.second", "events.max", "seed", "base.time"]),
+        "kafka" => Ok(crate::kafka::SOURCE_OPTIONS),
         other => Err(Error::unsupported(format!(
-            "unknown source connector '{other}'; known: memory, nexmark"
+            "unknown source connector '{other}'; known: memory, nexmark, kafka"
         ))),
     }
 }
@@ -22,15 +23,23 @@ pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
     match connector {
         "file" => Ok(&["connector", "path", "format"]),
         "blackhole" => Ok(&["connector"]),
+        "kafka" => Ok(crate::kafka::SINK_OPTIONS),
+        "hdfs" => Ok(crate::hdfs::SINK_OPTIONS),
         other => Err(Error::unsupported(format!(
-            "unknown sink connector '{other}'; known: file, blackhole"
+            "unknown sink connector '{other}'; known: file, blackhole, kafka, hdfs"
         ))),
     }
 }
 
 /// Rejects options the connector does not know, listing the known ones.
+/// `'properties.*'` keys pass through to a client library (Kafka) where
+/// the connector takes them.
 pub fn check_known(kind: &str, options: &BTreeMap<String, String>, known: &[&str], common: &[&str]) -> Result<()> {
+    let pass_through = known.contains(&"topic");
     for key in options.keys() {
+        if pass_through && key.starts_with("properties.") && key.len() > "properties.".len() {
+            continue;
+        }
         if !known.contains(&key.as_str()) && !common.contains(&key.as_str()) {
             let mut all: Vec<&str> = common.iter().chain(known.iter()).copied().collect();
             all.sort_unstable();
@@ -66,4 +75,64 @@ pub fn idle_timeout_ms(options: &BTreeMap<String, String>) -> Result<u64> {
             "option 'idle.timeout' must be a duration like '5s' or '500ms', got '{v}'"
         ))
     })
+}
+
+/// A duration option (`'30s'`, `'5min'`, `'500ms'`, or milliseconds).
+pub fn duration_option(options: &BTreeMap<String, String>, key: &str) -> Result<Option<std::time::Duration>> {
+    options
+        .get(key)
+        .map(|v| {
+            sluice_types::parse_duration_ms(v)
+                .map(std::time::Duration::from_millis)
+                .ok_or_else(|| {
+                    Error::invalid_option(format!(
+                        "option '{key}' must be a duration like '30s' or '5min', got '{v}'"
+                    ))
+                })
+        })
+        .transpose()
+}
+
+/// A size option in bytes: `'128MB'`, `'1GB'`, `'64KB'`, `'1048576'` (binary units).
+pub fn byte_size_option(options: &BTreeMap<String, String>, key: &str) -> Result<Option<usize>> {
+    let Some(v) = options.get(key) else { return Ok(None) };
+    let t = v.trim().to_ascii_uppercase();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        _ => 0,
+    };
+    match digits.parse::<u64>() {
+        Ok(n) if scale > 0 => Ok(Some(n.saturating_mul(scale) as usize)),
+        _ => Err(Error::invalid_option(format!(
+            "option '{key}' must be a size like '128MB' or '1GB', got '{v}'"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        let o: BTreeMap<String, String> = [("a", "128MB"), ("b", "2 gb"), ("c", "10"), ("d", "ten"), ("e", "5min")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(byte_size_option(&o, "a").unwrap(), Some(128 << 20));
+        assert_eq!(byte_size_option(&o, "b").unwrap(), Some(2 << 30));
+        assert_eq!(byte_size_option(&o, "c").unwrap(), Some(10));
+        assert!(byte_size_option(&o, "d").is_err());
+        assert_eq!(byte_size_option(&o, "zz").unwrap(), None);
+        assert_eq!(
+            duration_option(&o, "e").unwrap(),
+            Some(std::time::Duration::from_secs(300))
+        );
+        assert!(duration_option(&o, "d").is_err());
+    }
 }

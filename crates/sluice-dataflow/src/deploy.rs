@@ -28,25 +28,24 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// Which task instance a connector builds a reader or sink for.
+#[derive(Debug, Clone)]
+pub struct InstanceContext {
+    pub pipeline: PipelineId,
+    pub instance: u32,
+    pub parallelism: u32,
+    /// The task's metrics: connectors count malformed records and report
+    /// transient conditions (e.g. a broker that is down) here.
+    pub metrics: Arc<TaskMetrics>,
+}
+
 /// Builds sources and sinks for connector names. Implemented by the
 /// connectors crate; the runtime only calls it.
 pub trait ConnectorFactory: Send + Sync {
-    /// The reader of source instance `instance` of `parallelism`.
-    fn source(
-        &self,
-        spec: &SourceSpec,
-        schema: &SchemaRef,
-        instance: u32,
-        parallelism: u32,
-    ) -> Result<Box<dyn SourceReader>>;
+    /// The reader of one source instance.
+    fn source(&self, spec: &SourceSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn SourceReader>>;
     /// A sink operator instance.
-    fn sink(
-        &self,
-        spec: &SinkSpec,
-        schema: &SchemaRef,
-        pipeline: PipelineId,
-        instance: u32,
-    ) -> Result<Box<dyn Operator>>;
+    fn sink(&self, spec: &SinkSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn Operator>>;
 }
 
 /// Runtime settings of a deployment.
@@ -321,9 +320,15 @@ fn build_task(
     control: TaskControl,
 ) -> Result<TaskFuture> {
     let TaskControl { cancel, paused } = control;
+    let instance_ctx = InstanceContext {
+        pipeline: id,
+        instance,
+        parallelism: op.parallelism,
+        metrics: metrics.clone(),
+    };
     let operator: Box<dyn Operator> = match &op.kind {
         OperatorKind::Source(spec) => {
-            let reader = connectors.source(spec, &op.output_schema, instance, op.parallelism)?;
+            let reader = connectors.source(spec, &op.output_schema, &instance_ctx)?;
             let task = SourceTask {
                 reader,
                 watermark: spec.watermark.clone(),
@@ -338,7 +343,7 @@ fn build_task(
         }
         OperatorKind::Project(spec) => Box::new(ProjectOperator::new(spec, op.output_schema.clone())?),
         OperatorKind::WindowAggregate(spec) => build_window_operator(spec, op.output_schema.clone())?,
-        OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, id, instance)?,
+        OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, &instance_ctx)?,
     };
     let task = Task {
         operator,

@@ -80,13 +80,13 @@ struct TestConnectors {
 }
 
 impl ConnectorFactory for TestConnectors {
-    fn source(&self, _: &SourceSpec, _: &SchemaRef, _: u32, _: u32) -> Result<Box<dyn SourceReader>> {
+    fn source(&self, _: &SourceSpec, _: &SchemaRef, _: &InstanceContext) -> Result<Box<dyn SourceReader>> {
         Ok(Box::new(CountingReader {
             next: 0,
             batches_left: self.batches,
         }))
     }
-    fn sink(&self, _: &SinkSpec, _: &SchemaRef, _: PipelineId, _: u32) -> Result<Box<dyn Operator>> {
+    fn sink(&self, _: &SinkSpec, _: &SchemaRef, _: &InstanceContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(TestSink {
             delay: self.delay,
             panic_at: self.panic_at,

@@ -3,8 +3,8 @@
 //! data path without locks.
 
 use sluice_types::OperatorId;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Counters of one task instance.
 #[derive(Debug)]
@@ -24,6 +24,11 @@ pub struct TaskMetrics {
     pub queued_rows: AtomicU64,
     /// Open window groups held (window aggregates).
     pub state_groups: AtomicU64,
+    /// Input records a source could not decode (skipped or dead-lettered).
+    pub records_malformed: AtomicU64,
+    /// A problem the task is working around right now (e.g. "broker
+    /// unreachable, retrying"); cleared when it passes.
+    condition: Mutex<Option<String>>,
 }
 
 impl TaskMetrics {
@@ -39,6 +44,8 @@ impl TaskMetrics {
             backpressure_us: AtomicU64::new(0),
             queued_rows: AtomicU64::new(0),
             state_groups: AtomicU64::new(0),
+            records_malformed: AtomicU64::new(0),
+            condition: Mutex::new(None),
         })
     }
 
@@ -48,5 +55,15 @@ impl TaskMetrics {
 
     pub fn add_rows_out(&self, n: usize) {
         self.rows_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Reports (Some) or clears (None) a transient problem.
+    pub fn set_condition(&self, condition: Option<String>) {
+        *self.condition.lock().expect("condition lock") = condition;
+    }
+
+    /// The transient problem reported last, if it has not passed.
+    pub fn condition(&self) -> Option<String> {
+        self.condition.lock().expect("condition lock").clone()
     }
 }

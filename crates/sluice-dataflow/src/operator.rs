@@ -8,6 +8,7 @@ use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use sluice_types::{Error, Result, Watermark};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What an operator can do while handling a message.
 pub struct OperatorContext<'a> {
@@ -46,6 +47,18 @@ pub trait Operator: Send {
     /// The low watermark advanced to `watermark`. Default: pass it on.
     async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
         ctx.emit_watermark(watermark).await
+    }
+
+    /// How often [`Operator::process_timer`] runs (processing time), if at
+    /// all: e.g. a file sink rolling files by age while no rows arrive.
+    fn timer_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Processing-time tick, every [`Operator::timer_interval`].
+    async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let _ = ctx;
+        Ok(())
     }
 
     /// Every input has ended (after the final watermark). Default: nothing to

@@ -26,6 +26,10 @@ pub enum SourceEvent {
     /// A watermark the source itself knows for one partition (e.g. a derived
     /// stream's log carries its pipeline's watermarks).
     Watermark { partition: usize, watermark: Watermark },
+    /// The reader now knows it reads `n` partitions (e.g. after fetching a
+    /// topic's metadata); partitions without data hold the watermark back
+    /// until they turn idle.
+    Partitions(usize),
     /// The reader's input is exhausted (bounded sources).
     End,
 }
@@ -34,7 +38,8 @@ pub enum SourceEvent {
 /// partitions (e.g. Kafka partitions); each gets its own watermark.
 #[async_trait]
 pub trait SourceReader: Send {
-    /// How many partitions this instance reads (at least 1).
+    /// How many partitions this instance reads, as far as it knows at start
+    /// (at least 1; [`SourceEvent::Partitions`] may change it later).
     fn partitions(&self) -> usize;
 
     /// Waits for the next batch, at most `batch_rows_max` rows. Must be
@@ -69,8 +74,22 @@ impl WatermarkGenerator {
         }
     }
 
+    /// The source now reads `partitions` partitions. New ones start active
+    /// with no watermark (holding the low watermark back until they have
+    /// data or turn idle); removed ones stop counting.
+    pub fn resize(&mut self, partitions: usize, now: Instant) {
+        let n = partitions.max(1);
+        self.max_event_ms.resize(n, None);
+        self.explicit.resize(n, None);
+        self.last_data.resize(n, now);
+        self.idle.resize(n, false);
+    }
+
     /// Records the largest event time of a batch from `partition`.
     pub fn on_data(&mut self, partition: usize, max_event_ms: Option<i64>, now: Instant) {
+        if partition >= self.idle.len() {
+            self.resize(partition + 1, now);
+        }
         self.last_data[partition] = now;
         self.idle[partition] = false;
         self.idle_emitted = false;
@@ -82,6 +101,9 @@ impl WatermarkGenerator {
 
     /// Records a watermark the source provided for `partition`.
     pub fn on_source_watermark(&mut self, partition: usize, watermark: Watermark, now: Instant) {
+        if partition >= self.idle.len() {
+            self.resize(partition + 1, now);
+        }
         self.last_data[partition] = now;
         self.idle[partition] = false;
         self.idle_emitted = false;
@@ -171,6 +193,7 @@ impl SourceTask {
                 Err(_elapsed) => generator.on_tick(Instant::now()),
                 Ok(Err(e)) => return Err(e),
                 Ok(Ok(SourceEvent::End)) => return self.finish().await,
+                Ok(Ok(SourceEvent::Partitions(n))) => generator.resize(n, Instant::now()),
                 Ok(Ok(SourceEvent::Watermark { partition, watermark })) => {
                     generator.on_source_watermark(partition, watermark, Instant::now());
                 }
@@ -238,5 +261,20 @@ mod tests {
         g.on_tick(t0 + Duration::from_secs(9));
         assert!(matches!(g.poll(), Some(Message::Idle)));
         assert!(g.poll().is_none(), "Idle is sent once");
+    }
+
+    #[test]
+    fn partitions_learned_later_hold_the_watermark_until_they_have_data() {
+        let t0 = Instant::now();
+        let mut g = WatermarkGenerator::new(1, 0, Duration::from_secs(5), t0);
+        g.resize(3, t0);
+        g.on_data(0, Some(10_000), t0);
+        g.on_data(1, Some(9_000), t0);
+        assert!(g.poll().is_none(), "partition 2 has no data yet");
+        g.on_data(2, Some(11_000), t0);
+        assert!(matches!(g.poll(), Some(Message::Watermark(Watermark(9_000)))));
+        // Shrinking drops partition 1 (the lowest) from the minimum.
+        g.resize(1, t0);
+        assert!(matches!(g.poll(), Some(Message::Watermark(Watermark(10_000)))));
     }
 }

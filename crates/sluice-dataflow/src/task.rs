@@ -108,10 +108,24 @@ impl Task {
     pub async fn run(mut self) -> Result<()> {
         let mut frontier = InputFrontier::new(self.inputs.len());
         let mut next = 0usize;
+        let mut timer = self.operator.timer_interval().map(|every| {
+            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
         loop {
             let received = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Ok(()),
+                _ = tick(&mut timer) => {
+                    let mut ctx = OperatorContext {
+                        output: &mut self.output,
+                        metrics: &self.metrics,
+                        watermark: frontier.low(),
+                    };
+                    self.operator.process_timer(&mut ctx).await?;
+                    continue;
+                }
                 received = next_message(&mut self.inputs, &mut next) => received,
             };
             let Some((input, message)) = received else {
@@ -176,6 +190,16 @@ impl Task {
             return Ok(true);
         }
         Ok(false)
+    }
+}
+
+/// The next tick of the operator's timer; never, without one.
+async fn tick(timer: &mut Option<tokio::time::Interval>) {
+    match timer {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -6,6 +6,16 @@ use arrow_schema::SchemaRef;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Field metadata key of a column that `SELECT *` leaves out: a
+/// connector's metadata column (Kafka's `_kafka_offset`, …) that the user
+/// did not declare. It can still be selected by name.
+pub const HIDDEN_COLUMN: &str = "sluice.hidden";
+
+/// Whether a column is hidden from `SELECT *`.
+pub fn is_hidden(field: &arrow_schema::Field) -> bool {
+    field.metadata().get(HIDDEN_COLUMN).is_some_and(|v| v == "true")
+}
+
 /// How a stream's event time advances.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EventTime {

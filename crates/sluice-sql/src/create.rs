@@ -10,8 +10,20 @@ use std::sync::Arc;
 
 /// Builds the stream definition. `connector_schema` is the schema a
 /// connector dictates (nexmark); declared columns must then match it.
-pub fn stream_def(create: &CreateStream, connector: &str, connector_schema: Option<SchemaRef>) -> Result<StreamDef> {
+/// `metadata` are the connector's metadata columns (Kafka's partition,
+/// offset, …): declared ones take the declared place and are visible, the
+/// others are appended, hidden from `SELECT *`.
+pub fn stream_def(
+    create: &CreateStream,
+    connector: &str,
+    connector_schema: Option<SchemaRef>,
+    metadata: Vec<Field>,
+) -> Result<StreamDef> {
     let declared = declared_schema(create)?;
+    let declared = match declared {
+        Some(d) if !metadata.is_empty() => Some(with_metadata_columns(&d, metadata)?),
+        other => other,
+    };
     let schema = match (connector_schema, declared) {
         (Some(fixed), None) => fixed,
         (Some(fixed), Some(declared)) => {
@@ -59,6 +71,33 @@ fn declared_schema(create: &CreateStream) -> Result<Option<SchemaRef>> {
         fields.push(Field::new(name, arrow_type(&c.data_type)?, !not_null));
     }
     Ok(Some(Arc::new(Schema::new(fields))))
+}
+
+fn with_metadata_columns(declared: &Schema, metadata: Vec<Field>) -> Result<SchemaRef> {
+    let mut fields: Vec<Field> = Vec::new();
+    for f in declared.fields() {
+        match metadata.iter().find(|m| m.name() == f.name()) {
+            Some(m) if m.data_type() != f.data_type() => {
+                return Err(Error::user(
+                    SqlCode::DatatypeMismatch,
+                    format!(
+                        "column \"{}\" is a metadata column of type {}, not {}",
+                        f.name(),
+                        m.data_type(),
+                        f.data_type()
+                    ),
+                ));
+            }
+            Some(m) => fields.push(m.clone().with_metadata(Default::default())),
+            None => fields.push(f.as_ref().clone()),
+        }
+    }
+    for m in metadata {
+        if declared.field_with_name(m.name()).is_err() {
+            fields.push(m);
+        }
+    }
+    Ok(Arc::new(Schema::new(fields)))
 }
 
 fn check_matches(declared: &Schema, fixed: &Schema, connector: &str) -> Result<()> {

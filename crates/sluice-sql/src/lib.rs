@@ -6,6 +6,7 @@
 //!   everything else as sqlparser's own AST;
 //! - [`window_tvf`]: `TUMBLE` / `HOP` / `SESSION` table functions (and
 //!   Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(c), …))` spelling);
+//! - [`hidden`]: connector metadata columns left out of `SELECT *`;
 //! - [`planner`]: binds a query with DataFusion (names, types, functions)
 //!   and turns the logical plan into a [`PhysicalDag`](sluice_plan::PhysicalDag);
 //! - [`errors`]: DataFusion and parser errors as Sluice errors with the
@@ -15,6 +16,7 @@
 
 pub mod create;
 pub mod errors;
+pub mod hidden;
 pub mod names;
 pub mod planner;
 pub mod statement;

@@ -7,7 +7,7 @@ use super::show::{self, Table};
 use super::{Engine, Output, Prepared, RowStream, batch, insert, params, query};
 use datafusion::scalar::ScalarValue;
 use sluice_cluster::catalog::PipelineKind;
-use sluice_connectors::factory::{validate_sink, validate_source};
+use sluice_connectors::factory::{validate_sink, validate_sink_output, validate_source};
 use sluice_connectors::nexmark::{NexmarkTable, nexmark_schema};
 use sluice_plan::catalog::{EventTime, StreamDef};
 use sluice_sql::create::stream_def;
@@ -296,7 +296,9 @@ impl Session {
                 query,
             } => {
                 let connector = options.get("connector").cloned().ok_or_else(|| {
-                    Error::invalid_option("CREATE SINK needs WITH (connector = 'file' | 'blackhole', …)")
+                    Error::invalid_option(
+                        "CREATE SINK needs WITH (connector = 'kafka' | 'hdfs' | 'file' | 'blackhole', …)",
+                    )
                 })?;
                 validate_sink(&connector, &options)?;
                 let listed: Vec<String> = options
@@ -304,7 +306,8 @@ impl Session {
                     .map(|(k, v)| format!("'{k}' = '{}'", v.replace('\'', "''")))
                     .collect();
                 let text = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
-                let planned = self.plan(&query, sink_spec(&connector, options)).await?;
+                let planned = self.plan(&query, sink_spec(&connector, options.clone())).await?;
+                validate_sink_output(&connector, &options, &planned.schema)?;
                 master.create_pipeline(&name, PipelineKind::Sink, &text, planned.dag, None, if_not_exists)?;
                 Ok(command("CREATE SINK"))
             }
@@ -368,7 +371,11 @@ impl Session {
             }
             _ => None,
         };
-        let def = stream_def(c, &connector, fixed)?;
+        let metadata = match connector.as_str() {
+            "kafka" => sluice_connectors::kafka::metadata_fields(),
+            _ => Vec::new(),
+        };
+        let def = stream_def(c, &connector, fixed, metadata)?;
         let master = &self.engine.master;
         if master.create_stream(def.clone(), c.if_not_exists)? && def.connector == "memory" {
             master.memory_log(&def)?;

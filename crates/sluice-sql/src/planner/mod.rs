@@ -12,6 +12,7 @@ mod dag;
 mod stage;
 
 use crate::errors::plan_error;
+use crate::hidden::{HiddenColumns, exclude_hidden_columns};
 use crate::window_tvf::{WindowTvf, extract_window_tvfs};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
@@ -133,6 +134,16 @@ impl<'a> Planner<'a> {
             register(&ctx, &w.table, window_table_schema(&def, w))?;
             streams.insert(w.stream.clone(), def);
         }
+        let mut hidden: HiddenColumns = streams
+            .iter()
+            .map(|(name, def)| (name.clone(), hidden_names(&def.schema)))
+            .collect();
+        for w in &windows {
+            if let Some(def) = streams.get(&w.stream) {
+                hidden.insert(w.table.clone(), hidden_names(&def.schema));
+            }
+        }
+        exclude_hidden_columns(&mut query, &hidden);
         let state = ctx.state();
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Query(Box::new(query))));
         let plan = state.statement_to_plan(statement).await.map_err(plan_error)?;
@@ -196,6 +207,16 @@ impl sqlparser::ast::Visitor for CteCollector<'_> {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// The hidden columns of a stream's schema.
+fn hidden_names(schema: &Schema) -> Vec<String> {
+    schema
+        .fields()
+        .iter()
+        .filter(|f| sluice_plan::catalog::is_hidden(f))
+        .map(|f| f.name().clone())
+        .collect()
 }
 
 /// Registers a schema-only table under its exact (already normalised) name.

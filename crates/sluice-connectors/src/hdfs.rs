@@ -1,0 +1,372 @@
+//! The HDFS sink on `hdfs-native`: rolling Parquet / JSON-lines / CSV files
+//! under `path`, optionally in `col=value` directories.
+//!
+//! A finished file is written under a hidden in-progress name
+//! (`.part-….inprogress`) and renamed to its final name only when it is
+//! complete, so readers never see half a file. When the NameNode or a
+//! DataNode fails, the sink keeps the file's bytes, retries with backoff
+//! (reporting the condition) and goes on when HDFS is back; only after
+//! `'retry.timeout'` does the pipeline fail. Storing a finished file is
+//! the seam for two-phase commit: with checkpoints, in-progress files are
+//! written at the barrier and renamed when the checkpoint completes.
+
+use crate::options::{byte_size_option, duration_option};
+use crate::rolling::{FileEncoding, FinishedFile, RollPolicy, RollingFiles};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use bytes::Bytes;
+use hdfs_native::{Client, ClientBuilder, WriteOptions};
+use sluice_dataflow::deploy::InstanceContext;
+use sluice_dataflow::metrics::TaskMetrics;
+use sluice_dataflow::{Operator, OperatorContext};
+use sluice_types::{Error, Result, Watermark};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options of the HDFS sink.
+pub const SINK_OPTIONS: &[&str] = &[
+    "connector",
+    "url",
+    "path",
+    "format",
+    "rollover.size",
+    "rollover.interval",
+    "partition.by",
+    "retry.timeout",
+    "sink.delivery-guarantee",
+];
+
+const SIZE_DEFAULT: usize = 128 << 20;
+const INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+const RETRY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(600);
+const BACKOFF_MIN: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Where finished files go. HDFS in production; the trait lets tests
+/// drive the retry logic with a store that fails on purpose.
+#[async_trait]
+pub trait FileStore: Send + Sync {
+    /// Stores `bytes` as `dir/name`, visible only when complete.
+    async fn put(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()>;
+}
+
+/// A file system reached through `hdfs-native`.
+pub struct HdfsStore {
+    client: Client,
+}
+
+impl HdfsStore {
+    pub fn connect(url: &str) -> Result<Self> {
+        let client = ClientBuilder::new()
+            .with_url(url)
+            .build()
+            .map_err(|e| Error::invalid_option(format!("HDFS url '{url}': {e}")))?;
+        Ok(HdfsStore { client })
+    }
+}
+
+#[async_trait]
+impl FileStore for HdfsStore {
+    async fn put(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
+        let hdfs = |e: hdfs_native::HdfsError| Error::external(format!("HDFS: {e}"));
+        let (in_progress, target) = (format!("{dir}/.{name}.inprogress"), format!("{dir}/{name}"));
+        let length = bytes.len();
+        self.client.mkdirs(dir, 0o755, true).await.map_err(hdfs)?;
+        let mut w = self
+            .client
+            .create(&in_progress, WriteOptions::default().overwrite(true))
+            .await
+            .map_err(hdfs)?;
+        w.write_bytes(bytes).await.map_err(hdfs)?;
+        w.close().await.map_err(hdfs)?;
+        if let Err(e) = self.client.rename(&in_progress, &target, false).await {
+            // A retry after a rename whose answer was lost: the file is there.
+            match self.client.get_file_info(&target).await {
+                Ok(s) if s.length == length => {}
+                _ => return Err(hdfs(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The checked options of an HDFS sink.
+#[derive(Debug)]
+pub struct HdfsSettings {
+    pub url: String,
+    pub path: String,
+    pub policy: RollPolicy,
+    pub retry_timeout: Duration,
+}
+
+impl HdfsSettings {
+    pub fn parse(options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<Self> {
+        let url = options
+            .get("url")
+            .filter(|u| u.starts_with("hdfs://") || u.starts_with("viewfs://"))
+            .ok_or_else(|| Error::invalid_option("the HDFS sink needs 'url' = 'hdfs://host:port'"))?
+            .clone();
+        let path = options
+            .get("path")
+            .filter(|p| p.starts_with('/'))
+            .ok_or_else(|| Error::invalid_option("the HDFS sink needs an absolute 'path' (e.g. '/sluice/out')"))?
+            .trim_end_matches('/')
+            .to_string();
+        let encoding = FileEncoding::parse(options.get("format").map(String::as_str).unwrap_or("parquet"))?;
+        let partition_by = match options.get("partition.by") {
+            None => None,
+            Some(col) => Some(schema.index_of(col.trim()).map_err(|_| {
+                Error::invalid_option(format!("'partition.by' column \"{col}\" is not in the query's output"))
+            })?),
+        };
+        match options.get("sink.delivery-guarantee").map(String::as_str) {
+            None | Some("at-least-once") => {}
+            Some(other) => {
+                return Err(Error::unsupported(format!(
+                    "'sink.delivery-guarantee' = '{other}' is not supported yet; use 'at-least-once'"
+                )));
+            }
+        }
+        let size_max = byte_size_option(options, "rollover.size")?
+            .unwrap_or(SIZE_DEFAULT)
+            .max(1);
+        let interval = duration_option(options, "rollover.interval")?.unwrap_or(INTERVAL_DEFAULT);
+        let retry_timeout = duration_option(options, "retry.timeout")?.unwrap_or(RETRY_TIMEOUT_DEFAULT);
+        Ok(HdfsSettings {
+            url,
+            path,
+            policy: RollPolicy {
+                encoding,
+                size_max,
+                interval: interval.max(Duration::from_millis(100)),
+                partition_by,
+            },
+            retry_timeout,
+        })
+    }
+}
+
+/// One instance of a file-system sink.
+pub struct RollingSink {
+    store: Arc<dyn FileStore>,
+    path: String,
+    files: RollingFiles,
+    encoding: FileEncoding,
+    interval: Duration,
+    retry_timeout: Duration,
+    metrics: Arc<TaskMetrics>,
+    /// File names: part-<instance>-<start ms>-<sequence>.<ext>, unique
+    /// across instances and restarts.
+    prefix: String,
+    sequence: u64,
+}
+
+impl RollingSink {
+    pub fn open(options: &BTreeMap<String, String>, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Self> {
+        let s = HdfsSettings::parse(options, schema)?;
+        let store = Arc::new(HdfsStore::connect(&s.url)?);
+        Ok(Self::with_store(store, s, schema, ctx))
+    }
+
+    pub fn with_store(store: Arc<dyn FileStore>, s: HdfsSettings, schema: &SchemaRef, ctx: &InstanceContext) -> Self {
+        RollingSink {
+            store,
+            path: s.path,
+            encoding: s.policy.encoding,
+            interval: s.policy.interval,
+            files: RollingFiles::new(schema.clone(), s.policy),
+            retry_timeout: s.retry_timeout,
+            metrics: ctx.metrics.clone(),
+            prefix: format!("part-{:03}-{}", ctx.instance, sluice_types::now_ms()),
+            sequence: 0,
+        }
+    }
+
+    /// Stores finished files, retrying each until it is stored or the
+    /// retry timeout passes (then the pipeline fails with the error).
+    async fn store(&mut self, files: Vec<FinishedFile>) -> Result<()> {
+        for file in files {
+            let dir = match file.partition.as_str() {
+                "" => self.path.clone(),
+                p => format!("{}/{p}", self.path),
+            };
+            let name = format!("{}-{:05}.{}", self.prefix, self.sequence, self.encoding.extension());
+            self.sequence += 1;
+            let bytes = Bytes::from(file.bytes);
+            let started = tokio::time::Instant::now();
+            let mut backoff = BACKOFF_MIN;
+            let mut attempt = 1u32;
+            loop {
+                match self.store.put(&dir, &name, bytes.clone()).await {
+                    Ok(()) => {
+                        if attempt > 1 {
+                            self.metrics.set_condition(None);
+                        }
+                        break;
+                    }
+                    Err(e) if started.elapsed() + backoff > self.retry_timeout => {
+                        return Err(Error::external(format!(
+                            "cannot write {dir}/{name} ({} rows) after {attempt} attempts in {:?}: {e}",
+                            file.rows,
+                            started.elapsed()
+                        )));
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %format!("{dir}/{name}"), attempt, error = %e, "file write failed; retrying");
+                        self.metrics.set_condition(Some(format!(
+                            "writing {dir}/{name} failed (attempt {attempt}): {e}; retrying"
+                        )));
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                        attempt += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Operator for RollingSink {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let done = self.files.write(&batch, Instant::now())?;
+        self.store(done).await
+    }
+
+    async fn process_watermark(&mut self, _w: Watermark, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    fn timer_interval(&self) -> Option<Duration> {
+        Some((self.interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)))
+    }
+
+    async fn process_timer(&mut self, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let done = self.files.due(Instant::now())?;
+        self.store(done).await
+    }
+
+    async fn process_end_of_input(&mut self, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let done = self.files.finish_all()?;
+        self.store(done).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use sluice_dataflow::metrics::TaskMetrics;
+    use sluice_types::{OperatorId, PipelineId};
+    use std::sync::Mutex;
+
+    /// Fails the first `failures` puts, then keeps the files.
+    struct FlakyStore {
+        failures: Mutex<u32>,
+        files: Mutex<Vec<(String, String, usize)>>,
+    }
+
+    #[async_trait]
+    impl FileStore for FlakyStore {
+        async fn put(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
+            let mut f = self.failures.lock().unwrap();
+            if *f > 0 {
+                *f -= 1;
+                return Err(Error::external("HDFS: connection refused"));
+            }
+            self.files.lock().unwrap().push((dir.into(), name.into(), bytes.len()));
+            Ok(())
+        }
+    }
+
+    fn setup(failures: u32, retry_timeout: &str) -> (RollingSink, Arc<FlakyStore>, RecordBatch, Arc<TaskMetrics>) {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let options: BTreeMap<String, String> = [
+            ("url", "hdfs://localhost:9000"),
+            ("path", "/out/"),
+            ("format", "jsonl"),
+            ("rollover.size", "1"),
+            ("retry.timeout", retry_timeout),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let settings = HdfsSettings::parse(&options, &schema).unwrap();
+        let store = Arc::new(FlakyStore {
+            failures: Mutex::new(failures),
+            files: Mutex::new(Vec::new()),
+        });
+        let metrics = TaskMetrics::new(OperatorId(3), 0, "sink");
+        let ctx = InstanceContext {
+            pipeline: PipelineId(1),
+            instance: 2,
+            parallelism: 3,
+            metrics: metrics.clone(),
+        };
+        let sink = RollingSink::with_store(store.clone(), settings, &schema, &ctx);
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2, 3]))]).unwrap();
+        (sink, store, batch, metrics)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_store_is_retried_until_it_works() {
+        let (mut sink, store, batch, metrics) = setup(3, "1min");
+        let done = sink.files.write(&batch, Instant::now()).unwrap();
+        assert_eq!(done.len(), 1, "rollover.size = 1 byte finishes the file at once");
+        sink.store(done).await.unwrap();
+        let files = store.files.lock().unwrap().clone();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].0, "/out");
+        assert!(
+            files[0].1.starts_with("part-002-") && files[0].1.ends_with("-00000.jsonl"),
+            "{}",
+            files[0].1
+        );
+        assert_eq!(files[0].2, "{\"v\":1}\n{\"v\":2}\n{\"v\":3}\n".len());
+        assert_eq!(metrics.condition(), None, "the condition clears after success");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_stop_at_the_timeout_with_the_error() {
+        let (mut sink, store, batch, _metrics) = setup(u32::MAX, "5s");
+        let done = sink.files.write(&batch, Instant::now()).unwrap();
+        let e = sink.store(done).await.unwrap_err().to_string();
+        assert!(e.contains("connection refused") && e.contains("3 rows"), "{e}");
+        assert!(store.files.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let mut o: BTreeMap<String, String> = BTreeMap::new();
+        o.insert("url".into(), "localhost:9000".into());
+        assert!(
+            HdfsSettings::parse(&o, &schema)
+                .unwrap_err()
+                .to_string()
+                .contains("url")
+        );
+        o.insert("url".into(), "hdfs://localhost:9000".into());
+        o.insert("path".into(), "relative".into());
+        assert!(HdfsSettings::parse(&o, &schema).is_err());
+        o.insert("path".into(), "/a".into());
+        o.insert("partition.by".into(), "nope".into());
+        assert!(
+            HdfsSettings::parse(&o, &schema)
+                .unwrap_err()
+                .to_string()
+                .contains("nope")
+        );
+        o.insert("partition.by".into(), "v".into());
+        o.insert("rollover.size".into(), "64MB".into());
+        o.insert("rollover.interval".into(), "30s".into());
+        let s = HdfsSettings::parse(&o, &schema).unwrap();
+        assert_eq!(s.policy.size_max, 64 << 20);
+        assert_eq!(s.policy.interval, Duration::from_secs(30));
+        assert_eq!(s.policy.encoding, FileEncoding::Parquet);
+    }
+}
