@@ -45,6 +45,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/api/v1/streams/{name}", get(stream))
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/sql", post(sql))
+        .route("/api/v1/sql/stream", get(sql_stream))
         .route("/api/v1/explain", post(explain))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
@@ -223,6 +224,20 @@ async fn sql(State(s): St, body: Result<Json<SqlRequest>, JsonRejection>) -> Res
             }
             response
         }
+    }
+}
+
+/// The query string of `GET /api/v1/sql/stream`.
+#[derive(serde::Deserialize)]
+struct StreamQuery {
+    sql: String,
+}
+
+/// A live preview of a query's rows as server-sent events.
+async fn sql_stream(State(s): St, query: Result<axum::extract::Query<StreamQuery>, axum::extract::rejection::QueryRejection>) -> Response {
+    match query {
+        Ok(q) => crate::http_sql::stream(s.engine.clone(), q.0.sql).into_response(),
+        Err(_) => error(StatusCode::BAD_REQUEST, "expected ?sql=<a query>"),
     }
 }
 
