@@ -7,7 +7,7 @@ import type { Dag, DagOperator } from "./api";
 import { backpressureColour, duration, percent, rate } from "./format";
 
 const SVG = "http://www.w3.org/2000/svg";
-const NODE_WIDTH = 230;
+const NODE_WIDTH = 214;
 const NODE_HEIGHT = 92;
 
 function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number> = {}) {
@@ -55,7 +55,7 @@ export class DagView {
   private layout(dag: Dag): void {
     this.layoutShape = shape(dag);
     const g = new dagre.graphlib.Graph();
-    g.setGraph({ rankdir: "LR", nodesep: 30, ranksep: 70, marginx: 12, marginy: 12 });
+    g.setGraph({ rankdir: "LR", nodesep: 30, ranksep: 56, marginx: 12, marginy: 12 });
     g.setDefaultEdgeLabel(() => ({}));
     for (const op of dag.operators) g.setNode(String(op.id), { width: NODE_WIDTH, height: NODE_HEIGHT });
     for (const e of dag.edges) g.setEdge(String(e.from), String(e.to), { label: e.partitioning, width: 90, height: 16 });
@@ -63,8 +63,10 @@ export class DagView {
     const { width = 0, height = 0 } = g.graph();
     this.root.replaceChildren();
     this.root.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    this.root.setAttribute("width", String(width));
-    this.root.setAttribute("height", String(height));
+    // Scale down to the page's width, never up.
+    this.root.style.width = "100%";
+    this.root.style.maxWidth = `${width}px`;
+    this.root.style.height = "auto";
     const defs = svg("defs");
     const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
     marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow-head" }));
@@ -91,7 +93,7 @@ export class DagView {
       const title = svg("text", { x: 10, y: 20, class: "node-title" });
       title.textContent = `${op.id} · ${op.kind}  ×${op.parallelism}`;
       const detail = svg("text", { x: 10, y: 38, class: "node-detail" });
-      detail.textContent = op.detail.length > 34 ? `${op.detail.slice(0, 33)}…` : op.detail;
+      detail.textContent = op.detail.length > 32 ? `${op.detail.slice(0, 31)}…` : op.detail;
       const tip = svg("title");
       tip.textContent = `${op.kind}: ${op.detail}\n${op.columns.map((c) => `${c.name} ${c.type}`).join(", ")}`;
       const rateText = svg("text", { x: 10, y: 60, class: "node-rate", "data-testid": "node-rate" });
@@ -109,7 +111,8 @@ export class DagView {
     if (!parts) return;
     const m = op.metrics;
     if (!m) {
-      parts.rate.textContent = op.columns.map((c) => c.name).join(", ").slice(0, 36);
+      const cols = op.columns.map((c) => c.name).join(", ");
+      parts.rate.textContent = cols.length > 32 ? `${cols.slice(0, 31)}…` : cols;
       parts.watermark.textContent = "";
       parts.box.style.fill = "";
       return;
