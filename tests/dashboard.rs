@@ -40,7 +40,17 @@ fn install_script_deps(dir: &Path) {
 
 fn psql(server: &TestServer, sql: &str) {
     let output = Command::new("psql")
-        .args(["-X", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", "sluice", "-d", "sluice"])
+        .args([
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "sluice",
+            "-d",
+            "sluice",
+        ])
         .arg("-p")
         .arg(server.pg_port.to_string())
         .arg("-c")

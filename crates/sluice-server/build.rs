@@ -41,7 +41,11 @@ fn npm(ui: &Path, args: &[&str]) {
     let status = Command::new("npm").args(args).current_dir(ui).status();
     match status {
         Ok(s) if s.success() => {}
-        Ok(s) => panic!("`npm {}` in {} failed ({s}); see its output above", args.join(" "), ui.display()),
+        Ok(s) => panic!(
+            "`npm {}` in {} failed ({s}); see its output above",
+            args.join(" "),
+            ui.display()
+        ),
         Err(e) => panic!(
             "building the dashboard needs Node.js and npm (`apt-get install nodejs npm`), but running npm failed: {e}. \
              Set SLUICE_UI_SKIP_BUILD=1 to build without the dashboard."
@@ -97,11 +101,20 @@ fn write_table(dist: &Path, target: &Path) {
         "the dashboard build produced no index.html in {}",
         dist.display()
     );
-    let mut code = String::from("/// Every file of the built dashboard: (URL path, bytes).\npub static UI_ASSETS: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from(
+        "/// Every file of the built dashboard: (URL path, bytes).\npub static UI_ASSETS: &[(&str, &[u8])] = &[\n",
+    );
     for file in all {
         let rel = file.strip_prefix(dist).expect("under dist");
-        let url: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
-        code.push_str(&format!("    ({:?}, include_bytes!({:?})),\n", format!("/{}", url.join("/")), file));
+        let url: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        code.push_str(&format!(
+            "    ({:?}, include_bytes!({:?})),\n",
+            format!("/{}", url.join("/")),
+            file
+        ));
     }
     code.push_str("];\n");
     std::fs::write(target, code).expect("write ui_assets.rs");

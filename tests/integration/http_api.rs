@@ -240,12 +240,20 @@ async fn a_pipeline_paused_over_http_reads_nothing_until_resumed() {
 
 async fn get_json(server: &TestServer, path: &str) -> (u16, Value) {
     let (status, text) = get(server, path).await;
-    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}")))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}")),
+    )
 }
 
 async fn post_json(server: &TestServer, path: &str, body: Value) -> (u16, Value) {
     let url = format!("http://127.0.0.1:{}{path}", server.http_port);
-    let response = reqwest::Client::new().post(&url).json(&body).send().await.expect("POST");
+    let response = reqwest::Client::new()
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .expect("POST");
     let status = response.status().as_u16();
     (status, response.json().await.expect("JSON body"))
 }
@@ -279,18 +287,31 @@ async fn a_running_pipeline_shows_rates_its_dag_with_metrics_history_and_version
     // source → pre-projection → window (hash on the key) → projection → sink.
     let operators = view["dag"]["operators"].as_array().expect("operators");
     let kinds: Vec<&str> = operators.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["source", "project", "window_aggregate", "project", "sink"], "{view}");
+    assert_eq!(
+        kinds,
+        ["source", "project", "window_aggregate", "project", "sink"],
+        "{view}"
+    );
     let parallelism: Vec<u64> = operators.iter().map(|o| o["parallelism"].as_u64().unwrap()).collect();
     assert_eq!(parallelism, [2, 2, 2, 2, 1]);
     let edges = view["dag"]["edges"].as_array().expect("edges");
     assert_eq!(edges.len(), 4);
-    assert!(edges[1]["partitioning"].as_str().unwrap().starts_with("hash("), "{view}");
+    assert!(
+        edges[1]["partitioning"].as_str().unwrap().starts_with("hash("),
+        "{view}"
+    );
     assert_eq!(edges[3]["partitioning"], "single");
     // One instance per unit of parallelism, with counters and rates.
     for (op, p) in operators.iter().zip(&parallelism) {
         let instances = op["instances"].as_array().expect("instances");
         assert_eq!(instances.len() as u64, *p, "{op}");
-        for key in ["rows_in_per_s", "rows_out_per_s", "backpressure_share", "queued_rows", "state_groups"] {
+        for key in [
+            "rows_in_per_s",
+            "rows_out_per_s",
+            "backpressure_share",
+            "queued_rows",
+            "state_groups",
+        ] {
             assert!(op["metrics"][key].is_number(), "{key} in {op}");
         }
         let share = op["metrics"]["backpressure_share"].as_f64().unwrap();
@@ -302,19 +323,29 @@ async fn a_running_pipeline_shows_rates_its_dag_with_metrics_history_and_version
     let versions = view["versions"].as_array().expect("versions");
     assert_eq!(versions.len(), 1);
     assert_eq!(versions[0]["version"], 1);
-    assert!(versions[0]["sql"].as_str().unwrap().starts_with("CREATE SINK w"), "{view}");
+    assert!(
+        versions[0]["sql"].as_str().unwrap().starts_with("CREATE SINK w"),
+        "{view}"
+    );
 
     // The list: version, rates, a sparkline, watermark lag once windows move.
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         let (_, list) = get_json(&server, "/api/v1/pipelines").await;
         let p = &list["pipelines"][0];
-        assert_eq!((p["name"].as_str(), p["version"].as_u64()), (Some("w"), Some(1)), "{list}");
+        assert_eq!(
+            (p["name"].as_str(), p["version"].as_u64()),
+            (Some("w"), Some(1)),
+            "{list}"
+        );
         let spark = p["sparkline"]["rows_in_per_s"].as_array().expect("sparkline");
         if spark.len() >= 2 && p["watermark_lag_ms"].is_i64() && p["rows_out_per_s"].as_f64().unwrap() > 0.0 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "list never showed rates out: {list}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "list never showed rates out: {list}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -326,7 +357,13 @@ async fn a_running_pipeline_shows_rates_its_dag_with_metrics_history_and_version
     for op in ops {
         let n = op["t_ms"].as_array().unwrap().len();
         assert!(n >= 2, "{op}");
-        for key in ["rows_in_per_s", "rows_out_per_s", "backpressure_share", "queued_rows", "watermark_lag_ms"] {
+        for key in [
+            "rows_in_per_s",
+            "rows_out_per_s",
+            "backpressure_share",
+            "queued_rows",
+            "watermark_lag_ms",
+        ] {
             assert_eq!(op[key].as_array().map(Vec::len), Some(n), "{key}");
         }
     }
@@ -335,7 +372,11 @@ async fn a_running_pipeline_shows_rates_its_dag_with_metrics_history_and_version
     // The worker runs exactly this pipeline's 9 tasks, and its heartbeat is fresh.
     let (_, cluster) = get_json(&server, "/api/v1/cluster").await;
     let worker = &cluster["workers"][0];
-    assert_eq!((worker["tasks"].as_u64(), worker["health"].as_str()), (Some(9), Some("ok")), "{cluster}");
+    assert_eq!(
+        (worker["tasks"].as_u64(), worker["health"].as_str()),
+        (Some(9), Some("ok")),
+        "{cluster}"
+    );
     assert!(worker["slots"].as_u64().unwrap() >= 1);
     assert!(worker["heartbeat_age_ms"].as_i64().unwrap() >= 0);
     assert_eq!(cluster["masters"][0]["health"], "ok");
@@ -353,11 +394,17 @@ async fn streams_show_schema_event_time_and_options_and_explain_plans_without_ru
     assert_eq!(stream["options"]["events.per.second"], "2000");
     assert_eq!(stream["event_time"]["column"], "date_time");
     assert_eq!(stream["event_time"]["delay_ms"], 1000);
-    assert_eq!(stream["columns"][2], json!({"name": "price", "type": "bigint", "nullable": false}));
+    assert_eq!(
+        stream["columns"][2],
+        json!({"name": "price", "type": "bigint", "nullable": false})
+    );
     let (_, list) = get_json(&server, "/api/v1/streams").await;
     assert_eq!(list["streams"][0]["name"], "bids");
     let (status, body) = get_json(&server, "/api/v1/streams/nope").await;
-    assert_eq!((status, body["error"].as_str()), (404, Some("stream \"nope\" does not exist")));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("stream \"nope\" does not exist"))
+    );
 
     let (status, plan) = post_json(
         &server,
@@ -373,9 +420,19 @@ async fn streams_show_schema_event_time_and_options_and_explain_plans_without_ru
         .map(|o| o["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["source", "project", "sink"]);
-    assert!(plan["dag"]["operators"][1]["detail"].as_str().unwrap().contains("price > 10"));
+    assert!(
+        plan["dag"]["operators"][1]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("price > 10")
+    );
     // `EXPLAIN query` works too; nothing ran.
-    let (status, _) = post_json(&server, "/api/v1/explain", json!({"sql": "EXPLAIN SELECT auction FROM bids"})).await;
+    let (status, _) = post_json(
+        &server,
+        "/api/v1/explain",
+        json!({"sql": "EXPLAIN SELECT auction FROM bids"}),
+    )
+    .await;
     assert_eq!(status, 200);
     let (_, pipelines) = get_json(&server, "/api/v1/pipelines").await;
     assert_eq!(pipelines["pipelines"], json!([]));
@@ -388,7 +445,11 @@ async fn streams_show_schema_event_time_and_options_and_explain_plans_without_ru
         ("SELECT 1 FROM bids; SELECT 2 FROM bids", 400, "42809"),
     ] {
         let (got, body) = post_json(&server, "/api/v1/explain", json!({ "sql": sql })).await;
-        assert_eq!((got, body["sqlstate"].as_str()), (status, Some(sqlstate)), "{sql}: {body}");
+        assert_eq!(
+            (got, body["sqlstate"].as_str()),
+            (status, Some(sqlstate)),
+            "{sql}: {body}"
+        );
     }
 }
 
@@ -401,27 +462,42 @@ async fn the_live_preview_streams_rows_as_server_sent_events() {
     let sse = |sql: &'static str| {
         let request = client.get(&url).query(&[("sql", sql)]);
         async move {
-            let response = tokio::time::timeout(LIMIT, request.send()).await.expect("in time").expect("GET");
+            let response = tokio::time::timeout(LIMIT, request.send())
+                .await
+                .expect("in time")
+                .expect("GET");
             let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
-            let text = tokio::time::timeout(LIMIT, response.text()).await.expect("in time").expect("body");
+            let text = tokio::time::timeout(LIMIT, response.text())
+                .await
+                .expect("in time")
+                .expect("body");
             (content_type, text)
         }
     };
     let (content_type, text) = sse("SELECT auction, price FROM bids WHERE price > 0 LIMIT 3").await;
     assert_eq!(content_type, "text/event-stream");
-    assert!(text.contains("event: columns\ndata: [{\"name\":\"auction\",\"type\":\"bigint\"}"), "{text}");
+    assert!(
+        text.contains("event: columns\ndata: [{\"name\":\"auction\",\"type\":\"bigint\"}"),
+        "{text}"
+    );
     let rows: usize = text
         .split("\n\n")
         .filter_map(|e| e.strip_prefix("event: rows\ndata: "))
         .map(|d| serde_json::from_str::<Vec<Value>>(d).expect("rows").len())
         .sum();
     assert_eq!(rows, 3, "{text}");
-    assert!(text.contains("event: end\ndata: {\"rows\":3,\"truncated\":false}"), "{text}");
+    assert!(
+        text.contains("event: end\ndata: {\"rows\":3,\"truncated\":false}"),
+        "{text}"
+    );
 
     let (_, text) = sse("SELECT nope FROM bids").await;
     assert!(text.contains("event: error") && text.contains("42703"), "{text}");
     let (_, text) = sse("SET parallelism = 2").await;
-    assert!(text.contains("event: command\ndata: {\"rows_affected\":null,\"tag\":\"SET\"}"), "{text}");
+    assert!(
+        text.contains("event: command\ndata: {\"rows_affected\":null,\"tag\":\"SET\"}"),
+        "{text}"
+    );
     let response = client.get(&url).send().await.expect("GET");
     assert_eq!(response.status().as_u16(), 400);
     assert!(response.json::<Value>().await.expect("JSON")["error"].is_string());
@@ -483,6 +559,11 @@ async fn bad_requests_get_json_errors_and_the_dashboard_is_served_beside_the_api
         .expect("a script under /assets");
     let response = reqwest::get(format!("{base}{script}")).await.expect("GET script");
     assert_eq!(response.status().as_u16(), 200);
-    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
     assert_eq!(get(&server, "/health").await.0, 200);
 }

@@ -189,9 +189,12 @@ struct SqlRequest {
     sql: String,
 }
 
-/// The request body, or a JSON error saying what was wrong with it (its
-/// status from the rejection: 400, 413, 415 or 422).
-fn sql_body(body: Result<Json<SqlRequest>, JsonRejection>) -> Result<SqlRequest, Response> {
+/// A status and message for a JSON error response.
+type BadRequest = (StatusCode, String);
+
+/// The request body, or what was wrong with it (the status from the
+/// rejection: 400, 413 or 415).
+fn sql_body(body: Result<Json<SqlRequest>, JsonRejection>) -> Result<SqlRequest, BadRequest> {
     match body {
         Ok(Json(request)) => Ok(request),
         Err(rejection) => {
@@ -203,7 +206,7 @@ fn sql_body(body: Result<Json<SqlRequest>, JsonRejection>) -> Result<SqlRequest,
                 JsonRejection::MissingJsonContentType(_) => "expected Content-Type: application/json and",
                 _ => "expected",
             };
-            Err(error(status, &format!("{why} a JSON body {{\"sql\": \"…\"}}")))
+            Err((status, format!("{why} a JSON body {{\"sql\": \"…\"}}")))
         }
     }
 }
@@ -211,7 +214,7 @@ fn sql_body(body: Result<Json<SqlRequest>, JsonRejection>) -> Result<SqlRequest,
 async fn sql(State(s): St, body: Result<Json<SqlRequest>, JsonRejection>) -> Response {
     let request = match sql_body(body) {
         Ok(r) => r,
-        Err(response) => return response,
+        Err((status, message)) => return error(status, &message),
     };
     match crate::http_sql::run(&s.engine, &request.sql).await {
         Ok(results) => Json(json!({ "results": results })).into_response(),
@@ -234,7 +237,10 @@ struct StreamQuery {
 }
 
 /// A live preview of a query's rows as server-sent events.
-async fn sql_stream(State(s): St, query: Result<axum::extract::Query<StreamQuery>, axum::extract::rejection::QueryRejection>) -> Response {
+async fn sql_stream(
+    State(s): St,
+    query: Result<axum::extract::Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     match query {
         Ok(q) => crate::http_sql::stream(s.engine.clone(), q.0.sql).into_response(),
         Err(_) => error(StatusCode::BAD_REQUEST, "expected ?sql=<a query>"),
@@ -245,7 +251,7 @@ async fn sql_stream(State(s): St, query: Result<axum::extract::Query<StreamQuery
 async fn explain(State(s): St, body: Result<Json<SqlRequest>, JsonRejection>) -> Response {
     let request = match sql_body(body) {
         Ok(r) => r,
-        Err(response) => return response,
+        Err((status, message)) => return error(status, &message),
     };
     let session = s.engine.new_session("http");
     match session.plan_dag(&request.sql).await {

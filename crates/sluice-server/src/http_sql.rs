@@ -9,10 +9,10 @@
 
 use crate::engine::{Engine, Output};
 use arrow::util::display::array_value_to_string;
+use axum::response::sse::{Event, Sse};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use sluice_types::Error;
-use axum::response::sse::{Event, Sse};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,8 +126,16 @@ pub fn stream(engine: Arc<Engine>, sql: String) -> Sse<impl futures::Stream<Item
         for output in session.execute(&sql).await {
             let sent = match output {
                 Err(e) => tx.send(error_event(&e)).await,
-                Ok(Output::Command { tag, rows }) => tx.send(event("command", json!({"tag": tag, "rows_affected": rows}))).await,
-                Ok(Output::CopyOut(_)) => tx.send(error_event(&Error::unsupported("COPY … TO STDOUT is for Postgres clients; use SELECT"))).await,
+                Ok(Output::Command { tag, rows }) => {
+                    tx.send(event("command", json!({"tag": tag, "rows_affected": rows})))
+                        .await
+                }
+                Ok(Output::CopyOut(_)) => {
+                    tx.send(error_event(&Error::unsupported(
+                        "COPY … TO STDOUT is for Postgres clients; use SELECT",
+                    )))
+                    .await
+                }
                 Ok(Output::Rows { rows, .. }) => preview_rows(rows, &tx, deadline).await,
             };
             if sent.is_err() {
@@ -154,7 +162,11 @@ type Sent = Result<(), tokio::sync::mpsc::error::SendError<Event>>;
 
 /// Sends a row result batch by batch until it ends, `PREVIEW_ROWS_MAX` rows
 /// or the deadline; then `end` with whether rows were left out.
-async fn preview_rows(rows: crate::engine::RowStream, tx: &tokio::sync::mpsc::Sender<Event>, deadline: tokio::time::Instant) -> Sent {
+async fn preview_rows(
+    rows: crate::engine::RowStream,
+    tx: &tokio::sync::mpsc::Sender<Event>,
+    deadline: tokio::time::Instant,
+) -> Sent {
     tx.send(event("columns", Value::Array(columns(&rows.schema)))).await?;
     let mut batches = rows.batches;
     let mut sent_rows = 0;
@@ -181,5 +193,6 @@ async fn preview_rows(rows: crate::engine::RowStream, tx: &tokio::sync::mpsc::Se
         }
     }
     drop(batches);
-    tx.send(event("end", json!({"rows": sent_rows, "truncated": truncated}))).await
+    tx.send(event("end", json!({"rows": sent_rows, "truncated": truncated})))
+        .await
 }

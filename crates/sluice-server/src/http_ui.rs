@@ -32,7 +32,10 @@ fn serve(path: &'static str, bytes: &'static [u8]) -> Response {
         "no-cache"
     };
     (
-        [(header::CONTENT_TYPE, content_type(path)), (header::CACHE_CONTROL, cache)],
+        [
+            (header::CONTENT_TYPE, content_type(path)),
+            (header::CACHE_CONTROL, cache),
+        ],
         bytes,
     )
         .into_response()

@@ -19,7 +19,9 @@ pub const SPARKLINE_POINTS_MAX: usize = 60;
 /// Lag of `watermark_ms` behind `now_ms`; none before the first watermark
 /// and none at the end of input (`i64::MAX`).
 pub fn watermark_lag_ms(watermark_ms: Option<i64>, now_ms: i64) -> Option<i64> {
-    watermark_ms.filter(|w| *w != i64::MAX && *w != i64::MIN).map(|w| now_ms - w)
+    watermark_ms
+        .filter(|w| *w != i64::MAX && *w != i64::MIN)
+        .map(|w| now_ms - w)
 }
 
 /// Pipeline-level rates at each sample time: rows in = what the sources
@@ -298,7 +300,10 @@ mod tests {
             (&m["rows_in"], &m["rows_out"], &m["queued_rows"]),
             (&json!(40), &json!(20), &json!(4))
         );
-        assert_eq!((m["rows_in_per_s"].as_f64(), m["backpressure_share"].as_f64()), (Some(6.0), Some(0.25)));
+        assert_eq!(
+            (m["rows_in_per_s"].as_f64(), m["backpressure_share"].as_f64()),
+            (Some(6.0), Some(0.25))
+        );
         assert_eq!((&m["watermark_ms"], &m["watermark_lag_ms"]), (&json!(50), &json!(100)));
         // One instance without a watermark holds the operator's back.
         let c = json!({"watermark_ms": null});

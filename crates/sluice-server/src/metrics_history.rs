@@ -128,7 +128,10 @@ pub fn current_rates(samples: &Ring<Sample>) -> Rates {
     if n < 2 {
         return Rates::default();
     }
-    let older = samples.iter().nth(n - 1 - (n - 1).min(RATE_WINDOW_SAMPLES)).expect("in range");
+    let older = samples
+        .iter()
+        .nth(n - 1 - (n - 1).min(RATE_WINDOW_SAMPLES))
+        .expect("in range");
     rates(older, samples.last().expect("non-empty"))
 }
 
@@ -305,11 +308,11 @@ mod tests {
             }
         );
         // No time passed, or counters that went backwards: no rate.
-        assert_eq!(rates(&sample(1_000, 0, 0, 0), &sample(1_000, 9, 9, 9)), Rates::default());
         assert_eq!(
-            rates(&sample(0, 10, 10, 0), &sample(1_000, 5, 5, 0)).rows_in_per_s,
-            0.0
+            rates(&sample(1_000, 0, 0, 0), &sample(1_000, 9, 9, 9)),
+            Rates::default()
         );
+        assert_eq!(rates(&sample(0, 10, 10, 0), &sample(1_000, 5, 5, 0)).rows_in_per_s, 0.0);
         // More backpressure than wall time (several waits overlap) is capped at 1.
         assert_eq!(
             rates(&sample(0, 0, 0, 0), &sample(1_000, 0, 0, 5_000_000)).backpressure_share,

@@ -23,7 +23,11 @@ pub fn redact_options(options: &BTreeMap<String, String>) -> BTreeMap<String, St
     options
         .iter()
         .map(|(k, v)| {
-            let v = if is_secret_key(k) { REDACTED.to_string() } else { v.clone() };
+            let v = if is_secret_key(k) {
+                REDACTED.to_string()
+            } else {
+                v.clone()
+            };
             (k.clone(), v)
         })
         .collect()
@@ -68,7 +72,13 @@ mod tests {
         ] {
             assert!(is_secret_key(key), "{key}");
         }
-        for key in ["connector", "topic", "properties.bootstrap.servers", "path", "ssl.truststore.type"] {
+        for key in [
+            "connector",
+            "topic",
+            "properties.bootstrap.servers",
+            "path",
+            "ssl.truststore.type",
+        ] {
             assert!(!is_secret_key(key), "{key}");
         }
     }
@@ -89,7 +99,10 @@ mod tests {
         let sql = "CREATE SINK k WITH ('connector' = 'kafka', 'properties.sasl.password' = 'it''s secret', \
                    token='abc', \"ssl.key.password\" = 'x') AS SELECT a FROM t WHERE note = 'password'";
         let out = redact_sql(sql);
-        assert!(!out.contains("it''s secret") && !out.contains("abc") && !out.contains("'x'"), "{out}");
+        assert!(
+            !out.contains("it''s secret") && !out.contains("abc") && !out.contains("'x'"),
+            "{out}"
+        );
         assert!(out.contains("'properties.sasl.password' = '******'"), "{out}");
         assert!(out.contains("token='******'"), "{out}");
         assert!(out.contains("'connector' = 'kafka'"), "{out}");

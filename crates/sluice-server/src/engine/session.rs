@@ -88,9 +88,19 @@ impl Session {
             (Some(SluiceStatement::Explain(q)), true) => q,
             (Some(SluiceStatement::Sql(s)), true) => match *s {
                 Statement::Query(q) => q,
-                _ => return Err(Error::user(SqlCode::WrongObjectType, "only a query (SELECT …) has a plan")),
+                _ => {
+                    return Err(Error::user(
+                        SqlCode::WrongObjectType,
+                        "only a query (SELECT …) has a plan",
+                    ));
+                }
             },
-            _ => return Err(Error::user(SqlCode::WrongObjectType, "expected exactly one query (SELECT …)")),
+            _ => {
+                return Err(Error::user(
+                    SqlCode::WrongObjectType,
+                    "expected exactly one query (SELECT …)",
+                ));
+            }
         };
         Ok(self.plan(&query, sink_spec("client", BTreeMap::new())).await?.dag)
     }
