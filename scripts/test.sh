@@ -21,6 +21,20 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
+# >>> dashboard (issue 4): npm builds the embedded UI (crates/sluice-server/build.rs),
+# Chromium runs the browser test (tests/dashboard.rs). Debian's nodejs is enough for
+# the build; the browser test's playwright-core wants Node.js 20 or later.
+need_ui=()
+command -v npm >/dev/null 2>&1 || need_ui+=(npm)
+command -v node >/dev/null 2>&1 || need_ui+=(nodejs)
+[ -x /usr/bin/chromium ] || need_ui+=(chromium)
+if [ ${#need_ui[@]} -gt 0 ]; then
+    echo "installing system packages for the dashboard: ${need_ui[*]}"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_ui[@]}"
+fi
+# <<< dashboard
 if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo is missing: install Rust (https://rustup.rs) first" >&2
     exit 1

@@ -28,9 +28,33 @@ pub struct PipelineDef {
     pub sql: String,
     pub dag: PhysicalDag,
     pub created_ms: i64,
+    /// Versions before the current one, oldest first (`ALTER PIPELINE` will
+    /// append here; a pipeline created once has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_versions: Vec<PipelineVersion>,
+}
+
+/// One version of a pipeline: the SQL it ran and since when.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PipelineVersion {
+    /// 1 for the version created by `CREATE …`.
+    pub version: u32,
+    pub sql: String,
+    pub created_ms: i64,
 }
 
 impl PipelineDef {
+    /// Every version, oldest first; the last is the one running.
+    pub fn versions(&self) -> Vec<PipelineVersion> {
+        let mut versions = self.earlier_versions.clone();
+        versions.push(PipelineVersion {
+            version: versions.last().map_or(1, |v| v.version + 1),
+            sql: self.sql.clone(),
+            created_ms: self.created_ms,
+        });
+        versions
+    }
+
     /// True when the pipeline reads `stream`.
     pub fn reads(&self, stream: &str) -> bool {
         self.dag

@@ -172,6 +172,7 @@ impl Master {
                 sql: sql.to_string(),
                 dag,
                 created_ms: now_ms(),
+                earlier_versions: Vec::new(),
             };
             state.pipelines.insert(name.to_string(), def.clone());
             if let Some(stream) = derived {

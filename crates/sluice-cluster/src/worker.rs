@@ -35,6 +35,23 @@ impl Worker {
         Ok(runtime)
     }
 
+    /// Task instances of the pipelines running here (named pipelines and
+    /// session queries).
+    pub fn tasks_running(&self) -> usize {
+        let running = self.running.lock().expect("worker lock");
+        running
+            .values()
+            .filter(|r| r.status() == sluice_dataflow::deploy::PipelineStatus::Running)
+            .map(|r| r.metrics.len())
+            .sum()
+    }
+
+    /// Task slots: the cores tasks share (tasks are async, so a slot is
+    /// not exclusive; this says how much parallel work the worker can do).
+    pub fn slots(&self) -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
     /// Stops pipeline `id` if it runs here.
     pub fn stop(&self, id: PipelineId) {
         if let Some(r) = self.running.lock().expect("worker lock").remove(&id) {

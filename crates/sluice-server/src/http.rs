@@ -1,118 +1,179 @@
-//! The HTTP front end (axum): health and the REST API.
+//! The HTTP front end (axum): health, the REST API under `/api/v1`,
+//! Prometheus text at `/metrics`, and the dashboard (every other GET path;
+//! see [`crate::http_ui`]). JSON views are built in [`crate::http_views`]
+//! from the catalog, live counters and the sampler's history.
 
 use crate::engine::Engine;
+use crate::http_views::{dag_view, history_view, instance_views, pipeline_summary, stream_view};
+use crate::metrics_history::MetricsHistory;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
+use sluice_cluster::worker::Worker;
 use sluice_types::now_ms;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+/// A worker whose heartbeat is older than this is reported unhealthy.
+pub const HEARTBEAT_STALE_MS: i64 = 5_000;
+
+/// What the HTTP handlers share.
+#[derive(Clone)]
+pub struct HttpState {
+    pub engine: Arc<Engine>,
+    pub history: Arc<MetricsHistory>,
+    /// The local worker (the playground runs one).
+    pub worker: Arc<Worker>,
+}
+
+type St = State<HttpState>;
+
 /// The router of the HTTP server.
-pub fn router(engine: Arc<Engine>) -> Router {
+pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/api/v1/pipelines", get(pipelines))
         .route("/api/v1/pipelines/{name}", get(pipeline).delete(drop_pipeline))
-        .route("/api/v1/pipelines/{name}/pause", axum::routing::post(pause))
-        .route("/api/v1/pipelines/{name}/resume", axum::routing::post(resume))
+        .route("/api/v1/pipelines/{name}/history", get(pipeline_history))
+        .route("/api/v1/pipelines/{name}/pause", post(pause))
+        .route("/api/v1/pipelines/{name}/resume", post(resume))
         .route("/api/v1/streams", get(streams))
+        .route("/api/v1/streams/{name}", get(stream))
         .route("/api/v1/cluster", get(cluster))
-        .route("/api/v1/sql", axum::routing::post(sql))
+        .route("/api/v1/sql", post(sql))
+        .route("/api/v1/sql/stream", get(sql_stream))
+        .route("/api/v1/explain", post(explain))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
-        .fallback(not_found)
-        .with_state(engine)
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(crate::http_ui::fallback)
+        .with_state(state)
 }
 
-async fn health(State(engine): State<Arc<Engine>>) -> Json<serde_json::Value> {
+async fn health(State(s): St) -> Json<serde_json::Value> {
     Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
-        "uptime_ms": now_ms() - engine.started_ms,
+        "uptime_ms": now_ms() - s.engine.started_ms,
     }))
 }
 
-async fn pipelines(State(engine): State<Arc<Engine>>) -> Json<serde_json::Value> {
-    Json(json!({ "pipelines": engine.master.pipelines() }))
-}
-
-async fn pipeline(State(engine): State<Arc<Engine>>, Path(name): Path<String>) -> Response {
-    let Some(info) = engine.master.pipelines().into_iter().find(|p| p.name == name) else {
-        return error(StatusCode::NOT_FOUND, &format!("pipeline \"{name}\" does not exist"));
-    };
-    let dag = engine.master.pipeline(&name).map(|d| d.dag);
-    let tasks: Vec<serde_json::Value> = engine
+async fn pipelines(State(s): St) -> Json<serde_json::Value> {
+    let now = now_ms();
+    let list: Vec<serde_json::Value> = s
+        .engine
         .master
-        .runtime(&name)
-        .map(|r| r.metrics.iter().map(|m| task_metrics(m)).collect())
-        .unwrap_or_default();
-    Json(json!({ "pipeline": info, "dag": dag, "tasks": tasks })).into_response()
-}
-
-/// One task instance's counters.
-fn task_metrics(m: &sluice_dataflow::metrics::TaskMetrics) -> serde_json::Value {
-    use std::sync::atomic::Ordering::Relaxed;
-    let watermark = m.watermark_ms.load(Relaxed);
-    json!({
-        "operator": m.operator.0,
-        "instance": m.instance,
-        "kind": m.kind,
-        "rows_in": m.rows_in.load(Relaxed),
-        "rows_out": m.rows_out.load(Relaxed),
-        "late_rows_dropped": m.late_rows_dropped.load(Relaxed),
-        "queued_rows": m.queued_rows.load(Relaxed),
-        "backpressure_us": m.backpressure_us.load(Relaxed),
-        "state_groups": m.state_groups.load(Relaxed),
-        "watermark_ms": (watermark != i64::MIN).then_some(watermark),
-    })
-}
-
-async fn streams(State(engine): State<Arc<Engine>>) -> Json<serde_json::Value> {
-    let streams: Vec<serde_json::Value> = engine
-        .master
-        .streams()
-        .into_iter()
-        .map(|s| {
-            let columns: Vec<serde_json::Value> = s
-                .schema
-                .fields()
-                .iter()
-                .map(|f| json!({"name": f.name(), "type": crate::engine::pg_type_name(f.data_type()), "nullable": f.is_nullable()}))
-                .collect();
-            json!({"name": s.name, "connector": s.connector, "columns": columns, "pipeline": s.pipeline})
+        .pipelines()
+        .iter()
+        .map(|info| {
+            let def = s.engine.master.pipeline(&info.name);
+            let history = s.history.pipeline(&info.name);
+            pipeline_summary(info, def.as_ref(), history.as_ref(), now)
         })
         .collect();
+    Json(json!({ "pipelines": list }))
+}
+
+fn pipeline_not_found(name: &str) -> Response {
+    error(StatusCode::NOT_FOUND, &format!("pipeline \"{name}\" does not exist"))
+}
+
+async fn pipeline(State(s): St, Path(name): Path<String>) -> Response {
+    let master = &s.engine.master;
+    let (Some(info), Some(def)) = (
+        master.pipelines().into_iter().find(|p| p.name == name),
+        master.pipeline(&name),
+    ) else {
+        return pipeline_not_found(&name);
+    };
+    let now = now_ms();
+    let history = s.history.pipeline(&name);
+    let tasks = master
+        .runtime(&name)
+        .map(|r| instance_views(&r, history.as_ref(), now))
+        .unwrap_or_default();
+    let errors: Vec<_> = history
+        .as_ref()
+        .map(|h| h.errors.iter().rev().cloned().collect())
+        .unwrap_or_default();
+    let versions: Vec<serde_json::Value> = def
+        .versions()
+        .into_iter()
+        .map(|v| json!({ "version": v.version, "sql": crate::redact::redact_sql(&v.sql), "created_ms": v.created_ms }))
+        .collect();
+    Json(json!({
+        "pipeline": pipeline_summary(&info, Some(&def), history.as_ref(), now),
+        "dag": dag_view(&def.dag, Some(&tasks), now),
+        "tasks": tasks,
+        "errors": errors,
+        "versions": versions,
+    }))
+    .into_response()
+}
+
+async fn pipeline_history(State(s): St, Path(name): Path<String>) -> Response {
+    if s.engine.master.pipeline(&name).is_none() {
+        return pipeline_not_found(&name);
+    }
+    Json(history_view(s.history.pipeline(&name).as_ref())).into_response()
+}
+
+async fn streams(State(s): St) -> Json<serde_json::Value> {
+    let streams: Vec<serde_json::Value> = s.engine.master.streams().iter().map(stream_view).collect();
     Json(json!({ "streams": streams }))
 }
 
-async fn cluster(State(engine): State<Arc<Engine>>) -> Json<serde_json::Value> {
-    let pipelines = engine.master.pipelines();
+async fn stream(State(s): St, Path(name): Path<String>) -> Response {
+    match s.engine.master.stream(&name) {
+        Some(def) => Json(stream_view(&def)).into_response(),
+        None => error(StatusCode::NOT_FOUND, &format!("stream \"{name}\" does not exist")),
+    }
+}
+
+async fn cluster(State(s): St) -> Json<serde_json::Value> {
+    let now = now_ms();
+    let pipelines = s.engine.master.pipelines();
     let running = pipelines.iter().filter(|p| p.state == "running").count();
+    let last_tick = s.history.last_tick_ms();
+    let heartbeat_age_ms = (last_tick > 0).then(|| (now - last_tick).max(0));
+    let worker_health = match heartbeat_age_ms {
+        Some(age) if age <= HEARTBEAT_STALE_MS => "ok",
+        Some(_) => "stale",
+        None => "starting",
+    };
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
-        "uptime_ms": now_ms() - engine.started_ms,
+        "uptime_ms": now - s.engine.started_ms,
+        "started_ms": s.engine.started_ms,
         "masters": [{ "id": "master-0", "role": "leader", "health": "ok" }],
-        "workers": [{ "id": "worker-0", "pipelines_running": running }],
+        "workers": [{
+            "id": "worker-0",
+            "health": worker_health,
+            "slots": s.worker.slots(),
+            "tasks": s.worker.tasks_running(),
+            "pipelines_running": running,
+            "heartbeat_age_ms": heartbeat_age_ms,
+        }],
     }))
 }
 
-async fn drop_pipeline(State(engine): State<Arc<Engine>>, Path(name): Path<String>) -> Response {
-    match engine.master.drop_pipeline(&name, false) {
+async fn drop_pipeline(State(s): St, Path(name): Path<String>) -> Response {
+    match s.engine.master.drop_pipeline(&name, false) {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => sluice_error(&e),
     }
 }
 
-async fn pause(State(engine): State<Arc<Engine>>, Path(name): Path<String>) -> Response {
-    set_paused(&engine, &name, true)
+async fn pause(State(s): St, Path(name): Path<String>) -> Response {
+    set_paused(&s.engine, &name, true)
 }
 
-async fn resume(State(engine): State<Arc<Engine>>, Path(name): Path<String>) -> Response {
-    set_paused(&engine, &name, false)
+async fn resume(State(s): St, Path(name): Path<String>) -> Response {
+    set_paused(&s.engine, &name, false)
 }
 
 fn set_paused(engine: &Engine, name: &str, paused: bool) -> Response {
@@ -128,14 +189,34 @@ struct SqlRequest {
     sql: String,
 }
 
-async fn sql(
-    State(engine): State<Arc<Engine>>,
-    body: Result<Json<SqlRequest>, axum::extract::rejection::JsonRejection>,
-) -> Response {
-    let Ok(Json(request)) = body else {
-        return error(StatusCode::BAD_REQUEST, "expected a JSON body {\"sql\": \"…\"}");
+/// A status and message for a JSON error response.
+type BadRequest = (StatusCode, String);
+
+/// The request body, or what was wrong with it (the status from the
+/// rejection: 400, 413 or 415).
+fn sql_body(body: Result<Json<SqlRequest>, JsonRejection>) -> Result<SqlRequest, BadRequest> {
+    match body {
+        Ok(Json(request)) => Ok(request),
+        Err(rejection) => {
+            let status = match rejection.status() {
+                StatusCode::UNPROCESSABLE_ENTITY => StatusCode::BAD_REQUEST,
+                other => other,
+            };
+            let why = match &rejection {
+                JsonRejection::MissingJsonContentType(_) => "expected Content-Type: application/json and",
+                _ => "expected",
+            };
+            Err((status, format!("{why} a JSON body {{\"sql\": \"…\"}}")))
+        }
+    }
+}
+
+async fn sql(State(s): St, body: Result<Json<SqlRequest>, JsonRejection>) -> Response {
+    let request = match sql_body(body) {
+        Ok(r) => r,
+        Err((status, message)) => return error(status, &message),
     };
-    match crate::http_sql::run(&engine, &request.sql).await {
+    match crate::http_sql::run(&s.engine, &request.sql).await {
         Ok(results) => Json(json!({ "results": results })).into_response(),
         Err((results, e)) => {
             let mut response = sluice_error(&e);
@@ -149,6 +230,36 @@ async fn sql(
     }
 }
 
+/// The query string of `GET /api/v1/sql/stream`.
+#[derive(serde::Deserialize)]
+struct StreamQuery {
+    sql: String,
+}
+
+/// A live preview of a query's rows as server-sent events.
+async fn sql_stream(
+    State(s): St,
+    query: Result<axum::extract::Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    match query {
+        Ok(q) => crate::http_sql::stream(s.engine.clone(), q.0.sql).into_response(),
+        Err(_) => error(StatusCode::BAD_REQUEST, "expected ?sql=<a query>"),
+    }
+}
+
+/// `POST /api/v1/explain`: the DAG a query would run as, without running it.
+async fn explain(State(s): St, body: Result<Json<SqlRequest>, JsonRejection>) -> Response {
+    let request = match sql_body(body) {
+        Ok(r) => r,
+        Err((status, message)) => return error(status, &message),
+    };
+    let session = s.engine.new_session("http");
+    match session.plan_dag(&request.sql).await {
+        Ok(dag) => Json(json!({ "dag": dag_view(&dag, None, now_ms()) })).into_response(),
+        Err(e) => sluice_error(&e),
+    }
+}
+
 /// A metric's name, help text, and how to read it from a pipeline's status.
 type MetricFamily = (
     &'static str,
@@ -157,7 +268,8 @@ type MetricFamily = (
 );
 
 /// Prometheus text exposition of pipeline counters.
-async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
+async fn metrics(State(s): St) -> Response {
+    let engine = &s.engine;
     let mut out = String::new();
     let families: [MetricFamily; 4] = [
         (
@@ -232,21 +344,22 @@ async fn openapi() -> Response {
         .into_response()
 }
 
-async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "no such endpoint")
+async fn method_not_allowed() -> Response {
+    error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
+/// A JSON error body with `status`.
+pub(crate) fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
 
 /// Serves HTTP on `listener` until `shutdown`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    engine: Arc<Engine>,
+    state: HttpState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(engine))
+    axum::serve(listener, router(state))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }

@@ -4,13 +4,21 @@
 //!   shared by every front end;
 //! - [`pgwire`]: the Postgres wire protocol (simple and extended query,
 //!   cursors, COPY out, cancel) on top of the engine;
-//! - [`http`]: the REST API and health endpoints (axum);
+//! - [`http`]: the REST API, Prometheus metrics and health endpoints
+//!   (axum), with JSON views in `http_views`, SQL in `http_sql`, secret
+//!   redaction in [`redact`], and the embedded dashboard in `http_ui`;
+//! - [`metrics_history`]: a sampler that keeps bounded rings of task
+//!   counters, from which rates (rows/s, backpressure share) are computed;
 //! - [`server`]: starting a whole process (master, worker, both front ends).
 
 pub mod engine;
 pub mod http;
 mod http_sql;
+mod http_ui;
+mod http_views;
+pub mod metrics_history;
 pub mod pgwire;
+pub mod redact;
 pub mod server;
 
 pub use server::{ServerConfig, ServerHandle, start};

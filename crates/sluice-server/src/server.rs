@@ -1,6 +1,8 @@
 //! Starting a whole Sluice process: master, worker, pgwire and HTTP.
 
 use crate::engine::Engine;
+use crate::http::HttpState;
+use crate::metrics_history::{MetricsHistory, run_sampler};
 use sluice_cluster::Master;
 use sluice_cluster::scheduler::LocalScheduler;
 use sluice_cluster::worker::Worker;
@@ -49,16 +51,27 @@ pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
         InProcessTransport::default(),
         DeployConfig::default(),
     ));
-    let scheduler = Arc::new(LocalScheduler { worker });
+    let scheduler = Arc::new(LocalScheduler { worker: worker.clone() });
     let master = Arc::new(Master::open(&config.data_dir, scheduler, connectors)?);
     let engine = Engine::new(master);
     let pg = tokio::net::TcpListener::bind(config.pg_addr).await?;
     let http = tokio::net::TcpListener::bind(config.http_addr).await?;
     let (pg_addr, http_addr) = (pg.local_addr()?, http.local_addr()?);
     let shutdown = CancellationToken::new();
+    let history = Arc::new(MetricsHistory::default());
+    let http_state = HttpState {
+        engine: engine.clone(),
+        history: history.clone(),
+        worker,
+    };
+    let sampler = run_sampler(engine.master.clone(), history, shutdown.clone());
     let tasks = vec![
         tokio::spawn(crate::pgwire::serve(pg, engine.clone(), shutdown.clone())),
-        tokio::spawn(crate::http::serve(http, engine.clone(), shutdown.clone())),
+        tokio::spawn(crate::http::serve(http, http_state, shutdown.clone())),
+        tokio::spawn(async move {
+            sampler.await;
+            Ok(())
+        }),
     ];
     Ok(ServerHandle {
         pg_addr,

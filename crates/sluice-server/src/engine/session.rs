@@ -79,6 +79,32 @@ impl Session {
         out
     }
 
+    /// The physical DAG one query (optionally written as `EXPLAIN query`)
+    /// would run as, without running it: what the dashboard draws before a
+    /// query runs. Anything but one query that reads streams is a user error.
+    pub async fn plan_dag(&self, sql: &str) -> Result<sluice_plan::PhysicalDag> {
+        let mut statements = parse_statements(sql)?;
+        let query = match (statements.pop(), statements.is_empty()) {
+            (Some(SluiceStatement::Explain(q)), true) => q,
+            (Some(SluiceStatement::Sql(s)), true) => match *s {
+                Statement::Query(q) => q,
+                _ => {
+                    return Err(Error::user(
+                        SqlCode::WrongObjectType,
+                        "only a query (SELECT …) has a plan",
+                    ));
+                }
+            },
+            _ => {
+                return Err(Error::user(
+                    SqlCode::WrongObjectType,
+                    "expected exactly one query (SELECT …)",
+                ));
+            }
+        };
+        Ok(self.plan(&query, sink_spec("client", BTreeMap::new())).await?.dag)
+    }
+
     /// Parses and describes one statement for the extended protocol.
     pub async fn prepare(&mut self, sql: &str) -> Result<Prepared> {
         let mut statements = parse_statements(sql)?;

@@ -1,0 +1,144 @@
+//! The dashboard in a real browser: starts `sluice playground`, creates a
+//! Nexmark pipeline with the `psql` binary, and runs
+//! `tests/dashboard/e2e.mjs` (playwright-core driving Debian's headless
+//! `chromium`). The script checks what a user sees against the REST API:
+//! the pipeline listed, one DAG node per operator, rates above zero and
+//! moving, instance rows and charts for a clicked node, the SQL page's plan
+//! and live rows. Screenshots go to `target/tmp/dashboard/`;
+//! `SLUICE_UPDATE_SCREENSHOT=1` also copies the pipeline page to
+//! `docs/dashboard.png` for the README.
+//!
+//! Needs `node`/`npm` and `/usr/bin/chromium` (scripts/test.sh installs
+//! them); `CHROMIUM` overrides the browser path.
+
+mod common;
+
+use common::TestServer;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The whole browser run may take this long at most.
+const E2E_DEADLINE: Duration = Duration::from_secs(240);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Installs playwright-core for the script once (`npm ci` from its lock file).
+fn install_script_deps(dir: &Path) {
+    if dir.join("node_modules/playwright-core").exists() {
+        return;
+    }
+    let status = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(dir)
+        .status()
+        .expect("npm is needed for the dashboard test (apt-get install nodejs npm)");
+    assert!(status.success(), "npm ci in {} failed", dir.display());
+}
+
+fn psql(server: &TestServer, sql: &str) {
+    let output = Command::new("psql")
+        .args([
+            "-X",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "sluice",
+            "-d",
+            "sluice",
+        ])
+        .arg("-p")
+        .arg(server.pg_port.to_string())
+        .arg("-c")
+        .arg(sql)
+        .output()
+        .expect("run psql");
+    assert!(
+        output.status.success(),
+        "psql failed on {sql}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Runs node with a deadline; returns (success, stdout + stderr).
+fn run_script(script_dir: &Path, args: &[String]) -> (bool, String) {
+    let out_file = std::env::temp_dir().join(format!("sluice-e2e-{}.log", std::process::id()));
+    let log = std::fs::File::create(&out_file).expect("log file");
+    let mut child = Command::new("node")
+        .arg(script_dir.join("e2e.mjs"))
+        .args(args)
+        .stdout(Stdio::from(log.try_clone().expect("clone log")))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("node is needed for the dashboard test");
+    let deadline = Instant::now() + E2E_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for node") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text = std::fs::read_to_string(&out_file).unwrap_or_default();
+    let _ = std::fs::remove_file(&out_file);
+    (status.is_some_and(|s| s.success()), text)
+}
+
+#[test]
+fn the_dashboard_shows_a_live_pipeline_in_chromium() {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists(),
+        "{chromium} is missing: apt-get install chromium (scripts/test.sh does)"
+    );
+    let script_dir = repo().join("tests/dashboard");
+    install_script_deps(&script_dir);
+
+    let server = TestServer::start();
+    // Event time starts now, so the watermark lag the page shows is small;
+    // 100 ms windows fire about every second at 5000 events/s.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis();
+    psql(
+        &server,
+        &format!(
+            "CREATE STREAM bids (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
+             date_time TIMESTAMP, extra VARCHAR, WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND) \
+             WITH (connector = 'nexmark', table = 'bid', 'events.per.second' = 5000, 'base.time' = {now_ms})"
+        ),
+    );
+    psql(
+        &server,
+        "SET parallelism = 2; CREATE SINK top_bids WITH (connector = 'blackhole') AS \
+         SELECT window_start, auction, count(*) AS bids, max(price) AS top \
+         FROM TUMBLE(bids, date_time, INTERVAL '100' MILLISECOND) GROUP BY window_start, window_end, auction",
+    );
+
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    let url = format!("http://127.0.0.1:{}", server.http_port);
+    let (ok, output) = run_script(
+        &script_dir,
+        &[url, "top_bids".into(), shots.to_string_lossy().into_owned()],
+    );
+    println!("{output}");
+    println!("screenshots in {}", shots.display());
+    assert!(ok, "the browser test failed:\n{output}");
+    assert!(output.contains("e2e: 14 passed, 0 failed"), "{output}");
+    for shot in ["overview.png", "pipeline.png", "sql.png"] {
+        let size = std::fs::metadata(shots.join(shot)).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 10_000, "{shot} is missing or empty ({size} bytes)");
+    }
+    if std::env::var_os("SLUICE_UPDATE_SCREENSHOT").is_some() {
+        std::fs::copy(shots.join("pipeline.png"), repo().join("docs/dashboard.png")).expect("copy screenshot");
+    }
+}

@@ -1,0 +1,174 @@
+// Types and calls of the Sluice REST API (see /api/v1/openapi.json).
+
+export interface Sparkline {
+  rows_in_per_s: number[];
+  rows_out_per_s: number[];
+}
+
+export interface PipelineSummary {
+  name: string;
+  id: number;
+  kind: string;
+  state: string;
+  since_ms: number;
+  version: number;
+  rows_in: number;
+  rows_out: number;
+  rows_in_per_s: number;
+  rows_out_per_s: number;
+  late_rows_dropped: number;
+  watermark_ms: number | null;
+  watermark_lag_ms: number | null;
+  error: string | null;
+  errors: number;
+  sql: string;
+  sparkline: Sparkline;
+}
+
+export interface InstanceMetrics {
+  operator: number;
+  instance: number;
+  kind: string;
+  rows_in: number;
+  rows_out: number;
+  late_rows_dropped: number;
+  queued_rows: number;
+  backpressure_us: number;
+  state_groups: number;
+  watermark_ms: number | null;
+  watermark_lag_ms: number | null;
+  rows_in_per_s: number;
+  rows_out_per_s: number;
+  backpressure_share: number;
+}
+
+export interface OperatorMetrics {
+  rows_in: number;
+  rows_out: number;
+  late_rows_dropped: number;
+  queued_rows: number;
+  state_groups: number;
+  rows_in_per_s: number;
+  rows_out_per_s: number;
+  backpressure_share: number;
+  watermark_ms: number | null;
+  watermark_lag_ms: number | null;
+}
+
+export interface DagOperator {
+  id: number;
+  kind: string;
+  parallelism: number;
+  detail: string;
+  columns: { name: string; type: string }[];
+  metrics?: OperatorMetrics;
+  instances?: InstanceMetrics[];
+}
+
+export interface DagEdge {
+  id: number;
+  from: number;
+  to: number;
+  partitioning: string;
+}
+
+export interface Dag {
+  operators: DagOperator[];
+  edges: DagEdge[];
+}
+
+export interface PipelineError {
+  time_ms: number;
+  operator: number;
+  instance: number;
+  message: string;
+}
+
+export interface PipelineVersion {
+  version: number;
+  sql: string;
+  created_ms: number;
+}
+
+export interface PipelineDetail {
+  pipeline: PipelineSummary;
+  dag: Dag;
+  tasks: InstanceMetrics[];
+  errors: PipelineError[];
+  versions: PipelineVersion[];
+}
+
+export interface OperatorHistory {
+  id: number;
+  kind: string;
+  t_ms: number[];
+  rows_in_per_s: number[];
+  rows_out_per_s: number[];
+  backpressure_share: number[];
+  queued_rows: number[];
+  watermark_lag_ms: (number | null)[];
+}
+
+export interface History {
+  interval_ms: number;
+  pipeline: { t_ms: number[]; rows_in_per_s: number[]; rows_out_per_s: number[] };
+  operators: OperatorHistory[];
+}
+
+export interface Cluster {
+  version: string;
+  uptime_ms: number;
+  masters: { id: string; role: string; health: string }[];
+  workers: {
+    id: string;
+    health: string;
+    slots: number;
+    tasks: number;
+    pipelines_running: number;
+    heartbeat_age_ms: number | null;
+  }[];
+}
+
+export interface SqlResult {
+  tag: string;
+  rows_affected?: number | null;
+  columns?: { name: string; type: string }[];
+  rows?: (string | null)[][];
+  truncated?: boolean;
+}
+
+/** An API error: the server's message and, for SQL, its SQLSTATE. */
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly sqlstate?: string,
+    readonly results?: SqlResult[],
+  ) {
+    super(message);
+  }
+}
+
+async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const response = await fetch(path, {
+    method,
+    headers: body === undefined ? {} : { "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 204) return undefined as T;
+  const json = await response.json().catch(() => ({ error: response.statusText }));
+  if (!response.ok) throw new ApiError(json.error ?? response.statusText, response.status, json.sqlstate, json.results);
+  return json as T;
+}
+
+export const api = {
+  cluster: () => call<Cluster>("GET", "/api/v1/cluster"),
+  pipelines: () => call<{ pipelines: PipelineSummary[] }>("GET", "/api/v1/pipelines"),
+  pipeline: (name: string) => call<PipelineDetail>("GET", `/api/v1/pipelines/${encodeURIComponent(name)}`),
+  history: (name: string) => call<History>("GET", `/api/v1/pipelines/${encodeURIComponent(name)}/history`),
+  pause: (name: string) => call<void>("POST", `/api/v1/pipelines/${encodeURIComponent(name)}/pause`),
+  resume: (name: string) => call<void>("POST", `/api/v1/pipelines/${encodeURIComponent(name)}/resume`),
+  drop: (name: string) => call<void>("DELETE", `/api/v1/pipelines/${encodeURIComponent(name)}`),
+  sql: (sql: string) => call<{ results: SqlResult[] }>("POST", "/api/v1/sql", { sql }),
+  explain: (sql: string) => call<{ dag: Dag }>("POST", "/api/v1/explain", { sql }),
+};

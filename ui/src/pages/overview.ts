@@ -1,0 +1,72 @@
+// Overview: cluster health and every pipeline with its rates and sparkline.
+
+import { api, type Cluster, type PipelineSummary } from "../api";
+import { sparkline } from "../chart";
+import { count, duration, el, rate } from "../format";
+import { poll, type Page } from "../poll";
+
+function clusterCard(c: Cluster): HTMLElement {
+  const masters = c.masters.map((m) =>
+    el("li", {}, el("span", { class: `health ${m.health}` }, m.health), ` ${m.id} (${m.role})`),
+  );
+  const workers = c.workers.map((w) =>
+    el(
+      "li",
+      {},
+      el("span", { class: `health ${w.health}` }, w.health),
+      ` ${w.id}: ${w.tasks} tasks on ${w.slots} slots, ${w.pipelines_running} pipelines, heartbeat ${duration(w.heartbeat_age_ms)} ago`,
+    ),
+  );
+  return el(
+    "section",
+    { class: "card", "data-testid": "cluster" },
+    el("h2", {}, "Cluster"),
+    el("p", {}, `Sluice ${c.version}, up ${duration(c.uptime_ms)}`),
+    el("h3", {}, "Masters"),
+    el("ul", {}, ...masters),
+    el("h3", {}, "Workers"),
+    el("ul", {}, ...workers),
+  );
+}
+
+function pipelineRow(p: PipelineSummary): HTMLElement {
+  const link = el("a", { href: `/pipelines/${encodeURIComponent(p.name)}` }, p.name);
+  return el(
+    "tr",
+    { "data-testid": "pipeline-row", "data-name": p.name, "data-rows-out": String(p.rows_out) },
+    el("td", {}, link),
+    el("td", {}, el("span", { class: `state ${p.state.replace(" ", "-")}` }, p.state)),
+    el("td", { class: "num" }, `v${p.version}`),
+    el("td", { class: "num" }, count(p.rows_in)),
+    el("td", { class: "num", "data-testid": "rate-in" }, rate(p.rows_in_per_s)),
+    el("td", {}, sparkline(p.sparkline.rows_in_per_s)),
+    el("td", { class: "num" }, count(p.rows_out)),
+    el("td", { class: "num" }, rate(p.rows_out_per_s)),
+    el("td", { class: "num" }, duration(p.watermark_lag_ms)),
+    el("td", { class: "num" }, count(p.late_rows_dropped)),
+    el("td", { class: p.error ? "error" : "" }, p.error ?? (p.errors ? `${p.errors}` : "")),
+  );
+}
+
+export function overviewPage(root: HTMLElement): Page {
+  const cluster = el("div");
+  const table = el("tbody");
+  const empty = el("p", { class: "muted" }, "No pipelines yet: CREATE SINK … AS SELECT … in psql or on the SQL page.");
+  const head = ["pipeline", "state", "version", "rows in", "in/s", "last minute", "rows out", "out/s", "watermark lag", "late rows", "errors"];
+  root.append(
+    cluster,
+    el(
+      "section",
+      { class: "card" },
+      el("h2", {}, "Pipelines"),
+      el("table", { "data-testid": "pipelines" }, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))), table),
+      empty,
+    ),
+  );
+  return poll(async () => {
+    const [c, p] = await Promise.all([api.cluster(), api.pipelines()]);
+    cluster.replaceChildren(clusterCard(c));
+    table.replaceChildren(...p.pipelines.map(pipelineRow));
+    empty.hidden = p.pipelines.length > 0;
+  });
+}

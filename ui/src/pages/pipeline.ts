@@ -1,0 +1,144 @@
+// One pipeline: its DAG with live per-operator metrics, a selected
+// operator's instances and charts over the last minutes, SQL versions and errors.
+
+import { api, ApiError, type History, type InstanceMetrics, type PipelineDetail } from "../api";
+import { TimeChart } from "../chart";
+import { DagView } from "../dag";
+import { count, duration, el, percent, rate, timestamp } from "../format";
+import { navigate, poll, type Page } from "../poll";
+
+function instanceTable(instances: InstanceMetrics[]): HTMLElement {
+  const head = ["instance", "rows in", "in/s", "rows out", "out/s", "backpressure", "queued rows", "state groups", "watermark", "lag"];
+  const rows = instances.map((i) =>
+    el(
+      "tr",
+      { "data-testid": "instance-row" },
+      el("td", {}, String(i.instance)),
+      el("td", { class: "num" }, count(i.rows_in)),
+      el("td", { class: "num" }, rate(i.rows_in_per_s)),
+      el("td", { class: "num" }, count(i.rows_out)),
+      el("td", { class: "num" }, rate(i.rows_out_per_s)),
+      el("td", { class: "num" }, percent(i.backpressure_share)),
+      el("td", { class: "num" }, count(i.queued_rows)),
+      el("td", { class: "num" }, count(i.state_groups)),
+      el("td", {}, timestamp(i.watermark_ms)),
+      el("td", { class: "num" }, duration(i.watermark_lag_ms)),
+    ),
+  );
+  return el("table", { "data-testid": "instances" }, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))), el("tbody", {}, ...rows));
+}
+
+export function pipelinePage(root: HTMLElement, name: string): Page {
+  const title = el("h1", {}, name);
+  const status = el("p", { class: "status-line" });
+  const actions = el("div", { class: "actions" });
+  const message = el("p", { class: "error" });
+  const dagBox = el("div", { class: "dag-box" });
+  const operatorTitle = el("h2", {}, "Operator");
+  const instances = el("div");
+  const throughputBox = el("div", { class: "chart", "data-testid": "throughput-chart" });
+  const latencyBox = el("div", { class: "chart", "data-testid": "latency-chart" });
+  const operatorCard = el("section", { class: "card", "data-testid": "operator-panel" }, operatorTitle, instances, throughputBox, latencyBox);
+  operatorCard.hidden = true;
+  const versions = el("div");
+  const errors = el("div");
+  root.append(
+    el("section", { class: "card" }, title, status, actions, message),
+    el("section", { class: "card" }, el("h2", {}, "Dataflow"), el("p", { class: "muted" }, "Click an operator for its instances and charts. Colour: share of time waiting on downstream (backpressure)."), dagBox),
+    operatorCard,
+    el("section", { class: "card" }, el("h2", {}, "Errors"), errors),
+    el("section", { class: "card" }, el("h2", {}, "SQL and versions"), versions),
+  );
+
+  let selected: number | null = null;
+  let latest: PipelineDetail | null = null;
+  let history: History | null = null;
+  const throughput = new TimeChart(throughputBox, "Throughput (rows/s)");
+  const latency = new TimeChart(latencyBox, "Watermark lag (s) and backpressure (%)");
+  const dag = new DagView(dagBox, (op) => {
+    selected = op;
+    dag.select(op);
+    drawOperator();
+  });
+
+  const act = (label: string, run: () => Promise<void>) => {
+    const b = el("button", {}, label);
+    b.addEventListener("click", async () => {
+      try {
+        await run();
+        message.textContent = "";
+      } catch (e) {
+        message.textContent = e instanceof ApiError ? e.message : String(e);
+      }
+    });
+    return b;
+  };
+  actions.append(
+    act("Pause", () => api.pause(name)),
+    act("Resume", () => api.resume(name)),
+    act("Drop", async () => {
+      if (!confirm(`Drop pipeline ${name}?`)) return;
+      await api.drop(name);
+      navigate("/");
+    }),
+  );
+
+  function drawOperator(): void {
+    if (selected === null || !latest) return;
+    const op = latest.dag.operators.find((o) => o.id === selected);
+    if (!op) return;
+    operatorCard.hidden = false;
+    operatorTitle.textContent = `Operator ${op.id}: ${op.kind} ×${op.parallelism} — ${op.detail}`;
+    instances.replaceChildren(instanceTable(op.instances ?? []));
+    const h = history?.operators.find((o) => o.id === selected);
+    if (!h) return;
+    throughput.update(h.t_ms, [
+      { label: "rows in/s", values: h.rows_in_per_s, colour: "#2563eb" },
+      { label: "rows out/s", values: h.rows_out_per_s, colour: "#16a34a" },
+    ]);
+    latency.update(h.t_ms, [
+      { label: "watermark lag (s)", values: h.watermark_lag_ms.map((v) => (v === null ? null : v / 1000)), colour: "#9333ea" },
+      { label: "backpressure %", values: h.backpressure_share.map((v) => v * 100), colour: "#dc2626", scale: "%" },
+    ]);
+  }
+
+  const page = poll(async () => {
+    try {
+      [latest, history] = await Promise.all([api.pipeline(name), api.history(name)]);
+    } catch (e) {
+      message.textContent = e instanceof ApiError ? e.message : String(e);
+      return;
+    }
+    const p = latest.pipeline;
+    root.dataset.state = p.state;
+    status.replaceChildren(
+      el("span", { class: `state ${p.state.replace(" ", "-")}` }, p.state),
+      ` ${p.kind} · version ${p.version} · in ${count(p.rows_in)} (${rate(p.rows_in_per_s)}) · out ${count(p.rows_out)} (${rate(p.rows_out_per_s)}) · watermark ${timestamp(p.watermark_ms)} (lag ${duration(p.watermark_lag_ms)}) · late rows ${count(p.late_rows_dropped)}`,
+    );
+    dag.update(latest.dag);
+    drawOperator();
+    errors.replaceChildren(
+      latest.errors.length === 0 && !p.error
+        ? el("p", { class: "muted" }, "No errors.")
+        : el(
+            "ul",
+            { "data-testid": "errors" },
+            ...latest.errors.map((e) => el("li", { class: "error" }, `${timestamp(e.time_ms)} operator ${e.operator} instance ${e.instance}: ${e.message}`)),
+            ...(latest.errors.length === 0 && p.error ? [el("li", { class: "error" }, p.error)] : []),
+          ),
+    );
+    versions.replaceChildren(
+      ...latest.versions
+        .slice()
+        .reverse()
+        .map((v) => el("div", { class: "version" }, el("h3", {}, `version ${v.version} · ${timestamp(v.created_ms)}`), el("pre", { "data-testid": "sql" }, v.sql))),
+    );
+  });
+  return {
+    dispose() {
+      page.dispose();
+      throughput.destroy();
+      latency.destroy();
+    },
+  };
+}
