@@ -147,6 +147,7 @@ mod tests {
                 connector: "memory".into(),
                 options: Default::default(),
                 pipeline: None,
+                computed: Vec::new(),
             },
         );
         state.next_pipeline_id = 7;

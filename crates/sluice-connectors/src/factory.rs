@@ -29,6 +29,9 @@ pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> R
     if connector == "nexmark" {
         nexmark_config(options)?;
     }
+    if connector == "datagen" {
+        crate::datagen::DatagenConfig::check_options(options)?;
+    }
     if connector == "kafka" {
         KafkaSourceConfig::parse("stream", options)?;
     }
@@ -109,6 +112,10 @@ impl ConnectorFactory for Connectors {
             "nexmark" => {
                 let options = nexmark_config(&spec.options)?;
                 Ok(Box::new(NexmarkReader::new(&options, ctx.instance, ctx.parallelism)))
+            }
+            "datagen" => {
+                let config = crate::datagen::DatagenConfig::new(&spec.options, schema)?;
+                Ok(Box::new(crate::datagen::DatagenReader::new(config, ctx.instance, ctx.parallelism)))
             }
             "kafka" => {
                 let config = KafkaSourceConfig::parse(&spec.stream, &spec.options)?;

@@ -3,6 +3,8 @@
 //!
 //! - [`memory`]: in-memory append-only logs — what `INSERT INTO` appends to
 //!   and what a derived stream's pipeline writes (with its watermarks);
+//! - [`datagen`]: rows generated from Flink-style `fields.*` options
+//!   (sequences, random numbers and strings), bounded or paced;
 //! - [`nexmark`]: the standard Nexmark generator (person / auction / bid);
 //! - [`kafka`]: Kafka source (per-partition readers, startup modes incl.
 //!   replay from a timestamp, error policies) and sink, on `rdkafka`;
@@ -14,6 +16,7 @@
 //! - [`options`]: the options each connector accepts, so unknown options are
 //!   rejected with the list of known ones.
 
+pub mod datagen;
 pub mod factory;
 pub mod format;
 pub mod hdfs;

@@ -12,8 +12,9 @@ pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
         "memory" => Ok(&["scan.startup.mode", "memory.rows.max"]),
         "nexmark" => Ok(&["table", "events.per.second", "events.max", "seed", "base.time"]),
         "kafka" => Ok(crate::kafka::SOURCE_OPTIONS),
+        "datagen" => Ok(crate::datagen::OPTIONS),
         other => Err(Error::unsupported(format!(
-            "unknown source connector '{other}'; known: memory, nexmark, kafka"
+            "unknown source connector '{other}'; known: memory, nexmark, datagen, kafka"
         ))),
     }
 }
@@ -36,7 +37,11 @@ pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
 /// the connector takes them.
 pub fn check_known(kind: &str, options: &BTreeMap<String, String>, known: &[&str], common: &[&str]) -> Result<()> {
     let pass_through = known.contains(&"topic");
+    let fields = known.contains(&"number-of-rows");
     for key in options.keys() {
+        if fields && key.starts_with("fields.") {
+            continue;
+        }
         if pass_through && key.starts_with("properties.") && key.len() > "properties.".len() {
             continue;
         }

@@ -130,6 +130,17 @@ impl ChannelReceiver {
         }
     }
 
+    /// The next message if one is queued (tests and benchmarks).
+    pub fn try_recv(&mut self) -> Result<Message, Closed> {
+        match self.rx.try_recv() {
+            Ok(envelope) => {
+                self.credits.add_permits(envelope.credits as usize);
+                Ok(envelope.message)
+            }
+            Err(_) => Err(Closed),
+        }
+    }
+
     /// Credits currently held by queued messages (≈ rows queued).
     pub fn queued_credits(&self) -> usize {
         (self.credits_max as usize).saturating_sub(self.credits.available_permits())

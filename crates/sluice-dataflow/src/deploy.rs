@@ -8,7 +8,9 @@
 //! is affected.
 
 use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
+use crate::computed::ComputedColumnsReader;
 use crate::exchange::{Output, OutputEdge};
+use crate::join::JoinOperator;
 use crate::metrics::TaskMetrics;
 use crate::operator::Operator;
 use crate::project::ProjectOperator;
@@ -241,7 +243,7 @@ pub fn deploy(
             let fut = build_task(
                 id,
                 op,
-                instance,
+                (instance, left_inputs(dag, op)),
                 connectors,
                 config,
                 output,
@@ -311,7 +313,7 @@ struct TaskControl {
 fn build_task(
     id: PipelineId,
     op: &OperatorSpec,
-    instance: u32,
+    (instance, left_inputs): (u32, usize),
     connectors: &dyn ConnectorFactory,
     config: &DeployConfig,
     output: Output,
@@ -328,7 +330,16 @@ fn build_task(
     };
     let operator: Box<dyn Operator> = match &op.kind {
         OperatorKind::Source(spec) => {
-            let reader = connectors.source(spec, &op.output_schema, &instance_ctx)?;
+            let connector_schema = spec.connector_schema(&op.output_schema);
+            let mut reader = connectors.source(spec, &connector_schema, &instance_ctx)?;
+            if !spec.computed.is_empty() {
+                reader = Box::new(ComputedColumnsReader::new(
+                    reader,
+                    &connector_schema,
+                    &op.output_schema,
+                    &spec.computed,
+                )?);
+            }
             let task = SourceTask {
                 reader,
                 watermark: spec.watermark.clone(),
@@ -343,6 +354,7 @@ fn build_task(
         }
         OperatorKind::Project(spec) => Box::new(ProjectOperator::new(spec, op.output_schema.clone())?),
         OperatorKind::WindowAggregate(spec) => build_window_operator(spec, op.output_schema.clone())?,
+        OperatorKind::Join(spec) => Box::new(JoinOperator::new(spec, op.output_schema.clone(), left_inputs)?),
         OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, &instance_ctx)?,
     };
     let task = Task {
@@ -353,6 +365,17 @@ fn build_task(
         cancel,
     };
     Ok(Box::pin(task.run()))
+}
+
+/// How many of an operator instance's input channels come from its first
+/// input edge (a join's left side): one per upstream instance, or one for a
+/// forward edge.
+fn left_inputs(dag: &PhysicalDag, op: &OperatorSpec) -> usize {
+    match dag.inputs_of(op.id).first() {
+        Some(e) if e.partitioning == Partitioning::Forward => 1,
+        Some(e) => dag.operator(e.from).map_or(1, |f| f.parallelism as usize),
+        None => 0,
+    }
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

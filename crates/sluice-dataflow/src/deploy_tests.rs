@@ -102,6 +102,7 @@ fn source_to_sink() -> PhysicalDag {
         options: BTreeMap::new(),
         watermark: None,
         idle_timeout_ms: 1000,
+        computed: Vec::new(),
     };
     let sink = SinkSpec {
         connector: "test".into(),

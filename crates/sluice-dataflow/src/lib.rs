@@ -14,6 +14,7 @@
 //!   watermark = min over inputs (idle inputs excluded), supervision.
 //! - [`source`]: the loop around a [`SourceReader`](source::SourceReader),
 //!   per-partition watermark generation and idle detection.
+//! - [`join`]: inner equi-join of two streams (windowed, or with a state TTL).
 //! - [`window`]: event-time window aggregates (TUMBLE, HOP, SESSION).
 //! - [`deploy`]: turn a DAG into running tasks ([`deploy::deploy`]), with a
 //!   [`PipelineRuntime`](deploy::PipelineRuntime) handle to watch and stop it.
@@ -23,8 +24,10 @@
 //! that builds sources and sinks.
 
 pub mod channel;
+pub mod computed;
 pub mod deploy;
 pub mod exchange;
+pub mod join;
 pub mod message;
 pub mod metrics;
 pub mod operator;

@@ -1,7 +1,7 @@
 //! Catalog entries shared by the planner (which reads them) and the master
 //! (which owns and persists them).
 
-use crate::WatermarkSpec;
+use crate::{ComputedColumn, WatermarkSpec};
 use arrow_schema::SchemaRef;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -38,6 +38,9 @@ pub struct StreamDef {
     pub options: BTreeMap<String, String>,
     /// The pipeline that writes this stream (derived streams).
     pub pipeline: Option<String>,
+    /// Computed columns (`name AS expr`), evaluated by the source.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub computed: Vec<ComputedColumn>,
 }
 
 impl StreamDef {

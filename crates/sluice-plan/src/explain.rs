@@ -60,6 +60,11 @@ fn column_label(dag: &PhysicalDag, op: sluice_types::OperatorId, column: usize) 
 fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
     match &op.kind {
         OperatorKind::Source(s) => {
+            let computed: Vec<String> = s
+                .computed
+                .iter()
+                .map(|c| format!(", {} AS {}", op.output_schema.field(c.column).name(), c.expr))
+                .collect();
             let wm = match &s.watermark {
                 Some(w) => format!(
                     ", watermark {} - {} ms",
@@ -68,7 +73,7 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 ),
                 None => String::new(),
             };
-            format!("{} ({}){}", s.stream, s.connector, wm)
+            format!("{} ({}){}{}", s.stream, s.connector, computed.concat(), wm)
         }
         OperatorKind::Project(p) => {
             let filter = p.filter.as_ref().map(|f| format!("filter {f}; ")).unwrap_or_default();
@@ -107,6 +112,29 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 keys.join(", "),
                 aggs.join(", ")
             )
+        }
+        OperatorKind::Join(j) => {
+            let inputs = dag.inputs_of(op.id);
+            let label = |side: usize, i: usize| match inputs.get(side) {
+                Some(e) => column_label(dag, e.from, i),
+                None => format!("#{i}"),
+            };
+            let pairs: Vec<String> = j
+                .left
+                .keys
+                .iter()
+                .zip(&j.right.keys)
+                .map(|(l, r)| format!("{} = {}", label(0, *l), label(1, *r)))
+                .collect();
+            let state = if j.windowed {
+                "windowed: state freed on watermark".to_string()
+            } else {
+                match j.state_ttl_ms {
+                    Some(ttl) => format!("state ttl {ttl} ms"),
+                    None => "state unbounded".to_string(),
+                }
+            };
+            format!("inner join on {}; {state}; rows max {}", pairs.join(" AND "), j.state_rows_max)
         }
         OperatorKind::Sink(s) => {
             let target = s

@@ -51,6 +51,8 @@ pub enum OperatorKind {
     /// Filter then project, with DataFusion scalar expressions.
     Project(ProjectSpec),
     WindowAggregate(WindowAggSpec),
+    /// Inner equi-join of two streams (input 0 = left, input 1 = right).
+    Join(JoinSpec),
     Sink(SinkSpec),
 }
 
@@ -61,6 +63,7 @@ impl OperatorKind {
             OperatorKind::Source(_) => "source",
             OperatorKind::Project(_) => "project",
             OperatorKind::WindowAggregate(_) => "window_aggregate",
+            OperatorKind::Join(_) => "join",
             OperatorKind::Sink(_) => "sink",
         }
     }
@@ -92,6 +95,41 @@ pub struct SourceSpec {
     pub watermark: Option<WatermarkSpec>,
     /// A source partition without data for this long stops holding the watermark back.
     pub idle_timeout_ms: u64,
+    /// Computed columns (`ts AS TO_TIMESTAMP_LTZ(seq, 3)`): evaluated in the
+    /// source task over the connector's columns, before watermarks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub computed: Vec<ComputedColumn>,
+}
+
+/// A column of a stream computed from its other columns.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ComputedColumn {
+    /// Index of the column in the stream's schema.
+    pub column: usize,
+    /// SQL expression text over the stream's other (connector) columns.
+    pub expr: String,
+}
+
+impl SourceSpec {
+    /// The schema a connector produces: `schema` without the computed columns.
+    pub fn connector_schema(&self, schema: &SchemaRef) -> SchemaRef {
+        without_computed(schema, &self.computed)
+    }
+}
+
+/// `schema` without the `computed` columns: what a connector produces.
+pub fn without_computed(schema: &SchemaRef, computed: &[ComputedColumn]) -> SchemaRef {
+    if computed.is_empty() {
+        return schema.clone();
+    }
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !computed.iter().any(|c| c.column == *i))
+        .map(|(_, f)| f.clone())
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 /// Filter, then compute output columns. Expressions are SQL text over
@@ -139,6 +177,35 @@ pub struct WindowAggSpec {
     /// Bound on open (window, key) groups held by one instance; a row that
     /// would exceed it fails the pipeline with a clear error.
     pub groups_max: usize,
+}
+
+/// One side of a stream join: the rows it receives and where its keys are.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JoinSide {
+    pub schema: SchemaRef,
+    /// Equi-join key columns (pairwise equal to the other side's keys).
+    pub keys: Vec<usize>,
+    /// The event-time column, if the side has one.
+    pub time_column: Option<usize>,
+    /// The first `output_columns` columns go to the join's output.
+    pub output_columns: usize,
+}
+
+/// Inner equi-join of two streams; output rows are the left side's output
+/// columns followed by the right side's.
+///
+/// State is bounded two ways: a *windowed* join (the keys pair the two
+/// sides' event-time columns, e.g. both `window_end`s) frees the rows of a
+/// time once the low watermark passes it; an unwindowed join keeps a row for
+/// `state_ttl_ms` (event time when both sides have one, else processing
+/// time). `state_rows_max` caps the rows one instance holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JoinSpec {
+    pub left: JoinSide,
+    pub right: JoinSide,
+    pub windowed: bool,
+    pub state_ttl_ms: Option<i64>,
+    pub state_rows_max: usize,
 }
 
 /// Writes rows somewhere.

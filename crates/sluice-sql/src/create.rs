@@ -3,6 +3,11 @@
 use crate::statement::{CreateStream, normalize_ident};
 use crate::types::{arrow_type, interval_ms};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use crate::errors::plan_error;
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::ExprSchemable;
+use datafusion::prelude::SessionContext;
+use sluice_plan::ComputedColumn;
 use sluice_plan::catalog::{EventTime, StreamDef};
 use sluice_types::{Error, Result, SqlCode};
 use sqlparser::ast::{BinaryOperator, ColumnOption, Expr};
@@ -24,6 +29,11 @@ pub fn stream_def(
         Some(d) if !metadata.is_empty() => Some(with_metadata_columns(&d, metadata)?),
         other => other,
     };
+    if !create.computed.is_empty() && connector_schema.is_some() {
+        return Err(Error::unsupported(format!(
+            "computed columns are not supported on {connector} streams (their schema is fixed)"
+        )));
+    }
     let schema = match (connector_schema, declared) {
         (Some(fixed), None) => fixed,
         (Some(fixed), Some(declared)) => {
@@ -38,6 +48,7 @@ pub fn stream_def(
             )));
         }
     };
+    let (schema, computed) = with_computed_columns(&schema, &create.computed)?;
     let event_time = match &create.watermark {
         Some((column, expr)) => Some(event_time(&schema, column, expr)?),
         None => None,
@@ -51,7 +62,102 @@ pub fn stream_def(
         connector: connector.to_string(),
         options,
         pipeline: None,
+        computed,
     })
+}
+
+/// Inserts the computed columns (typed by DataFusion over the connector's
+/// columns) at their declared positions.
+fn with_computed_columns(
+    physical: &SchemaRef,
+    computed: &[(usize, String, Expr)],
+) -> Result<(SchemaRef, Vec<ComputedColumn>)> {
+    if computed.is_empty() {
+        return Ok((physical.clone(), Vec::new()));
+    }
+    let df_schema = DFSchema::try_from(physical.as_ref().clone()).map_err(plan_error)?;
+    let ctx = SessionContext::new();
+    let mut fields: Vec<Field> = physical.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut specs = Vec::new();
+    for (position, name, expr) in computed {
+        if fields.iter().any(|f| f.name() == name) {
+            return Err(Error::user(
+                SqlCode::DuplicateColumn,
+                format!("column \"{name}\" specified more than once"),
+            ));
+        }
+        let sql = flink_functions_to_datafusion(expr)?.to_string();
+        let logical = ctx.parse_sql_expr(&sql, &df_schema).map_err(plan_error)?;
+        let data_type = logical.get_type(&df_schema).map_err(plan_error)?;
+        let position = (*position).min(fields.len());
+        fields.insert(position, Field::new(name, data_type, true));
+        specs.push(ComputedColumn { column: position, expr: sql });
+    }
+    Ok((Arc::new(Schema::new(fields)), specs))
+}
+
+/// Flink's `TO_TIMESTAMP_LTZ(epoch, precision)` (precision 0, 3, 6 or 9)
+/// as DataFusion's `to_timestamp_seconds` / `_millis` / `_micros` / `_nanos`.
+fn flink_functions_to_datafusion(expr: &Expr) -> Result<Expr> {
+    use sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments, Value, visit_expressions_mut};
+    let mut expr = expr.clone();
+    let mut failure = None;
+    let _ = visit_expressions_mut(&mut expr, |e| {
+        let Expr::Function(f) = e else {
+            return std::ops::ControlFlow::<()>::Continue(());
+        };
+        if !f.name.to_string().eq_ignore_ascii_case("to_timestamp_ltz") {
+            return std::ops::ControlFlow::Continue(());
+        }
+        let args: Vec<&Expr> = match &f.args {
+            FunctionArguments::List(list) => list
+                .args
+                .iter()
+                .filter_map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let precision = match args.get(1) {
+            None => Some("3".to_string()),
+            Some(Expr::Value(v)) => match &v.value {
+                Value::Number(n, _) => Some(n.clone()),
+                _ => None,
+            },
+            Some(_) => None,
+        };
+        let function = match precision.as_deref() {
+            Some("0") => "to_timestamp_seconds",
+            Some("3") => "to_timestamp_millis",
+            Some("6") => "to_timestamp_micros",
+            Some("9") => "to_timestamp_nanos",
+            _ => {
+                failure = Some(Error::unsupported(
+                    "TO_TIMESTAMP_LTZ(value, precision) takes a precision of 0, 3, 6 or 9",
+                ));
+                return std::ops::ControlFlow::Break(());
+            }
+        };
+        let Some(arg) = args.first() else {
+            failure = Some(Error::syntax("TO_TIMESTAMP_LTZ needs an argument"));
+            return std::ops::ControlFlow::Break(());
+        };
+        let text = format!("{function}({arg})");
+        match sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+            .try_with_sql(&text)
+            .and_then(|mut p| p.parse_expr())
+        {
+            Ok(new) => *e = new,
+            Err(err) => failure = Some(Error::syntax(err.to_string())),
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(expr),
+    }
 }
 
 fn declared_schema(create: &CreateStream) -> Result<Option<SchemaRef>> {
@@ -163,4 +269,46 @@ fn event_time(schema: &Schema, column: &str, expr: &Expr) -> Result<EventTime> {
         delay_ms,
         from_upstream: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::statement::{SluiceStatement, parse_statements};
+    use arrow::datatypes::TimeUnit;
+
+    fn create(sql: &str) -> CreateStream {
+        match parse_statements(sql).unwrap().remove(0) {
+            SluiceStatement::CreateStream(c) => *c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn computed_timestamp_column_with_watermark() {
+        let c = create(
+            "CREATE STREAM bid (seq BIGINT, ts AS TO_TIMESTAMP_LTZ(seq, 3), price BIGINT, \
+             WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH (connector = 'datagen')",
+        );
+        let def = stream_def(&c, "datagen", None, Vec::new()).unwrap();
+        let names: Vec<&str> = def.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["seq", "ts", "price"]);
+        assert!(matches!(
+            def.schema.field(1).data_type(),
+            DataType::Timestamp(TimeUnit::Millisecond, _)
+        ));
+        assert_eq!(def.computed, vec![ComputedColumn { column: 1, expr: "to_timestamp_millis(seq)".into() }]);
+        let et = def.event_time.unwrap();
+        assert_eq!((et.column, et.delay_ms), (1, 1000));
+    }
+
+    #[test]
+    fn computed_column_errors() {
+        let c = create("CREATE STREAM s (a BIGINT, b AS nope + 1)");
+        assert_eq!(stream_def(&c, "memory", None, Vec::new()).unwrap_err().sqlstate(), "42703");
+        let c = create("CREATE STREAM s (a BIGINT, t AS TO_TIMESTAMP_LTZ(a, 2))");
+        assert!(stream_def(&c, "memory", None, Vec::new()).is_err());
+        let c = create("CREATE STREAM s (a BIGINT, a AS a + 1)");
+        assert_eq!(stream_def(&c, "memory", None, Vec::new()).unwrap_err().sqlstate(), "42701");
+    }
 }

@@ -23,6 +23,9 @@ pub struct CreateStream {
     pub columns: Vec<ColumnDef>,
     /// `WATERMARK FOR column AS expr`.
     pub watermark: Option<(String, Expr)>,
+    /// Computed columns `name AS expr`, with their position among all the
+    /// stream's columns (declared and computed, in the order written).
+    pub computed: Vec<(usize, String, Expr)>,
     pub options: BTreeMap<String, String>,
 }
 
@@ -169,9 +172,15 @@ fn parse_create_stream(p: &mut Parser) -> Result<SluiceStatement> {
     }
     let mut columns = Vec::new();
     let mut watermark = None;
+    let mut computed = Vec::new();
     if p.consume_token(&Token::LParen) {
         loop {
-            if word(p, 0).as_deref() == Some("WATERMARK") {
+            if word(p, 0).is_some() && word(p, 1).as_deref() == Some("AS") {
+                let name = normalize_ident(&p.parse_identifier().map_err(parser_error)?);
+                p.expect_keyword(Keyword::AS).map_err(parser_error)?;
+                let expr = p.parse_expr().map_err(parser_error)?;
+                computed.push((columns.len() + computed.len(), name, expr));
+            } else if word(p, 0).as_deref() == Some("WATERMARK") {
                 p.next_token();
                 p.expect_keyword(Keyword::FOR).map_err(parser_error)?;
                 let column = normalize_ident(&p.parse_identifier().map_err(parser_error)?);
@@ -199,6 +208,7 @@ fn parse_create_stream(p: &mut Parser) -> Result<SluiceStatement> {
         if_not_exists,
         columns,
         watermark,
+        computed,
         options,
     })))
 }

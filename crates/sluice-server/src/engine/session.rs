@@ -303,6 +303,7 @@ impl Session {
                     connector: "memory".into(),
                     options: BTreeMap::new(),
                     pipeline: Some(name.clone()),
+                    computed: Vec::new(),
                 };
                 let text = format!("CREATE STREAM {name} AS {query}");
                 master.create_pipeline(
@@ -402,6 +403,10 @@ impl Session {
             _ => Vec::new(),
         };
         let def = stream_def(c, &connector, fixed, metadata)?;
+        if connector == "datagen" {
+            let columns = sluice_plan::without_computed(&def.schema, &def.computed);
+            sluice_connectors::datagen::check_schema(&def.options, &columns)?;
+        }
         let master = &self.engine.master;
         if master.create_stream(def.clone(), c.if_not_exists)? && def.connector == "memory" {
             master.memory_log(&def)?;

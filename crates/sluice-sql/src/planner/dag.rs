@@ -173,6 +173,7 @@ impl DagBuilder<'_> {
             options: def.options.clone(),
             watermark: def.watermark_spec(),
             idle_timeout_ms,
+            computed: def.computed.clone(),
         };
         // A memory log has one partition: one reader.
         let parallelism = if def.connector == "memory" {

@@ -1,0 +1,492 @@
+//! The `datagen` source connector, with Flink's option names so Flink (and
+//! RisingWave) DDL runs unchanged:
+//!
+//! - `'number-of-rows'`: a bounded run (default: unbounded, or until a
+//!   sequence field is exhausted);
+//! - `'rows-per-second'`: the pace over all instances (default 10000, as in
+//!   Flink; `0` = as fast as possible);
+//! - `'fields.<col>.kind'` = `'sequence'` (`.start`, `.end`) or `'random'`
+//!   (`.min`, `.max` for numbers, `.length` for strings, default 100).
+//!
+//! With parallelism P, instance i generates global rows i, i+P, i+2P, …, so
+//! a sequence field advances in step over the instances (as in Flink).
+//! Random values come from a seeded wyrand generator per instance (fast and
+//! reproducible); random strings are lowercase hex, as Flink's.
+
+use crate::options::u64_option;
+use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray};
+use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use sluice_dataflow::source::{SourceEvent, SourceReader};
+use sluice_types::{Error, Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Flink's default pace.
+pub const ROWS_PER_SECOND_DEFAULT: u64 = 10_000;
+/// Flink's default random string length.
+pub const STRING_LENGTH_DEFAULT: usize = 100;
+/// Longest random string a field may ask for.
+pub const STRING_LENGTH_MAX: usize = 1 << 20;
+
+/// Options datagen knows besides `fields.*`.
+pub const OPTIONS: &[&str] = &["number-of-rows", "rows-per-second"];
+
+/// How one column is generated.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldKind {
+    /// `start + global row number`, up to `end`.
+    Sequence { start: i64, end: i64 },
+    /// Uniform in `[min, max]` (numbers) or `length` hex characters (strings).
+    Random { min: Option<f64>, max: Option<f64>, length: usize },
+}
+
+/// Parsed datagen options (checked against the schema by [`DatagenConfig::new`]).
+#[derive(Debug, Clone)]
+pub struct DatagenConfig {
+    pub rows_max: Option<u64>,
+    pub rows_per_second: u64,
+    /// One per column of the schema, in order.
+    pub fields: Vec<FieldKind>,
+    pub schema: SchemaRef,
+}
+
+fn field_options(options: &BTreeMap<String, String>) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+    let mut fields: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (key, value) in options {
+        let Some(rest) = key.strip_prefix("fields.") else {
+            continue;
+        };
+        let Some((column, option)) = rest.rsplit_once('.') else {
+            return Err(Error::invalid_option(format!(
+                "option '{key}': expected 'fields.<column>.<kind|start|end|min|max|length>'"
+            )));
+        };
+        if !["kind", "start", "end", "min", "max", "length"].contains(&option) {
+            return Err(Error::invalid_option(format!(
+                "unknown option '{key}' for connector 'datagen'; a field takes kind, start, end, min, max, length"
+            )));
+        }
+        fields
+            .entry(column.to_string())
+            .or_default()
+            .insert(option.to_string(), value.clone());
+    }
+    Ok(fields)
+}
+
+fn number(field: &str, option: &str, v: Option<&String>) -> Result<Option<f64>> {
+    v.map(|v| {
+        v.trim().parse::<f64>().map_err(|_| {
+            Error::invalid_option(format!("option 'fields.{field}.{option}' must be a number, got '{v}'"))
+        })
+    })
+    .transpose()
+}
+
+impl DatagenConfig {
+    /// Options without a schema: the checks that need no column types.
+    pub fn check_options(options: &BTreeMap<String, String>) -> Result<()> {
+        u64_option(options, "number-of-rows")?;
+        u64_option(options, "rows-per-second")?;
+        for (column, o) in field_options(options)? {
+            match o.get("kind").map(String::as_str) {
+                None | Some("random" | "sequence") => {}
+                Some(other) => {
+                    return Err(Error::invalid_option(format!(
+                        "'fields.{column}.kind' = '{other}': use 'sequence' or 'random'"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Options checked against the stream's (connector) schema.
+    pub fn new(options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<Self> {
+        Self::check_options(options)?;
+        let mut per_field = field_options(options)?;
+        let mut fields = Vec::new();
+        for f in schema.fields() {
+            let o = per_field.remove(f.name()).unwrap_or_default();
+            fields.push(field_kind(f.name(), f.data_type(), &o)?);
+        }
+        if let Some(unknown) = per_field.keys().next() {
+            return Err(Error::invalid_option(format!(
+                "datagen option 'fields.{unknown}.…' names no column of the stream"
+            )));
+        }
+        Ok(DatagenConfig {
+            rows_max: u64_option(options, "number-of-rows")?,
+            rows_per_second: u64_option(options, "rows-per-second")?.unwrap_or(ROWS_PER_SECOND_DEFAULT),
+            fields,
+            schema: schema.clone(),
+        })
+    }
+
+    /// Rows the run produces over all instances (None: unbounded).
+    pub fn total_rows(&self) -> Option<u64> {
+        let sequence_rows = self
+            .fields
+            .iter()
+            .filter_map(|k| match k {
+                FieldKind::Sequence { start, end } => Some((end - start).max(-1).wrapping_add(1) as u64),
+                FieldKind::Random { .. } => None,
+            })
+            .min();
+        match (self.rows_max, sequence_rows) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+fn field_kind(name: &str, data_type: &DataType, o: &BTreeMap<String, String>) -> Result<FieldKind> {
+    let integer = data_type.is_integer();
+    let supported = integer || data_type.is_floating() || matches!(data_type, DataType::Utf8 | DataType::Boolean);
+    if !supported {
+        return Err(Error::unsupported(format!(
+            "datagen cannot generate column \"{name}\" of type {data_type}; use integer, floating-point, boolean or \
+             VARCHAR columns (and computed columns for timestamps, e.g. ts AS TO_TIMESTAMP_LTZ(seq, 3))"
+        )));
+    }
+    match o.get("kind").map(String::as_str).unwrap_or("random") {
+        "sequence" => {
+            if !integer {
+                return Err(Error::invalid_option(format!(
+                    "'fields.{name}.kind' = 'sequence' needs an integer column, not {data_type}"
+                )));
+            }
+            let bound = |option: &str| -> Result<i64> {
+                let v = o.get(option).ok_or_else(|| {
+                    Error::invalid_option(format!("a sequence field needs 'fields.{name}.{option}'"))
+                })?;
+                v.trim().parse::<i64>().map_err(|_| {
+                    Error::invalid_option(format!("option 'fields.{name}.{option}' must be an integer, got '{v}'"))
+                })
+            };
+            let (start, end) = (bound("start")?, bound("end")?);
+            if end < start {
+                return Err(Error::invalid_option(format!(
+                    "'fields.{name}.end' ({end}) is below 'fields.{name}.start' ({start})"
+                )));
+            }
+            Ok(FieldKind::Sequence { start, end })
+        }
+        _ => {
+            let min = number(name, "min", o.get("min"))?;
+            let max = number(name, "max", o.get("max"))?;
+            if let (Some(a), Some(b)) = (min, max)
+                && b < a
+            {
+                return Err(Error::invalid_option(format!(
+                    "'fields.{name}.max' ({b}) is below 'fields.{name}.min' ({a})"
+                )));
+            }
+            let length = match o.get("length") {
+                None => STRING_LENGTH_DEFAULT,
+                Some(v) => v
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|l| *l <= STRING_LENGTH_MAX)
+                    .ok_or_else(|| {
+                        Error::invalid_option(format!(
+                            "option 'fields.{name}.length' must be an integer from 0 to {STRING_LENGTH_MAX}, got '{v}'"
+                        ))
+                    })?,
+            };
+            Ok(FieldKind::Random { min, max, length })
+        }
+    }
+}
+
+/// wyrand: one multiply per 64 random bits.
+#[derive(Debug, Clone)]
+struct WyRand(u64);
+
+impl WyRand {
+    #[inline]
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = (self.0 as u128).wrapping_mul((self.0 ^ 0xe703_7ed1_a0b4_28db) as u128);
+        ((t >> 64) ^ t) as u64
+    }
+
+    /// Uniform in `[min, max]` (inclusive).
+    #[inline]
+    fn range(&mut self, min: i64, max: i64) -> i64 {
+        let span = (max as i128 - min as i128 + 1) as u128;
+        let offset = ((self.next() as u128 * span) >> 64) as i64;
+        min.wrapping_add(offset)
+    }
+}
+
+/// The integer range of a type, for random fields without `.min` / `.max`.
+fn integer_range(t: &DataType) -> (i64, i64) {
+    match t {
+        DataType::Int8 => (i8::MIN as i64, i8::MAX as i64),
+        DataType::Int16 => (i16::MIN as i64, i16::MAX as i64),
+        DataType::Int32 => (i32::MIN as i64, i32::MAX as i64),
+        DataType::UInt8 => (0, u8::MAX as i64),
+        DataType::UInt16 => (0, u16::MAX as i64),
+        DataType::UInt32 => (0, u32::MAX as i64),
+        DataType::UInt64 => (0, i64::MAX),
+        _ => (i64::MIN, i64::MAX),
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// One instance's reader.
+pub struct DatagenReader {
+    config: DatagenConfig,
+    rng: WyRand,
+    /// Global row number of this instance's next row.
+    next_row: u64,
+    stride: u64,
+    /// Rows over all instances (None: unbounded).
+    total_rows: Option<u64>,
+    rows_per_second: u64,
+    started: Instant,
+    produced: u64,
+}
+
+impl DatagenReader {
+    pub fn new(config: DatagenConfig, instance: u32, parallelism: u32) -> Self {
+        let parallelism = parallelism.max(1) as u64;
+        let rows_per_second = config.rows_per_second.div_ceil(parallelism);
+        DatagenReader {
+            total_rows: config.total_rows(),
+            rng: WyRand(0x5eed_da7a_u64 ^ ((instance as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))),
+            next_row: instance as u64,
+            stride: parallelism,
+            rows_per_second,
+            started: Instant::now(),
+            produced: 0,
+            config,
+        }
+    }
+
+    /// Rows left for this instance (None: unbounded).
+    fn rows_left(&self) -> Option<u64> {
+        self.total_rows
+            .map(|total| total.saturating_sub(self.next_row).div_ceil(self.stride))
+    }
+
+    /// Generates the next `rows` rows.
+    pub fn generate(&mut self, rows: usize) -> Result<RecordBatch> {
+        let first = self.next_row;
+        let stride = self.stride;
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.config.fields.len());
+        for (kind, field) in self.config.fields.iter().zip(self.config.schema.fields()) {
+            let t = field.data_type();
+            let array: ArrayRef = match kind {
+                FieldKind::Sequence { start, .. } => Arc::new(Int64Array::from_iter_values(
+                    (0..rows as u64).map(|k| start.wrapping_add((first + k * stride) as i64)),
+                )),
+                FieldKind::Random { length, .. } if *t == DataType::Utf8 => Arc::new(hex_strings(&mut self.rng, rows, *length)?),
+                FieldKind::Random { .. } if *t == DataType::Boolean => {
+                    Arc::new(BooleanArray::from_iter((0..rows).map(|_| Some(self.rng.next() & 1 == 1))))
+                }
+                FieldKind::Random { min, max, .. } if t.is_floating() => {
+                    let (lo, hi) = (min.unwrap_or(f32::MIN as f64), max.unwrap_or(f32::MAX as f64));
+                    Arc::new(Float64Array::from_iter_values((0..rows).map(|_| {
+                        let unit = (self.rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+                        lo + unit * (hi - lo)
+                    })))
+                }
+                FieldKind::Random { min, max, .. } => {
+                    let (tmin, tmax) = integer_range(t);
+                    let lo = min.map_or(tmin, |m| (m.ceil() as i64).max(tmin));
+                    let hi = max.map_or(tmax, |m| (m.floor() as i64).min(tmax));
+                    Arc::new(Int64Array::from_iter_values((0..rows).map(|_| self.rng.range(lo, hi))))
+                }
+            };
+            columns.push(if array.data_type() == t { array } else { cast(&array, t)? });
+        }
+        self.next_row += rows as u64 * stride;
+        self.produced += rows as u64;
+        Ok(RecordBatch::try_new(self.config.schema.clone(), columns)?)
+    }
+
+    /// Rows to produce now: at most `batch_rows_max`, the rows left, and
+    /// (paced) the rows due by now; waits when none is due.
+    async fn rows_now(&self, batch_rows_max: usize) -> usize {
+        let mut rows = batch_rows_max.max(1) as u64;
+        if let Some(left) = self.rows_left() {
+            rows = rows.min(left);
+        }
+        if self.rows_per_second == 0 {
+            return rows as usize;
+        }
+        loop {
+            let due = (self.started.elapsed().as_secs_f64() * self.rows_per_second as f64) as u64;
+            let ahead = due.saturating_sub(self.produced);
+            if ahead > 0 {
+                return rows.min(ahead) as usize;
+            }
+            let next_due = (self.produced + 1) as f64 / self.rows_per_second as f64;
+            let wait = next_due - self.started.elapsed().as_secs_f64();
+            tokio::time::sleep(Duration::from_secs_f64(wait.max(0.0001))).await;
+        }
+    }
+}
+
+fn hex_strings(rng: &mut WyRand, rows: usize, length: usize) -> Result<StringArray> {
+    let mut values = Vec::with_capacity(rows * length);
+    let mut offsets = Vec::with_capacity(rows + 1);
+    offsets.push(0i32);
+    for _ in 0..rows {
+        let mut left = length;
+        while left > 0 {
+            let mut bits = rng.next();
+            for _ in 0..left.min(16) {
+                values.push(HEX[(bits & 15) as usize]);
+                bits >>= 4;
+            }
+            left -= left.min(16);
+        }
+        offsets.push(i32::try_from(values.len()).map_err(|_| Error::internal("datagen batch too large"))?);
+    }
+    Ok(StringArray::try_new(
+        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+        Buffer::from_vec(values),
+        None,
+    )?)
+}
+
+#[async_trait]
+impl SourceReader for DatagenReader {
+    fn partitions(&self) -> usize {
+        1
+    }
+
+    async fn next(&mut self, batch_rows_max: usize) -> Result<SourceEvent> {
+        if self.rows_left() == Some(0) {
+            return Ok(SourceEvent::End);
+        }
+        let rows = self.rows_now(batch_rows_max).await;
+        Ok(SourceEvent::Data {
+            partition: 0,
+            batch: self.generate(rows)?,
+        })
+    }
+}
+
+/// The schema datagen checks its field options against.
+pub fn check_schema(options: &BTreeMap<String, String>, schema: &Schema) -> Result<()> {
+    DatagenConfig::new(options, &Arc::new(schema.clone())).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, Int32Array};
+    use arrow::datatypes::Field;
+
+    fn options(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("seq", DataType::Int64, false),
+            Field::new("auction", DataType::Int32, false),
+            Field::new("channel", DataType::Utf8, false),
+        ]))
+    }
+
+    fn bid_options(rows: &str) -> BTreeMap<String, String> {
+        options(&[
+            ("number-of-rows", rows),
+            ("rows-per-second", "0"),
+            ("fields.seq.kind", "sequence"),
+            ("fields.seq.start", "1"),
+            ("fields.seq.end", "1000000"),
+            ("fields.auction.min", "1000"),
+            ("fields.auction.max", "1999"),
+            ("fields.channel.length", "10"),
+        ])
+    }
+
+    async fn drain(mut r: DatagenReader, batch: usize) -> Vec<RecordBatch> {
+        let mut out = Vec::new();
+        while let SourceEvent::Data { batch, .. } = r.next(batch).await.unwrap() {
+            out.push(batch);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn bounded_sequence_split_over_instances_with_ranges_respected() {
+        let config = DatagenConfig::new(&bid_options("1001"), &schema()).unwrap();
+        let mut seqs = Vec::new();
+        for instance in 0..3 {
+            for b in drain(DatagenReader::new(config.clone(), instance, 3), 100).await {
+                let seq = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                seqs.extend(seq.values().iter().copied());
+                let auction = b.column(1).as_any().downcast_ref::<Int32Array>().unwrap();
+                assert!(auction.values().iter().all(|a| (1000..=1999).contains(a)));
+                let channel = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
+                assert!((0..channel.len()).all(|i| channel.value(i).len() == 10
+                    && channel.value(i).bytes().all(|c| c.is_ascii_hexdigit())));
+            }
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=1001).collect::<Vec<i64>>(), "every sequence value exactly once");
+    }
+
+    #[tokio::test]
+    async fn sequence_end_bounds_the_run_and_random_covers_the_range() {
+        let mut o = bid_options("0");
+        o.remove("number-of-rows");
+        o.insert("fields.seq.end".into(), "5000".into());
+        let config = DatagenConfig::new(&o, &schema()).unwrap();
+        assert_eq!(config.total_rows(), Some(5000));
+        let batches = drain(DatagenReader::new(config, 0, 1), 4096).await;
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 5000);
+        let mut seen = std::collections::HashSet::new();
+        for b in &batches {
+            let a = b.column(1).as_any().downcast_ref::<Int32Array>().unwrap();
+            seen.extend(a.values().iter().copied());
+        }
+        assert!(seen.contains(&1000) && seen.contains(&1999) && seen.len() > 990, "{}", seen.len());
+    }
+
+    #[tokio::test]
+    async fn paced_by_rows_per_second() {
+        let mut o = bid_options("300");
+        o.insert("rows-per-second".into(), "1000".into());
+        let config = DatagenConfig::new(&o, &schema()).unwrap();
+        let started = Instant::now();
+        let batches = drain(DatagenReader::new(config, 0, 1), 8192).await;
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 300);
+        // 300 rows at 1000/s cannot all be out before ~0.3 s (a lower bound only).
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        assert!(batches.len() > 1, "paced output comes in several batches");
+    }
+
+    #[test]
+    fn bad_options_are_clear_errors() {
+        let s = schema();
+        let e = |o: &[(&str, &str)]| DatagenConfig::new(&options(o), &s).unwrap_err().to_string();
+        assert!(e(&[("fields.nope.kind", "random")]).contains("nope"));
+        assert!(e(&[("fields.seq.kind", "sequence")]).contains("fields.seq.start"));
+        assert!(e(&[("fields.seq.kind", "counter")]).contains("sequence"));
+        assert!(e(&[("fields.channel.kind", "sequence"), ("fields.channel.start", "1"), ("fields.channel.end", "2")])
+            .contains("integer"));
+        assert!(e(&[("fields.auction.min", "5"), ("fields.auction.max", "1")]).contains("below"));
+        assert!(e(&[("number-of-rows", "-1")]).contains("number-of-rows"));
+        let ts = Arc::new(Schema::new(vec![Field::new(
+            "t",
+            DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond, None),
+            true,
+        )]));
+        assert!(DatagenConfig::new(&BTreeMap::new(), &ts).unwrap_err().to_string().contains("computed"));
+    }
+}

@@ -1,0 +1,347 @@
+//! Inner equi-join of two streams: a symmetric hash join.
+//!
+//! Each side keeps the rows it has seen, indexed by the row-encoded join
+//! key; a batch from one side probes the other side's index, emits the
+//! matches (left columns, then right columns) and is then stored. Rows live
+//! in the batches they arrived in (shared, reference-counted by live rows);
+//! output is gathered with `take` (probing side) and `interleave` (stored
+//! side), no per-row copies of values.
+//!
+//! State is freed by time ([`JoinState::expire`], pure bookkeeping):
+//! - a *windowed* join (the keys pair both sides' event-time columns, e.g.
+//!   both `window_end`s) frees the rows of a time once the low watermark has
+//!   passed it, and drops rows that arrive behind the watermark (late);
+//! - otherwise rows expire `state_ttl_ms` after their event time (measured
+//!   against the low watermark) or, when a side has no event time, after
+//!   their arrival in processing time (checked on a timer).
+//!
+//! `state_rows_max` bounds the rows one instance holds over both sides; a
+//! batch that would exceed it fails the pipeline with a clear error.
+
+use crate::operator::{Operator, OperatorContext};
+use crate::time::timestamps_ms;
+use arrow::array::{Array, ArrayRef, UInt32Array};
+use arrow::compute::{interleave, take};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use async_trait::async_trait;
+use sluice_plan::{JoinSide, JoinSpec};
+use sluice_types::{Error, Result, SqlCode, Watermark};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Rows gathered into one output batch at most.
+pub const OUTPUT_BATCH_ROWS_MAX: usize = 8192;
+
+/// One stored row: where it lives and its time (event or arrival).
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    time_ms: i64,
+    batch: u64,
+    row: u32,
+}
+
+struct StoredBatch {
+    batch: RecordBatch,
+    live_rows: usize,
+}
+
+/// One side's rows, by key, plus the times at which keys may expire.
+#[derive(Default)]
+struct SideState {
+    index: HashMap<Box<[u8]>, Vec<Entry>>,
+    /// Earliest time of a key's entries → keys (a key is listed once, under
+    /// the earliest time it had when listed).
+    expiry: BTreeMap<i64, Vec<Box<[u8]>>>,
+    batches: HashMap<u64, StoredBatch>,
+    rows: usize,
+}
+
+impl SideState {
+    /// Drops entries with `time_ms < cutoff`; returns how many.
+    fn expire(&mut self, cutoff: i64) -> usize {
+        let mut freed = 0;
+        while let Some(entry) = self.expiry.first_entry() {
+            if *entry.key() >= cutoff {
+                break;
+            }
+            for key in entry.remove() {
+                let Some(entries) = self.index.get_mut(&key) else {
+                    continue;
+                };
+                let batches = &mut self.batches;
+                entries.retain(|e| {
+                    if e.time_ms >= cutoff {
+                        return true;
+                    }
+                    if let Some(b) = batches.get_mut(&e.batch) {
+                        b.live_rows -= 1;
+                        if b.live_rows == 0 {
+                            batches.remove(&e.batch);
+                        }
+                    }
+                    freed += 1;
+                    false
+                });
+                match entries.iter().map(|e| e.time_ms).min() {
+                    None => {
+                        self.index.remove(&key);
+                    }
+                    Some(earliest) => self.expiry.entry(earliest).or_default().push(key),
+                }
+            }
+        }
+        self.rows -= freed;
+        freed
+    }
+}
+
+/// Both sides' state and the rules that free it; no I/O.
+pub struct JoinState {
+    sides: [SideState; 2],
+    next_batch: u64,
+    rows_max: usize,
+}
+
+/// The probe of one batch: (probing row, stored entry) pairs.
+type Matches = Vec<(u32, Entry)>;
+
+impl JoinState {
+    pub fn new(rows_max: usize) -> Self {
+        JoinState {
+            sides: [SideState::default(), SideState::default()],
+            next_batch: 0,
+            rows_max,
+        }
+    }
+
+    /// Rows held over both sides.
+    pub fn rows(&self) -> usize {
+        self.sides[0].rows + self.sides[1].rows
+    }
+
+    /// Frees rows older than `cutoff` on both sides; returns how many.
+    pub fn expire(&mut self, cutoff: i64) -> usize {
+        self.sides[0].expire(cutoff) + self.sides[1].expire(cutoff)
+    }
+
+    /// Probes `side`'s opposite with `keys` (None = a null key, never
+    /// matches), then stores the rows marked in `store` with their times.
+    fn probe_and_store(
+        &mut self,
+        side: usize,
+        batch: &RecordBatch,
+        keys: &[Option<&[u8]>],
+        times: &[i64],
+        store: &[bool],
+    ) -> Result<Matches> {
+        let other = &self.sides[1 - side];
+        let mut matches = Vec::new();
+        for (row, key) in keys.iter().enumerate() {
+            if let Some(entries) = key.and_then(|k| other.index.get(k)) {
+                matches.extend(entries.iter().map(|e| (row as u32, *e)));
+            }
+        }
+        let stored = keys.iter().zip(store).filter(|(k, s)| k.is_some() && **s).count();
+        if stored == 0 {
+            return Ok(matches);
+        }
+        if self.rows() + stored > self.rows_max {
+            return Err(Error::user(
+                SqlCode::ConfigurationLimitExceeded,
+                format!(
+                    "join state limit reached: {} rows held (join_state_rows_max); use a window, a shorter join_state_ttl, or more parallelism",
+                    self.rows_max
+                ),
+            ));
+        }
+        let id = self.next_batch;
+        self.next_batch += 1;
+        let state = &mut self.sides[side];
+        for (row, key) in keys.iter().enumerate() {
+            let (Some(key), true) = (key, store[row]) else {
+                continue;
+            };
+            let entry = Entry {
+                time_ms: times[row],
+                batch: id,
+                row: row as u32,
+            };
+            match state.index.get_mut(*key) {
+                Some(entries) => entries.push(entry),
+                None => {
+                    state.index.insert((*key).into(), vec![entry]);
+                    state.expiry.entry(entry.time_ms).or_default().push((*key).into());
+                }
+            }
+        }
+        state.batches.insert(
+            id,
+            StoredBatch {
+                batch: batch.clone(),
+                live_rows: stored,
+            },
+        );
+        state.rows += stored;
+        Ok(matches)
+    }
+}
+
+/// The operator around [`JoinState`].
+pub struct JoinOperator {
+    spec: JoinSpec,
+    output_schema: SchemaRef,
+    /// Inputs `0..left_inputs` are the left side's channels.
+    left_inputs: usize,
+    converters: [RowConverter; 2],
+    state: JoinState,
+    /// Event-time TTL needs both sides' event time; else processing time.
+    processing_time: bool,
+}
+
+impl JoinOperator {
+    pub fn new(spec: &JoinSpec, output_schema: SchemaRef, left_inputs: usize) -> Result<Self> {
+        let converter = |side: &JoinSide| {
+            RowConverter::new(
+                side.keys
+                    .iter()
+                    .map(|k| SortField::new(side.schema.field(*k).data_type().clone()))
+                    .collect(),
+            )
+        };
+        let (l, r) = (converter(&spec.left)?, converter(&spec.right)?);
+        let processing_time = !spec.windowed && (spec.left.time_column.is_none() || spec.right.time_column.is_none());
+        if spec.windowed && processing_time {
+            return Err(Error::internal("windowed join without event time"));
+        }
+        Ok(JoinOperator {
+            spec: spec.clone(),
+            output_schema,
+            left_inputs,
+            converters: [l, r],
+            state: JoinState::new(spec.state_rows_max),
+            processing_time,
+        })
+    }
+
+    fn side(&self, side: usize) -> &JoinSide {
+        if side == 0 { &self.spec.left } else { &self.spec.right }
+    }
+
+    fn now_ms() -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+
+    /// Output batches for the matches of a batch from `side`.
+    fn gather(&self, side: usize, batch: &RecordBatch, matches: &[(u32, Entry)]) -> Result<Vec<RecordBatch>> {
+        let stored = &self.state.sides[1 - side].batches;
+        let mut out = Vec::new();
+        for chunk in matches.chunks(OUTPUT_BATCH_ROWS_MAX) {
+            let probe_rows = UInt32Array::from_iter_values(chunk.iter().map(|(r, _)| *r));
+            let probe: Vec<ArrayRef> = (0..self.side(side).output_columns)
+                .map(|c| take(batch.column(c), &probe_rows, None))
+                .collect::<std::result::Result<_, _>>()?;
+            let mut sources: Vec<u64> = chunk.iter().map(|(_, e)| e.batch).collect();
+            sources.sort_unstable();
+            sources.dedup();
+            let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+            let indices: Vec<(usize, usize)> = chunk.iter().map(|(_, e)| (slot[&e.batch], e.row as usize)).collect();
+            let mut other = Vec::new();
+            for c in 0..self.side(1 - side).output_columns {
+                let arrays: Vec<&dyn Array> = sources
+                    .iter()
+                    .map(|b| stored[b].batch.column(c).as_ref())
+                    .collect();
+                other.push(interleave(&arrays, &indices)?);
+            }
+            let columns = if side == 0 {
+                probe.into_iter().chain(other).collect()
+            } else {
+                other.into_iter().chain(probe).collect()
+            };
+            out.push(RecordBatch::try_new(self.output_schema.clone(), columns)?);
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Operator for JoinOperator {
+    async fn process_batch(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let side = usize::from(input >= self.left_inputs);
+        let spec_side = self.side(side).clone();
+        let key_arrays: Vec<ArrayRef> = spec_side.keys.iter().map(|k| batch.column(*k).clone()).collect();
+        let rows = self.converters[side].convert_columns(&key_arrays)?;
+        let null = |row: usize| key_arrays.iter().any(|a| a.is_null(row));
+        let keys: Vec<Option<&[u8]>> = (0..batch.num_rows())
+            .map(|r| (!null(r)).then(|| rows.row(r).data()))
+            .collect();
+        let times: Vec<i64> = match (self.processing_time, spec_side.time_column) {
+            (false, Some(c)) => timestamps_ms(batch.column(c))?
+                .into_iter()
+                .map(|t| t.unwrap_or(i64::MIN))
+                .collect(),
+            _ => vec![Self::now_ms(); batch.num_rows()],
+        };
+        let low = ctx.watermark.0;
+        let store: Vec<bool> = if self.spec.windowed {
+            // Behind the watermark: the other side's rows of that time are gone.
+            let mut late = 0;
+            let store = times
+                .iter()
+                .map(|t| {
+                    let ok = *t >= low;
+                    late += usize::from(!ok);
+                    ok
+                })
+                .collect();
+            ctx.metrics.late_rows_dropped.fetch_add(late as u64, Ordering::Relaxed);
+            store
+        } else {
+            vec![true; batch.num_rows()]
+        };
+        let keys: Vec<Option<&[u8]>> = keys.iter().zip(&store).map(|(k, s)| if *s { *k } else { None }).collect();
+        let matches = self.state.probe_and_store(side, &batch, &keys, &times, &store)?;
+        ctx.metrics.state_groups.store(self.state.rows() as u64, Ordering::Relaxed);
+        for out in self.gather(side, &batch, &matches)? {
+            ctx.emit(out).await?;
+        }
+        Ok(())
+    }
+
+    async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        if !self.processing_time {
+            let cutoff = match (self.spec.windowed, self.spec.state_ttl_ms) {
+                (true, _) => Some(watermark.0),
+                (false, Some(ttl)) => Some(watermark.0.saturating_sub(ttl)),
+                (false, None) => None,
+            };
+            if let Some(cutoff) = cutoff {
+                self.state.expire(cutoff);
+                ctx.metrics.state_groups.store(self.state.rows() as u64, Ordering::Relaxed);
+            }
+        }
+        ctx.emit_watermark(watermark).await
+    }
+
+    fn timer_interval(&self) -> Option<Duration> {
+        let ttl = self.spec.state_ttl_ms.filter(|_| self.processing_time)?;
+        Some(Duration::from_millis((ttl / 4).clamp(10, 1000) as u64))
+    }
+
+    async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        if let Some(ttl) = self.spec.state_ttl_ms {
+            self.state.expire(Self::now_ms().saturating_sub(ttl));
+            ctx.metrics.state_groups.store(self.state.rows() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "join_tests.rs"]
+mod tests;
