@@ -8,6 +8,7 @@ mod common;
 
 mod http_api;
 mod lifecycle;
+mod nexmark_queries;
 mod protocol;
 mod psql;
 mod sessions;

@@ -147,7 +147,9 @@ impl ConnectorFactory for Connectors {
                 let format = FileFormat::parse(spec.options.get("format").map(String::as_str).unwrap_or("json"))?;
                 Ok(Box::new(FileSink::open(path, format, ctx.instance)?))
             }
-            "blackhole" => Ok(Box::new(BlackholeSink)),
+            "blackhole" => Ok(Box::new(BlackholeSink {
+                latency: crate::sinks::LatencyRecorder::from_options(&spec.options, schema)?,
+            })),
             "kafka" => Ok(Box::new(KafkaSink::open(&spec.options, schema, ctx)?)),
             "hdfs" => Ok(Box::new(RollingSink::open(&spec.options, schema, ctx)?)),
             other => Err(Error::unsupported(format!("unknown sink connector '{other}'"))),

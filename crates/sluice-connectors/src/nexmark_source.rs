@@ -16,6 +16,10 @@ pub struct NexmarkOptions {
     pub config: NexmarkConfig,
     /// Global event rate over all instances; 0 = unpaced.
     pub events_per_second: u64,
+    /// `'base.time' = 'now'`: event time is wall-clock time — event 0 at
+    /// the reader's start, event n when it is due at the pace (for latency
+    /// measurements: event time is then the event's creation time).
+    pub base_time_now: bool,
 }
 
 /// Parses and checks a nexmark stream's options.
@@ -28,7 +32,8 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
         config.seed = seed;
     }
     config.events_max = u64_option(options, "events.max")?;
-    if let Some(base) = u64_option(options, "base.time")? {
+    let base_time_now = options.get("base.time").is_some_and(|v| v.trim().eq_ignore_ascii_case("now"));
+    if !base_time_now && let Some(base) = u64_option(options, "base.time")? {
         config.base_time_ms = base as i64;
     }
     let events_per_second = u64_option(options, "events.per.second")?.unwrap_or(0);
@@ -37,6 +42,7 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
         table,
         config,
         events_per_second,
+        base_time_now,
     })
 }
 
@@ -52,7 +58,16 @@ pub struct NexmarkReader {
 
 impl NexmarkReader {
     pub fn new(options: &NexmarkOptions, instance: u32, parallelism: u32) -> Self {
-        let generator = NexmarkGenerator::new(options.config.clone(), options.table, instance, parallelism);
+        let mut config = options.config.clone();
+        if options.base_time_now {
+            config.base_time_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            if options.events_per_second > 0 {
+                config.events_per_second_for_timestamps = options.events_per_second;
+            }
+        }
+        let generator = NexmarkGenerator::new(config, options.table, instance, parallelism);
         let first_position = generator.position();
         NexmarkReader {
             generator,

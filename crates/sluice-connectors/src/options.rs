@@ -23,7 +23,7 @@ pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
 pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
     match connector {
         "file" => Ok(&["connector", "path", "format"]),
-        "blackhole" => Ok(&["connector"]),
+        "blackhole" => Ok(&["connector", "latency.column", "latency.window", "latency.file"]),
         "kafka" => Ok(crate::kafka::SINK_OPTIONS),
         "hdfs" => Ok(crate::hdfs::SINK_OPTIONS),
         other => Err(Error::unsupported(format!(

@@ -53,20 +53,126 @@ impl Operator for MemorySink {
     }
 }
 
-/// Discards rows (counted as the task's rows in).
-pub struct BlackholeSink;
+/// Discards rows (counted as the task's rows in). With `'latency.column'`
+/// it also measures end-to-end latency: wall-clock now minus the row's
+/// event time in that column (rounded up to the end of its window with
+/// `'latency.window'`), and writes p50/p99/max to `'latency.file'` (JSON)
+/// when the input ends.
+pub struct BlackholeSink {
+    pub latency: Option<LatencyRecorder>,
+}
 
 #[async_trait]
 impl Operator for BlackholeSink {
-    async fn process_batch(
-        &mut self,
-        _batch: RecordBatch,
-        _input: usize,
-        _ctx: &mut OperatorContext<'_>,
-    ) -> Result<()> {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        if let Some(l) = &mut self.latency {
+            l.record(&batch)?;
+        }
         Ok(())
     }
     async fn process_watermark(&mut self, _w: Watermark, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        Ok(())
+    }
+    async fn process_end_of_input(&mut self, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        if let Some(l) = &self.latency {
+            l.write()?;
+        }
+        Ok(())
+    }
+}
+
+/// Latency histogram buckets: 100 µs each, up to [`LATENCY_BUCKETS`] × 100 µs
+/// (60 s); slower rows count in the last bucket.
+pub const LATENCY_BUCKETS: usize = 600_000;
+/// Rows in the first seconds after the first row are warm-up, not measured.
+pub const LATENCY_WARMUP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// End-to-end latency of the rows reaching a blackhole sink.
+pub struct LatencyRecorder {
+    column: usize,
+    window_ms: i64,
+    path: PathBuf,
+    buckets: Vec<u64>,
+    rows: u64,
+    max_us: u64,
+    first_row: Option<std::time::Instant>,
+}
+
+impl LatencyRecorder {
+    /// From the sink's options, if `'latency.column'` is set.
+    pub fn from_options(
+        options: &std::collections::BTreeMap<String, String>,
+        schema: &arrow::datatypes::SchemaRef,
+    ) -> Result<Option<Self>> {
+        let Some(column) = options.get("latency.column") else {
+            return Ok(None);
+        };
+        let index = schema.index_of(column).map_err(|_| {
+            Error::invalid_option(format!("'latency.column' = '{column}' is not a column of the sink's rows"))
+        })?;
+        let window_ms = match options.get("latency.window") {
+            None => 0,
+            Some(v) => sluice_types::parse_duration_ms(v)
+                .ok_or_else(|| Error::invalid_option(format!("'latency.window' must be a duration, got '{v}'")))?
+                as i64,
+        };
+        let path = options
+            .get("latency.file")
+            .ok_or_else(|| Error::invalid_option("'latency.column' needs 'latency.file'"))?;
+        Ok(Some(LatencyRecorder {
+            column: index,
+            window_ms,
+            path: PathBuf::from(path),
+            buckets: vec![0; LATENCY_BUCKETS],
+            rows: 0,
+            max_us: 0,
+            first_row: None,
+        }))
+    }
+
+    fn record(&mut self, batch: &RecordBatch) -> Result<()> {
+        let first = *self.first_row.get_or_insert_with(std::time::Instant::now);
+        if first.elapsed() < LATENCY_WARMUP {
+            return Ok(());
+        }
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        for t in sluice_dataflow::time::timestamps_ms(batch.column(self.column))?.into_iter().flatten() {
+            let t = if self.window_ms > 0 {
+                t.div_euclid(self.window_ms) * self.window_ms + if t % self.window_ms == 0 { 0 } else { self.window_ms }
+            } else {
+                t
+            };
+            let us = (now_us - t * 1000).max(0) as u64;
+            self.buckets[((us / 100) as usize).min(LATENCY_BUCKETS - 1)] += 1;
+            self.max_us = self.max_us.max(us);
+            self.rows += 1;
+        }
+        Ok(())
+    }
+
+    /// The latency (ms, bucket upper bound) below which `q` of the rows are.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        let target = ((self.rows as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return (i + 1) as f64 / 10.0;
+            }
+        }
+        self.max_us as f64 / 1000.0
+    }
+
+    fn write(&self) -> Result<()> {
+        let summary = serde_json::json!({
+            "rows": self.rows,
+            "p50_ms": self.quantile_ms(0.50),
+            "p99_ms": self.quantile_ms(0.99),
+            "max_ms": self.max_us as f64 / 1000.0,
+        });
+        std::fs::write(&self.path, summary.to_string())?;
         Ok(())
     }
 }

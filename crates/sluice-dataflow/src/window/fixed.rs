@@ -109,7 +109,8 @@ impl FixedWindowOperator {
         })
     }
 
-    pub(crate) fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
+    /// Adds a batch's rows to their open windows; returns the late rows.
+    pub fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
         let times = timestamps_ms(batch.column(self.time_column))?;
         let (per_window, late) = self.assign(&times, watermark);
         if per_window.is_empty() {
@@ -162,7 +163,7 @@ impl FixedWindowOperator {
     }
 
     /// Emits and drops every window whose end is at or below `watermark`.
-    pub(crate) fn fire(&mut self, watermark: Watermark) -> Result<Vec<RecordBatch>> {
+    pub fn fire(&mut self, watermark: Watermark) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         while let Some((&start, _)) = self.windows.first_key_value() {
             if start.saturating_add(self.size_ms) > watermark.0 {

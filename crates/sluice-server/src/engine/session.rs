@@ -217,6 +217,8 @@ impl Session {
     fn planner_settings(&self) -> PlannerSettings {
         PlannerSettings {
             parallelism: self.settings.parallelism(),
+            join_state_ttl_ms: self.settings.join_state_ttl_ms(),
+            join_state_rows_max: self.settings.join_state_rows_max(),
             ..PlannerSettings::default()
         }
     }

@@ -14,6 +14,16 @@ const SLUICE_SETTINGS: &[(&str, &str, &str)] = &[
         "instances per operator for new queries and pipelines",
     ),
     (
+        "join_state_ttl",
+        "none",
+        "how long an unwindowed stream join keeps a row ('1h', '30s', …; none = only windowed joins)",
+    ),
+    (
+        "join_state_rows_max",
+        "10000000",
+        "rows one join instance may hold over both inputs",
+    ),
+    (
         "checkpoint_interval",
         "10s",
         "time between checkpoints of new pipelines",
@@ -116,6 +126,25 @@ impl Settings {
                     })?;
                 value.to_string()
             }
+            "join_state_ttl" => {
+                let v = value.trim();
+                if !v.eq_ignore_ascii_case("none") && sluice_types::parse_duration_ms(v).filter(|ms| *ms > 0).is_none() {
+                    return Err(Error::user(
+                        SqlCode::InvalidParameterValue,
+                        format!("join_state_ttl must be a duration such as '1h' or 'none', got '{value}'"),
+                    ));
+                }
+                v.to_ascii_lowercase()
+            }
+            "join_state_rows_max" => {
+                let n: u64 = value.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    Error::user(
+                        SqlCode::InvalidParameterValue,
+                        format!("join_state_rows_max must be a positive integer, got '{value}'"),
+                    )
+                })?;
+                n.to_string()
+            }
             "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes" => {
                 return Err(Error::user(
                     SqlCode::CantChangeRuntimeParam,
@@ -132,6 +161,22 @@ impl Settings {
     pub fn get(&self, name: &str) -> Result<String> {
         let name = name.to_ascii_lowercase();
         self.values.get(&name).cloned().ok_or_else(|| unknown(&name))
+    }
+
+    /// `join_state_ttl` in milliseconds (None: `none`).
+    pub fn join_state_ttl_ms(&self) -> Option<i64> {
+        self.values
+            .get("join_state_ttl")
+            .and_then(|v| sluice_types::parse_duration_ms(v))
+            .map(|ms| ms as i64)
+    }
+
+    /// `join_state_rows_max`.
+    pub fn join_state_rows_max(&self) -> usize {
+        self.values
+            .get("join_state_rows_max")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10_000_000)
     }
 
     pub fn parallelism(&self) -> u32 {

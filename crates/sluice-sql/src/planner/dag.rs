@@ -15,6 +15,9 @@ use sluice_types::{EdgeId, Error, OperatorId, Result, SqlCode};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+#[path = "join.rs"]
+mod join;
+
 struct DagBuilder<'p> {
     operators: Vec<OperatorSpec>,
     edges: Vec<EdgeSpec>,
@@ -124,6 +127,12 @@ impl DagBuilder<'_> {
                     .collect::<Result<_>>()?;
                 Ok(Stage { exprs, ..child })
             }
+            LogicalPlan::Filter(f) if matches!(f.input.as_ref(), LogicalPlan::Join(_)) => {
+                let LogicalPlan::Join(j) = f.input.as_ref() else {
+                    unreachable!("matched above")
+                };
+                self.plan_join(j, Some(&f.predicate))
+            }
             LogicalPlan::Filter(f) => {
                 let child = self.plan_node(&f.input)?;
                 let predicate = child.substitute(&f.predicate, f.input.schema())?;
@@ -139,7 +148,7 @@ impl DagBuilder<'_> {
                 "ORDER BY is not supported on a continuous query: a stream never ends, so it cannot be sorted",
             )),
             LogicalPlan::Limit(_) => Err(unsupported("LIMIT is supported only on the outermost query")),
-            LogicalPlan::Join(_) => Err(unsupported("joins of streams are not supported yet")),
+            LogicalPlan::Join(j) => self.plan_join(j, None),
             LogicalPlan::Distinct(_) => Err(unsupported(
                 "SELECT DISTINCT is not supported on a stream; use GROUP BY with a window",
             )),

@@ -40,6 +40,10 @@ pub struct PlannerSettings {
     pub parallelism: u32,
     /// Open window groups per window-aggregate instance.
     pub window_groups_max: usize,
+    /// How long an unwindowed join keeps a row (`SET join_state_ttl`).
+    pub join_state_ttl_ms: Option<i64>,
+    /// Rows one join instance may hold (`SET join_state_rows_max`).
+    pub join_state_rows_max: usize,
 }
 
 impl Default for PlannerSettings {
@@ -47,6 +51,8 @@ impl Default for PlannerSettings {
         PlannerSettings {
             parallelism: 1,
             window_groups_max: 1_000_000,
+            join_state_ttl_ms: None,
+            join_state_rows_max: 10_000_000,
         }
     }
 }

@@ -1,0 +1,194 @@
+//! `sluice-bench`: the Sluice benchmark suite (run by `scripts/bench.sh`).
+//!
+//! - Nexmark queries from `benches/nexmark/qN.sql` through the full engine
+//!   (a fresh `sluice playground` per run, SQL over pgwire, a blackhole
+//!   sink), with the generator-only rate of the tables each one reads;
+//! - end-to-end latency at half the measured rate (q0, q7);
+//! - SOL message throughput (100-byte messages, random shuffle, counting);
+//! - the Flink peer harness's six queries, Flink and Sluice alternately.
+//!
+//! Writes `benches/results/latest.{json,md}` and `throughput.svg`.
+
+mod flink;
+mod nexmark;
+mod report;
+mod server;
+mod sol;
+
+use anyhow::Result;
+use clap::Parser;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(about = "Sluice benchmarks: Nexmark, latency, SOL message throughput, Flink side by side")]
+struct Args {
+    /// Queries to run (files in benches/nexmark).
+    #[arg(long, value_delimiter = ',', default_value = "q0,q1,q2,q3,q5,q7,q8,q22")]
+    queries: Vec<String>,
+    /// Instances per operator.
+    #[arg(long, default_value_t = 2)]
+    parallelism: u32,
+    /// Global Nexmark events per throughput run (stateless and window queries).
+    #[arg(long, default_value_t = 20_000_000)]
+    events: u64,
+    /// Global Nexmark events for the join queries (they read person and
+    /// auction: 8 % of the events).
+    #[arg(long, default_value_t = 100_000_000)]
+    join_events: u64,
+    /// Seconds of each latency run (2 s of it are warm-up).
+    #[arg(long, default_value_t = 12)]
+    latency_seconds: u64,
+    /// Queries whose latency is measured at half their measured rate.
+    #[arg(long, value_delimiter = ',', default_value = "q0,q7")]
+    latency_queries: Vec<String>,
+    /// SOL messages per run.
+    #[arg(long, default_value_t = 200_000_000)]
+    sol_messages: u64,
+    /// Also run q5 over this many events and report its memory over time (0: skip).
+    #[arg(long, default_value_t = 0)]
+    q5_memory_events: u64,
+    /// Flink side by side: the harness directory (with .venv), or empty to skip.
+    #[arg(long, default_value = "")]
+    flink: String,
+    /// Flink queries to run (Q0..Q5).
+    #[arg(long, value_delimiter = ',', default_value = "Q0,Q1,Q2,Q3,Q4,Q5")]
+    flink_queries: Vec<String>,
+    /// Rows per Flink/Sluice datagen run (0: the harness's defaults, 3-8 M).
+    #[arg(long, default_value_t = 0)]
+    flink_rows: u64,
+    /// The repository root (benches/ lives there).
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// The sluice binary (default: next to this one).
+    #[arg(long)]
+    sluice: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let binary = match &args.sluice {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("sluice"),
+    };
+    let dir = args.root.join("benches/nexmark");
+    let out_dir = args.root.join("benches/results");
+    std::fs::create_dir_all(&out_dir)?;
+    let p = args.parallelism;
+    let mut results = json!({
+        "machine": report::machine(),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "parallelism": p,
+        "started_utc": report::utc_now(),
+    });
+
+    eprintln!("== generator-only rates");
+    let mut generators = serde_json::Map::new();
+    for table in ["bid", "auction", "person"] {
+        let events = if table == "bid" { args.events } else { args.join_events };
+        let s = nexmark::generator_only(&binary, table, p, events).await?;
+        eprintln!("  {table}: {:.0} rows/s", s.rows_per_s());
+        generators.insert(table.into(), nexmark::stats_json(&s));
+    }
+    results["generator_only"] = Value::Object(generators.clone());
+
+    eprintln!("== Nexmark throughput");
+    let mut queries = serde_json::Map::new();
+    for q in &args.queries {
+        let (_, sql) = nexmark::read_query(&dir, q)?;
+        let tables = nexmark::tables_of(&sql);
+        let events = if tables.contains(&"bid") { args.events } else { args.join_events };
+        let s = nexmark::throughput(&binary, &dir, q, p, events).await?;
+        // The generator-only rate of the same tables: rows over summed time.
+        let (rows, secs) = tables.iter().fold((0.0, 0.0), |(r, t), table| {
+            let g = &generators[*table];
+            (r + g["rows_in"].as_f64().unwrap_or(0.0), t + g["wall_s"].as_f64().unwrap_or(0.0))
+        });
+        let mut v = nexmark::stats_json(&s);
+        v["global_events"] = json!(events);
+        v["tables"] = json!(tables);
+        v["generator_only_events_per_s"] = json!(rows / f64::max(secs, 1e-9));
+        v["sql"] = json!(sql);
+        eprintln!(
+            "  {q}: {:.0} events/s ({:.0}/core, {:.2} cores), peak RSS {:.0} MiB",
+            s.rows_per_s(),
+            s.rows_per_cpu_s(),
+            s.cores_used(),
+            s.peak_rss_bytes as f64 / (1 << 20) as f64
+        );
+        queries.insert(q.clone(), v);
+    }
+
+    eprintln!("== latency at half the measured rate");
+    for q in &args.latency_queries {
+        let Some(v) = queries.get(q) else { continue };
+        let rows_per_s = v["events_per_s"].as_f64().unwrap_or(0.0);
+        let tables = nexmark::tables_of(v["sql"].as_str().unwrap_or(""));
+        // Pacing counts global events; a bid stream carries 92 % of them.
+        let share = if tables == ["bid"] { 0.92 } else { 1.0 };
+        let rate = ((rows_per_s / share) / 2.0).max(1000.0) as u64;
+        let window_ms = if q == "q7" { 10_000 } else { 0 };
+        let (s, summary) = nexmark::latency(&binary, &dir, q, p, rate, args.latency_seconds, window_ms).await?;
+        eprintln!("  {q} at {rate} events/s: {summary}");
+        queries[q]["latency"] = json!({
+            "events_per_s_paced": rate,
+            "rows_in": s.rows_in,
+            "measured_from": if window_ms > 0 { "window end" } else { "event creation" },
+            "p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"], "max_ms": summary["max_ms"],
+            "rows_measured": summary["rows"],
+        });
+    }
+
+    if args.q5_memory_events > 0 {
+        eprintln!("== q5 memory over {} events", args.q5_memory_events);
+        let s = nexmark::throughput(&binary, &dir, "q5", p, args.q5_memory_events).await?;
+        results["q5_memory"] = nexmark::stats_json(&s);
+        results["q5_memory"]["global_events"] = json!(args.q5_memory_events);
+    }
+    results["nexmark"] = Value::Object(queries);
+
+    eprintln!("== SOL message throughput");
+    let sol = sol::run(args.sol_messages, p).await?;
+    anyhow::ensure!(sol.counted == sol.messages, "SOL counted {} of {} messages", sol.counted, sol.messages);
+    eprintln!("  {:.0} messages/s", sol.messages as f64 / sol.wall_s);
+    results["sol"] = json!({
+        "messages": sol.messages, "message_bytes": sol::MESSAGE_BYTES, "stages": 2, "parallelism": p,
+        "wall_s": sol.wall_s, "cpu_s": sol.cpu_s,
+        "messages_per_s": sol.messages as f64 / sol.wall_s,
+        "messages_per_cpu_s": sol.messages as f64 / sol.cpu_s.max(1e-9),
+        "cores_used": sol.cpu_s / sol.wall_s,
+    });
+
+    if !args.flink.is_empty() {
+        eprintln!("== Flink side by side (alternating)");
+        let harness = PathBuf::from(&args.flink);
+        let flink_out = out_dir.join("flink");
+        let mut rows = Vec::new();
+        for q in &args.flink_queries {
+            let Some((_, sql)) = flink::QUERIES.iter().find(|(id, _)| id == q) else {
+                anyhow::bail!("unknown Flink query {q}");
+            };
+            let n = if args.flink_rows > 0 { args.flink_rows } else { flink::default_rows(q) };
+            let f = flink::flink(&harness, &flink_out, q, p, n)?;
+            let s = flink::sluice(&binary, sql, p, n).await?;
+            anyhow::ensure!(s.rows_in == n, "Sluice read {} of {n} rows for {q}", s.rows_in);
+            let flink_rate: f64 = f["rows_per_s_net"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            let ratio = s.rows_per_s() / flink_rate.max(1e-9);
+            eprintln!("  {q}: Sluice {:.0} rows/s, Flink {flink_rate:.0} rows/s, ratio {ratio:.1}", s.rows_per_s());
+            let mut v = nexmark::stats_json(&s);
+            v["query"] = json!(q);
+            v["rows"] = json!(n);
+            v["sql"] = json!(sql);
+            v["flink"] = f;
+            v["flink_rows_per_s"] = json!(flink_rate);
+            v["ratio"] = json!(ratio);
+            rows.push(v);
+        }
+        results["flink"] = Value::Array(rows);
+    }
+    results["finished_utc"] = json!(report::utc_now());
+    report::write(&out_dir, &results)?;
+    eprintln!("wrote {}", out_dir.join("latest.md").display());
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! Nexmark queries from `benches/nexmark/qN.sql`, each in a fresh server:
+//! the bounded built-in generator → the query's DAG → a blackhole sink.
+
+use crate::server::{RunStats, Server, run_sink};
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// The Nexmark tables a query reads (for its generator-only baseline).
+pub fn tables_of(sql: &str) -> Vec<&'static str> {
+    let lower = sql.to_ascii_lowercase();
+    let mut tables = Vec::new();
+    for t in ["person", "auction", "bid"] {
+        let reads = lower.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|w| w == t);
+        if reads {
+            tables.push(t);
+        }
+    }
+    tables
+}
+
+/// The SET statements and the query of a benchmark file.
+pub fn read_query(dir: &Path, name: &str) -> Result<(Vec<String>, String)> {
+    let path = dir.join(format!("{name}.sql"));
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let text: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
+    let mut statements: Vec<String> = text
+        .join("\n")
+        .split(';')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let query = statements.pop().context("no query in the file")?;
+    Ok((statements, query))
+}
+
+/// How the streams are declared for a run.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamSetup {
+    pub events: u64,
+    /// Paced global events per second (0 = unpaced).
+    pub events_per_second: u64,
+    /// Event time is wall-clock (latency runs).
+    pub wall_clock: bool,
+    pub watermark_delay_s: u32,
+}
+
+pub async fn create_streams(server: &Server, parallelism: u32, s: StreamSetup) -> Result<()> {
+    server.exec(&format!("SET parallelism = {parallelism}")).await?;
+    let base = if s.wall_clock { ", 'base.time' = 'now'" } else { "" };
+    for table in ["person", "auction", "bid"] {
+        server
+            .exec(&format!(
+                "CREATE STREAM {table} (WATERMARK FOR date_time AS date_time - INTERVAL '{}' SECOND) \
+                 WITH (connector = 'nexmark', table = '{table}', 'events.max' = {}, 'events.per.second' = {}{base})",
+                s.watermark_delay_s, s.events, s.events_per_second
+            ))
+            .await?;
+    }
+    Ok(())
+}
+
+pub fn stats_json(s: &RunStats) -> Value {
+    json!({
+        "wall_s": s.wall_s,
+        "rows_in": s.rows_in,
+        "rows_out": s.rows_out,
+        "events_per_s": s.rows_per_s(),
+        "cpu_s": s.cpu_s,
+        "cores_used": s.cores_used(),
+        "events_per_cpu_s": s.rows_per_cpu_s(),
+        "peak_rss_mib": s.peak_rss_bytes as f64 / (1 << 20) as f64,
+        "rss_mib_samples": s.rss_samples.iter().map(|(t, b)| json!([t, *b as f64 / (1 << 20) as f64])).collect::<Vec<_>>(),
+    })
+}
+
+/// Runs one query at full speed.
+pub async fn throughput(binary: &Path, dir: &Path, name: &str, parallelism: u32, events: u64) -> Result<RunStats> {
+    let (sets, query) = read_query(dir, name)?;
+    let server = Server::start(binary).await?;
+    let setup = StreamSetup {
+        events,
+        events_per_second: 0,
+        wall_clock: false,
+        watermark_delay_s: 2,
+    };
+    create_streams(&server, parallelism, setup).await?;
+    for s in &sets {
+        server.exec(s).await?;
+    }
+    run_sink(&server, "bench", "connector = 'blackhole'", &query).await
+}
+
+/// The generator alone: every row of `table` straight into a blackhole.
+pub async fn generator_only(binary: &Path, table: &str, parallelism: u32, events: u64) -> Result<RunStats> {
+    let server = Server::start(binary).await?;
+    let setup = StreamSetup {
+        events,
+        events_per_second: 0,
+        wall_clock: false,
+        watermark_delay_s: 2,
+    };
+    create_streams(&server, parallelism, setup).await?;
+    run_sink(&server, "generator", "connector = 'blackhole'", &format!("SELECT * FROM {table}")).await
+}
+
+/// End-to-end latency at a fixed rate: event time is the event's creation
+/// time (wall clock), measured at the sink; for windowed queries from the
+/// end of the row's window (`window_ms`).
+pub async fn latency(
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    parallelism: u32,
+    events_per_second: u64,
+    seconds: u64,
+    window_ms: u64,
+) -> Result<(RunStats, Value)> {
+    let (sets, query) = read_query(dir, name)?;
+    let server = Server::start(binary).await?;
+    let setup = StreamSetup {
+        events: events_per_second * seconds,
+        events_per_second,
+        wall_clock: true,
+        watermark_delay_s: 0,
+    };
+    create_streams(&server, parallelism, setup).await?;
+    for s in &sets {
+        server.exec(s).await?;
+    }
+    let file = std::env::temp_dir().join(format!("sluice-bench-latency-{}-{name}.json", std::process::id()));
+    let window = if window_ms > 0 {
+        format!(", 'latency.window' = '{window_ms}ms'")
+    } else {
+        String::new()
+    };
+    let with = format!(
+        "connector = 'blackhole', 'latency.column' = 'date_time', 'latency.file' = '{}'{window}",
+        file.display()
+    );
+    let stats = run_sink(&server, "bench_latency", &with, &query).await?;
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
+    let _ = std::fs::remove_file(&file);
+    Ok((stats, summary))
+}

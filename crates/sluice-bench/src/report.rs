@@ -1,0 +1,227 @@
+//! The results as JSON, a Markdown table and an SVG bar chart.
+
+use anyhow::Result;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Targets of issue 6: (query, events/s).
+pub fn target(q: &str) -> Option<f64> {
+    match q {
+        "q0" | "q1" | "q2" => Some(5e6),
+        "q5" | "q7" => Some(1e6),
+        "q3" | "q8" => Some(5e5),
+        _ => None,
+    }
+}
+
+pub fn utc_now() -> String {
+    let out = std::process::Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]).output();
+    out.ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// CPU model, cores, memory, kernel, and the load when the run started.
+pub fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let cores = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kb: f64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    serde_json::json!({
+        "cpu": model, "cores": cores, "memory_gib": (mem_kb / 1048576.0 * 10.0).round() / 10.0,
+        "kernel": kernel.trim(), "loadavg_at_start": load.trim(),
+    })
+}
+
+fn si(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0} k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+pub fn markdown(r: &Value) -> String {
+    let mut md = String::new();
+    let m = &r["machine"];
+    let _ = writeln!(
+        md,
+        "Measured {} on {} ({} cores, {} GiB; load average at start {}), parallelism {}.\n",
+        r["started_utc"].as_str().unwrap_or(""),
+        m["cpu"].as_str().unwrap_or("?"),
+        m["cores"],
+        m["memory_gib"],
+        m["loadavg_at_start"].as_str().unwrap_or("?"),
+        r["parallelism"]
+    );
+    let _ = writeln!(
+        md,
+        "| query | events/s | events/s per core | cores used | CPU s | peak RSS | generator-only events/s | target | met |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+    if let Some(qs) = r["nexmark"].as_object() {
+        for (q, v) in qs {
+            let rate = f(&v["events_per_s"]);
+            let (t, met) = match target(q) {
+                Some(t) if rate >= t => (si(t), "yes".to_string()),
+                Some(t) => (si(t), format!("no ({:.0} % of it)", rate / t * 100.0)),
+                None => ("–".into(), "–".into()),
+            };
+            let _ = writeln!(
+                md,
+                "| {q} | {} | {} | {:.2} | {:.1} | {:.0} MiB | {} | {t} | {met} |",
+                si(rate),
+                si(f(&v["events_per_cpu_s"])),
+                f(&v["cores_used"]),
+                f(&v["cpu_s"]),
+                f(&v["peak_rss_mib"]),
+                si(f(&v["generator_only_events_per_s"])),
+            );
+        }
+        let _ = writeln!(md, "\nEnd-to-end latency at a fixed rate (half the measured rate; target p99 ≤ 10 ms):\n");
+        let _ = writeln!(md, "| query | paced events/s | measured from | p50 | p99 | max |");
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        for (q, v) in qs {
+            let l = &v["latency"];
+            if l.is_null() {
+                continue;
+            }
+            let _ = writeln!(
+                md,
+                "| {q} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+                si(f(&l["events_per_s_paced"])),
+                l["measured_from"].as_str().unwrap_or(""),
+                f(&l["p50_ms"]),
+                f(&l["p99_ms"]),
+                f(&l["max_ms"])
+            );
+        }
+    }
+    if !r["q5_memory"].is_null() {
+        let v = &r["q5_memory"];
+        let samples: Vec<String> = v["rss_mib_samples"]
+            .as_array()
+            .map(|a| {
+                let step = (a.len() / 8).max(1);
+                a.iter()
+                    .step_by(step)
+                    .map(|s| format!("{:.0}s: {:.0}", f(&s[0]), f(&s[1])))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "\nq5 over {} events: {} events/s, peak RSS {:.0} MiB; RSS (MiB) over time: {}\n",
+            v["global_events"],
+            si(f(&v["events_per_s"])),
+            f(&v["peak_rss_mib"]),
+            samples.join(", ")
+        );
+    }
+    let s = &r["sol"];
+    if !s.is_null() {
+        let _ = writeln!(
+            md,
+            "\nSOL message throughput ({} stages, {}-byte messages, random shuffle, parallelism {}): **{} messages/s** ({} per core, {:.2} cores; target 10 M/s).\n",
+            s["stages"],
+            s["message_bytes"],
+            s["parallelism"],
+            si(f(&s["messages_per_s"])),
+            si(f(&s["messages_per_cpu_s"])),
+            f(&s["cores_used"])
+        );
+    }
+    if let Some(rows) = r["flink"].as_array() {
+        let _ = writeln!(md, "\nSide by side with Apache Flink 2.3 (same datagen workload and SQL, alternately, this run; target ratio ≥ 10):\n");
+        let _ = writeln!(md, "| query | rows | Sluice rows/s | Flink rows/s (net) | Sluice / Flink | Sluice peak RSS | Flink peak RSS |");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        for v in rows {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.1}× | {:.0} MiB | {:.0} MiB |",
+                v["query"].as_str().unwrap_or(""),
+                si(f(&v["rows"])),
+                si(f(&v["events_per_s"])),
+                si(f(&v["flink_rows_per_s"])),
+                f(&v["ratio"]),
+                f(&v["peak_rss_mib"]),
+                f(&v["flink"]["max_rss_kb"]) / 1024.0
+            );
+        }
+    }
+    md
+}
+
+/// Horizontal bars: events/s per query (and Sluice vs Flink rows/s).
+pub fn svg(r: &Value) -> String {
+    let mut bars: Vec<(String, f64, &str)> = Vec::new();
+    if let Some(qs) = r["nexmark"].as_object() {
+        for (q, v) in qs {
+            bars.push((format!("nexmark {q}"), f(&v["events_per_s"]), "#2b6cb0"));
+            bars.push((format!("  generator only"), f(&v["generator_only_events_per_s"]), "#a0aec0"));
+        }
+    }
+    if !r["sol"].is_null() {
+        bars.push(("SOL messages".into(), f(&r["sol"]["messages_per_s"]), "#2f855a"));
+    }
+    if let Some(rows) = r["flink"].as_array() {
+        for v in rows {
+            let q = v["query"].as_str().unwrap_or("");
+            bars.push((format!("datagen {q} Sluice"), f(&v["events_per_s"]), "#2b6cb0"));
+            bars.push((format!("datagen {q} Flink"), f(&v["flink_rows_per_s"]), "#c05621"));
+        }
+    }
+    let max = bars.iter().map(|b| b.1).fold(1.0, f64::max);
+    let (label_w, bar_w, row_h) = (170.0, 560.0, 18.0);
+    let height = 40.0 + row_h * bars.len() as f64;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"11\">\n\
+         <text x=\"4\" y=\"16\" font-size=\"13\">Throughput (events/s, log scale not used; {})</text>\n",
+        label_w + bar_w + 90.0,
+        r["started_utc"].as_str().unwrap_or("")
+    );
+    for (i, (label, v, color)) in bars.iter().enumerate() {
+        let y = 28.0 + row_h * i as f64;
+        let w = (v / max * bar_w).max(1.0);
+        let _ = write!(
+            s,
+            "<text x=\"4\" y=\"{}\">{label}</text><rect x=\"{label_w}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\" fill=\"{color}\"/>\
+             <text x=\"{}\" y=\"{}\">{}</text>\n",
+            y + 12.0,
+            row_h - 4.0,
+            label_w + w + 4.0,
+            y + 12.0,
+            si(*v)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+pub fn write(dir: &Path, r: &Value) -> Result<()> {
+    std::fs::write(dir.join("latest.json"), serde_json::to_string_pretty(r)?)?;
+    std::fs::write(dir.join("latest.md"), markdown(r))?;
+    std::fs::write(dir.join("throughput.svg"), svg(r))?;
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! Inner joins of two streams → a join operator fed by a hash exchange of
+//! each side on its equi-join keys.
+//!
+//! The conjuncts of `ON` and of a `WHERE` right above the join are sorted:
+//! those reading one side only become that side's filter (before the
+//! exchange, so fewer rows are shipped and stored), `l = r` pairs become
+//! the join keys, and the rest filter the joined rows. A join whose keys
+//! pair the two sides' event-time columns (e.g. both `window_end`s after
+//! window aggregates) is *windowed*: its state is freed on the watermark.
+//! Any other join needs `SET join_state_ttl`.
+
+use super::{DagBuilder, unsupported};
+use crate::planner::stage::{Stage, col};
+use arrow::datatypes::{Field, Schema};
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, Join, JoinType, Operator};
+use sluice_plan::{JoinSide, JoinSpec, OperatorKind, Partitioning};
+use sluice_types::{Error, Result, SqlCode};
+use std::sync::Arc;
+
+/// Which input(s) an expression reads.
+#[derive(Debug, PartialEq, Eq)]
+enum Reads {
+    Left,
+    Right,
+    Both,
+    Neither,
+}
+
+fn reads(expr: &Expr, left: &DFSchema, right: &DFSchema) -> Reads {
+    let (mut l, mut r) = (false, false);
+    for c in expr.column_refs() {
+        if left.has_column(c) {
+            l = true;
+        } else if right.has_column(c) {
+            r = true;
+        }
+    }
+    match (l, r) {
+        (true, true) => Reads::Both,
+        (true, false) => Reads::Left,
+        (false, true) => Reads::Right,
+        (false, false) => Reads::Neither,
+    }
+}
+
+/// A side being prepared: its stage and the key expressions over it.
+struct SidePlan {
+    stage: Stage,
+    keys: Vec<Expr>,
+}
+
+impl DagBuilder<'_> {
+    pub(super) fn plan_join(&mut self, join: &Join, above: Option<&Expr>) -> Result<Stage> {
+        if join.join_type != JoinType::Inner {
+            return Err(unsupported(&format!(
+                "{} joins of streams are not supported yet; only inner joins",
+                join.join_type
+            )));
+        }
+        let (ls, rs) = (join.left.schema().clone(), join.right.schema().clone());
+        let mut left = SidePlan {
+            stage: self.plan_node(&join.left)?,
+            keys: Vec::new(),
+        };
+        let mut right = SidePlan {
+            stage: self.plan_node(&join.right)?,
+            keys: Vec::new(),
+        };
+        if left.stage.window.is_some() || right.stage.window.is_some() {
+            return Err(unsupported(
+                "joining window TVFs directly is not supported yet; aggregate each side per window first and join on window_end",
+            ));
+        }
+        for (l, r) in &join.on {
+            left.keys.push(left.stage.substitute(l, &ls)?);
+            right.keys.push(right.stage.substitute(r, &rs)?);
+        }
+        let mut conjuncts: Vec<Expr> = Vec::new();
+        for e in join.filter.iter().chain(above) {
+            conjuncts.extend(split_conjunction(e).into_iter().cloned());
+        }
+        let mut residual = Vec::new();
+        for c in conjuncts {
+            match reads(&c, &ls, &rs) {
+                Reads::Left => {
+                    let e = left.stage.substitute(&c, &ls)?;
+                    add_filter(&mut left.stage, e);
+                }
+                Reads::Right => {
+                    let e = right.stage.substitute(&c, &rs)?;
+                    add_filter(&mut right.stage, e);
+                }
+                Reads::Both | Reads::Neither => match &c {
+                    Expr::BinaryExpr(BinaryExpr { left: a, op: Operator::Eq, right: b })
+                        if reads(a, &ls, &rs) != Reads::Both && reads(b, &ls, &rs) != Reads::Both =>
+                    {
+                        let (l, r) = match (reads(a, &ls, &rs), reads(b, &ls, &rs)) {
+                            (Reads::Left, Reads::Right) => (a, b),
+                            (Reads::Right, Reads::Left) => (b, a),
+                            _ => {
+                                residual.push(c.clone());
+                                continue;
+                            }
+                        };
+                        left.keys.push(left.stage.substitute(l, &ls)?);
+                        right.keys.push(right.stage.substitute(r, &rs)?);
+                    }
+                    _ => residual.push(c),
+                },
+            }
+        }
+        if left.keys.is_empty() {
+            return Err(unsupported(
+                "a join of streams needs at least one equality between the two sides (ON a.x = b.y)",
+            ));
+        }
+        let windowed = left.keys.iter().zip(&right.keys).any(|(l, r)| {
+            is_column(l, left.stage.time_column.as_deref()) && is_column(r, right.stage.time_column.as_deref())
+        });
+        let state_ttl_ms = self.settings.join_state_ttl_ms;
+        if !windowed && state_ttl_ms.is_none() {
+            return Err(Error::user(
+                SqlCode::FeatureNotSupported,
+                "this join of streams would keep every row forever: join per window (aggregate both sides by \
+                 the same window and add ON a.window_end = b.window_end) or bound its state with \
+                 SET join_state_ttl = '1h'",
+            ));
+        }
+        let n_left = left.stage.exprs.len();
+        let n_right = right.stage.exprs.len();
+        let (left_op, left_side) = self.join_input(left)?;
+        let (right_op, right_side) = self.join_input(right)?;
+        for (l, r) in left_side.keys.iter().zip(&right_side.keys) {
+            let (lt, rt) = (left_side.schema.field(*l).data_type(), right_side.schema.field(*r).data_type());
+            if lt != rt {
+                return Err(Error::user(
+                    SqlCode::DatatypeMismatch,
+                    format!("join keys of different types ({lt} and {rt}); CAST one side"),
+                ));
+            }
+        }
+        let mut fields: Vec<Field> = Vec::new();
+        for i in 0..n_left {
+            fields.push(Field::new(format!("_l{i}"), left_side.schema.field(i).data_type().clone(), true));
+        }
+        for i in 0..n_right {
+            fields.push(Field::new(format!("_r{i}"), right_side.schema.field(i).data_type().clone(), true));
+        }
+        let out_schema = Arc::new(Schema::new(fields));
+        let spec = JoinSpec {
+            left: left_side.clone(),
+            right: right_side.clone(),
+            windowed,
+            state_ttl_ms,
+            state_rows_max: self.settings.join_state_rows_max,
+        };
+        let parallelism = self.settings.parallelism;
+        let op = self.add(OperatorKind::Join(spec), parallelism, out_schema.clone());
+        self.connect(left_op, op, Partitioning::Hash(left_side.keys.clone()));
+        self.connect(right_op, op, Partitioning::Hash(right_side.keys.clone()));
+        let exprs: Vec<Expr> = (0..n_left)
+            .map(|i| col(&format!("_l{i}")))
+            .chain((0..n_right).map(|i| col(&format!("_r{i}"))))
+            .collect();
+        // The joined rows keep the left side's event time when it is an output
+        // column and the join is windowed (its rows never fall behind the watermark).
+        let time_column = left_side
+            .time_column
+            .filter(|i| windowed && *i < n_left)
+            .map(|i| format!("_l{i}"));
+        let mut stage = Stage {
+            op,
+            parallelism,
+            input_schema: out_schema,
+            filter: None,
+            exprs,
+            time_column,
+            window: None,
+        };
+        let joined = join.schema.as_ref();
+        for r in residual {
+            let e = stage.substitute(&r, joined)?;
+            add_filter(&mut stage, e);
+        }
+        Ok(stage)
+    }
+
+    /// Materialises one side as `[its columns…, keys…, time?]`.
+    fn join_input(&mut self, side: SidePlan) -> Result<(sluice_types::OperatorId, JoinSide)> {
+        let SidePlan { stage, keys } = side;
+        let n = stage.exprs.len();
+        let time_expr = stage.time_column.as_deref().map(col);
+        // The time column among the side's own output columns, if passed through.
+        let time_in_output = stage.time_column.as_deref().and_then(|t| {
+            stage
+                .exprs
+                .iter()
+                .position(|e| matches!(e.clone().unalias(), Expr::Column(c) if c.name == t))
+        });
+        let mut exprs = stage.exprs.clone();
+        let mut names: Vec<String> = (0..n).map(|i| format!("_c{i}")).collect();
+        for (j, k) in keys.iter().enumerate() {
+            exprs.push(k.clone());
+            names.push(format!("_key{j}"));
+        }
+        let time_column = match (time_in_output, time_expr) {
+            (Some(i), _) => Some(i),
+            (None, Some(t)) => {
+                exprs.push(t);
+                names.push("_time".into());
+                Some(names.len() - 1)
+            }
+            (None, None) => None,
+        };
+        let prepared = Stage { exprs, ..stage };
+        let (op, schema, _) = self.materialize(&prepared, &names)?;
+        Ok((
+            op,
+            JoinSide {
+                schema,
+                keys: (n..n + keys.len()).collect(),
+                time_column,
+                output_columns: n,
+            },
+        ))
+    }
+}
+
+fn is_column(e: &Expr, name: Option<&str>) -> bool {
+    match e {
+        Expr::Alias(a) => is_column(&a.expr, name),
+        Expr::Column(c) => name == Some(c.name.as_str()),
+        _ => false,
+    }
+}
+
+fn add_filter(stage: &mut Stage, predicate: Expr) {
+    stage.filter = Some(match stage.filter.take() {
+        Some(existing) => existing.and(predicate),
+        None => predicate,
+    });
+}
