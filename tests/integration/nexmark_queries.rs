@@ -143,36 +143,65 @@ async fn stateless_queries_match_the_reference() {
     let bids = bids(&c).await;
     assert_eq!(bids.len() as u64, (0..EVENTS).filter(|n| n % 50 >= 4).count() as u64);
 
-    let got: Vec<(i64, i64, i64, i64)> =
-        run(&c, "q0").await.iter().map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3)))).collect();
+    let got: Vec<(i64, i64, i64, i64)> = run(&c, "q0")
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3))))
+        .collect();
     let want: Vec<_> = bids.iter().map(|b| (b.auction, b.bidder, b.price, b.ts)).collect();
     assert_eq!(sorted(got), sorted(want), "q0");
 
-    let got: Vec<(i64, i64, f64, i64)> =
-        run(&c, "q1").await.iter().map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3)))).collect();
+    let got: Vec<(i64, i64, f64, i64)> = run(&c, "q1")
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3))))
+        .collect();
     let mut got = got;
     got.sort_by(|a, b| (a.0, a.1, a.3).cmp(&(b.0, b.1, b.3)).then(a.2.total_cmp(&b.2)));
-    let mut want: Vec<(i64, i64, f64, i64)> =
-        bids.iter().map(|b| (b.auction, b.bidder, 0.908 * b.price as f64, b.ts)).collect();
+    let mut want: Vec<(i64, i64, f64, i64)> = bids
+        .iter()
+        .map(|b| (b.auction, b.bidder, 0.908 * b.price as f64, b.ts))
+        .collect();
     want.sort_by(|a, b| (a.0, a.1, a.3).cmp(&(b.0, b.1, b.3)).then(a.2.total_cmp(&b.2)));
     assert_eq!(got.len(), want.len(), "q1 rows");
     for (g, w) in got.iter().zip(&want) {
-        assert!((g.0, g.1, g.3) == (w.0, w.1, w.3) && (g.2 - w.2).abs() < 1e-6, "q1: {g:?} vs {w:?}");
+        assert!(
+            (g.0, g.1, g.3) == (w.0, w.1, w.3) && (g.2 - w.2).abs() < 1e-6,
+            "q1: {g:?} vs {w:?}"
+        );
     }
 
     let got: Vec<(i64, i64)> = run(&c, "q2").await.iter().map(|r| (r.get(0), r.get(1))).collect();
-    let want: Vec<_> = bids.iter().filter(|b| b.auction % 123 == 0).map(|b| (b.auction, b.price)).collect();
+    let want: Vec<_> = bids
+        .iter()
+        .filter(|b| b.auction % 123 == 0)
+        .map(|b| (b.auction, b.price))
+        .collect();
     assert!(!want.is_empty(), "q2 selects something in this run");
     assert_eq!(sorted(got), sorted(want), "q2");
 
     let got: Vec<Vec<Option<String>>> = simple_rows(&c, &bench_sql("q22").1).await;
     let got: Vec<(String, String, String, String)> = got
         .into_iter()
-        .map(|r| (r[0].clone().unwrap(), r[4].clone().unwrap(), r[5].clone().unwrap(), r[6].clone().unwrap()))
+        .map(|r| {
+            (
+                r[0].clone().unwrap(),
+                r[4].clone().unwrap(),
+                r[5].clone().unwrap(),
+                r[6].clone().unwrap(),
+            )
+        })
         .collect();
     let want: Vec<_> = bids
         .iter()
-        .map(|b| (b.auction.to_string(), split_part(&b.url, 4), split_part(&b.url, 5), split_part(&b.url, 6)))
+        .map(|b| {
+            (
+                b.auction.to_string(),
+                split_part(&b.url, 4),
+                split_part(&b.url, 5),
+                split_part(&b.url, 6),
+            )
+        })
         .collect();
     assert_eq!(sorted(got), sorted(want), "q22");
 }
@@ -191,8 +220,11 @@ async fn q3_join_matches_the_reference() {
         .map(|(p, a)| (p.name.clone(), p.city.clone(), p.state.clone(), a.id))
         .collect();
     assert!(!want.is_empty(), "q3 finds matches in this run");
-    let got: Vec<(String, String, String, i64)> =
-        run(&c, "q3").await.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    let got: Vec<(String, String, String, i64)> = run(&c, "q3")
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
     assert_eq!(sorted(got), sorted(want));
 }
 
@@ -229,7 +261,10 @@ async fn window_queries_match_the_reference() {
     }
     let mut want = Vec::new();
     for (end, price) in &max {
-        for b in bids.iter().filter(|b| b.price == *price && b.ts >= end - 10_000 && b.ts <= *end) {
+        for b in bids
+            .iter()
+            .filter(|b| b.price == *price && b.ts >= end - 10_000 && b.ts <= *end)
+        {
             want.push((b.auction, b.price, b.bidder, b.ts));
         }
     }
@@ -255,8 +290,11 @@ async fn q8_windowed_join_matches_the_reference() {
         .map(|p| (p.id, p.name.clone(), window(p.ts)))
         .collect();
     assert!(!want.is_empty(), "q8 finds new sellers in this run");
-    let got: Vec<(i64, String, i64)> =
-        run(&c, "q8").await.iter().map(|r| (r.get(0), r.get(1), ms(r.get(2)))).collect();
+    let got: Vec<(i64, String, i64)> = run(&c, "q8")
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), ms(r.get(2))))
+        .collect();
     assert_eq!(got.len(), want.len(), "q8 emits each (person, window) once");
     assert_eq!(got.into_iter().collect::<BTreeSet<_>>(), want);
 }

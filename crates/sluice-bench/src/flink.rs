@@ -13,7 +13,10 @@ use std::process::Command;
 /// (id, query) as in the harness's `FlinkSqlBench.java`.
 pub const QUERIES: &[(&str, &str)] = &[
     ("Q0", "SELECT auction, bidder, price, ts FROM bid"),
-    ("Q1", "SELECT auction, bidder, price * 908 / 1000 AS price_eur, ts FROM bid"),
+    (
+        "Q1",
+        "SELECT auction, bidder, price * 908 / 1000 AS price_eur, ts FROM bid",
+    ),
     ("Q2", "SELECT auction, price FROM bid WHERE auction % 123 = 0"),
     (
         "Q3",

@@ -98,12 +98,19 @@ async fn main() -> Result<()> {
     for q in &args.queries {
         let (_, sql) = nexmark::read_query(&dir, q)?;
         let tables = nexmark::tables_of(&sql);
-        let events = if tables.contains(&"bid") { args.events } else { args.join_events };
+        let events = if tables.contains(&"bid") {
+            args.events
+        } else {
+            args.join_events
+        };
         let s = nexmark::throughput(&binary, &dir, q, p, events).await?;
         // The generator-only rate of the same tables: rows over summed time.
         let (rows, secs) = tables.iter().fold((0.0, 0.0), |(r, t), table| {
             let g = &generators[*table];
-            (r + g["rows_in"].as_f64().unwrap_or(0.0), t + g["wall_s"].as_f64().unwrap_or(0.0))
+            (
+                r + g["rows_in"].as_f64().unwrap_or(0.0),
+                t + g["wall_s"].as_f64().unwrap_or(0.0),
+            )
         });
         let mut v = nexmark::stats_json(&s);
         v["global_events"] = json!(events);
@@ -150,7 +157,12 @@ async fn main() -> Result<()> {
 
     eprintln!("== SOL message throughput");
     let sol = sol::run(args.sol_messages, p).await?;
-    anyhow::ensure!(sol.counted == sol.messages, "SOL counted {} of {} messages", sol.counted, sol.messages);
+    anyhow::ensure!(
+        sol.counted == sol.messages,
+        "SOL counted {} of {} messages",
+        sol.counted,
+        sol.messages
+    );
     eprintln!("  {:.0} messages/s", sol.messages as f64 / sol.wall_s);
     results["sol"] = json!({
         "messages": sol.messages, "message_bytes": sol::MESSAGE_BYTES, "stages": 2, "parallelism": p,
@@ -169,13 +181,20 @@ async fn main() -> Result<()> {
             let Some((_, sql)) = flink::QUERIES.iter().find(|(id, _)| id == q) else {
                 anyhow::bail!("unknown Flink query {q}");
             };
-            let n = if args.flink_rows > 0 { args.flink_rows } else { flink::default_rows(q) };
+            let n = if args.flink_rows > 0 {
+                args.flink_rows
+            } else {
+                flink::default_rows(q)
+            };
             let f = flink::flink(&harness, &flink_out, q, p, n)?;
             let s = flink::sluice(&binary, sql, p, n).await?;
             anyhow::ensure!(s.rows_in == n, "Sluice read {} of {n} rows for {q}", s.rows_in);
             let flink_rate: f64 = f["rows_per_s_net"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0.0);
             let ratio = s.rows_per_s() / flink_rate.max(1e-9);
-            eprintln!("  {q}: Sluice {:.0} rows/s, Flink {flink_rate:.0} rows/s, ratio {ratio:.1}", s.rows_per_s());
+            eprintln!(
+                "  {q}: Sluice {:.0} rows/s, Flink {flink_rate:.0} rows/s, ratio {ratio:.1}",
+                s.rows_per_s()
+            );
             let mut v = nexmark::stats_json(&s);
             v["query"] = json!(q);
             v["rows"] = json!(n);

@@ -11,7 +11,9 @@ pub fn tables_of(sql: &str) -> Vec<&'static str> {
     let lower = sql.to_ascii_lowercase();
     let mut tables = Vec::new();
     for t in ["person", "auction", "bid"] {
-        let reads = lower.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|w| w == t);
+        let reads = lower
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .any(|w| w == t);
         if reads {
             tables.push(t);
         }
@@ -101,7 +103,13 @@ pub async fn generator_only(binary: &Path, table: &str, parallelism: u32, events
         watermark_delay_s: 2,
     };
     create_streams(&server, parallelism, setup).await?;
-    run_sink(&server, "generator", "connector = 'blackhole'", &format!("SELECT * FROM {table}")).await
+    run_sink(
+        &server,
+        "generator",
+        "connector = 'blackhole'",
+        &format!("SELECT * FROM {table}"),
+    )
+    .await
 }
 
 /// End-to-end latency at a fixed rate: event time is the event's creation

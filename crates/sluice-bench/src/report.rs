@@ -16,7 +16,9 @@ pub fn target(q: &str) -> Option<f64> {
 }
 
 pub fn utc_now() -> String {
-    let out = std::process::Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]).output();
+    let out = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output();
     out.ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map(|s| s.trim().to_string())
@@ -99,7 +101,10 @@ pub fn markdown(r: &Value) -> String {
                 si(f(&v["generator_only_events_per_s"])),
             );
         }
-        let _ = writeln!(md, "\nEnd-to-end latency at a fixed rate (half the measured rate; target p99 ≤ 10 ms):\n");
+        let _ = writeln!(
+            md,
+            "\nEnd-to-end latency at a fixed rate (half the measured rate; target p99 ≤ 10 ms):\n"
+        );
         let _ = writeln!(md, "| query | paced events/s | measured from | p50 | p99 | max |");
         let _ = writeln!(md, "|---|---|---|---|---|---|");
         for (q, v) in qs {
@@ -153,8 +158,14 @@ pub fn markdown(r: &Value) -> String {
         );
     }
     if let Some(rows) = r["flink"].as_array() {
-        let _ = writeln!(md, "\nSide by side with Apache Flink 2.3 (same datagen workload and SQL, alternately, this run; target ratio ≥ 10):\n");
-        let _ = writeln!(md, "| query | rows | Sluice rows/s | Flink rows/s (net) | Sluice / Flink | Sluice peak RSS | Flink peak RSS |");
+        let _ = writeln!(
+            md,
+            "\nSide by side with Apache Flink 2.3 (same datagen workload and SQL, alternately, this run; target ratio ≥ 10):\n"
+        );
+        let _ = writeln!(
+            md,
+            "| query | rows | Sluice rows/s | Flink rows/s (net) | Sluice / Flink | Sluice peak RSS | Flink peak RSS |"
+        );
         let _ = writeln!(md, "|---|---|---|---|---|---|---|");
         for v in rows {
             let _ = writeln!(
@@ -179,7 +190,11 @@ pub fn svg(r: &Value) -> String {
     if let Some(qs) = r["nexmark"].as_object() {
         for (q, v) in qs {
             bars.push((format!("nexmark {q}"), f(&v["events_per_s"]), "#2b6cb0"));
-            bars.push((format!("  generator only"), f(&v["generator_only_events_per_s"]), "#a0aec0"));
+            bars.push((
+                "  generator only".to_string(),
+                f(&v["generator_only_events_per_s"]),
+                "#a0aec0",
+            ));
         }
     }
     if !r["sol"].is_null() {
@@ -204,10 +219,10 @@ pub fn svg(r: &Value) -> String {
     for (i, (label, v, color)) in bars.iter().enumerate() {
         let y = 28.0 + row_h * i as f64;
         let w = (v / max * bar_w).max(1.0);
-        let _ = write!(
+        let _ = writeln!(
             s,
             "<text x=\"4\" y=\"{}\">{label}</text><rect x=\"{label_w}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\" fill=\"{color}\"/>\
-             <text x=\"{}\" y=\"{}\">{}</text>\n",
+             <text x=\"{}\" y=\"{}\">{}</text>",
             y + 12.0,
             row_h - 4.0,
             label_w + w + 4.0,

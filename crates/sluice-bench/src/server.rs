@@ -70,7 +70,14 @@ impl Server {
             Instant::now().elapsed().as_nanos() ^ rand_suffix()
         ));
         let mut child = Command::new(binary)
-            .args(["playground", "--pg-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "playground",
+                "--pg-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(&data_dir)
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
@@ -98,7 +105,11 @@ impl Server {
         let (client, connection) =
             tokio_postgres::connect(&format!("host=127.0.0.1 port={port} user=sluice"), NoTls).await?;
         tokio::spawn(connection);
-        Ok(Server { child, client, data_dir })
+        Ok(Server {
+            child,
+            client,
+            data_dir,
+        })
     }
 
     pub fn pid(&self) -> String {

@@ -42,7 +42,11 @@ pub enum FieldKind {
     /// `start + global row number`, up to `end`.
     Sequence { start: i64, end: i64 },
     /// Uniform in `[min, max]` (numbers) or `length` hex characters (strings).
-    Random { min: Option<f64>, max: Option<f64>, length: usize },
+    Random {
+        min: Option<f64>,
+        max: Option<f64>,
+        length: usize,
+    },
 }
 
 /// Parsed datagen options (checked against the schema by [`DatagenConfig::new`]).
@@ -81,9 +85,9 @@ fn field_options(options: &BTreeMap<String, String>) -> Result<BTreeMap<String, 
 
 fn number(field: &str, option: &str, v: Option<&String>) -> Result<Option<f64>> {
     v.map(|v| {
-        v.trim().parse::<f64>().map_err(|_| {
-            Error::invalid_option(format!("option 'fields.{field}.{option}' must be a number, got '{v}'"))
-        })
+        v.trim()
+            .parse::<f64>()
+            .map_err(|_| Error::invalid_option(format!("option 'fields.{field}.{option}' must be a number, got '{v}'")))
     })
     .transpose()
 }
@@ -162,9 +166,9 @@ fn field_kind(name: &str, data_type: &DataType, o: &BTreeMap<String, String>) ->
                 )));
             }
             let bound = |option: &str| -> Result<i64> {
-                let v = o.get(option).ok_or_else(|| {
-                    Error::invalid_option(format!("a sequence field needs 'fields.{name}.{option}'"))
-                })?;
+                let v = o
+                    .get(option)
+                    .ok_or_else(|| Error::invalid_option(format!("a sequence field needs 'fields.{name}.{option}'")))?;
                 v.trim().parse::<i64>().map_err(|_| {
                     Error::invalid_option(format!("option 'fields.{name}.{option}' must be an integer, got '{v}'"))
                 })
@@ -289,10 +293,12 @@ impl DatagenReader {
                 FieldKind::Sequence { start, .. } => Arc::new(Int64Array::from_iter_values(
                     (0..rows as u64).map(|k| start.wrapping_add((first + k * stride) as i64)),
                 )),
-                FieldKind::Random { length, .. } if *t == DataType::Utf8 => Arc::new(hex_strings(&mut self.rng, rows, *length)?),
-                FieldKind::Random { .. } if *t == DataType::Boolean => {
-                    Arc::new(BooleanArray::from_iter((0..rows).map(|_| Some(self.rng.next() & 1 == 1))))
+                FieldKind::Random { length, .. } if *t == DataType::Utf8 => {
+                    Arc::new(hex_strings(&mut self.rng, rows, *length)?)
                 }
+                FieldKind::Random { .. } if *t == DataType::Boolean => Arc::new(BooleanArray::from_iter(
+                    (0..rows).map(|_| Some(self.rng.next() & 1 == 1)),
+                )),
                 FieldKind::Random { min, max, .. } if t.is_floating() => {
                     let (lo, hi) = (min.unwrap_or(f32::MIN as f64), max.unwrap_or(f32::MAX as f64));
                     Arc::new(Float64Array::from_iter_values((0..rows).map(|_| {
@@ -307,7 +313,11 @@ impl DatagenReader {
                     Arc::new(Int64Array::from_iter_values((0..rows).map(|_| self.rng.range(lo, hi))))
                 }
             };
-            columns.push(if array.data_type() == t { array } else { cast(&array, t)? });
+            columns.push(if array.data_type() == t {
+                array
+            } else {
+                cast(&array, t)?
+            });
         }
         self.next_row += rows as u64 * stride;
         self.produced += rows as u64;
@@ -433,12 +443,19 @@ mod tests {
                 let auction = b.column(1).as_any().downcast_ref::<Int32Array>().unwrap();
                 assert!(auction.values().iter().all(|a| (1000..=1999).contains(a)));
                 let channel = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
-                assert!((0..channel.len()).all(|i| channel.value(i).len() == 10
-                    && channel.value(i).bytes().all(|c| c.is_ascii_hexdigit())));
+                assert!(
+                    (0..channel.len()).all(
+                        |i| channel.value(i).len() == 10 && channel.value(i).bytes().all(|c| c.is_ascii_hexdigit())
+                    )
+                );
             }
         }
         seqs.sort_unstable();
-        assert_eq!(seqs, (1..=1001).collect::<Vec<i64>>(), "every sequence value exactly once");
+        assert_eq!(
+            seqs,
+            (1..=1001).collect::<Vec<i64>>(),
+            "every sequence value exactly once"
+        );
     }
 
     #[tokio::test]
@@ -455,7 +472,11 @@ mod tests {
             let a = b.column(1).as_any().downcast_ref::<Int32Array>().unwrap();
             seen.extend(a.values().iter().copied());
         }
-        assert!(seen.contains(&1000) && seen.contains(&1999) && seen.len() > 990, "{}", seen.len());
+        assert!(
+            seen.contains(&1000) && seen.contains(&1999) && seen.len() > 990,
+            "{}",
+            seen.len()
+        );
     }
 
     #[tokio::test]
@@ -478,8 +499,14 @@ mod tests {
         assert!(e(&[("fields.nope.kind", "random")]).contains("nope"));
         assert!(e(&[("fields.seq.kind", "sequence")]).contains("fields.seq.start"));
         assert!(e(&[("fields.seq.kind", "counter")]).contains("sequence"));
-        assert!(e(&[("fields.channel.kind", "sequence"), ("fields.channel.start", "1"), ("fields.channel.end", "2")])
-            .contains("integer"));
+        assert!(
+            e(&[
+                ("fields.channel.kind", "sequence"),
+                ("fields.channel.start", "1"),
+                ("fields.channel.end", "2")
+            ])
+            .contains("integer")
+        );
         assert!(e(&[("fields.auction.min", "5"), ("fields.auction.max", "1")]).contains("below"));
         assert!(e(&[("number-of-rows", "-1")]).contains("number-of-rows"));
         let ts = Arc::new(Schema::new(vec![Field::new(
@@ -487,6 +514,11 @@ mod tests {
             DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond, None),
             true,
         )]));
-        assert!(DatagenConfig::new(&BTreeMap::new(), &ts).unwrap_err().to_string().contains("computed"));
+        assert!(
+            DatagenConfig::new(&BTreeMap::new(), &ts)
+                .unwrap_err()
+                .to_string()
+                .contains("computed")
+        );
     }
 }

@@ -115,7 +115,11 @@ impl ConnectorFactory for Connectors {
             }
             "datagen" => {
                 let config = crate::datagen::DatagenConfig::new(&spec.options, schema)?;
-                Ok(Box::new(crate::datagen::DatagenReader::new(config, ctx.instance, ctx.parallelism)))
+                Ok(Box::new(crate::datagen::DatagenReader::new(
+                    config,
+                    ctx.instance,
+                    ctx.parallelism,
+                )))
             }
             "kafka" => {
                 let config = KafkaSourceConfig::parse(&spec.stream, &spec.options)?;

@@ -32,7 +32,9 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
         config.seed = seed;
     }
     config.events_max = u64_option(options, "events.max")?;
-    let base_time_now = options.get("base.time").is_some_and(|v| v.trim().eq_ignore_ascii_case("now"));
+    let base_time_now = options
+        .get("base.time")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("now"));
     if !base_time_now && let Some(base) = u64_option(options, "base.time")? {
         config.base_time_ms = base as i64;
     }

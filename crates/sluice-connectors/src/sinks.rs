@@ -108,7 +108,9 @@ impl LatencyRecorder {
             return Ok(None);
         };
         let index = schema.index_of(column).map_err(|_| {
-            Error::invalid_option(format!("'latency.column' = '{column}' is not a column of the sink's rows"))
+            Error::invalid_option(format!(
+                "'latency.column' = '{column}' is not a column of the sink's rows"
+            ))
         })?;
         let window_ms = match options.get("latency.window") {
             None => 0,
@@ -138,7 +140,10 @@ impl LatencyRecorder {
         let now_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
-        for t in sluice_dataflow::time::timestamps_ms(batch.column(self.column))?.into_iter().flatten() {
+        for t in sluice_dataflow::time::timestamps_ms(batch.column(self.column))?
+            .into_iter()
+            .flatten()
+        {
             let t = if self.window_ms > 0 {
                 t.div_euclid(self.window_ms) * self.window_ms + if t % self.window_ms == 0 { 0 } else { self.window_ms }
             } else {

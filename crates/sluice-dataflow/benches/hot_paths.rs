@@ -109,7 +109,11 @@ fn window_aggregation(c: &mut Criterion) {
 
 /// The same rows `offset_ms` later in event time.
 fn shift(batch: &RecordBatch, offset_ms: i64) -> RecordBatch {
-    let t = batch.column(0).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+    let t = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<TimestampMillisecondArray>()
+        .unwrap();
     let t = TimestampMillisecondArray::from_iter_values(t.values().iter().map(|v| v + offset_ms));
     let mut columns = batch.columns().to_vec();
     columns[0] = Arc::new(t);

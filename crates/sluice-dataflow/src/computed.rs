@@ -113,7 +113,11 @@ mod tests {
             panic!("no data")
         };
         assert_eq!(batch.schema(), full);
-        let ts = batch.column(1).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+        let ts = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<TimestampMillisecondArray>()
+            .unwrap();
         assert_eq!(ts.values(), &[1, 1500]);
         let price = batch.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
         assert_eq!(price.values(), &[7, 8]);

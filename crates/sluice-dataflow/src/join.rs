@@ -252,10 +252,7 @@ impl JoinOperator {
             let indices: Vec<(usize, usize)> = chunk.iter().map(|(_, e)| (slot[&e.batch], e.row as usize)).collect();
             let mut other = Vec::new();
             for c in 0..self.side(1 - side).output_columns {
-                let arrays: Vec<&dyn Array> = sources
-                    .iter()
-                    .map(|b| stored[b].batch.column(c).as_ref())
-                    .collect();
+                let arrays: Vec<&dyn Array> = sources.iter().map(|b| stored[b].batch.column(c).as_ref()).collect();
                 other.push(interleave(&arrays, &indices)?);
             }
             let columns = if side == 0 {
@@ -304,9 +301,15 @@ impl Operator for JoinOperator {
         } else {
             vec![true; batch.num_rows()]
         };
-        let keys: Vec<Option<&[u8]>> = keys.iter().zip(&store).map(|(k, s)| if *s { *k } else { None }).collect();
+        let keys: Vec<Option<&[u8]>> = keys
+            .iter()
+            .zip(&store)
+            .map(|(k, s)| if *s { *k } else { None })
+            .collect();
         let matches = self.state.probe_and_store(side, &batch, &keys, &times, &store)?;
-        ctx.metrics.state_groups.store(self.state.rows() as u64, Ordering::Relaxed);
+        ctx.metrics
+            .state_groups
+            .store(self.state.rows() as u64, Ordering::Relaxed);
         for out in self.gather(side, &batch, &matches)? {
             ctx.emit(out).await?;
         }
@@ -322,7 +325,9 @@ impl Operator for JoinOperator {
             };
             if let Some(cutoff) = cutoff {
                 self.state.expire(cutoff);
-                ctx.metrics.state_groups.store(self.state.rows() as u64, Ordering::Relaxed);
+                ctx.metrics
+                    .state_groups
+                    .store(self.state.rows() as u64, Ordering::Relaxed);
             }
         }
         ctx.emit_watermark(watermark).await
@@ -336,7 +341,9 @@ impl Operator for JoinOperator {
     async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
         if let Some(ttl) = self.spec.state_ttl_ms {
             self.state.expire(Self::now_ms().saturating_sub(ttl));
-            ctx.metrics.state_groups.store(self.state.rows() as u64, Ordering::Relaxed);
+            ctx.metrics
+                .state_groups
+                .store(self.state.rows() as u64, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -14,7 +14,11 @@ use std::sync::Arc;
 /// A side's rows: (time ms, key, value); output columns: time, value.
 fn side_schema(prefix: &str) -> SchemaRef {
     Arc::new(Schema::new(vec![
-        Field::new(format!("{prefix}_t"), DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        Field::new(
+            format!("{prefix}_t"),
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
         Field::new(format!("{prefix}_v"), DataType::Int64, false),
         Field::new(format!("{prefix}_k"), DataType::Int64, true),
     ]))
@@ -71,7 +75,10 @@ impl Harness {
         let metrics = TaskMetrics::new(OperatorId(0), 0, "join");
         Harness {
             op: JoinOperator::new(&spec, output_schema(), 1).unwrap(),
-            output: Output::new(vec![OutputEdge::new(Partitioning::Forward, vec![tx], 0)], metrics.clone()),
+            output: Output::new(
+                vec![OutputEdge::new(Partitioning::Forward, vec![tx], 0)],
+                metrics.clone(),
+            ),
             rx,
             metrics,
             watermark: Watermark::MIN,
@@ -104,7 +111,13 @@ impl Harness {
         let mut out = Vec::new();
         while let Ok(m) = self.rx.try_recv() {
             let Message::Data(b) = m else { continue };
-            let ts = |c: usize| b.column(c).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap().clone();
+            let ts = |c: usize| {
+                b.column(c)
+                    .as_any()
+                    .downcast_ref::<TimestampMillisecondArray>()
+                    .unwrap()
+                    .clone()
+            };
             let iv = |c: usize| b.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
             let (lt, lv, rt, rv) = (ts(0), iv(1), ts(2), iv(3));
             for r in 0..b.num_rows() {
@@ -132,8 +145,16 @@ async fn matches_a_nested_loop_over_interleaved_batches() {
             .map(|i| (round * 100 + i, Some(next() % 8).filter(|k| *k != 7), next() % 1000))
             .collect();
         let input = (next() % 2) as usize;
-        got.extend(h.send(input, rows(if input == 0 { "l" } else { "r" }, &batch)).await.unwrap());
-        if input == 0 { left.extend(batch) } else { right.extend(batch) }
+        got.extend(
+            h.send(input, rows(if input == 0 { "l" } else { "r" }, &batch))
+                .await
+                .unwrap(),
+        );
+        if input == 0 {
+            left.extend(batch)
+        } else {
+            right.extend(batch)
+        }
     }
     let mut expected = Vec::new();
     for l in &left {
@@ -153,7 +174,9 @@ async fn matches_a_nested_loop_over_interleaved_batches() {
 async fn ttl_frees_rows_older_than_the_watermark_minus_ttl() {
     let mut h = Harness::new(spec(false, Some(100), 1_000));
     // left k=1 at t=0 and t=150.
-    h.send(0, rows("l", &[(0, Some(1), 10), (150, Some(1), 11)])).await.unwrap();
+    h.send(0, rows("l", &[(0, Some(1), 10), (150, Some(1), 11)]))
+        .await
+        .unwrap();
     assert_eq!(h.op.state.rows(), 2);
     // Watermark 200: cutoff 100 frees t=0, keeps t=150.
     h.watermark(200).await;
@@ -166,14 +189,22 @@ async fn ttl_frees_rows_older_than_the_watermark_minus_ttl() {
 async fn windowed_join_frees_a_time_at_the_watermark_and_drops_late_rows() {
     let mut h = Harness::new(spec(true, None, 1_000));
     // Keys are (k, t): only equal times match.
-    h.send(0, rows("l", &[(10, Some(1), 1), (20, Some(1), 2)])).await.unwrap();
-    let out = h.send(1, rows("r", &[(10, Some(1), 3), (30, Some(1), 4)])).await.unwrap();
+    h.send(0, rows("l", &[(10, Some(1), 1), (20, Some(1), 2)]))
+        .await
+        .unwrap();
+    let out = h
+        .send(1, rows("r", &[(10, Some(1), 3), (30, Some(1), 4)]))
+        .await
+        .unwrap();
     assert_eq!(out, vec![(10, 1, 10, 3)]);
     // Watermark 20 frees time 10 on both sides (t < 20), keeps 20 and 30.
     h.watermark(20).await;
     assert_eq!(h.op.state.rows(), 2);
     // A left row at t=10 is now late: dropped, matches nothing.
-    let out = h.send(0, rows("l", &[(10, Some(1), 5), (30, Some(1), 6)])).await.unwrap();
+    let out = h
+        .send(0, rows("l", &[(10, Some(1), 5), (30, Some(1), 6)]))
+        .await
+        .unwrap();
     assert_eq!(out, vec![(30, 6, 30, 4)]);
     assert_eq!(h.metrics.late_rows_dropped.load(Ordering::Relaxed), 1);
     h.watermark(i64::MAX).await;
@@ -183,7 +214,9 @@ async fn windowed_join_frees_a_time_at_the_watermark_and_drops_late_rows() {
 #[tokio::test]
 async fn state_is_bounded_at_rows_max() {
     let mut h = Harness::new(spec(false, Some(10), 3));
-    h.send(0, rows("l", &[(0, Some(1), 1), (1, Some(2), 1), (2, Some(3), 1)])).await.unwrap();
+    h.send(0, rows("l", &[(0, Some(1), 1), (1, Some(2), 1), (2, Some(3), 1)]))
+        .await
+        .unwrap();
     assert_eq!(h.op.state.rows(), 3, "exactly at the limit is fine");
     let err = h.send(1, rows("r", &[(3, Some(1), 1)])).await.unwrap_err();
     assert_eq!(err.sqlstate(), "53400");
@@ -200,7 +233,8 @@ fn stored_batches_are_released_when_their_last_row_expires() {
     let mut s = JoinState::new(100);
     let b = rows("l", &[(0, Some(1), 1), (5, Some(2), 1)]);
     let (k1, k2) = ([1u8], [2u8]);
-    s.probe_and_store(0, &b, &[Some(&k1), Some(&k2)], &[0, 5], &[true, true]).unwrap();
+    s.probe_and_store(0, &b, &[Some(&k1), Some(&k2)], &[0, 5], &[true, true])
+        .unwrap();
     assert_eq!(s.sides[0].batches.len(), 1);
     assert_eq!(s.expire(3), 1);
     assert_eq!(s.sides[0].batches.len(), 1, "row at t=5 still lives in it");

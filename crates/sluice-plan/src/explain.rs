@@ -134,7 +134,11 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                     None => "state unbounded".to_string(),
                 }
             };
-            format!("inner join on {}; {state}; rows max {}", pairs.join(" AND "), j.state_rows_max)
+            format!(
+                "inner join on {}; {state}; rows max {}",
+                pairs.join(" AND "),
+                j.state_rows_max
+            )
         }
         OperatorKind::Sink(s) => {
             let target = s

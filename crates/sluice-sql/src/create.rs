@@ -1,9 +1,9 @@
 //! `CREATE STREAM` → a catalog [`StreamDef`].
 
+use crate::errors::plan_error;
 use crate::statement::{CreateStream, normalize_ident};
 use crate::types::{arrow_type, interval_ms};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use crate::errors::plan_error;
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::ExprSchemable;
 use datafusion::prelude::SessionContext;
@@ -91,7 +91,10 @@ fn with_computed_columns(
         let data_type = logical.get_type(&df_schema).map_err(plan_error)?;
         let position = (*position).min(fields.len());
         fields.insert(position, Field::new(name, data_type, true));
-        specs.push(ComputedColumn { column: position, expr: sql });
+        specs.push(ComputedColumn {
+            column: position,
+            expr: sql,
+        });
     }
     Ok((Arc::new(Schema::new(fields)), specs))
 }
@@ -297,7 +300,13 @@ mod tests {
             def.schema.field(1).data_type(),
             DataType::Timestamp(TimeUnit::Millisecond, _)
         ));
-        assert_eq!(def.computed, vec![ComputedColumn { column: 1, expr: "to_timestamp_millis(seq)".into() }]);
+        assert_eq!(
+            def.computed,
+            vec![ComputedColumn {
+                column: 1,
+                expr: "to_timestamp_millis(seq)".into()
+            }]
+        );
         let et = def.event_time.unwrap();
         assert_eq!((et.column, et.delay_ms), (1, 1000));
     }
@@ -305,10 +314,16 @@ mod tests {
     #[test]
     fn computed_column_errors() {
         let c = create("CREATE STREAM s (a BIGINT, b AS nope + 1)");
-        assert_eq!(stream_def(&c, "memory", None, Vec::new()).unwrap_err().sqlstate(), "42703");
+        assert_eq!(
+            stream_def(&c, "memory", None, Vec::new()).unwrap_err().sqlstate(),
+            "42703"
+        );
         let c = create("CREATE STREAM s (a BIGINT, t AS TO_TIMESTAMP_LTZ(a, 2))");
         assert!(stream_def(&c, "memory", None, Vec::new()).is_err());
         let c = create("CREATE STREAM s (a BIGINT, a AS a + 1)");
-        assert_eq!(stream_def(&c, "memory", None, Vec::new()).unwrap_err().sqlstate(), "42701");
+        assert_eq!(
+            stream_def(&c, "memory", None, Vec::new()).unwrap_err().sqlstate(),
+            "42701"
+        );
     }
 }

@@ -128,7 +128,8 @@ impl Settings {
             }
             "join_state_ttl" => {
                 let v = value.trim();
-                if !v.eq_ignore_ascii_case("none") && sluice_types::parse_duration_ms(v).filter(|ms| *ms > 0).is_none() {
+                if !v.eq_ignore_ascii_case("none") && sluice_types::parse_duration_ms(v).filter(|ms| *ms > 0).is_none()
+                {
                     return Err(Error::user(
                         SqlCode::InvalidParameterValue,
                         format!("join_state_ttl must be a duration such as '1h' or 'none', got '{value}'"),

@@ -93,9 +93,11 @@ impl DagBuilder<'_> {
                     add_filter(&mut right.stage, e);
                 }
                 Reads::Both | Reads::Neither => match &c {
-                    Expr::BinaryExpr(BinaryExpr { left: a, op: Operator::Eq, right: b })
-                        if reads(a, &ls, &rs) != Reads::Both && reads(b, &ls, &rs) != Reads::Both =>
-                    {
+                    Expr::BinaryExpr(BinaryExpr {
+                        left: a,
+                        op: Operator::Eq,
+                        right: b,
+                    }) if reads(a, &ls, &rs) != Reads::Both && reads(b, &ls, &rs) != Reads::Both => {
                         let (l, r) = match (reads(a, &ls, &rs), reads(b, &ls, &rs)) {
                             (Reads::Left, Reads::Right) => (a, b),
                             (Reads::Right, Reads::Left) => (b, a),
@@ -133,7 +135,10 @@ impl DagBuilder<'_> {
         let (left_op, left_side) = self.join_input(left)?;
         let (right_op, right_side) = self.join_input(right)?;
         for (l, r) in left_side.keys.iter().zip(&right_side.keys) {
-            let (lt, rt) = (left_side.schema.field(*l).data_type(), right_side.schema.field(*r).data_type());
+            let (lt, rt) = (
+                left_side.schema.field(*l).data_type(),
+                right_side.schema.field(*r).data_type(),
+            );
             if lt != rt {
                 return Err(Error::user(
                     SqlCode::DatatypeMismatch,
@@ -143,10 +148,18 @@ impl DagBuilder<'_> {
         }
         let mut fields: Vec<Field> = Vec::new();
         for i in 0..n_left {
-            fields.push(Field::new(format!("_l{i}"), left_side.schema.field(i).data_type().clone(), true));
+            fields.push(Field::new(
+                format!("_l{i}"),
+                left_side.schema.field(i).data_type().clone(),
+                true,
+            ));
         }
         for i in 0..n_right {
-            fields.push(Field::new(format!("_r{i}"), right_side.schema.field(i).data_type().clone(), true));
+            fields.push(Field::new(
+                format!("_r{i}"),
+                right_side.schema.field(i).data_type().clone(),
+                true,
+            ));
         }
         let out_schema = Arc::new(Schema::new(fields));
         let spec = JoinSpec {
