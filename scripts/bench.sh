@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
-cargo build --release --bin sluice --bin sluice-bench
+cargo build --release -p sluice -p sluice-bench --bins
 
 FLINK_SRC="${FLINK_HARNESS:-$(pwd)/../shared/peers/flink}"
 FLINK_DIR="$HOME/.cache/sluice-flink-peer"

@@ -8,12 +8,14 @@ use std::path::Path;
 
 /// The Nexmark tables a query reads (for its generator-only baseline).
 pub fn tables_of(sql: &str) -> Vec<&'static str> {
-    let lower = sql.to_ascii_lowercase();
+    // Words that precede a relation: FROM t, JOIN t, TUMBLE(t, HOP(t.
+    let lower = sql.to_ascii_lowercase().replace('(', " ( ");
+    let words: Vec<&str> = lower.split_whitespace().collect();
     let mut tables = Vec::new();
     for t in ["person", "auction", "bid"] {
-        let reads = lower
-            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
-            .any(|w| w == t);
+        let reads = words
+            .windows(2)
+            .any(|w| w[1].trim_end_matches(',') == t && matches!(w[0], "from" | "join" | "("));
         if reads {
             tables.push(t);
         }
@@ -50,12 +52,16 @@ pub struct StreamSetup {
 pub async fn create_streams(server: &Server, parallelism: u32, s: StreamSetup) -> Result<()> {
     server.exec(&format!("SET parallelism = {parallelism}")).await?;
     let base = if s.wall_clock { ", 'base.time' = 'now'" } else { "" };
+    let delay = match s.watermark_delay_s {
+        0 => String::new(),
+        d => format!(" - INTERVAL '{d}' SECOND"),
+    };
     for table in ["person", "auction", "bid"] {
         server
             .exec(&format!(
-                "CREATE STREAM {table} (WATERMARK FOR date_time AS date_time - INTERVAL '{}' SECOND) \
+                "CREATE STREAM {table} (WATERMARK FOR date_time AS date_time{delay}) \
                  WITH (connector = 'nexmark', table = '{table}', 'events.max' = {}, 'events.per.second' = {}{base})",
-                s.watermark_delay_s, s.events, s.events_per_second
+                s.events, s.events_per_second
             ))
             .await?;
     }
