@@ -275,8 +275,10 @@ impl Master {
                     rows_in: t.rows_in,
                     rows_out: t.rows_out,
                     late_rows_dropped: t.late_rows_dropped,
+                    records_malformed: t.records_malformed,
                     watermark_ms: t.watermark.map(|w| w.0),
                     error,
+                    condition: t.condition,
                     sql: def.sql.clone(),
                 }
             })

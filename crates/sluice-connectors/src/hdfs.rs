@@ -54,41 +54,74 @@ pub trait FileStore: Send + Sync {
 
 /// A file system reached through `hdfs-native`.
 pub struct HdfsStore {
-    client: Client,
+    url: String,
+    client: std::sync::Mutex<Arc<Client>>,
 }
 
 impl HdfsStore {
     pub fn connect(url: &str) -> Result<Self> {
-        let client = ClientBuilder::new()
+        Ok(HdfsStore {
+            url: url.to_string(),
+            client: std::sync::Mutex::new(Arc::new(Self::client(url)?)),
+        })
+    }
+
+    fn client(url: &str) -> Result<Client> {
+        ClientBuilder::new()
             .with_url(url)
             .build()
-            .map_err(|e| Error::invalid_option(format!("HDFS url '{url}': {e}")))?;
-        Ok(HdfsStore { client })
+            .map_err(|e| Error::invalid_option(format!("HDFS url '{url}': {e}")))
     }
-}
 
-#[async_trait]
-impl FileStore for HdfsStore {
-    async fn put(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
+    fn current(&self) -> Arc<Client> {
+        self.client.lock().expect("hdfs client lock").clone()
+    }
+
+    /// After a failure: a new client (new NameNode connection) next time.
+    fn renew(&self) {
+        if let Ok(c) = Self::client(&self.url) {
+            *self.client.lock().expect("hdfs client lock") = Arc::new(c);
+        }
+    }
+
+    async fn put_once(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
+        let client = self.current();
         let hdfs = |e: hdfs_native::HdfsError| Error::external(format!("HDFS: {e}"));
         let (in_progress, target) = (format!("{dir}/.{name}.inprogress"), format!("{dir}/{name}"));
         let length = bytes.len();
-        self.client.mkdirs(dir, 0o755, true).await.map_err(hdfs)?;
-        let mut w = self
-            .client
+        client.mkdirs(dir, 0o755, true).await.map_err(hdfs)?;
+        let mut w = client
             .create(&in_progress, WriteOptions::default().overwrite(true))
             .await
             .map_err(hdfs)?;
         w.write_bytes(bytes).await.map_err(hdfs)?;
         w.close().await.map_err(hdfs)?;
-        if let Err(e) = self.client.rename(&in_progress, &target, false).await {
+        if let Err(e) = client.rename(&in_progress, &target, false).await {
             // A retry after a rename whose answer was lost: the file is there.
-            match self.client.get_file_info(&target).await {
+            match client.get_file_info(&target).await {
                 Ok(s) if s.length == length => {}
                 _ => return Err(hdfs(e)),
             }
         }
         Ok(())
+    }
+}
+
+/// One attempt to store a file gives up after this (a NameNode or DataNode
+/// that went away can leave a call waiting).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[async_trait]
+impl FileStore for HdfsStore {
+    async fn put(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
+        let outcome = match tokio::time::timeout(ATTEMPT_TIMEOUT, self.put_once(dir, name, bytes)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::external(format!("HDFS: no answer within {ATTEMPT_TIMEOUT:?}"))),
+        };
+        if outcome.is_err() {
+            self.renew();
+        }
+        outcome
     }
 }
 

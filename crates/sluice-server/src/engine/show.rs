@@ -167,6 +167,7 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
         int("rows_in"),
         int("rows_out"),
         int("late_rows_dropped"),
+        int("records_malformed"),
         text("watermark"),
         text("error"),
     ]));
@@ -181,8 +182,10 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
                 Cell::Int(Some(p.rows_in as i64)),
                 Cell::Int(Some(p.rows_out as i64)),
                 Cell::Int(Some(p.late_rows_dropped as i64)),
+                Cell::Int(Some(p.records_malformed as i64)),
                 Cell::Text(p.watermark_ms.map(|w| Watermark(w).display())),
-                Cell::Text(p.error.clone()),
+                // A failure, or else what a running pipeline is retrying.
+                Cell::Text(p.error.clone().or_else(|| p.condition.clone())),
             ]
         })
         .collect();
