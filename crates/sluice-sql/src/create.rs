@@ -164,3 +164,47 @@ fn event_time(schema: &Schema, column: &str, expr: &Expr) -> Result<EventTime> {
         from_upstream: false,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::statement::{SluiceStatement, parse_statements};
+    use arrow::datatypes::TimeUnit;
+    use std::collections::HashMap;
+
+    fn metadata() -> Vec<Field> {
+        let hidden = HashMap::from([(sluice_plan::catalog::HIDDEN_COLUMN.to_string(), "true".to_string())]);
+        vec![
+            Field::new("_m_offset", DataType::Int64, false).with_metadata(hidden.clone()),
+            Field::new("_m_time", DataType::Timestamp(TimeUnit::Millisecond, None), true).with_metadata(hidden),
+        ]
+    }
+
+    fn create(sql: &str) -> Result<StreamDef> {
+        let Some(SluiceStatement::CreateStream(c)) = parse_statements(sql).unwrap().into_iter().next() else {
+            panic!("not a CREATE STREAM: {sql}")
+        };
+        stream_def(&c, "kafka", None, metadata())
+    }
+
+    #[test]
+    fn metadata_columns_are_appended_hidden_and_can_carry_event_time() {
+        let def = create("CREATE STREAM s (v INT, WATERMARK FOR _m_time AS _m_time - INTERVAL '1' SECOND)").unwrap();
+        let names: Vec<&str> = def.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, vec!["v", "_m_offset", "_m_time"]);
+        assert!(!sluice_plan::catalog::is_hidden(def.schema.field(0)));
+        assert!(sluice_plan::catalog::is_hidden(def.schema.field(1)));
+        let et = def.event_time.unwrap();
+        assert_eq!((et.column, et.delay_ms), (2, 1000));
+    }
+
+    #[test]
+    fn a_declared_metadata_column_is_visible_and_must_keep_its_type() {
+        let def = create("CREATE STREAM s (_m_offset BIGINT, v INT)").unwrap();
+        let names: Vec<&str> = def.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, vec!["_m_offset", "v", "_m_time"]);
+        assert!(!sluice_plan::catalog::is_hidden(def.schema.field(0)));
+        let e = create("CREATE STREAM s (_m_offset TEXT)").unwrap_err();
+        assert_eq!(e.sqlstate(), "42804", "{e}");
+    }
+}
