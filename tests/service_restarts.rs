@@ -8,12 +8,16 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "integration/support.rs"]
+#[allow(dead_code)]
+mod support;
 
 use common::TestServer;
 use common::external::{Produce, consume, create_topic, hdfs_files, hdfs_read, produce, unique};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
+use support::{exec, simple_records, wait_for};
 use tokio::sync::Mutex;
 
 static SERVICES: Mutex<()> = Mutex::const_new(());
@@ -39,39 +43,25 @@ impl Drop for Restart {
     }
 }
 
-async fn exec(client: &tokio_postgres::Client, sql: &str) {
-    if let Err(e) = client.batch_execute(sql).await {
-        panic!("{sql}\n  failed: {e:?}");
-    }
-}
-
 async fn pipeline(client: &tokio_postgres::Client, name: &str) -> BTreeMap<String, Option<String>> {
-    let messages = client.simple_query("SHOW PIPELINES").await.expect("SHOW PIPELINES");
-    messages
+    simple_records(client, "SHOW PIPELINES")
+        .await
         .into_iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some(name) => Some(
-                r.columns()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (c.name().to_string(), r.get(i).map(str::to_string)))
-                    .collect(),
-            ),
-            _ => None,
-        })
+        .find(|p| p["name"].as_deref() == Some(name))
         .unwrap_or_else(|| panic!("no pipeline {name}"))
 }
 
+/// Waits until `check` holds, failing after `limit`.
 async fn wait_until<F, Fut>(what: &str, limit: Duration, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_for(what, limit, || {
+        let fut = check();
+        async move { fut.await.then_some(()) }
+    })
+    .await
 }
 
 fn ids(range: std::ops::Range<i64>) -> Vec<Produce> {
