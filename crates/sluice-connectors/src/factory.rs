@@ -51,8 +51,9 @@ pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Res
         &format!("sink connector '{connector}'"),
         options,
         sink_options(connector)?,
-        &[],
+        crate::options::SINK_COMMON,
     )?;
+    crate::options::checkpoint_interval(options)?;
     if connector == "file" {
         if !options.contains_key("path") {
             return Err(Error::invalid_option("the file sink needs a 'path' option"));
