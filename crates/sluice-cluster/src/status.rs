@@ -21,6 +21,12 @@ pub struct PipelineInfo {
     pub watermark_ms: Option<i64>,
     pub error: Option<String>,
     pub sql: String,
+    /// Restarts after task failures (since the server started).
+    pub restarts: u64,
+    /// The checkpoint the running deployment was restored from.
+    pub restored_from: Option<u64>,
+    /// The latest completed checkpoints, oldest first.
+    pub checkpoints: Vec<sluice_dataflow::checkpoint::CheckpointInfo>,
 }
 
 /// Counters summed over a runtime's tasks.

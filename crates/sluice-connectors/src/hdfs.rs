@@ -125,7 +125,10 @@ impl FileStore for HdfsStore {
         self.client.mkdirs(dir, 0o755, true).await.map_err(hdfs)?;
         let mut w = self
             .client
-            .create(&format!("{dir}/.{name}.inprogress"), WriteOptions::default().overwrite(true))
+            .create(
+                &format!("{dir}/.{name}.inprogress"),
+                WriteOptions::default().overwrite(true),
+            )
             .await
             .map_err(hdfs)?;
         w.write_bytes(bytes).await.map_err(hdfs)?;

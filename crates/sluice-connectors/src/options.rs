@@ -144,7 +144,9 @@ pub const SINK_COMMON: &[&str] = &["checkpoint.interval", "checkpoint.dir"];
 /// are off (`'off'` or `0`), the default (10 s) when absent.
 pub fn checkpoint_interval(options: &BTreeMap<String, String>) -> Result<Option<std::time::Duration>> {
     let Some(v) = options.get("checkpoint.interval") else {
-        return Ok(Some(sluice_dataflow::checkpoint::coordinator::CHECKPOINT_INTERVAL_DEFAULT));
+        return Ok(Some(
+            sluice_dataflow::checkpoint::coordinator::CHECKPOINT_INTERVAL_DEFAULT,
+        ));
     };
     if v.trim().eq_ignore_ascii_case("off") {
         return Ok(None);

@@ -84,6 +84,9 @@ pub fn pipeline_summary(
         "watermark_lag_ms": watermark_lag_ms(info.watermark_ms, now_ms),
         "error": info.error,
         "errors": errors,
+        "restarts": info.restarts,
+        "restored_from_checkpoint": info.restored_from,
+        "checkpoints": info.checkpoints,
         "sql": redact_sql(&info.sql),
         "sparkline": { "rows_out_per_s": sparkline, "rows_in_per_s": sparkline_in },
     })

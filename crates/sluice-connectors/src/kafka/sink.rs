@@ -25,12 +25,12 @@ use arrow::array::{Array, RecordBatch, TimestampMillisecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use async_trait::async_trait;
-use rdkafka::error::KafkaError;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_dataflow::checkpoint::TaskState;
-use rdkafka::types::RDKafkaErrorCode;
 use sluice_dataflow::deploy::InstanceContext;
 use sluice_dataflow::{Operator, OperatorContext};
 use sluice_types::{Error, Result, Watermark};
@@ -194,7 +194,9 @@ impl KafkaSink {
             let id = format!("{prefix}-{}", ctx.instance);
             properties.insert("transactional.id".into(), id.clone());
             let mut marker_props = s.properties.clone();
-            marker_props.retain(|k, _| k.starts_with("bootstrap") || k.starts_with("security") || k.starts_with("sasl") || k.starts_with("ssl"));
+            marker_props.retain(|k, _| {
+                k.starts_with("bootstrap") || k.starts_with("security") || k.starts_with("sasl") || k.starts_with("ssl")
+            });
             marker_props.insert("group.id".into(), id.clone());
             marker_props.insert("isolation.level".into(), "read_committed".into());
             marker_props.insert("enable.auto.commit".into(), "false".into());
@@ -338,7 +340,6 @@ impl KafkaSink {
         t.precommitted = None;
         Ok(())
     }
-
 }
 
 #[async_trait]
@@ -377,7 +378,9 @@ impl Operator for KafkaSink {
         }
         self.init_transactions().await?;
         let Some((id, state)) = checkpoint else { return Ok(()) };
-        let Some(rows) = state.batch(MARKER_KEY).cloned() else { return Ok(()) };
+        let Some(rows) = state.batch(MARKER_KEY).cloned() else {
+            return Ok(());
+        };
         let committed = self.committed_marker().await?;
         if committed >= id {
             return Ok(());

@@ -19,9 +19,9 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use sluice_dataflow::checkpoint::TaskState;
 use sluice_dataflow::deploy::InstanceContext;
 use sluice_dataflow::metrics::TaskMetrics;
-use sluice_dataflow::checkpoint::TaskState;
 use sluice_dataflow::source::{SourceEvent, SourceReader};
 use sluice_types::{Error, Result, SqlCode};
 use std::collections::BTreeMap;
@@ -96,7 +96,9 @@ impl KafkaReader {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let Some(worker) = self.worker.take() else { return Ok(()) };
+        let Some(worker) = self.worker.take() else {
+            return Ok(());
+        };
         std::thread::Builder::new()
             .name(format!("kafka-{}-{}", worker.config.topic, worker.instance))
             .spawn(move || worker.run())
@@ -239,7 +241,11 @@ impl Worker {
         if !self.send(SourceEvent::Partitions(mine.len())) || mine.is_empty() {
             return Ok(());
         }
-        let fresh: Vec<i32> = mine.iter().filter(|p| !self.restored.contains_key(p)).copied().collect();
+        let fresh: Vec<i32> = mine
+            .iter()
+            .filter(|p| !self.restored.contains_key(p))
+            .copied()
+            .collect();
         let Some(mut start) = self.retry(&consumer, "look up the start offsets", |c| {
             if fresh.is_empty() {
                 return Ok(TopicPartitionList::new());

@@ -169,6 +169,8 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
         int("late_rows_dropped"),
         text("watermark"),
         text("error"),
+        int("restarts"),
+        text("last_checkpoint"),
     ]));
     let rows = infos
         .iter()
@@ -183,6 +185,16 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
                 Cell::Int(Some(p.late_rows_dropped as i64)),
                 Cell::Text(p.watermark_ms.map(|w| Watermark(w).display())),
                 Cell::Text(p.error.clone()),
+                Cell::Int(Some(p.restarts as i64)),
+                Cell::Text(p.checkpoints.last().map(|c| {
+                    format!(
+                        "#{} at {}, {} bytes, {} ms",
+                        c.id,
+                        ts_ms_to_string(c.completed_ms),
+                        c.size_bytes,
+                        c.duration_ms
+                    )
+                })),
             ]
         })
         .collect();
