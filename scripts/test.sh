@@ -48,6 +48,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== build"
 cargo build --workspace --all-targets
 echo "== test"
+# >>> checkpoints (issue 5): tests/exactly_once.rs needs the real Kafka and HDFS.
+scripts/services.sh start all
+# <<< checkpoints
 log="$(mktemp)"
 status=0
 cargo test --workspace --lib --bins --tests --no-fail-fast -- --test-threads 2 2>&1 | tee "$log" || status=$?
