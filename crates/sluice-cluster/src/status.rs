@@ -26,6 +26,12 @@ pub struct PipelineInfo {
     /// down), while the pipeline keeps running.
     pub condition: Option<String>,
     pub sql: String,
+    /// Restarts after task failures (since the server started).
+    pub restarts: u64,
+    /// The checkpoint the running deployment was restored from.
+    pub restored_from: Option<u64>,
+    /// The latest completed checkpoints, oldest first.
+    pub checkpoints: Vec<sluice_dataflow::checkpoint::CheckpointInfo>,
 }
 
 /// Counters summed over a runtime's tasks.

@@ -114,6 +114,33 @@ pub fn byte_size_option(options: &BTreeMap<String, String>, key: &str) -> Result
     }
 }
 
+/// Options every sink accepts: the pipeline's checkpointing.
+pub const SINK_COMMON: &[&str] = &["checkpoint.interval", "checkpoint.dir"];
+
+/// `'checkpoint.interval'` of a pipeline's sink: `None` when checkpoints
+/// are off (`'off'` or `0`), the default (10 s) when absent.
+pub fn checkpoint_interval(options: &BTreeMap<String, String>) -> Result<Option<std::time::Duration>> {
+    let Some(v) = options.get("checkpoint.interval") else {
+        return Ok(Some(
+            sluice_dataflow::checkpoint::coordinator::CHECKPOINT_INTERVAL_DEFAULT,
+        ));
+    };
+    if v.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let ms = sluice_types::parse_duration_ms(v).ok_or_else(|| {
+        Error::invalid_option(format!(
+            "option 'checkpoint.interval' must be a duration like '10s' or 'off', got '{v}'"
+        ))
+    })?;
+    Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
+}
+
+/// Whether the pipeline of a sink with these options checkpoints.
+pub fn checkpoints_enabled(options: &BTreeMap<String, String>) -> Result<bool> {
+    checkpoint_interval(options).map(|i| i.is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

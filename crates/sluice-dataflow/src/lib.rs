@@ -15,6 +15,9 @@
 //! - [`source`]: the loop around a [`SourceReader`](source::SourceReader),
 //!   per-partition watermark generation and idle detection.
 //! - [`window`]: event-time window aggregates (TUMBLE, HOP, SESSION).
+//! - [`checkpoint`]: barriers, aligned snapshots, the coordinator, the
+//!   versioned checkpoint format and its stores; recovery from the newest
+//!   complete checkpoint.
 //! - [`deploy`]: turn a DAG into running tasks ([`deploy::deploy`]), with a
 //!   [`PipelineRuntime`](deploy::PipelineRuntime) handle to watch and stop it.
 //!
@@ -23,8 +26,10 @@
 //! that builds sources and sinks.
 
 pub mod channel;
+pub mod checkpoint;
 pub mod deploy;
 pub mod exchange;
+pub mod fault;
 pub mod message;
 pub mod metrics;
 pub mod operator;

@@ -86,6 +86,9 @@ pub fn pipeline_summary(
         "error": info.error,
         "condition": info.condition,
         "errors": errors,
+        "restarts": info.restarts,
+        "restored_from_checkpoint": info.restored_from,
+        "checkpoints": info.checkpoints,
         "sql": redact_sql(&info.sql),
         "sparkline": { "rows_out_per_s": sparkline, "rows_in_per_s": sparkline_in },
     })

@@ -136,6 +136,7 @@ pub const SINK_OPTIONS: &[&str] = &[
     "key.format",
     "timestamp.column",
     "sink.delivery-guarantee",
+    "transactional.id.prefix",
 ];
 
 /// Where a source starts reading each partition.

@@ -170,6 +170,8 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
         int("records_malformed"),
         text("watermark"),
         text("error"),
+        int("restarts"),
+        text("last_checkpoint"),
     ]));
     let rows = infos
         .iter()
@@ -186,6 +188,16 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
                 Cell::Text(p.watermark_ms.map(|w| Watermark(w).display())),
                 // A failure, or else what a running pipeline is retrying.
                 Cell::Text(p.error.clone().or_else(|| p.condition.clone())),
+                Cell::Int(Some(p.restarts as i64)),
+                Cell::Text(p.checkpoints.last().map(|c| {
+                    format!(
+                        "#{} at {}, {} bytes, {} ms",
+                        c.id,
+                        ts_ms_to_string(c.completed_ms),
+                        c.size_bytes,
+                        c.duration_ms
+                    )
+                })),
             ]
         })
         .collect();
