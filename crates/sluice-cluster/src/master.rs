@@ -203,6 +203,7 @@ impl Master {
             None => {
                 let runtime = self.scheduler.deploy(def.id, &def.dag)?;
                 *slot.runtime.lock().expect("slot lock") = Some(runtime);
+                slot.started.send_replace(true);
             }
             Some((interval, dir)) => {
                 let root = dir.map_or_else(|| self.checkpoint_root.clone(), PathBuf::from);
@@ -331,6 +332,21 @@ impl Master {
         let runtime = r.slot.runtime().ok_or_else(|| not_found("running pipeline", name))?;
         runtime.set_paused(paused);
         Ok(())
+    }
+
+    /// Waits (at most 30 s) until a named pipeline's first deployment was
+    /// attempted: a checkpointed pipeline is deployed by its supervisor
+    /// after its newest checkpoint is loaded.
+    pub async fn wait_started(&self, name: &str) {
+        let slot = self
+            .running
+            .lock()
+            .expect("running lock")
+            .get(name)
+            .map(|r| r.slot.clone());
+        if let Some(slot) = slot {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), slot.wait_started()).await;
+        }
     }
 
     /// The runtime of a running named pipeline.

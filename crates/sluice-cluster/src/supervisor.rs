@@ -28,7 +28,6 @@ pub fn backoff(attempt: u32) -> Duration {
 }
 
 /// What the master sees of a supervised pipeline.
-#[derive(Default)]
 pub struct Slot {
     pub runtime: Mutex<Option<Arc<PipelineRuntime>>>,
     pub restarts: AtomicU64,
@@ -36,9 +35,31 @@ pub struct Slot {
     pub failed: Mutex<Option<String>>,
     pub stats: Arc<CheckpointStats>,
     pub stop: CancellationToken,
+    /// Becomes true once the first deployment was attempted (deployed or
+    /// failed), so CREATE can return with the pipeline in place.
+    pub started: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            runtime: Mutex::new(None),
+            restarts: AtomicU64::new(0),
+            failed: Mutex::new(None),
+            stats: Arc::default(),
+            stop: CancellationToken::new(),
+            started: tokio::sync::watch::channel(false).0,
+        }
+    }
 }
 
 impl Slot {
+    /// Waits until the first deployment was attempted.
+    pub async fn wait_started(&self) {
+        let mut rx = self.started.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
     pub fn runtime(&self) -> Option<Arc<PipelineRuntime>> {
         self.runtime.lock().expect("slot lock").clone()
     }
@@ -57,6 +78,10 @@ pub async fn supervise(
     loop {
         let completed_before = slot.stats.last().map(|c| c.id);
         let outcome = run_once(id, &dag, interval, &store, &scheduler, &slot).await;
+        if let Err(e) = &outcome {
+            *slot.failed.lock().expect("slot lock") = Some(e.to_string());
+        }
+        slot.started.send_replace(true);
         let error = match outcome {
             Ok(PipelineStatus::Failed { error, .. }) => error,
             Ok(_) => return,
@@ -105,6 +130,7 @@ async fn run_once(
     let runtime = scheduler.deploy_checkpointed(id, dag, plan)?;
     *slot.runtime.lock().expect("slot lock") = Some(runtime.clone());
     *slot.failed.lock().expect("slot lock") = None;
+    slot.started.send_replace(true);
     tokio::select! {
         status = runtime.wait() => Ok(status),
         _ = slot.stop.cancelled() => {

@@ -347,6 +347,7 @@ impl Session {
                 let planned = self.plan(&query, sink_spec(&connector, options.clone())).await?;
                 validate_sink_output(&connector, &options, &planned.schema)?;
                 master.create_pipeline(&name, PipelineKind::Sink, &text, planned.dag, None, if_not_exists)?;
+                master.wait_started(&name).await;
                 Ok(command("CREATE SINK"))
             }
             SluiceStatement::Drop { kind, name, if_exists } => match kind {
