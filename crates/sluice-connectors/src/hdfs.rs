@@ -26,21 +26,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Options of the HDFS sink.
-pub const SINK_OPTIONS: &[&str] = &[
-    "connector",
-    "url",
-    "path",
-    "format",
-    "rollover.size",
-    "rollover.interval",
-    "partition.by",
-    "retry.timeout",
-    "sink.delivery-guarantee",
-    "checkpoint.interval",
-    "checkpoint.dir",
-];
-
 const SIZE_DEFAULT: usize = 128 << 20;
 const INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 const RETRY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(600);

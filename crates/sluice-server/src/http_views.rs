@@ -4,6 +4,9 @@
 
 use crate::metrics_history::{PipelineHistory, Rates, Sample, current_rates, rate_series};
 use crate::redact::{redact_options, redact_sql};
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sluice_cluster::catalog::PipelineDef;
 use sluice_cluster::status::PipelineInfo;
@@ -283,6 +286,11 @@ pub fn stream_view(s: &StreamDef) -> Value {
         "event_time": event_time,
         "pipeline": s.pipeline,
     })
+}
+
+/// A JSON error body with `status`.
+pub(crate) fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
 }
 
 #[cfg(test)]
