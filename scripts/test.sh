@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of Sluice on a fresh machine: installs what is missing,
-# checks formatting and lints, builds, and runs unit, integration and
-# sqllogictest suites (the latter against a live server over pgwire).
+# checks formatting and lints, builds, starts the real Kafka and HDFS
+# (scripts/services.sh), and runs unit, integration and sqllogictest suites
+# (the latter against a live server over pgwire).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,9 @@ command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+# librdkafka (built from source by rdkafka's cmake-build) includes curl's headers.
+[ -e /usr/include/curl/curl.h ] || [ -e /usr/include/x86_64-linux-gnu/curl/curl.h ] \
+    || need_apt+=(libcurl4-openssl-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing system packages: ${need_apt[*]}"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -47,6 +51,21 @@ echo "== lint"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== build"
 cargo build --workspace --all-targets
+echo "== services"
+# Real Kafka and HDFS (Maven Central, Java 17) for the connector tests. Stop
+# them at the end only if this run started them.
+started=()
+for service in kafka hdfs; do
+    if ! scripts/services.sh status "$service" | grep -q running; then
+        started+=("$service")
+    fi
+done
+scripts/services.sh start all
+stop_started() {
+    for service in "${started[@]}"; do scripts/services.sh stop "$service" || true; done
+}
+trap stop_started EXIT
+
 echo "== test"
 log="$(mktemp)"
 status=0

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod external;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -28,6 +30,12 @@ impl TestServer {
 
     /// Starts a server on an existing data directory (restart tests).
     pub fn start_in(data_dir: &Path) -> TestServer {
+        TestServer::start_in_with_env(data_dir, &[])
+    }
+
+    /// Starts a server on `data_dir` with extra environment variables
+    /// (e.g. the `SLUICE_FAULT_PANIC_AT` test hook).
+    pub fn start_in_with_env(data_dir: &Path, env: &[(&str, &str)]) -> TestServer {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args([
                 "playground",
@@ -39,6 +47,7 @@ impl TestServer {
             ])
             .arg(data_dir)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

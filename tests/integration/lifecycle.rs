@@ -118,7 +118,15 @@ async fn catalog_survives_a_clean_restart() {
         let p = pipeline(&client, name)
             .await
             .unwrap_or_else(|| panic!("{name} is listed after restart"));
-        assert_eq!(field(&p, "state"), "running", "{name}: {p:?}");
+        assert!(["starting", "running"].contains(&field(&p, "state")), "{name}: {p:?}");
+        // A checkpointed pipeline is deployed by its supervisor once its
+        // newest checkpoint is loaded: `starting` until then.
+        wait_for(
+            &format!("{name} running after restart"),
+            Duration::from_secs(30),
+            || async { pipeline(&client, name).await.filter(|p| field(p, "state") == "running") },
+        )
+        .await;
     }
     let described = simple_rows(&client, "DESCRIBE events").await;
     let columns: Vec<(String, String)> = described

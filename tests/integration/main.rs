@@ -6,7 +6,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod hdfs;
 mod http_api;
+mod kafka;
 mod lifecycle;
 mod nexmark_queries;
 mod protocol;

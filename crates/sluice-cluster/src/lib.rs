@@ -8,6 +8,8 @@
 //! - [`scheduler`]: how the master hands a DAG to workers — the
 //!   [`Scheduler`](scheduler::Scheduler) trait, with the single-worker
 //!   [`LocalScheduler`](scheduler::LocalScheduler) the playground uses;
+//! - [`supervisor`]: restarts a checkpointed pipeline from its newest
+//!   checkpoint after a failure, with backoff, up to a bound;
 //! - [`master`]: the entry point for the SQL engine: catalog changes,
 //!   pipeline lifecycle, session queries, and status for `SHOW PIPELINES`.
 //!
@@ -18,6 +20,7 @@ pub mod catalog;
 pub mod master;
 pub mod scheduler;
 pub mod status;
+pub mod supervisor;
 pub mod worker;
 
 pub use master::Master;

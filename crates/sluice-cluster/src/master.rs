@@ -4,14 +4,17 @@
 use crate::catalog::{CatalogState, CatalogStore, PipelineDef, PipelineKind};
 use crate::scheduler::Scheduler;
 use crate::status::{PipelineInfo, describe_status, totals};
+use crate::supervisor::{Slot, supervise};
 use arrow::record_batch::RecordBatch;
 use sluice_connectors::{Connectors, MemoryLog};
+use sluice_dataflow::checkpoint::{LocalStateStore, StateStore};
 use sluice_dataflow::deploy::PipelineRuntime;
+use sluice_plan::OperatorKind;
 use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
 use sluice_types::{Error, PipelineId, Result, SqlCode, now_ms};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -20,7 +23,7 @@ use tokio::sync::mpsc;
 const SESSION_QUERY_ID_BASE: u64 = 1 << 40;
 
 struct Running {
-    runtime: Arc<PipelineRuntime>,
+    slot: Arc<Slot>,
     since_ms: i64,
 }
 
@@ -32,6 +35,8 @@ pub struct Master {
     connectors: Connectors,
     running: Mutex<HashMap<String, Running>>,
     next_query_id: AtomicU64,
+    /// Where checkpoints go unless a pipeline says otherwise.
+    checkpoint_root: PathBuf,
 }
 
 fn not_found(kind: &str, name: &str) -> Error {
@@ -69,6 +74,7 @@ impl Master {
         let store = CatalogStore::new(data_dir);
         let state = store.load()?;
         let master = Master {
+            checkpoint_root: data_dir.join("checkpoints"),
             store,
             state: Mutex::new(state),
             scheduler,
@@ -192,11 +198,30 @@ impl Master {
     }
 
     fn start(&self, def: &PipelineDef) -> Result<()> {
-        let runtime = self.scheduler.deploy(def.id, &def.dag)?;
+        let slot = Arc::new(Slot::default());
+        match checkpointing(&def.dag)? {
+            None => {
+                let runtime = self.scheduler.deploy(def.id, &def.dag)?;
+                *slot.runtime.lock().expect("slot lock") = Some(runtime);
+                slot.started.send_replace(true);
+            }
+            Some((interval, dir)) => {
+                let root = dir.map_or_else(|| self.checkpoint_root.clone(), PathBuf::from);
+                let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(root));
+                tokio::spawn(supervise(
+                    def.id,
+                    def.dag.clone(),
+                    interval,
+                    store,
+                    self.scheduler.clone(),
+                    slot.clone(),
+                ));
+            }
+        }
         self.running.lock().expect("running lock").insert(
             def.name.clone(),
             Running {
-                runtime,
+                slot,
                 since_ms: now_ms(),
             },
         );
@@ -205,8 +230,11 @@ impl Master {
 
     fn stop(&self, name: &str) {
         if let Some(r) = self.running.lock().expect("running lock").remove(name) {
-            self.scheduler.stop(r.runtime.id);
-            r.runtime.stop();
+            r.slot.stop.cancel();
+            if let Some(runtime) = r.slot.runtime() {
+                self.scheduler.stop(runtime.id);
+                runtime.stop();
+            }
         }
     }
 
@@ -254,15 +282,23 @@ impl Master {
         defs.into_iter()
             .map(|def| {
                 let (state, since_ms, t, error) = match running.get(&def.name) {
-                    Some(r) => {
-                        let (mut state, error) = describe_status(&r.runtime.status());
-                        if state == "running" && r.runtime.is_paused() {
-                            state = "paused".to_string();
+                    Some(r) => match (r.slot.runtime(), r.slot.failed.lock().expect("slot lock").clone()) {
+                        (_, Some(error)) => ("failed".to_string(), r.since_ms, Default::default(), Some(error)),
+                        (Some(runtime), None) => {
+                            let (mut state, error) = describe_status(&runtime.status());
+                            if state == "running" && runtime.is_paused() {
+                                state = "paused".to_string();
+                            }
+                            (state, r.since_ms, totals(&runtime), error)
                         }
-                        (state, r.since_ms, totals(&r.runtime), error)
-                    }
+                        (None, None) => ("starting".to_string(), r.since_ms, Default::default(), None),
+                    },
                     None => ("not running".to_string(), def.created_ms, Default::default(), None),
                 };
+                let slot = running.get(&def.name).map(|r| r.slot.clone());
+                let checkpoints = slot.as_ref().map(|s| s.stats.completed()).unwrap_or_default();
+                let restarts = slot.as_ref().map_or(0, |s| s.restarts.load(Ordering::Relaxed));
+                let restored_from = slot.as_ref().and_then(|s| s.stats.restored_from());
                 PipelineInfo {
                     name: def.name.clone(),
                     id: def.id.0,
@@ -275,9 +311,14 @@ impl Master {
                     rows_in: t.rows_in,
                     rows_out: t.rows_out,
                     late_rows_dropped: t.late_rows_dropped,
+                    records_malformed: t.records_malformed,
                     watermark_ms: t.watermark.map(|w| w.0),
                     error,
+                    condition: t.condition,
                     sql: def.sql.clone(),
+                    restarts,
+                    restored_from,
+                    checkpoints,
                 }
             })
             .collect()
@@ -288,8 +329,24 @@ impl Master {
     pub fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
         let running = self.running.lock().expect("running lock");
         let r = running.get(name).ok_or_else(|| not_found("pipeline", name))?;
-        r.runtime.set_paused(paused);
+        let runtime = r.slot.runtime().ok_or_else(|| not_found("running pipeline", name))?;
+        runtime.set_paused(paused);
         Ok(())
+    }
+
+    /// Waits (at most 30 s) until a named pipeline's first deployment was
+    /// attempted: a checkpointed pipeline is deployed by its supervisor
+    /// after its newest checkpoint is loaded.
+    pub async fn wait_started(&self, name: &str) {
+        let slot = self
+            .running
+            .lock()
+            .expect("running lock")
+            .get(name)
+            .map(|r| r.slot.clone());
+        if let Some(slot) = slot {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), slot.wait_started()).await;
+        }
     }
 
     /// The runtime of a running named pipeline.
@@ -298,7 +355,7 @@ impl Master {
             .lock()
             .expect("running lock")
             .get(name)
-            .map(|r| r.runtime.clone())
+            .and_then(|r| r.slot.runtime())
     }
 
     /// Runs a session's query; its rows arrive on `results`.
@@ -312,4 +369,19 @@ impl Master {
     pub fn memory_log(&self, def: &StreamDef) -> Result<Arc<MemoryLog>> {
         self.connectors.memory.get_or_create(&def.name, &def.options)
     }
+}
+
+/// A named pipeline's checkpoint interval and directory, from its sink's
+/// options (`None`: checkpoints off).
+fn checkpointing(dag: &PhysicalDag) -> Result<Option<(std::time::Duration, Option<String>)>> {
+    let Some(sink) = dag.operators.iter().find_map(|o| match &o.kind {
+        OperatorKind::Sink(s) => Some(s),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let Some(interval) = sluice_connectors::options::checkpoint_interval(&sink.options)? else {
+        return Ok(None);
+    };
+    Ok(Some((interval, sink.options.get("checkpoint.dir").cloned())))
 }

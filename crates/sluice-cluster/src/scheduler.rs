@@ -1,7 +1,7 @@
 //! Handing pipelines to workers.
 
 use crate::worker::Worker;
-use sluice_dataflow::deploy::PipelineRuntime;
+use sluice_dataflow::deploy::{CheckpointPlan, PipelineRuntime};
 use sluice_plan::PhysicalDag;
 use sluice_types::{PipelineId, Result};
 use std::sync::Arc;
@@ -9,6 +9,13 @@ use std::sync::Arc;
 /// Places a pipeline's tasks on workers and starts them.
 pub trait Scheduler: Send + Sync {
     fn deploy(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>>;
+    /// Deploys with checkpoints, restoring every task from `plan`.
+    fn deploy_checkpointed(
+        &self,
+        id: PipelineId,
+        dag: &PhysicalDag,
+        plan: CheckpointPlan,
+    ) -> Result<Arc<PipelineRuntime>>;
     fn stop(&self, id: PipelineId);
 }
 
@@ -19,7 +26,15 @@ pub struct LocalScheduler {
 
 impl Scheduler for LocalScheduler {
     fn deploy(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
-        self.worker.run(id, dag)
+        self.worker.run(id, dag, None)
+    }
+    fn deploy_checkpointed(
+        &self,
+        id: PipelineId,
+        dag: &PhysicalDag,
+        plan: CheckpointPlan,
+    ) -> Result<Arc<PipelineRuntime>> {
+        self.worker.run(id, dag, Some(plan))
     }
     fn stop(&self, id: PipelineId) {
         self.worker.stop(id)

@@ -17,19 +17,33 @@ pub struct PipelineInfo {
     pub rows_in: u64,
     pub rows_out: u64,
     pub late_rows_dropped: u64,
+    /// Input records the sources could not decode (skipped or dead-lettered).
+    pub records_malformed: u64,
     /// Low watermark at the sink, ms (None before the first one).
     pub watermark_ms: Option<i64>,
     pub error: Option<String>,
+    /// A transient problem a task is working around (e.g. a broker that is
+    /// down), while the pipeline keeps running.
+    pub condition: Option<String>,
     pub sql: String,
+    /// Restarts after task failures (since the server started).
+    pub restarts: u64,
+    /// The checkpoint the running deployment was restored from.
+    pub restored_from: Option<u64>,
+    /// The latest completed checkpoints, oldest first.
+    pub checkpoints: Vec<sluice_dataflow::checkpoint::CheckpointInfo>,
 }
 
 /// Counters summed over a runtime's tasks.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Totals {
     pub rows_in: u64,
     pub rows_out: u64,
     pub late_rows_dropped: u64,
+    pub records_malformed: u64,
     pub watermark: Option<Watermark>,
+    /// The first transient condition a task reports.
+    pub condition: Option<String>,
 }
 
 /// Rows in = rows the sources emitted; rows out = rows the sinks received;
@@ -48,6 +62,10 @@ pub fn totals(runtime: &PipelineRuntime) -> Totals {
             _ => {}
         }
         t.late_rows_dropped += m.late_rows_dropped.load(Ordering::Relaxed);
+        t.records_malformed += m.records_malformed.load(Ordering::Relaxed);
+        if t.condition.is_none() {
+            t.condition = m.condition();
+        }
     }
     t.watermark = sink_watermark.filter(|w| *w != i64::MIN).map(Watermark);
     t

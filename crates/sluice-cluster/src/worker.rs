@@ -2,7 +2,7 @@
 
 use sluice_connectors::Connectors;
 use sluice_dataflow::channel::InProcessTransport;
-use sluice_dataflow::deploy::{DeployConfig, PipelineRuntime, deploy};
+use sluice_dataflow::deploy::{CheckpointPlan, DeployConfig, PipelineRuntime, deploy_with};
 use sluice_plan::PhysicalDag;
 use sluice_types::{PipelineId, Result};
 use std::collections::HashMap;
@@ -27,8 +27,15 @@ impl Worker {
     }
 
     /// Starts every task of `dag` as pipeline `id`.
-    pub fn run(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
-        let runtime = Arc::new(deploy(id, dag, &self.connectors, &self.transport, &self.config)?);
+    pub fn run(&self, id: PipelineId, dag: &PhysicalDag, plan: Option<CheckpointPlan>) -> Result<Arc<PipelineRuntime>> {
+        let runtime = Arc::new(deploy_with(
+            id,
+            dag,
+            &self.connectors,
+            &self.transport,
+            &self.config,
+            plan,
+        )?);
         let mut running = self.running.lock().expect("worker lock");
         running.retain(|_, r| r.status() == sluice_dataflow::deploy::PipelineStatus::Running);
         running.insert(id, runtime.clone());

@@ -54,8 +54,14 @@ pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Res
         &format!("sink connector '{connector}'"),
         options,
         sink_options(connector)?,
-        &[],
+        crate::options::SINK_COMMON,
     )?;
+    crate::options::checkpoint_interval(options)?;
+    if options.get("checkpoint.dir").is_some_and(|d| d.contains("://")) {
+        return Err(Error::unsupported(
+            "'checkpoint.dir' must be a local directory for now (an HDFS state backend is not built yet)",
+        ));
+    }
     if connector == "file" {
         if !options.contains_key("path") {
             return Err(Error::invalid_option("the file sink needs a 'path' option"));

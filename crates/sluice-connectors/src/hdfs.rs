@@ -17,6 +17,7 @@ use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use bytes::Bytes;
 use hdfs_native::{Client, ClientBuilder, WriteOptions};
+use sluice_dataflow::checkpoint::TaskState;
 use sluice_dataflow::deploy::InstanceContext;
 use sluice_dataflow::metrics::TaskMetrics;
 use sluice_dataflow::{Operator, OperatorContext};
@@ -24,19 +25,6 @@ use sluice_types::{Error, Result, Watermark};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Options of the HDFS sink.
-pub const SINK_OPTIONS: &[&str] = &[
-    "connector",
-    "url",
-    "path",
-    "format",
-    "rollover.size",
-    "rollover.interval",
-    "partition.by",
-    "retry.timeout",
-    "sink.delivery-guarantee",
-];
 
 const SIZE_DEFAULT: usize = 128 << 20;
 const INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
@@ -50,45 +38,179 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 pub trait FileStore: Send + Sync {
     /// Stores `bytes` as `dir/name`, visible only when complete.
     async fn put(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()>;
+
+    /// Two-phase commit, first phase: stores `bytes` as the hidden
+    /// `dir/.name.inprogress` (overwriting).
+    async fn put_in_progress(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
+        let _ = (dir, name, bytes);
+        Err(Error::unsupported("this file store has no two-phase commit"))
+    }
+
+    /// Second phase: renames `dir/.name.inprogress` to `dir/name`;
+    /// idempotent (done when only the final file is there).
+    async fn finalize(&self, dir: &str, name: &str) -> Result<()> {
+        let _ = (dir, name);
+        Err(Error::unsupported("this file store has no two-phase commit"))
+    }
+
+    /// In-progress files under `root` (recursively): (dir, final name).
+    async fn in_progress(&self, root: &str) -> Result<Vec<(String, String)>> {
+        let _ = root;
+        Ok(Vec::new())
+    }
+
+    /// Deletes the in-progress file of `dir/name`.
+    async fn discard(&self, dir: &str, name: &str) -> Result<()> {
+        let _ = (dir, name);
+        Ok(())
+    }
 }
 
 /// A file system reached through `hdfs-native`.
 pub struct HdfsStore {
-    client: Client,
+    url: String,
+    client: std::sync::Mutex<Arc<Client>>,
 }
 
 impl HdfsStore {
     pub fn connect(url: &str) -> Result<Self> {
-        let client = ClientBuilder::new()
+        Ok(HdfsStore {
+            url: url.to_string(),
+            client: std::sync::Mutex::new(Arc::new(Self::client(url)?)),
+        })
+    }
+
+    fn client(url: &str) -> Result<Client> {
+        ClientBuilder::new()
             .with_url(url)
             .build()
-            .map_err(|e| Error::invalid_option(format!("HDFS url '{url}': {e}")))?;
-        Ok(HdfsStore { client })
+            .map_err(|e| Error::invalid_option(format!("HDFS url '{url}': {e}")))
+    }
+
+    fn current(&self) -> Arc<Client> {
+        self.client.lock().expect("hdfs client lock").clone()
+    }
+
+    /// After a failure: a new client (new NameNode connection) next time.
+    fn renew(&self) {
+        if let Ok(c) = Self::client(&self.url) {
+            *self.client.lock().expect("hdfs client lock") = Arc::new(c);
+        }
+    }
+
+    async fn put_once(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
+        let client = self.current();
+        let hdfs = |e: hdfs_native::HdfsError| Error::external(format!("HDFS: {e}"));
+        let (in_progress, target) = (format!("{dir}/.{name}.inprogress"), format!("{dir}/{name}"));
+        let length = bytes.len();
+        client.mkdirs(dir, 0o755, true).await.map_err(hdfs)?;
+        let mut w = client
+            .create(&in_progress, WriteOptions::default().overwrite(true))
+            .await
+            .map_err(hdfs)?;
+        w.write_bytes(bytes).await.map_err(hdfs)?;
+        w.close().await.map_err(hdfs)?;
+        if let Err(e) = client.rename(&in_progress, &target, false).await {
+            // A retry after a rename whose answer was lost: the file is there.
+            match client.get_file_info(&target).await {
+                Ok(s) if s.length == length => {}
+                _ => return Err(hdfs(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One attempt to store a file gives up after this (a NameNode or DataNode
+/// that went away can leave a call waiting).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl HdfsStore {
+    /// Runs one call with a deadline; after a failure the next call gets a
+    /// fresh client.
+    async fn attempt<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let outcome = match tokio::time::timeout(ATTEMPT_TIMEOUT, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::external(format!("HDFS: no answer within {ATTEMPT_TIMEOUT:?}"))),
+        };
+        if outcome.is_err() {
+            self.renew();
+        }
+        outcome
     }
 }
 
 #[async_trait]
 impl FileStore for HdfsStore {
     async fn put(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
-        let hdfs = |e: hdfs_native::HdfsError| Error::external(format!("HDFS: {e}"));
-        let (in_progress, target) = (format!("{dir}/.{name}.inprogress"), format!("{dir}/{name}"));
-        let length = bytes.len();
-        self.client.mkdirs(dir, 0o755, true).await.map_err(hdfs)?;
-        let mut w = self
-            .client
-            .create(&in_progress, WriteOptions::default().overwrite(true))
-            .await
-            .map_err(hdfs)?;
-        w.write_bytes(bytes).await.map_err(hdfs)?;
-        w.close().await.map_err(hdfs)?;
-        if let Err(e) = self.client.rename(&in_progress, &target, false).await {
-            // A retry after a rename whose answer was lost: the file is there.
-            match self.client.get_file_info(&target).await {
-                Ok(s) if s.length == length => {}
-                _ => return Err(hdfs(e)),
+        self.attempt(self.put_once(dir, name, bytes)).await
+    }
+
+    async fn put_in_progress(&self, dir: &str, name: &str, bytes: Bytes) -> Result<()> {
+        self.attempt(async {
+            let client = self.current();
+            let hdfs = |e: hdfs_native::HdfsError| Error::external(format!("HDFS: {e}"));
+            client.mkdirs(dir, 0o755, true).await.map_err(hdfs)?;
+            let mut w = client
+                .create(
+                    &format!("{dir}/.{name}.inprogress"),
+                    WriteOptions::default().overwrite(true),
+                )
+                .await
+                .map_err(hdfs)?;
+            w.write_bytes(bytes).await.map_err(hdfs)?;
+            w.close().await.map_err(hdfs)
+        })
+        .await
+    }
+
+    async fn finalize(&self, dir: &str, name: &str) -> Result<()> {
+        self.attempt(async {
+            let client = self.current();
+            let hdfs = |e: hdfs_native::HdfsError| Error::external(format!("HDFS: {e}"));
+            let (in_progress, target) = (format!("{dir}/.{name}.inprogress"), format!("{dir}/{name}"));
+            match client.rename(&in_progress, &target, false).await {
+                Ok(()) => Ok(()),
+                Err(e) => match client.get_file_info(&target).await {
+                    // Renamed before (a re-commit after recovery).
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(hdfs(e)),
+                },
             }
-        }
-        Ok(())
+        })
+        .await
+    }
+
+    async fn in_progress(&self, root: &str) -> Result<Vec<(String, String)>> {
+        self.attempt(async {
+            let client = self.current();
+            let statuses = match client.list_status(root, true).await {
+                Ok(s) => s,
+                Err(hdfs_native::HdfsError::FileNotFound(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(Error::external(format!("HDFS: {e}"))),
+            };
+            Ok(statuses
+                .into_iter()
+                .filter(|s| !s.isdir)
+                .filter_map(|s| {
+                    let (dir, file) = s.path.rsplit_once('/')?;
+                    let name = file.strip_prefix('.')?.strip_suffix(".inprogress")?;
+                    Some((dir.to_string(), name.to_string()))
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn discard(&self, dir: &str, name: &str) -> Result<()> {
+        self.attempt(async {
+            let client = self.current();
+            match client.delete(&format!("{dir}/.{name}.inprogress"), false).await {
+                Ok(_) | Err(hdfs_native::HdfsError::FileNotFound(_)) => Ok(()),
+                Err(e) => Err(Error::external(format!("HDFS: {e}"))),
+            }
+        })
+        .await
     }
 }
 
@@ -123,9 +245,11 @@ impl HdfsSettings {
         };
         match options.get("sink.delivery-guarantee").map(String::as_str) {
             None | Some("at-least-once") => {}
+            // Two-phase commit whenever the pipeline checkpoints.
+            Some("exactly-once") if crate::options::checkpoints_enabled(options)? => {}
             Some(other) => {
                 return Err(Error::unsupported(format!(
-                    "'sink.delivery-guarantee' = '{other}' is not supported yet; use 'at-least-once'"
+                    "'sink.delivery-guarantee' = '{other}' is not supported here; use 'at-least-once' (files are committed exactly once whenever 'checkpoint.interval' is on)"
                 )));
             }
         }
@@ -161,13 +285,24 @@ pub struct RollingSink {
     /// across instances and restarts.
     prefix: String,
     sequence: u64,
+    /// Checkpointed pipeline: files stay in progress until the checkpoint
+    /// after them completes.
+    two_phase: bool,
+    /// In-progress files of the current checkpoint: (dir, name).
+    pending: Vec<(String, String)>,
+    instance: u32,
 }
+
+/// Checkpoint key of the in-progress files to rename on commit.
+const PENDING_KEY: &str = "files.pending";
 
 impl RollingSink {
     pub fn open(options: &BTreeMap<String, String>, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Self> {
         let s = HdfsSettings::parse(options, schema)?;
         let store = Arc::new(HdfsStore::connect(&s.url)?);
-        Ok(Self::with_store(store, s, schema, ctx))
+        let mut sink = Self::with_store(store, s, schema, ctx);
+        sink.two_phase = crate::options::checkpoints_enabled(options)?;
+        Ok(sink)
     }
 
     pub fn with_store(store: Arc<dyn FileStore>, s: HdfsSettings, schema: &SchemaRef, ctx: &InstanceContext) -> Self {
@@ -181,6 +316,9 @@ impl RollingSink {
             metrics: ctx.metrics.clone(),
             prefix: format!("part-{:03}-{}", ctx.instance, sluice_types::now_ms()),
             sequence: 0,
+            two_phase: false,
+            pending: Vec::new(),
+            instance: ctx.instance,
         }
     }
 
@@ -199,10 +337,18 @@ impl RollingSink {
             let mut backoff = BACKOFF_MIN;
             let mut attempt = 1u32;
             loop {
-                match self.store.put(&dir, &name, bytes.clone()).await {
+                let stored = if self.two_phase {
+                    self.store.put_in_progress(&dir, &name, bytes.clone()).await
+                } else {
+                    self.store.put(&dir, &name, bytes.clone()).await
+                };
+                match stored {
                     Ok(()) => {
                         if attempt > 1 {
                             self.metrics.set_condition(None);
+                        }
+                        if self.two_phase {
+                            self.pending.push((dir.clone(), name.clone()));
                         }
                         break;
                     }
@@ -229,8 +375,60 @@ impl RollingSink {
     }
 }
 
+impl RollingSink {
+    /// Renames every pending in-progress file to its final name.
+    async fn finalize_pending(&mut self) -> Result<()> {
+        for (dir, name) in std::mem::take(&mut self.pending) {
+            self.store.finalize(&dir, &name).await?;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Operator for RollingSink {
+    fn commits_on_checkpoint(&self) -> bool {
+        self.two_phase
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        if !self.two_phase {
+            return Ok(state);
+        }
+        // Pre-commit: every open file becomes an in-progress file.
+        let done = self.files.finish_all()?;
+        self.store(done).await?;
+        state.put_json(PENDING_KEY, &self.pending)?;
+        Ok(state)
+    }
+
+    async fn commit(&mut self, _checkpoint_id: u64) -> Result<()> {
+        self.finalize_pending().await
+    }
+
+    async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        if !self.two_phase {
+            return Ok(());
+        }
+        let restored: Vec<(String, String)> = match &checkpoint {
+            Some((_, state)) => state.json(PENDING_KEY)?.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        // Re-commit the restored checkpoint (idempotent) …
+        self.pending = restored.clone();
+        self.finalize_pending().await?;
+        // … and drop what this instance wrote after it.
+        let mine = format!("part-{:03}-", self.instance);
+        for (dir, name) in self.store.in_progress(&self.path).await? {
+            if name.starts_with(&mine) && !restored.contains(&(dir.clone(), name.clone())) {
+                tracing::info!(file = %format!("{dir}/{name}"), "discarding an uncommitted in-progress file");
+                self.store.discard(&dir, &name).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _ctx: &mut OperatorContext<'_>) -> Result<()> {
         let done = self.files.write(&batch, Instant::now())?;
         self.store(done).await
@@ -251,7 +449,9 @@ impl Operator for RollingSink {
 
     async fn process_end_of_input(&mut self, _ctx: &mut OperatorContext<'_>) -> Result<()> {
         let done = self.files.finish_all()?;
-        self.store(done).await
+        self.store(done).await?;
+        // A clean end: nothing is replayed after it.
+        self.finalize_pending().await
     }
 }
 

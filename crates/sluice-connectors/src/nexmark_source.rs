@@ -106,6 +106,20 @@ impl SourceReader for NexmarkReader {
         1
     }
 
+    fn snapshot(&mut self) -> Result<sluice_dataflow::checkpoint::TaskState> {
+        let mut state = sluice_dataflow::checkpoint::TaskState::default();
+        state.put_bytes("nexmark.position", self.generator.position().to_le_bytes().to_vec());
+        Ok(state)
+    }
+
+    fn restore(&mut self, state: &sluice_dataflow::checkpoint::TaskState) -> Result<()> {
+        if let Some(b) = state.bytes("nexmark.position") {
+            let position = u64::from_le_bytes(b.try_into().map_err(|_| Error::internal("bad nexmark position"))?);
+            self.generator.seek(position);
+        }
+        Ok(())
+    }
+
     async fn next(&mut self, batch_rows_max: usize) -> Result<SourceEvent> {
         if let Some(wait) = self.wait_before_next() {
             tokio::time::sleep(wait).await;

@@ -19,13 +19,29 @@ pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
     }
 }
 
+/// Options of the HDFS sink (kept here: the HDFS sink reads its options
+/// through this module's typed accessors).
+pub const HDFS_SINK_OPTIONS: &[&str] = &[
+    "connector",
+    "url",
+    "path",
+    "format",
+    "rollover.size",
+    "rollover.interval",
+    "partition.by",
+    "retry.timeout",
+    "sink.delivery-guarantee",
+    "checkpoint.interval",
+    "checkpoint.dir",
+];
+
 /// The options a sink connector knows.
 pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
     match connector {
         "file" => Ok(&["connector", "path", "format"]),
         "blackhole" => Ok(&["connector", "latency.column", "latency.window", "latency.file"]),
         "kafka" => Ok(crate::kafka::SINK_OPTIONS),
-        "hdfs" => Ok(crate::hdfs::SINK_OPTIONS),
+        "hdfs" => Ok(HDFS_SINK_OPTIONS),
         other => Err(Error::unsupported(format!(
             "unknown sink connector '{other}'; known: file, blackhole, kafka, hdfs"
         ))),
@@ -117,6 +133,33 @@ pub fn byte_size_option(options: &BTreeMap<String, String>, key: &str) -> Result
             "option '{key}' must be a size like '128MB' or '1GB', got '{v}'"
         ))),
     }
+}
+
+/// Options every sink accepts: the pipeline's checkpointing.
+pub const SINK_COMMON: &[&str] = &["checkpoint.interval", "checkpoint.dir"];
+
+/// `'checkpoint.interval'` of a pipeline's sink: `None` when checkpoints
+/// are off (`'off'` or `0`), the default (10 s) when absent.
+pub fn checkpoint_interval(options: &BTreeMap<String, String>) -> Result<Option<std::time::Duration>> {
+    let Some(v) = options.get("checkpoint.interval") else {
+        return Ok(Some(
+            sluice_dataflow::checkpoint::coordinator::CHECKPOINT_INTERVAL_DEFAULT,
+        ));
+    };
+    if v.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let ms = sluice_types::parse_duration_ms(v).ok_or_else(|| {
+        Error::invalid_option(format!(
+            "option 'checkpoint.interval' must be a duration like '10s' or 'off', got '{v}'"
+        ))
+    })?;
+    Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
+}
+
+/// Whether the pipeline of a sink with these options checkpoints.
+pub fn checkpoints_enabled(options: &BTreeMap<String, String>) -> Result<bool> {
+    checkpoint_interval(options).map(|i| i.is_some())
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! is affected.
 
 use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
+use crate::checkpoint::coordinator::{self, CheckpointHandles, PendingCheckpoints};
+use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint, TaskCheckpoint};
 use crate::computed::ComputedColumnsReader;
 use crate::exchange::{Output, OutputEdge};
 use crate::join::JoinOperator;
@@ -217,7 +219,17 @@ fn open_edge(
     Ok(())
 }
 
-/// Deploys `dag` as pipeline `id`: every task is running when this returns.
+/// How a deployment checkpoints, and the checkpoint it starts from.
+pub struct CheckpointPlan {
+    pub config: CheckpointConfig,
+    /// The newest complete checkpoint (None: a fresh start).
+    pub restored: Option<RestoredCheckpoint>,
+    /// The highest checkpoint id used before (new ids are above it).
+    pub highest_id: u64,
+}
+
+/// Deploys `dag` as pipeline `id` without checkpoints: every task is
+/// running when this returns.
 pub fn deploy(
     id: PipelineId,
     dag: &PhysicalDag,
@@ -225,7 +237,28 @@ pub fn deploy(
     transport: &dyn Transport,
     config: &DeployConfig,
 ) -> Result<PipelineRuntime> {
+    deploy_with(id, dag, connectors, transport, config, None)
+}
+
+/// Deploys `dag` as pipeline `id`, checkpointing by `plan` and restoring
+/// every task from its restored checkpoint.
+pub fn deploy_with(
+    id: PipelineId,
+    dag: &PhysicalDag,
+    connectors: &dyn ConnectorFactory,
+    transport: &dyn Transport,
+    config: &DeployConfig,
+    plan: Option<CheckpointPlan>,
+) -> Result<PipelineRuntime> {
     let (mut outputs, mut inputs) = open_channels(id, dag, transport)?;
+    let restored_id = plan
+        .as_ref()
+        .and_then(|p| p.restored.as_ref().map(|r| r.id))
+        .unwrap_or(0);
+    let checkpoints = plan.map(|p| {
+        let (handles, ends) = coordinator::channels(restored_id);
+        (p, handles, ends)
+    });
     let cancel = CancellationToken::new();
     let (paused, paused_rx) = watch::channel(false);
     let control = TaskControl {
@@ -240,6 +273,12 @@ pub fn deploy(
             metrics.push(m.clone());
             let output = Output::new(outputs.remove(&(op.id, instance)).unwrap_or_default(), m.clone());
             let task_inputs = inputs.remove(&(op.id, instance)).unwrap_or_default();
+            let checkpoint = checkpoints.as_ref().map(|(p, handles, _)| TaskCheckpoint {
+                handles: CheckpointHandles::clone(handles),
+                operator: op.id,
+                instance,
+                restored: p.restored.as_ref().map(|r| (r.id, r.task(op.id, instance))),
+            });
             let fut = build_task(
                 id,
                 op,
@@ -250,6 +289,7 @@ pub fn deploy(
                 task_inputs,
                 m,
                 control.clone(),
+                checkpoint,
             )?;
             futures.push((op.id, instance, fut));
         }
@@ -258,8 +298,32 @@ pub fn deploy(
     let (done_tx, done_rx) = watch::channel(false);
     let done_tx = Arc::new(done_tx);
     let remaining = Arc::new(AtomicUsize::new(futures.len()));
+    let coordinator_stop = cancel.child_token();
+    if let Some((plan, _, ends)) = checkpoints {
+        let tasks: Vec<(OperatorId, u32)> = dag
+            .operators
+            .iter()
+            .flat_map(|o| (0..o.parallelism).map(move |i| (o.id, i)))
+            .collect();
+        let book = PendingCheckpoints::new(tasks, plan.highest_id.max(restored_id) + 1);
+        let (status, cancel) = (status.clone(), cancel.clone());
+        let fail = move |error: String| {
+            tracing::warn!(pipeline = %id, %error, "checkpoint failed");
+            mark_failed(&status, OperatorId(0), 0, (error, None));
+            cancel.cancel();
+        };
+        tokio::spawn(coordinator::run(
+            id,
+            plan.config,
+            book,
+            ends,
+            coordinator_stop.clone(),
+            fail,
+        ));
+    }
     for (operator, instance, fut) in futures {
         let (status, cancel, remaining, done_tx) = (status.clone(), cancel.clone(), remaining.clone(), done_tx.clone());
+        let coordinator_stop = coordinator_stop.clone();
         tokio::spawn(async move {
             let outcome = AssertUnwindSafe(fut).catch_unwind().await;
             let failure = match outcome {
@@ -279,6 +343,7 @@ pub fn deploy(
                 cancel.cancel();
             }
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                coordinator_stop.cancel();
                 let mut s = status.lock().expect("status lock");
                 if *s == PipelineStatus::Running {
                     *s = if cancel.is_cancelled() {
@@ -320,6 +385,7 @@ fn build_task(
     inputs: Vec<ChannelReceiver>,
     metrics: Arc<TaskMetrics>,
     control: TaskControl,
+    checkpoint: Option<TaskCheckpoint>,
 ) -> Result<TaskFuture> {
     let TaskControl { cancel, paused } = control;
     let instance_ctx = InstanceContext {
@@ -349,6 +415,7 @@ fn build_task(
                 metrics,
                 cancel,
                 paused,
+                checkpoint,
             };
             return Ok(Box::pin(task.run()));
         }
@@ -363,6 +430,7 @@ fn build_task(
         output,
         metrics,
         cancel,
+        checkpoint,
     };
     Ok(Box::pin(task.run()))
 }

@@ -18,6 +18,7 @@
 //! `state_rows_max` bounds the rows one instance holds over both sides; a
 //! batch that would exceed it fails the pipeline with a clear error.
 
+use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::time::timestamps_ms;
 use arrow::array::{Array, ArrayRef, UInt32Array};
@@ -31,6 +32,9 @@ use sluice_types::{Error, Result, SqlCode, Watermark};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Names of the sides in a snapshot's keys.
+const SIDE_NAMES: [&str; 2] = ["left", "right"];
 
 /// Rows gathered into one output batch at most.
 pub const OUTPUT_BATCH_ROWS_MAX: usize = 8192;
@@ -144,9 +148,22 @@ impl JoinState {
                 matches.extend(entries.iter().map(|e| (row as u32, *e)));
             }
         }
+        self.store(side, batch, keys, times, store)?;
+        Ok(matches)
+    }
+
+    /// Stores the rows of `batch` marked in `store` (and with a key) on `side`.
+    fn store(
+        &mut self,
+        side: usize,
+        batch: &RecordBatch,
+        keys: &[Option<&[u8]>],
+        times: &[i64],
+        store: &[bool],
+    ) -> Result<()> {
         let stored = keys.iter().zip(store).filter(|(k, s)| k.is_some() && **s).count();
         if stored == 0 {
-            return Ok(matches);
+            return Ok(());
         }
         if self.rows() + stored > self.rows_max {
             return Err(Error::user(
@@ -185,7 +202,32 @@ impl JoinState {
             },
         );
         state.rows += stored;
-        Ok(matches)
+        Ok(())
+    }
+
+    /// `side`'s live rows gathered into one batch, with their times; `None`
+    /// when the side holds nothing.
+    fn side_rows(&self, side: usize) -> Result<Option<(RecordBatch, Vec<i64>)>> {
+        let state = &self.sides[side];
+        if state.rows == 0 {
+            return Ok(None);
+        }
+        let ids: Vec<u64> = state.batches.keys().copied().collect();
+        let slot: HashMap<u64, usize> = ids.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+        let mut indices = Vec::with_capacity(state.rows);
+        let mut times = Vec::with_capacity(state.rows);
+        for e in state.index.values().flatten() {
+            indices.push((slot[&e.batch], e.row as usize));
+            times.push(e.time_ms);
+        }
+        let schema = state.batches[&ids[0]].batch.schema();
+        let columns = (0..schema.fields().len())
+            .map(|c| {
+                let arrays: Vec<&dyn Array> = ids.iter().map(|b| state.batches[b].batch.column(c).as_ref()).collect();
+                interleave(&arrays, &indices)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(Some((RecordBatch::try_new(schema, columns)?, times)))
     }
 }
 
@@ -230,6 +272,16 @@ impl JoinOperator {
         if side == 0 { &self.spec.left } else { &self.spec.right }
     }
 
+    /// The row-encoded join keys of `batch` from `side` (`None` for a null key).
+    fn keys(&self, side: usize, batch: &RecordBatch) -> Result<(arrow::row::Rows, Vec<bool>)> {
+        let key_arrays: Vec<ArrayRef> = self.side(side).keys.iter().map(|k| batch.column(*k).clone()).collect();
+        let rows = self.converters[side].convert_columns(&key_arrays)?;
+        let null = (0..batch.num_rows())
+            .map(|r| key_arrays.iter().any(|a| a.is_null(r)))
+            .collect();
+        Ok((rows, null))
+    }
+
     fn now_ms() -> i64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -270,14 +322,11 @@ impl JoinOperator {
 impl Operator for JoinOperator {
     async fn process_batch(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let side = usize::from(input >= self.left_inputs);
-        let spec_side = self.side(side).clone();
-        let key_arrays: Vec<ArrayRef> = spec_side.keys.iter().map(|k| batch.column(*k).clone()).collect();
-        let rows = self.converters[side].convert_columns(&key_arrays)?;
-        let null = |row: usize| key_arrays.iter().any(|a| a.is_null(row));
+        let (rows, null) = self.keys(side, &batch)?;
         let keys: Vec<Option<&[u8]>> = (0..batch.num_rows())
-            .map(|r| (!null(r)).then(|| rows.row(r).data()))
+            .map(|r| (!null[r]).then(|| rows.row(r).data()))
             .collect();
-        let times: Vec<i64> = match (self.processing_time, spec_side.time_column) {
+        let times: Vec<i64> = match (self.processing_time, self.side(side).time_column) {
             (false, Some(c)) => timestamps_ms(batch.column(c))?
                 .into_iter()
                 .map(|t| t.unwrap_or(i64::MIN))
@@ -331,6 +380,47 @@ impl Operator for JoinOperator {
             }
         }
         ctx.emit_watermark(watermark).await
+    }
+
+    /// Both sides' live rows (as batches of the side's input schema) and
+    /// their times, so a restored join matches what the original would.
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        for (side, name) in SIDE_NAMES.iter().enumerate() {
+            if let Some((batch, times)) = self.state.side_rows(side)? {
+                state.put_batch(&format!("join.{name}.rows"), batch);
+                state.put_bytes(
+                    &format!("join.{name}.times"),
+                    times.iter().flat_map(|t| t.to_le_bytes()).collect(),
+                );
+            }
+        }
+        Ok(state)
+    }
+
+    async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        let Some((_, state)) = checkpoint else {
+            return Ok(());
+        };
+        for (side, name) in SIDE_NAMES.iter().enumerate() {
+            let Some(batch) = state.batch(&format!("join.{name}.rows")) else {
+                continue;
+            };
+            let times: Vec<i64> = state
+                .bytes(&format!("join.{name}.times"))
+                .filter(|b| b.len() == batch.num_rows() * 8)
+                .ok_or_else(|| Error::internal(format!("join snapshot: {name} times do not match its rows")))?
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            let (rows, null) = self.keys(side, batch)?;
+            let keys: Vec<Option<&[u8]>> = (0..batch.num_rows())
+                .map(|r| (!null[r]).then(|| rows.row(r).data()))
+                .collect();
+            self.state
+                .store(side, batch, &keys, &times, &vec![true; batch.num_rows()])?;
+        }
+        Ok(())
     }
 
     fn timer_interval(&self) -> Option<Duration> {

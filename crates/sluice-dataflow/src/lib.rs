@@ -16,6 +16,9 @@
 //!   per-partition watermark generation and idle detection.
 //! - [`join`]: inner equi-join of two streams (windowed, or with a state TTL).
 //! - [`window`]: event-time window aggregates (TUMBLE, HOP, SESSION).
+//! - [`checkpoint`]: barriers, aligned snapshots, the coordinator, the
+//!   versioned checkpoint format and its stores; recovery from the newest
+//!   complete checkpoint.
 //! - [`deploy`]: turn a DAG into running tasks ([`deploy::deploy`]), with a
 //!   [`PipelineRuntime`](deploy::PipelineRuntime) handle to watch and stop it.
 //!
@@ -24,9 +27,11 @@
 //! that builds sources and sinks.
 
 pub mod channel;
+pub mod checkpoint;
 pub mod computed;
 pub mod deploy;
 pub mod exchange;
+pub mod fault;
 pub mod join;
 pub mod message;
 pub mod metrics;

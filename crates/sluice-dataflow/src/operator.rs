@@ -1,6 +1,7 @@
 //! The operator interface: one required method, `process_batch`; the other
 //! handlers default to passing control messages through.
 
+use crate::checkpoint::TaskState;
 use crate::exchange::Output;
 use crate::message::Message;
 use crate::metrics::TaskMetrics;
@@ -58,6 +59,38 @@ pub trait Operator: Send {
     /// Processing-time tick, every [`Operator::timer_interval`].
     async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let _ = ctx;
+        Ok(())
+    }
+
+    /// Checkpoint barrier `checkpoint_id` arrived on every input: return
+    /// the operator's state (default: none — a stateless operator). Sinks
+    /// with two-phase commit pre-commit here. The returned arrays are
+    /// encoded and stored off the data path by the coordinator.
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
+        let _ = checkpoint_id;
+        Ok(TaskState::default())
+    }
+
+    /// True for two-phase-commit sinks: after a snapshot the task waits for
+    /// the checkpoint to complete and calls [`Operator::commit`] before it
+    /// takes more input.
+    fn commits_on_checkpoint(&self) -> bool {
+        false
+    }
+
+    /// Checkpoint `checkpoint_id` is complete: make what was pre-committed
+    /// at its barrier visible. Must be idempotent.
+    async fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
+        let _ = checkpoint_id;
+        Ok(())
+    }
+
+    /// Called once before any input when the pipeline checkpoints, with the
+    /// checkpoint restored (`None` on a fresh start). Sinks re-commit the
+    /// restored checkpoint (idempotently) and discard what later, never
+    /// completed checkpoints left behind.
+    async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        let _ = checkpoint;
         Ok(())
     }
 

@@ -5,7 +5,10 @@
 //! The watermark arithmetic is the pure [`WatermarkGenerator`]; the loop is
 //! the async shell around it.
 
+use crate::checkpoint::TaskCheckpoint;
+use crate::checkpoint::TaskState;
 use crate::exchange::Output;
+use crate::message::Barrier;
 use crate::message::Message;
 use crate::metrics::TaskMetrics;
 use crate::time::max_timestamp_ms;
@@ -45,6 +48,20 @@ pub trait SourceReader: Send {
     /// Waits for the next batch, at most `batch_rows_max` rows. Must be
     /// cancel-safe: the source loop may drop the future to check idleness.
     async fn next(&mut self, batch_rows_max: usize) -> Result<SourceEvent>;
+
+    /// The reader's position after the last event it returned (e.g. the
+    /// next Kafka offset per partition), stored in checkpoints. Default:
+    /// none (a restored reader starts over).
+    fn snapshot(&mut self) -> Result<TaskState> {
+        Ok(TaskState::default())
+    }
+
+    /// Called before the first [`SourceReader::next`] when restoring from
+    /// a checkpoint: go on from the stored position.
+    fn restore(&mut self, state: &TaskState) -> Result<()> {
+        let _ = state;
+        Ok(())
+    }
 }
 
 /// Per-partition watermarks and idleness of one source instance.
@@ -160,6 +177,19 @@ pub struct SourceTask {
     pub cancel: CancellationToken,
     /// While true the source reads nothing (ALTER PIPELINE … PAUSE).
     pub paused: tokio::sync::watch::Receiver<bool>,
+    /// Barriers to inject and where to acknowledge them (None: no checkpoints).
+    pub checkpoint: Option<TaskCheckpoint>,
+}
+
+/// The next checkpoint to inject; never, without checkpoints.
+async fn next_trigger(checkpoint: &mut Option<TaskCheckpoint>) -> u64 {
+    match checkpoint {
+        Some(c) => match c.handles.trigger.changed().await {
+            Ok(()) => *c.handles.trigger.borrow_and_update(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 impl SourceTask {
@@ -167,6 +197,12 @@ impl SourceTask {
     /// end-of-input), the pipeline is cancelled, or the reader fails.
     pub async fn run(mut self) -> Result<()> {
         let delay = self.watermark.as_ref().map_or(0, |w| w.delay_ms);
+        if let Some(c) = &mut self.checkpoint {
+            if let Some((_, state)) = &c.restored {
+                self.reader.restore(state)?;
+            }
+            c.handles.trigger.mark_unchanged();
+        }
         let mut generator = WatermarkGenerator::new(
             self.reader.partitions().max(1),
             delay,
@@ -176,18 +212,32 @@ impl SourceTask {
         let tick = (self.idle_timeout / 2).max(Duration::from_millis(10));
         loop {
             if *self.paused.borrow() {
-                tokio::select! {
+                let barrier = tokio::select! {
                     biased;
                     _ = self.cancel.cancelled() => return Ok(()),
-                    _ = self.paused.wait_for(|p| !*p) => {}
+                    id = next_trigger(&mut self.checkpoint) => Some(id),
+                    _ = self.paused.wait_for(|p| !*p) => None,
+                };
+                if let Some(id) = barrier {
+                    self.inject_barrier(id).await?;
+                    continue;
                 }
             }
             let event = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Ok(()),
+                id = next_trigger(&mut self.checkpoint) => Err(Some(id)),
                 // Paused while waiting for input: drop the (cancel-safe) read.
-                _ = self.paused.wait_for(|p| *p) => continue,
-                event = tokio::time::timeout(tick, self.reader.next(self.batch_rows_max)) => event,
+                _ = self.paused.wait_for(|p| *p) => Err(None),
+                event = tokio::time::timeout(tick, self.reader.next(self.batch_rows_max)) => Ok(event),
+            };
+            let event = match event {
+                Ok(event) => event,
+                Err(Some(id)) => {
+                    self.inject_barrier(id).await?;
+                    continue;
+                }
+                Err(None) => continue,
             };
             match event {
                 Err(_elapsed) => generator.on_tick(Instant::now()),
@@ -216,7 +266,23 @@ impl SourceTask {
         }
     }
 
+    /// Snapshots the reader's position (everything emitted so far is before
+    /// the barrier), acknowledges, and sends the barrier downstream.
+    async fn inject_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        let state = self.reader.snapshot()?;
+        if let Some(c) = &self.checkpoint {
+            c.ack(checkpoint_id, state);
+        }
+        self.output
+            .broadcast(Message::Barrier(Barrier { checkpoint_id }))
+            .await
+            .map_err(|_| closed())
+    }
+
     async fn finish(mut self) -> Result<()> {
+        if let Some(c) = &self.checkpoint {
+            c.finished();
+        }
         self.metrics.watermark_ms.store(Watermark::MAX.0, Ordering::Relaxed);
         let _ = self.output.broadcast(Message::Watermark(Watermark::MAX)).await;
         let _ = self.output.broadcast(Message::EndOfInput).await;

@@ -6,6 +6,8 @@
 //! async shell around it.
 
 use crate::channel::ChannelReceiver;
+use crate::checkpoint::align::BarrierAligner;
+use crate::checkpoint::{LOW_WATERMARK_KEY, TaskCheckpoint};
 use crate::exchange::Output;
 use crate::message::Message;
 use crate::metrics::TaskMetrics;
@@ -48,6 +50,11 @@ impl InputFrontier {
     /// The current low watermark (never goes back).
     pub fn low(&self) -> Watermark {
         self.low
+    }
+
+    /// Starts from a restored low watermark (recovery).
+    pub fn restore_low(&mut self, low: Watermark) {
+        self.low = self.low.max(low);
     }
 
     /// True when every input has ended.
@@ -100,6 +107,8 @@ pub struct Task {
     pub output: Output,
     pub metrics: Arc<TaskMetrics>,
     pub cancel: CancellationToken,
+    /// Checkpoint barriers, acks and commits (None: no checkpoints).
+    pub checkpoint: Option<TaskCheckpoint>,
 }
 
 impl Task {
@@ -107,6 +116,15 @@ impl Task {
     /// the operator fails (Err).
     pub async fn run(mut self) -> Result<()> {
         let mut frontier = InputFrontier::new(self.inputs.len());
+        let mut aligner = BarrierAligner::new(self.inputs.len());
+        if let Some(c) = &mut self.checkpoint {
+            let restored = c.restored.take();
+            if let Some(bytes) = restored.as_ref().and_then(|(_, s)| s.bytes(LOW_WATERMARK_KEY)) {
+                let low = i64::from_le_bytes(bytes.try_into().map_err(|_| Error::internal("bad stored watermark"))?);
+                frontier.restore_low(Watermark(low));
+            }
+            self.operator.restore(restored).await?;
+        }
         let mut next = 0usize;
         let mut timer = self.operator.timer_interval().map(|every| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -126,17 +144,65 @@ impl Task {
                     self.operator.process_timer(&mut ctx).await?;
                     continue;
                 }
-                received = next_message(&mut self.inputs, &mut next) => received,
+                received = next_message(&mut self.inputs, aligner.blocked(), &mut next) => received,
             };
             let Some((input, message)) = received else {
                 // Every upstream went away without ending: torn down.
                 return Ok(());
             };
             self.record_queue();
-            if self.handle(&mut frontier, input, message).await? {
+            let done = match message {
+                Message::Barrier(b) => {
+                    if let Some(id) = aligner.on_barrier(input, b.checkpoint_id) {
+                        self.checkpoint(id, &frontier).await?;
+                    }
+                    false
+                }
+                Message::EndOfInput => {
+                    let aligned = aligner.on_end(input);
+                    let done = self.handle(&mut frontier, input, Message::EndOfInput).await?;
+                    if let (Some(id), false) = (aligned, done) {
+                        self.checkpoint(id, &frontier).await?;
+                    }
+                    done
+                }
+                other => self.handle(&mut frontier, input, other).await?,
+            };
+            if done {
+                if let Some(c) = &self.checkpoint {
+                    c.finished();
+                }
                 return Ok(());
             }
         }
+    }
+
+    /// Every input delivered barrier `id`: snapshot, forward the barrier,
+    /// acknowledge; a two-phase-commit sink then waits for the checkpoint
+    /// to complete and commits before taking more input.
+    async fn checkpoint(&mut self, id: u64, frontier: &InputFrontier) -> Result<()> {
+        let mut state = self.operator.snapshot(id).await?;
+        state.put_bytes(LOW_WATERMARK_KEY, frontier.low().0.to_le_bytes().to_vec());
+        // A sink has no downstream.
+        let _ = self
+            .output
+            .broadcast(Message::Barrier(crate::message::Barrier { checkpoint_id: id }))
+            .await;
+        let Some(c) = &mut self.checkpoint else { return Ok(()) };
+        c.ack(id, state);
+        if !self.operator.commits_on_checkpoint() {
+            return Ok(());
+        }
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return Ok(()),
+            done = c.handles.completed.wait_for(|done| *done >= id) => {
+                if done.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        self.operator.commit(id).await
     }
 
     fn record_queue(&self) {
@@ -150,6 +216,7 @@ impl Task {
             Message::Data(batch) => {
                 frontier.on_data(input);
                 self.metrics.add_rows_in(batch.num_rows());
+                crate::fault::check(&self.metrics);
                 let mut ctx = OperatorContext {
                     output: &mut self.output,
                     metrics: &self.metrics,
@@ -160,7 +227,7 @@ impl Task {
             }
             Message::Watermark(w) => frontier.on_watermark(input, w),
             Message::Idle => frontier.on_idle(input),
-            Message::Barrier(_) => FrontierChange::None,
+            Message::Barrier(_) => unreachable!("barriers are aligned in run"),
             Message::EndOfInput => frontier.on_end(input),
         };
         match change {
@@ -208,13 +275,18 @@ fn closed() -> Error {
 }
 
 /// The next message from any input that has not ended, polling fairly
-/// (round robin from `next`). `None` when every channel is closed.
-async fn next_message(inputs: &mut [ChannelReceiver], next: &mut usize) -> Option<(usize, Message)> {
+/// (round robin from `next`), skipping inputs blocked by barrier
+/// alignment. `None` when every channel is closed.
+async fn next_message(inputs: &mut [ChannelReceiver], blocked: &[bool], next: &mut usize) -> Option<(usize, Message)> {
     std::future::poll_fn(|cx| {
         let n = inputs.len();
         let mut closed = 0;
         for k in 0..n {
             let i = (*next + k) % n;
+            if blocked[i] {
+                // Aligning a barrier: its messages wait in the channel.
+                continue;
+            }
             match inputs[i].poll_recv(cx) {
                 Poll::Ready(Some(m)) => {
                     *next = (i + 1) % n;

@@ -4,6 +4,7 @@
 //! from the catalog, live counters and the sampler's history.
 
 use crate::engine::Engine;
+use crate::http_views::error;
 use crate::http_views::{dag_view, history_view, instance_views, pipeline_summary, stream_view};
 use crate::metrics_history::MetricsHistory;
 use axum::extract::rejection::JsonRejection;
@@ -346,11 +347,6 @@ async fn openapi() -> Response {
 
 async fn method_not_allowed() -> Response {
     error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
-}
-
-/// A JSON error body with `status`.
-pub(crate) fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({ "error": message }))).into_response()
 }
 
 /// Serves HTTP on `listener` until `shutdown`.

@@ -50,10 +50,10 @@ fn is_api_path(path: &str) -> bool {
 pub async fn fallback(method: Method, uri: Uri) -> Response {
     let path = uri.path();
     if is_api_path(path) {
-        return crate::http::error(StatusCode::NOT_FOUND, "no such endpoint");
+        return crate::http_views::error(StatusCode::NOT_FOUND, "no such endpoint");
     }
     if method != Method::GET && method != Method::HEAD {
-        return crate::http::error(StatusCode::METHOD_NOT_ALLOWED, "the dashboard only answers GET");
+        return crate::http_views::error(StatusCode::METHOD_NOT_ALLOWED, "the dashboard only answers GET");
     }
     let wanted = if path == "/" { "/index.html" } else { path };
     if let Some((p, bytes)) = UI_ASSETS.iter().find(|(p, _)| *p == wanted) {
@@ -63,11 +63,11 @@ pub async fn fallback(method: Method, uri: Uri) -> Response {
     // client-side route of the single-page app.
     let last = path.rsplit('/').next().unwrap_or_default();
     if last.contains('.') {
-        return crate::http::error(StatusCode::NOT_FOUND, "no such file");
+        return crate::http_views::error(StatusCode::NOT_FOUND, "no such file");
     }
     match UI_ASSETS.iter().find(|(p, _)| *p == "/index.html") {
         Some((p, bytes)) => serve(p, bytes),
-        None => crate::http::error(StatusCode::NOT_FOUND, "the dashboard is not built into this binary"),
+        None => crate::http_views::error(StatusCode::NOT_FOUND, "the dashboard is not built into this binary"),
     }
 }
 

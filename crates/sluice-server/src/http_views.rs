@@ -4,6 +4,9 @@
 
 use crate::metrics_history::{PipelineHistory, Rates, Sample, current_rates, rate_series};
 use crate::redact::{redact_options, redact_sql};
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sluice_cluster::catalog::PipelineDef;
 use sluice_cluster::status::PipelineInfo;
@@ -80,10 +83,15 @@ pub fn pipeline_summary(
         "rows_in_per_s": rows_in_per_s,
         "rows_out_per_s": rows_out_per_s,
         "late_rows_dropped": info.late_rows_dropped,
+        "records_malformed": info.records_malformed,
         "watermark_ms": info.watermark_ms,
         "watermark_lag_ms": watermark_lag_ms(info.watermark_ms, now_ms),
         "error": info.error,
+        "condition": info.condition,
         "errors": errors,
+        "restarts": info.restarts,
+        "restored_from_checkpoint": info.restored_from,
+        "checkpoints": info.checkpoints,
         "sql": redact_sql(&info.sql),
         "sparkline": { "rows_out_per_s": sparkline, "rows_in_per_s": sparkline_in },
     })
@@ -98,6 +106,8 @@ fn instance_view(m: &sluice_dataflow::metrics::TaskMetrics, rates: Rates, now_ms
         "kind": m.kind,
         "rows_in": s.rows_in,
         "rows_out": s.rows_out,
+        "records_malformed": m.records_malformed.load(std::sync::atomic::Ordering::Relaxed),
+        "condition": m.condition(),
         "late_rows_dropped": s.late_rows_dropped,
         "queued_rows": s.queued_rows,
         "backpressure_us": s.backpressure_us,
@@ -276,6 +286,11 @@ pub fn stream_view(s: &StreamDef) -> Value {
         "event_time": event_time,
         "pipeline": s.pipeline,
     })
+}
+
+/// A JSON error body with `status`.
+pub(crate) fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
 }
 
 #[cfg(test)]

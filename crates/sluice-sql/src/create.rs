@@ -279,8 +279,45 @@ mod tests {
     use super::*;
     use crate::statement::{SluiceStatement, parse_statements};
     use arrow::datatypes::TimeUnit;
+    use std::collections::HashMap;
 
-    fn create(sql: &str) -> CreateStream {
+    fn metadata() -> Vec<Field> {
+        let hidden = HashMap::from([(sluice_plan::catalog::HIDDEN_COLUMN.to_string(), "true".to_string())]);
+        vec![
+            Field::new("_m_offset", DataType::Int64, false).with_metadata(hidden.clone()),
+            Field::new("_m_time", DataType::Timestamp(TimeUnit::Millisecond, None), true).with_metadata(hidden),
+        ]
+    }
+
+    fn create(sql: &str) -> Result<StreamDef> {
+        let Some(SluiceStatement::CreateStream(c)) = parse_statements(sql).unwrap().into_iter().next() else {
+            panic!("not a CREATE STREAM: {sql}")
+        };
+        stream_def(&c, "kafka", None, metadata())
+    }
+
+    #[test]
+    fn metadata_columns_are_appended_hidden_and_can_carry_event_time() {
+        let def = create("CREATE STREAM s (v INT, WATERMARK FOR _m_time AS _m_time - INTERVAL '1' SECOND)").unwrap();
+        let names: Vec<&str> = def.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, vec!["v", "_m_offset", "_m_time"]);
+        assert!(!sluice_plan::catalog::is_hidden(def.schema.field(0)));
+        assert!(sluice_plan::catalog::is_hidden(def.schema.field(1)));
+        let et = def.event_time.unwrap();
+        assert_eq!((et.column, et.delay_ms), (2, 1000));
+    }
+
+    #[test]
+    fn a_declared_metadata_column_is_visible_and_must_keep_its_type() {
+        let def = create("CREATE STREAM s (_m_offset BIGINT, v INT)").unwrap();
+        let names: Vec<&str> = def.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, vec!["_m_offset", "v", "_m_time"]);
+        assert!(!sluice_plan::catalog::is_hidden(def.schema.field(0)));
+        let e = create("CREATE STREAM s (_m_offset TEXT)").unwrap_err();
+        assert_eq!(e.sqlstate(), "42804", "{e}");
+    }
+
+    fn parse_create(sql: &str) -> CreateStream {
         match parse_statements(sql).unwrap().remove(0) {
             SluiceStatement::CreateStream(c) => *c,
             other => panic!("{other:?}"),
@@ -289,7 +326,7 @@ mod tests {
 
     #[test]
     fn computed_timestamp_column_with_watermark() {
-        let c = create(
+        let c = parse_create(
             "CREATE STREAM bid (seq BIGINT, ts AS TO_TIMESTAMP_LTZ(seq, 3), price BIGINT, \
              WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH (connector = 'datagen')",
         );
@@ -313,14 +350,14 @@ mod tests {
 
     #[test]
     fn computed_column_errors() {
-        let c = create("CREATE STREAM s (a BIGINT, b AS nope + 1)");
+        let c = parse_create("CREATE STREAM s (a BIGINT, b AS nope + 1)");
         assert_eq!(
             stream_def(&c, "memory", None, Vec::new()).unwrap_err().sqlstate(),
             "42703"
         );
-        let c = create("CREATE STREAM s (a BIGINT, t AS TO_TIMESTAMP_LTZ(a, 2))");
+        let c = parse_create("CREATE STREAM s (a BIGINT, t AS TO_TIMESTAMP_LTZ(a, 2))");
         assert!(stream_def(&c, "memory", None, Vec::new()).is_err());
-        let c = create("CREATE STREAM s (a BIGINT, a AS a + 1)");
+        let c = parse_create("CREATE STREAM s (a BIGINT, a AS a + 1)");
         assert_eq!(
             stream_def(&c, "memory", None, Vec::new()).unwrap_err().sqlstate(),
             "42701"

@@ -77,10 +77,14 @@ impl ProducerContext for Reporting {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _opaque: ()) {
-        if let Err((error, _)) = result {
-            let mut e = self.delivery_error.lock().expect("delivery error lock");
-            if e.is_none() {
-                *e = Some(error.to_string());
+        match result {
+            // Delivered: whatever the client reported has passed.
+            Ok(_) => self.clear(),
+            Err((error, _)) => {
+                let mut e = self.delivery_error.lock().expect("delivery error lock");
+                if e.is_none() {
+                    *e = Some(error.to_string());
+                }
             }
         }
     }
@@ -132,6 +136,7 @@ pub const SINK_OPTIONS: &[&str] = &[
     "key.format",
     "timestamp.column",
     "sink.delivery-guarantee",
+    "transactional.id.prefix",
 ];
 
 /// Where a source starts reading each partition.

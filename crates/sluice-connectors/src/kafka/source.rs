@@ -19,6 +19,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use sluice_dataflow::checkpoint::TaskState;
 use sluice_dataflow::deploy::InstanceContext;
 use sluice_dataflow::metrics::TaskMetrics;
 use sluice_dataflow::source::{SourceEvent, SourceReader};
@@ -45,10 +46,21 @@ const MALFORMED_LOGGED: u64 = 10;
 
 /// A source instance's reader (the async side).
 pub struct KafkaReader {
-    rx: mpsc::Receiver<Result<SourceEvent>>,
+    rx: mpsc::Receiver<Result<Positioned>>,
     batch_max: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    /// The reading thread, until the first read (so a restored position
+    /// can be handed to it first).
+    worker: Option<Worker>,
+    /// Next offset per partition after the events returned so far.
+    positions: BTreeMap<i32, i64>,
 }
+
+/// An event and, for data, the partition's next offset after it.
+type Positioned = (SourceEvent, Option<(i32, i64)>);
+
+/// Checkpoint key of the next offsets per partition (JSON object).
+const OFFSETS_KEY: &str = "kafka.offsets";
 
 impl KafkaReader {
     /// Starts the reading thread. `schema` is the stream's schema: its
@@ -72,12 +84,26 @@ impl KafkaReader {
             instance: ctx.instance as usize,
             parallelism: ctx.parallelism.max(1) as usize,
             malformed: 0,
+            restored: BTreeMap::new(),
+        };
+        Ok(KafkaReader {
+            rx,
+            batch_max,
+            stop,
+            worker: Some(worker),
+            positions: BTreeMap::new(),
+        })
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let Some(worker) = self.worker.take() else {
+            return Ok(());
         };
         std::thread::Builder::new()
-            .name(format!("kafka-{}-{}", worker.config.topic, ctx.instance))
+            .name(format!("kafka-{}-{}", worker.config.topic, worker.instance))
             .spawn(move || worker.run())
             .map_err(|e| Error::internal(format!("cannot start the Kafka reader thread: {e}")))?;
-        Ok(KafkaReader { rx, batch_max, stop })
+        Ok(())
     }
 }
 
@@ -96,12 +122,34 @@ impl SourceReader for KafkaReader {
     }
 
     async fn next(&mut self, batch_rows_max: usize) -> Result<SourceEvent> {
+        self.spawn()?;
         self.batch_max.store(batch_rows_max.max(1), Ordering::Relaxed);
         match self.rx.recv().await {
-            Some(event) => event,
+            Some(Ok((event, position))) => {
+                if let Some((partition, offset)) = position {
+                    self.positions.insert(partition, offset);
+                }
+                Ok(event)
+            }
+            Some(Err(e)) => Err(e),
             // The thread ended cleanly: this instance has no partitions.
             None => std::future::pending().await,
         }
+    }
+
+    fn snapshot(&mut self) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        state.put_json(OFFSETS_KEY, &self.positions)?;
+        Ok(state)
+    }
+
+    fn restore(&mut self, state: &TaskState) -> Result<()> {
+        let positions: BTreeMap<i32, i64> = state.json(OFFSETS_KEY)?.unwrap_or_default();
+        if let Some(w) = self.worker.as_mut() {
+            w.restored = positions.clone();
+        }
+        self.positions = positions;
+        Ok(())
     }
 }
 
@@ -146,13 +194,16 @@ struct Worker {
     schema: SchemaRef,
     layout: Layout,
     decoder: RecordDecoder,
-    tx: mpsc::Sender<Result<SourceEvent>>,
+    tx: mpsc::Sender<Result<Positioned>>,
     batch_max: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     metrics: Arc<TaskMetrics>,
     instance: usize,
     parallelism: usize,
     malformed: u64,
+    /// Restored next offsets: these partitions start there, not by the
+    /// startup mode.
+    restored: BTreeMap<i32, i64>,
 }
 
 type Client = BaseConsumer<Reporting>;
@@ -190,11 +241,26 @@ impl Worker {
         if !self.send(SourceEvent::Partitions(mine.len())) || mine.is_empty() {
             return Ok(());
         }
-        let Some(start) = self.retry(&consumer, "look up the start offsets", |c| {
-            start_offsets(c, &self.config, &mine)
+        let fresh: Vec<i32> = mine
+            .iter()
+            .filter(|p| !self.restored.contains_key(p))
+            .copied()
+            .collect();
+        let Some(mut start) = self.retry(&consumer, "look up the start offsets", |c| {
+            if fresh.is_empty() {
+                return Ok(TopicPartitionList::new());
+            }
+            start_offsets(c, &self.config, &fresh)
         }) else {
             return Ok(());
         };
+        for p in &mine {
+            if let Some(o) = self.restored.get(p) {
+                start
+                    .add_partition_offset(&self.config.topic, *p, Offset::Offset(*o))
+                    .map_err(|e| Error::internal(format!("Kafka: {e}")))?;
+            }
+        }
         consumer
             .assign(&start)
             .map_err(|e| Error::external(format!("Kafka: cannot assign partitions: {e}")))?;
@@ -252,9 +318,11 @@ impl Worker {
                     continue;
                 }
                 let partition = mine[i];
-                next_offsets.insert(partition, records.last().map_or(0, |r| r.offset + 1));
+                let next = records.last().map_or(0, |r| r.offset + 1);
+                next_offsets.insert(partition, next);
                 let batch = self.decode(partition, &records, dead_letters)?;
-                if batch.num_rows() > 0 && !self.send(SourceEvent::Data { partition: i, batch }) {
+                // An all-malformed batch still moves the position on.
+                if !self.send_at(SourceEvent::Data { partition: i, batch }, Some((partition, next))) {
                     return Ok(());
                 }
             }
@@ -332,7 +400,11 @@ impl Worker {
 
     /// Hands an event to the source loop; false once the reader is gone.
     fn send(&self, event: SourceEvent) -> bool {
-        self.tx.blocking_send(Ok(event)).is_ok()
+        self.send_at(event, None)
+    }
+
+    fn send_at(&self, event: SourceEvent, position: Option<(i32, i64)>) -> bool {
+        self.tx.blocking_send(Ok((event, position))).is_ok()
     }
 
     /// Calls `f` until it succeeds (Some) or the reader stops (None), with

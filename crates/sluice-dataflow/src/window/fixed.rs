@@ -4,12 +4,13 @@
 
 use super::aggregate::{CompiledAggregate, WindowInputs, read_inputs};
 use super::assign::{hop_starts, tumble_start};
+use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::{timestamp_array, timestamps_ms};
-use arrow::array::{ArrayRef, UInt32Array};
-use arrow::compute::{cast, take};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::array::{ArrayRef, Int64Array, UInt32Array};
+use arrow::compute::{cast, concat_batches, take, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, Rows};
 use async_trait::async_trait;
@@ -17,6 +18,7 @@ use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use sluice_plan::{WindowAggSpec, WindowKind};
 use sluice_types::{Error, Result, SqlCode, Watermark};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The groups of one open window.
@@ -208,8 +210,104 @@ pub(crate) fn finish_batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
+/// Snapshot layout: one batch, a row per (window, group):
+/// `window_start Int64, key columns…, accumulator state columns…`.
+const WINDOWS_KEY: &str = "windows";
+
+impl FixedWindowOperator {
+    /// Every open window's groups as one batch (accumulators are drained
+    /// into their state and rebuilt from it, so they keep going).
+    pub(crate) fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let mut batches = Vec::new();
+        let starts: Vec<i64> = self.windows.keys().copied().collect();
+        for start in starts {
+            let window = self.windows.get_mut(&start).expect("listed");
+            let n = window.index.len();
+            if n == 0 {
+                continue;
+            }
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; n]))];
+            if let (Some(c), Some(keys)) = (&self.converter, &window.keys) {
+                columns.extend(c.convert_rows(keys)?);
+            }
+            let groups: Vec<usize> = (0..n).collect();
+            for (acc, agg) in window.accumulators.iter_mut().zip(&self.aggregates) {
+                let state = acc.state(EmitTo::All).map_err(df_error)?;
+                let mut fresh = agg.groups_accumulator()?;
+                fresh.merge_batch(&state, &groups, n).map_err(df_error)?;
+                *acc = fresh;
+                columns.extend(state);
+            }
+            let fields: Vec<Field> = columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
+                .collect();
+            batches.push(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?);
+        }
+        if batches.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(concat_batches(&batches[0].schema(), &batches)?))
+    }
+
+    /// Rebuilds the open windows from [`Self::snapshot_batch`]'s batch.
+    pub(crate) fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        let starts = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| Error::internal("window snapshot: bad start column"))?;
+        let n_keys = self.key_columns.len();
+        let mut per_window: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        for row in 0..batch.num_rows() {
+            per_window.entry(starts.value(row)).or_default().push(row as u32);
+        }
+        for (start, rows) in per_window {
+            let part = take_record_batch(batch, &UInt32Array::from(rows))?;
+            let n = part.num_rows();
+            let mut window = self.new_window()?;
+            if let Some(c) = &self.converter {
+                let keys = c.convert_columns(&part.columns()[1..1 + n_keys])?;
+                for (i, row) in keys.iter().enumerate() {
+                    window.index.insert(row.data().into(), i as u32);
+                }
+                window.keys = Some(keys);
+            } else {
+                window.index.insert(Box::from(&[][..]), 0);
+            }
+            let groups: Vec<usize> = (0..n).collect();
+            let mut col = 1 + n_keys;
+            for (acc, agg) in window.accumulators.iter_mut().zip(&self.aggregates) {
+                let width = agg.expr.state_fields().map_err(df_error)?.len();
+                acc.merge_batch(&part.columns()[col..col + width], &groups, n)
+                    .map_err(df_error)?;
+                col += width;
+            }
+            self.groups += n;
+            self.windows.insert(start, window);
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Operator for FixedWindowOperator {
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        if let Some(batch) = self.snapshot_batch()? {
+            state.put_batch(WINDOWS_KEY, batch);
+        }
+        Ok(state)
+    }
+
+    async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        if let Some(batch) = checkpoint.as_ref().and_then(|(_, s)| s.batch(WINDOWS_KEY)) {
+            self.restore_batch(batch)?;
+        }
+        Ok(())
+    }
+
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let late = self.update(&batch, ctx.watermark)?;
         ctx.metrics.late_rows_dropped.fetch_add(late, Ordering::Relaxed);

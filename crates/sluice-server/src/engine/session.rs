@@ -286,7 +286,15 @@ impl Session {
                 if_not_exists,
                 query,
             } => {
-                let sink = sink_spec("memory", BTreeMap::from([("stream".to_string(), name.clone())]));
+                let sink = sink_spec(
+                    "memory",
+                    BTreeMap::from([
+                        ("stream".to_string(), name.clone()),
+                        // Memory logs live in memory only; derived streams do
+                        // not checkpoint (yet).
+                        ("checkpoint.interval".to_string(), "off".to_string()),
+                    ]),
+                );
                 let planned = self.plan(&query, sink).await?;
                 let event_time = planned.event_time_column.filter(|c| {
                     matches!(
@@ -329,6 +337,10 @@ impl Session {
                         "CREATE SINK needs WITH (connector = 'kafka' | 'hdfs' | 'file' | 'blackhole', …)",
                     )
                 })?;
+                let mut options = options;
+                options
+                    .entry("checkpoint.interval".to_string())
+                    .or_insert(self.settings.get("checkpoint_interval")?);
                 validate_sink(&connector, &options)?;
                 let listed: Vec<String> = options
                     .iter()
@@ -338,6 +350,7 @@ impl Session {
                 let planned = self.plan(&query, sink_spec(&connector, options.clone())).await?;
                 validate_sink_output(&connector, &options, &planned.schema)?;
                 master.create_pipeline(&name, PipelineKind::Sink, &text, planned.dag, None, if_not_exists)?;
+                master.wait_started(&name).await;
                 Ok(command("CREATE SINK"))
             }
             SluiceStatement::Drop { kind, name, if_exists } => match kind {

@@ -115,13 +115,14 @@ impl Settings {
                     })?;
                 n.to_string()
             }
+            "checkpoint_interval" if value.trim().eq_ignore_ascii_case("off") => "off".to_string(),
             "checkpoint_interval" => {
                 sluice_types::parse_duration_ms(value)
                     .filter(|ms| *ms > 0)
                     .ok_or_else(|| {
                         Error::user(
                             SqlCode::InvalidParameterValue,
-                            format!("checkpoint_interval must be a duration such as '10s', got '{value}'"),
+                            format!("checkpoint_interval must be a duration such as '10s', or 'off', got '{value}'"),
                         )
                     })?;
                 value.to_string()

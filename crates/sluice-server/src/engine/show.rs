@@ -167,8 +167,11 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
         int("rows_in"),
         int("rows_out"),
         int("late_rows_dropped"),
+        int("records_malformed"),
         text("watermark"),
         text("error"),
+        int("restarts"),
+        text("last_checkpoint"),
     ]));
     let rows = infos
         .iter()
@@ -181,8 +184,20 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
                 Cell::Int(Some(p.rows_in as i64)),
                 Cell::Int(Some(p.rows_out as i64)),
                 Cell::Int(Some(p.late_rows_dropped as i64)),
+                Cell::Int(Some(p.records_malformed as i64)),
                 Cell::Text(p.watermark_ms.map(|w| Watermark(w).display())),
-                Cell::Text(p.error.clone()),
+                // A failure, or else what a running pipeline is retrying.
+                Cell::Text(p.error.clone().or_else(|| p.condition.clone())),
+                Cell::Int(Some(p.restarts as i64)),
+                Cell::Text(p.checkpoints.last().map(|c| {
+                    format!(
+                        "#{} at {}, {} bytes, {} ms",
+                        c.id,
+                        ts_ms_to_string(c.completed_ms),
+                        c.size_bytes,
+                        c.duration_ms
+                    )
+                })),
             ]
         })
         .collect();

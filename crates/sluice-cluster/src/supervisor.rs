@@ -1,0 +1,154 @@
+//! Supervision of a checkpointed named pipeline: deploy it restored from
+//! its newest complete checkpoint; when a task fails, restart it (from the
+//! newest checkpoint again) after a backoff; a pipeline that fails
+//! [`RESTARTS_MAX`] times in a row without completing a checkpoint in
+//! between stays failed with its error. Other pipelines are not affected.
+
+use crate::scheduler::Scheduler;
+use sluice_dataflow::checkpoint::manifest::load_latest;
+use sluice_dataflow::checkpoint::{CheckpointConfig, CheckpointStats, StateStore};
+use sluice_dataflow::deploy::{CheckpointPlan, PipelineRuntime, PipelineStatus};
+use sluice_plan::PhysicalDag;
+use sluice_types::PipelineId;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Consecutive failures (no checkpoint completed in between) before a
+/// pipeline is left failed.
+pub const RESTARTS_MAX: u32 = 5;
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The backoff before restart number `attempt` (1-based): doubling from
+/// 0.5 s, at most 30 s.
+pub fn backoff(attempt: u32) -> Duration {
+    (BACKOFF_MIN * 2u32.saturating_pow(attempt.saturating_sub(1).min(16))).min(BACKOFF_MAX)
+}
+
+/// What the master sees of a supervised pipeline.
+pub struct Slot {
+    pub runtime: Mutex<Option<Arc<PipelineRuntime>>>,
+    pub restarts: AtomicU64,
+    /// Set when the pipeline could not be (re)deployed or gave up.
+    pub failed: Mutex<Option<String>>,
+    pub stats: Arc<CheckpointStats>,
+    pub stop: CancellationToken,
+    /// Becomes true once the first deployment was attempted (deployed or
+    /// failed), so CREATE can return with the pipeline in place.
+    pub started: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            runtime: Mutex::new(None),
+            restarts: AtomicU64::new(0),
+            failed: Mutex::new(None),
+            stats: Arc::default(),
+            stop: CancellationToken::new(),
+            started: tokio::sync::watch::channel(false).0,
+        }
+    }
+}
+
+impl Slot {
+    /// Waits until the first deployment was attempted.
+    pub async fn wait_started(&self) {
+        let mut rx = self.started.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    pub fn runtime(&self) -> Option<Arc<PipelineRuntime>> {
+        self.runtime.lock().expect("slot lock").clone()
+    }
+}
+
+/// Runs the pipeline until it finishes, is stopped, or gives up.
+pub async fn supervise(
+    id: PipelineId,
+    dag: PhysicalDag,
+    interval: Duration,
+    store: Arc<dyn StateStore>,
+    scheduler: Arc<dyn Scheduler>,
+    slot: Arc<Slot>,
+) {
+    let mut failures = 0u32;
+    loop {
+        let completed_before = slot.stats.last().map(|c| c.id);
+        let outcome = run_once(id, &dag, interval, &store, &scheduler, &slot).await;
+        if let Err(e) = &outcome {
+            *slot.failed.lock().expect("slot lock") = Some(e.to_string());
+        }
+        slot.started.send_replace(true);
+        let error = match outcome {
+            Ok(PipelineStatus::Failed { error, .. }) => error,
+            Ok(_) => return,
+            Err(e) => e.to_string(),
+        };
+        if slot.stop.is_cancelled() {
+            return;
+        }
+        if slot.stats.last().map(|c| c.id) != completed_before {
+            failures = 0;
+        }
+        failures += 1;
+        if failures > RESTARTS_MAX {
+            tracing::error!(pipeline = %id, %error, "pipeline keeps failing; giving up");
+            *slot.failed.lock().expect("slot lock") = Some(format!("gave up after {RESTARTS_MAX} restarts: {error}"));
+            return;
+        }
+        let wait = backoff(failures);
+        tracing::warn!(pipeline = %id, %error, ?wait, "pipeline failed; restarting from its last checkpoint");
+        tokio::select! {
+            _ = slot.stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        slot.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+async fn run_once(
+    id: PipelineId,
+    dag: &PhysicalDag,
+    interval: Duration,
+    store: &Arc<dyn StateStore>,
+    scheduler: &Arc<dyn Scheduler>,
+    slot: &Slot,
+) -> sluice_types::Result<PipelineStatus> {
+    let (restored, highest_id) = load_latest(store.as_ref(), id).await?;
+    slot.stats.set_restored_from(restored.as_ref().map(|r| r.id));
+    let plan = CheckpointPlan {
+        config: CheckpointConfig::new(interval, store.clone(), slot.stats.clone()),
+        restored,
+        highest_id,
+    };
+    if slot.stop.is_cancelled() {
+        return Ok(PipelineStatus::Stopped);
+    }
+    let runtime = scheduler.deploy_checkpointed(id, dag, plan)?;
+    *slot.runtime.lock().expect("slot lock") = Some(runtime.clone());
+    *slot.failed.lock().expect("slot lock") = None;
+    slot.started.send_replace(true);
+    tokio::select! {
+        status = runtime.wait() => Ok(status),
+        _ = slot.stop.cancelled() => {
+            runtime.stop();
+            Ok(PipelineStatus::Stopped)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_bound() {
+        assert_eq!(backoff(1), Duration::from_millis(500));
+        assert_eq!(backoff(2), Duration::from_secs(1));
+        assert_eq!(backoff(4), Duration::from_secs(4));
+        assert_eq!(backoff(100), BACKOFF_MAX);
+    }
+}

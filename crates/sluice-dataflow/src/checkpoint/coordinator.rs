@@ -1,0 +1,401 @@
+//! The checkpoint coordinator of one pipeline deployment: every interval it
+//! asks the sources to inject barrier `n` (at most
+//! [`CHECKPOINTS_IN_FLIGHT_MAX`] pending), writes each task's state as its
+//! acknowledgement arrives (off the data path: tasks hand over Arrow
+//! arrays, the coordinator encodes and stores them), writes the manifest
+//! once every task acknowledged, tells the tasks (two-phase-commit sinks
+//! commit then), and deletes old checkpoints.
+//!
+//! The bookkeeping is the pure [`PendingCheckpoints`]; [`run`] is the
+//! async shell around it.
+
+use super::manifest::{self, MANIFEST_FILE, MANIFEST_FORMAT_VERSION, Manifest, TaskEntry};
+use super::state::{TaskState, crc32};
+use super::store::StateStore;
+use serde::Serialize;
+use sluice_types::{OperatorId, PipelineId, now_ms};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Checkpoints started and not yet complete, at most.
+pub const CHECKPOINTS_IN_FLIGHT_MAX: usize = 1;
+/// Completed checkpoints kept by default (older ones are deleted).
+pub const CHECKPOINTS_RETAINED_DEFAULT: usize = 3;
+/// Completed checkpoints listed in the status (SHOW PIPELINES, REST).
+pub const CHECKPOINT_HISTORY_MAX: usize = 10;
+/// Default time between checkpoints.
+pub const CHECKPOINT_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
+
+/// How a pipeline checkpoints.
+#[derive(Clone)]
+pub struct CheckpointConfig {
+    pub interval: Duration,
+    pub retained: usize,
+    /// A checkpoint not complete after this fails the pipeline (which then
+    /// restarts from the last complete one).
+    pub timeout: Duration,
+    pub store: Arc<dyn StateStore>,
+    /// Shared across restarts of the pipeline.
+    pub stats: Arc<CheckpointStats>,
+}
+
+impl CheckpointConfig {
+    pub fn new(interval: Duration, store: Arc<dyn StateStore>, stats: Arc<CheckpointStats>) -> Self {
+        CheckpointConfig {
+            interval,
+            retained: CHECKPOINTS_RETAINED_DEFAULT,
+            timeout: (interval * 10).max(Duration::from_secs(120)),
+            store,
+            stats,
+        }
+    }
+}
+
+/// What tasks tell the coordinator.
+#[derive(Debug)]
+pub enum AckEvent {
+    /// A task took its snapshot for `checkpoint_id`.
+    Ack {
+        checkpoint_id: u64,
+        operator: OperatorId,
+        instance: u32,
+        state: TaskState,
+    },
+    /// A task finished (its inputs ended): no more checkpoints complete.
+    Finished { operator: OperatorId, instance: u32 },
+}
+
+/// One completed checkpoint, as the status shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CheckpointInfo {
+    pub id: u64,
+    pub completed_ms: i64,
+    pub size_bytes: u64,
+    pub duration_ms: u64,
+}
+
+/// Checkpoint history of a pipeline (survives its restarts).
+#[derive(Debug, Default)]
+pub struct CheckpointStats {
+    inner: Mutex<StatsInner>,
+}
+
+#[derive(Debug, Default)]
+struct StatsInner {
+    completed: VecDeque<CheckpointInfo>,
+    restored_from: Option<u64>,
+    failed: u64,
+}
+
+impl CheckpointStats {
+    pub fn completed(&self) -> Vec<CheckpointInfo> {
+        self.inner
+            .lock()
+            .expect("stats lock")
+            .completed
+            .iter()
+            .cloned()
+            .collect()
+    }
+    pub fn last(&self) -> Option<CheckpointInfo> {
+        self.inner.lock().expect("stats lock").completed.back().cloned()
+    }
+    pub fn restored_from(&self) -> Option<u64> {
+        self.inner.lock().expect("stats lock").restored_from
+    }
+    pub fn failed(&self) -> u64 {
+        self.inner.lock().expect("stats lock").failed
+    }
+    pub fn set_restored_from(&self, id: Option<u64>) {
+        self.inner.lock().expect("stats lock").restored_from = id;
+    }
+    fn record(&self, info: CheckpointInfo) {
+        let mut s = self.inner.lock().expect("stats lock");
+        s.completed.push_back(info);
+        while s.completed.len() > CHECKPOINT_HISTORY_MAX {
+            s.completed.pop_front();
+        }
+    }
+    fn record_failure(&self) {
+        self.inner.lock().expect("stats lock").failed += 1;
+    }
+}
+
+/// One pending checkpoint.
+#[derive(Debug)]
+struct Pending {
+    started_ms: i64,
+    acked: BTreeMap<(OperatorId, u32), TaskEntry>,
+}
+
+/// Which checkpoints are pending and which tasks acknowledged them.
+#[derive(Debug)]
+pub struct PendingCheckpoints {
+    tasks: BTreeSet<(OperatorId, u32)>,
+    pending: BTreeMap<u64, Pending>,
+    next_id: u64,
+    finished: bool,
+}
+
+impl PendingCheckpoints {
+    /// `tasks`: every task instance of the pipeline; ids start at `next_id`.
+    pub fn new(tasks: impl IntoIterator<Item = (OperatorId, u32)>, next_id: u64) -> Self {
+        PendingCheckpoints {
+            tasks: tasks.into_iter().collect(),
+            pending: BTreeMap::new(),
+            next_id: next_id.max(1),
+            finished: false,
+        }
+    }
+
+    /// Starts the next checkpoint, unless too many are pending or a task
+    /// has finished.
+    pub fn start(&mut self, now_ms: i64) -> Option<u64> {
+        if self.finished || self.pending.len() >= CHECKPOINTS_IN_FLIGHT_MAX {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.pending.insert(
+            id,
+            Pending {
+                started_ms: now_ms,
+                acked: BTreeMap::new(),
+            },
+        );
+        Some(id)
+    }
+
+    /// Records a task's stored file; returns the manifest when the
+    /// checkpoint is complete (it leaves the pending set).
+    pub fn on_ack(&mut self, id: u64, entry: TaskEntry, pipeline: PipelineId, now_ms: i64) -> Option<Manifest> {
+        let key = (OperatorId(entry.operator), entry.instance);
+        let p = self.pending.get_mut(&id)?;
+        if !self.tasks.contains(&key) {
+            return None;
+        }
+        p.acked.insert(key, entry);
+        if p.acked.len() < self.tasks.len() {
+            return None;
+        }
+        let p = self.pending.remove(&id).expect("pending");
+        let tasks: Vec<TaskEntry> = p.acked.into_values().collect();
+        Some(Manifest {
+            format_version: MANIFEST_FORMAT_VERSION,
+            pipeline: pipeline.0,
+            checkpoint_id: id,
+            started_ms: p.started_ms,
+            completed_ms: now_ms,
+            size_bytes: tasks.iter().map(|t| t.bytes).sum(),
+            tasks,
+        })
+    }
+
+    /// A task finished: pending checkpoints can never complete.
+    pub fn on_finished(&mut self) {
+        self.finished = true;
+        self.pending.clear();
+    }
+
+    /// The pending checkpoint started before `deadline_ms`, if any.
+    pub fn overdue(&self, deadline_ms: i64) -> Option<u64> {
+        self.pending
+            .iter()
+            .find(|(_, p)| p.started_ms < deadline_ms)
+            .map(|(id, _)| *id)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// The ends of the coordinator's channels that tasks hold.
+#[derive(Clone)]
+pub struct CheckpointHandles {
+    /// Sources inject barrier `n` when this changes to `n`.
+    pub trigger: watch::Receiver<u64>,
+    /// Acks and finish notices.
+    pub acks: mpsc::UnboundedSender<AckEvent>,
+    /// The newest completed checkpoint id.
+    pub completed: watch::Receiver<u64>,
+}
+
+/// The coordinator's own ends.
+pub struct CoordinatorChannels {
+    trigger: watch::Sender<u64>,
+    acks: mpsc::UnboundedReceiver<AckEvent>,
+    completed: watch::Sender<u64>,
+}
+
+/// Channels between the coordinator and the tasks. `restored` is the id of
+/// the checkpoint restored (it counts as completed).
+pub fn channels(restored: u64) -> (CheckpointHandles, CoordinatorChannels) {
+    let (trigger_tx, trigger_rx) = watch::channel(0);
+    // Acks are bounded by construction: tasks × CHECKPOINTS_IN_FLIGHT_MAX
+    // plus one finish notice per task.
+    let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+    let (completed_tx, completed_rx) = watch::channel(restored);
+    (
+        CheckpointHandles {
+            trigger: trigger_rx,
+            acks: ack_tx,
+            completed: completed_rx,
+        },
+        CoordinatorChannels {
+            trigger: trigger_tx,
+            acks: ack_rx,
+            completed: completed_tx,
+        },
+    )
+}
+
+/// Runs the coordinator until `cancel`. `fail` fails the pipeline (a store
+/// error or a checkpoint timeout); the pipeline then restarts from the
+/// last complete checkpoint.
+pub async fn run(
+    pipeline: PipelineId,
+    config: CheckpointConfig,
+    mut book: PendingCheckpoints,
+    mut ch: CoordinatorChannels,
+    cancel: CancellationToken,
+    fail: impl Fn(String) + Send + 'static,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + config.interval, config.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut complete: Vec<u64> = config.stats.completed().iter().map(|c| c.id).collect();
+    complete.extend(config.stats.restored_from());
+    complete.sort_unstable();
+    complete.dedup();
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            event = ch.acks.recv() => {
+                let Some(event) = event else { return };
+                if let Err(e) = on_event(pipeline, &config, &mut book, &mut ch, &mut complete, event).await {
+                    config.stats.record_failure();
+                    fail(format!("checkpoint failed: {e}"));
+                    return;
+                }
+            }
+            _ = tick.tick() => {
+                if let Some(id) = book.overdue(now_ms() - config.timeout.as_millis() as i64) {
+                    config.stats.record_failure();
+                    fail(format!("checkpoint {id} did not complete within {:?}", config.timeout));
+                    return;
+                }
+                if let Some(id) = book.start(now_ms()) {
+                    tracing::debug!(pipeline = %pipeline, checkpoint = id, "checkpoint started");
+                    ch.trigger.send_replace(id);
+                }
+            }
+        }
+    }
+}
+
+async fn on_event(
+    pipeline: PipelineId,
+    config: &CheckpointConfig,
+    book: &mut PendingCheckpoints,
+    ch: &mut CoordinatorChannels,
+    complete: &mut Vec<u64>,
+    event: AckEvent,
+) -> sluice_types::Result<()> {
+    let (id, operator, instance, state) = match event {
+        AckEvent::Finished { .. } => {
+            book.on_finished();
+            return Ok(());
+        }
+        AckEvent::Ack {
+            checkpoint_id,
+            operator,
+            instance,
+            state,
+        } => (checkpoint_id, operator, instance, state),
+    };
+    let dir = manifest::checkpoint_dir(pipeline, id);
+    let file = manifest::task_file(operator, instance);
+    let bytes = state.encode()?;
+    let entry = TaskEntry {
+        operator: operator.0,
+        instance,
+        file: file.clone(),
+        bytes: bytes.len() as u64,
+        crc32: crc32(&bytes),
+    };
+    config.store.put(&format!("{dir}/{file}"), bytes).await?;
+    let Some(m) = book.on_ack(id, entry, pipeline, now_ms()) else {
+        return Ok(());
+    };
+    config.store.put(&format!("{dir}/{MANIFEST_FILE}"), m.encode()?).await?;
+    let info = CheckpointInfo {
+        id,
+        completed_ms: m.completed_ms,
+        size_bytes: m.size_bytes,
+        duration_ms: (m.completed_ms - m.started_ms).max(0) as u64,
+    };
+    tracing::debug!(pipeline = %pipeline, checkpoint = id, bytes = info.size_bytes, "checkpoint complete");
+    config.stats.record(info);
+    ch.completed.send_replace(id);
+    complete.push(id);
+    manifest::prune(config.store.as_ref(), pipeline, complete, config.retained).await?;
+    let keep_from = complete.len().saturating_sub(config.retained);
+    complete.drain(..keep_from);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(op: u32, instance: u32) -> TaskEntry {
+        TaskEntry {
+            operator: op,
+            instance,
+            file: manifest::task_file(OperatorId(op), instance),
+            bytes: 4,
+            crc32: 0,
+        }
+    }
+
+    #[test]
+    fn completes_when_every_task_acked() {
+        let p = PipelineId(1);
+        let mut b = PendingCheckpoints::new([(OperatorId(1), 0), (OperatorId(2), 0), (OperatorId(2), 1)], 5);
+        assert_eq!(b.start(100), Some(5));
+        assert!(b.on_ack(5, entry(1, 0), p, 110).is_none());
+        assert!(b.on_ack(5, entry(2, 1), p, 120).is_none());
+        // A duplicate ack changes nothing.
+        assert!(b.on_ack(5, entry(2, 1), p, 120).is_none());
+        let m = b.on_ack(5, entry(2, 0), p, 130).unwrap();
+        assert_eq!((m.checkpoint_id, m.tasks.len(), m.size_bytes), (5, 3, 12));
+        assert_eq!(m.completed_ms - m.started_ms, 30);
+        assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
+    fn pending_checkpoints_are_bounded() {
+        let mut b = PendingCheckpoints::new([(OperatorId(1), 0)], 1);
+        for _ in 0..CHECKPOINTS_IN_FLIGHT_MAX {
+            assert!(b.start(0).is_some());
+        }
+        assert_eq!(b.start(0), None, "at the in-flight limit no new checkpoint starts");
+        assert_eq!(b.in_flight(), CHECKPOINTS_IN_FLIGHT_MAX);
+        assert_eq!(b.overdue(1), Some(1));
+        assert!(b.on_ack(1, entry(1, 0), PipelineId(1), 5).is_some());
+        assert_eq!(b.start(0), Some(2));
+    }
+
+    #[test]
+    fn a_finished_task_stops_checkpointing() {
+        let mut b = PendingCheckpoints::new([(OperatorId(1), 0)], 1);
+        b.start(0);
+        b.on_finished();
+        assert_eq!(b.in_flight(), 0);
+        assert_eq!(b.start(0), None);
+    }
+}

@@ -1,0 +1,277 @@
+//! The checkpoint manifest and the layout of a pipeline's checkpoints:
+//!
+//! ```text
+//! <root>/p<pipeline id>/chk-<checkpoint id, 20 digits>/
+//!     task-<operator>-<instance>.state   one per task (see `state.rs`)
+//!     MANIFEST                           written last: the checkpoint is complete
+//! ```
+//!
+//! `MANIFEST` is JSON (format version, ids, times, and per task file its
+//! length and CRC-32) followed by a line `#crc32 <8 hex digits>` over the
+//! JSON bytes. A directory without a valid manifest, or whose files do not
+//! match it, is skipped at recovery in favour of the previous complete one.
+
+use super::state::{TaskState, crc32};
+use super::store::StateStore;
+use serde::{Deserialize, Serialize};
+use sluice_types::{Error, OperatorId, PipelineId, Result};
+use std::collections::HashMap;
+
+/// Version of the manifest format.
+pub const MANIFEST_FORMAT_VERSION: u32 = 1;
+pub const MANIFEST_FILE: &str = "MANIFEST";
+
+/// One task's file in a checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TaskEntry {
+    pub operator: u32,
+    pub instance: u32,
+    pub file: String,
+    pub bytes: u64,
+    pub crc32: u32,
+}
+
+/// A completed checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format_version: u32,
+    pub pipeline: u64,
+    pub checkpoint_id: u64,
+    /// When the barriers were injected (epoch ms).
+    pub started_ms: i64,
+    /// When the last task acknowledged and the manifest was written.
+    pub completed_ms: i64,
+    /// Bytes of every task file.
+    pub size_bytes: u64,
+    pub tasks: Vec<TaskEntry>,
+}
+
+impl Manifest {
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let mut json = serde_json::to_vec_pretty(self).map_err(|e| Error::internal(e.to_string()))?;
+        let crc = crc32(&json);
+        json.extend_from_slice(format!("\n#crc32 {crc:08x}\n").as_bytes());
+        Ok(json)
+    }
+
+    pub fn decode(bytes: &[u8]) -> std::result::Result<Manifest, String> {
+        let text = std::str::from_utf8(bytes).map_err(|_| "manifest is not UTF-8".to_string())?;
+        let (json, tail) = text.rsplit_once("\n#crc32 ").ok_or("manifest has no checksum line")?;
+        let stored = u32::from_str_radix(tail.trim(), 16).map_err(|_| "bad checksum line".to_string())?;
+        if crc32(json.as_bytes()) != stored {
+            return Err("manifest checksum mismatch".into());
+        }
+        let m: Manifest = serde_json::from_str(json).map_err(|e| format!("manifest: {e}"))?;
+        if m.format_version != MANIFEST_FORMAT_VERSION {
+            return Err(format!(
+                "manifest format version {} is not {MANIFEST_FORMAT_VERSION}",
+                m.format_version
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// The directory of a pipeline's checkpoints.
+pub fn pipeline_dir(pipeline: PipelineId) -> String {
+    format!("p{}", pipeline.0)
+}
+
+/// The directory of checkpoint `id`.
+pub fn checkpoint_dir(pipeline: PipelineId, id: u64) -> String {
+    format!("{}/chk-{id:020}", pipeline_dir(pipeline))
+}
+
+pub fn task_file(operator: OperatorId, instance: u32) -> String {
+    format!("task-{}-{instance}.state", operator.0)
+}
+
+/// Checkpoint ids that have a directory, ascending.
+pub async fn list_ids(store: &dyn StateStore, pipeline: PipelineId) -> Result<Vec<u64>> {
+    let mut ids: Vec<u64> = store
+        .list(&pipeline_dir(pipeline))
+        .await?
+        .iter()
+        .filter_map(|n| n.strip_prefix("chk-").and_then(|d| d.parse().ok()))
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// A checkpoint read back for recovery.
+#[derive(Debug, Clone, Default)]
+pub struct RestoredCheckpoint {
+    pub id: u64,
+    pub manifest: Option<Manifest>,
+    pub tasks: HashMap<(OperatorId, u32), TaskState>,
+}
+
+impl RestoredCheckpoint {
+    /// The stored state of one task (empty when it stored none).
+    pub fn task(&self, operator: OperatorId, instance: u32) -> TaskState {
+        self.tasks.get(&(operator, instance)).cloned().unwrap_or_default()
+    }
+}
+
+/// Reads and checks checkpoint `id`; the error says what is wrong.
+pub async fn read_checkpoint(
+    store: &dyn StateStore,
+    pipeline: PipelineId,
+    id: u64,
+) -> std::result::Result<RestoredCheckpoint, String> {
+    let dir = checkpoint_dir(pipeline, id);
+    let bytes = store
+        .get(&format!("{dir}/{MANIFEST_FILE}"))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no manifest (the checkpoint never completed)")?;
+    let manifest = Manifest::decode(&bytes)?;
+    if manifest.checkpoint_id != id || manifest.pipeline != pipeline.0 {
+        return Err("manifest names another checkpoint".into());
+    }
+    let mut tasks = HashMap::new();
+    for t in &manifest.tasks {
+        let bytes = store
+            .get(&format!("{dir}/{}", t.file))
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("{} is missing", t.file))?;
+        if bytes.len() as u64 != t.bytes || crc32(&bytes) != t.crc32 {
+            return Err(format!(
+                "{} does not match its length and CRC-32 in the manifest",
+                t.file
+            ));
+        }
+        let state = TaskState::decode(&bytes).map_err(|e| format!("{}: {e}", t.file))?;
+        tasks.insert((OperatorId(t.operator), t.instance), state);
+    }
+    Ok(RestoredCheckpoint {
+        id,
+        manifest: Some(manifest),
+        tasks,
+    })
+}
+
+/// The newest complete, intact checkpoint of `pipeline`, skipping (with
+/// an error log line) any that is partial or corrupt. Also returns the
+/// highest id used so far, so new checkpoints never reuse a directory.
+pub async fn load_latest(store: &dyn StateStore, pipeline: PipelineId) -> Result<(Option<RestoredCheckpoint>, u64)> {
+    let ids = list_ids(store, pipeline).await?;
+    let highest = ids.last().copied().unwrap_or(0);
+    for id in ids.into_iter().rev() {
+        match read_checkpoint(store, pipeline, id).await {
+            Ok(c) => {
+                tracing::info!(pipeline = %pipeline, checkpoint = id, "restoring from checkpoint");
+                return Ok((Some(c), highest));
+            }
+            Err(reason) => tracing::error!(
+                pipeline = %pipeline,
+                checkpoint = id,
+                store = %store.describe(),
+                "checkpoint {id} of pipeline {pipeline} is partial or corrupt ({reason}); skipping it in favour of the previous complete one"
+            ),
+        }
+    }
+    Ok((None, highest))
+}
+
+/// Deletes every checkpoint directory of `pipeline` older than the
+/// `retained` newest complete ones, and incomplete ones older than the
+/// newest complete one.
+pub async fn prune(store: &dyn StateStore, pipeline: PipelineId, complete: &[u64], retained: usize) -> Result<()> {
+    let keep: Vec<u64> = complete.iter().rev().take(retained.max(1)).copied().collect();
+    let Some(oldest_kept) = keep.iter().min().copied() else {
+        return Ok(());
+    };
+    let newest = keep.iter().max().copied().unwrap_or(0);
+    for id in list_ids(store, pipeline).await? {
+        if id < oldest_kept || (id < newest && !keep.contains(&id)) {
+            store.delete_dir(&checkpoint_dir(pipeline, id)).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::store::LocalStateStore;
+
+    #[test]
+    fn manifest_round_trips_and_detects_changes() {
+        let m = Manifest {
+            format_version: MANIFEST_FORMAT_VERSION,
+            pipeline: 3,
+            checkpoint_id: 7,
+            started_ms: 1,
+            completed_ms: 2,
+            size_bytes: 10,
+            tasks: vec![TaskEntry {
+                operator: 1,
+                instance: 0,
+                file: "task-1-0.state".into(),
+                bytes: 10,
+                crc32: 5,
+            }],
+        };
+        let bytes = m.encode().unwrap();
+        assert_eq!(Manifest::decode(&bytes).unwrap(), m);
+        let text = String::from_utf8(bytes)
+            .unwrap()
+            .replace("\"bytes\": 10", "\"bytes\": 11");
+        assert!(Manifest::decode(text.as_bytes()).unwrap_err().contains("checksum"));
+    }
+
+    async fn write(store: &LocalStateStore, id: u64, corrupt: bool) {
+        let p = PipelineId(1);
+        let mut s = TaskState::default();
+        s.put_bytes("x", id.to_le_bytes().to_vec());
+        let mut bytes = s.encode().unwrap();
+        let entry = TaskEntry {
+            operator: 2,
+            instance: 0,
+            file: task_file(OperatorId(2), 0),
+            bytes: bytes.len() as u64,
+            crc32: crc32(&bytes),
+        };
+        if corrupt {
+            bytes[6] ^= 1;
+        }
+        let dir = checkpoint_dir(p, id);
+        store.put(&format!("{dir}/{}", entry.file), bytes).await.unwrap();
+        let m = Manifest {
+            format_version: MANIFEST_FORMAT_VERSION,
+            pipeline: 1,
+            checkpoint_id: id,
+            started_ms: 0,
+            completed_ms: 0,
+            size_bytes: entry.bytes,
+            tasks: vec![entry],
+        };
+        store
+            .put(&format!("{dir}/{MANIFEST_FILE}"), m.encode().unwrap())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn recovery_skips_corrupt_and_partial_checkpoints() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = LocalStateStore::new(tmp.path());
+        let p = PipelineId(1);
+        write(&store, 1, false).await;
+        write(&store, 2, false).await;
+        write(&store, 3, true).await;
+        // A partial checkpoint: a task file, no manifest.
+        store
+            .put(&format!("{}/x.state", checkpoint_dir(p, 4)), vec![1])
+            .await
+            .unwrap();
+        let (c, highest) = load_latest(&store, p).await.unwrap();
+        let c = c.unwrap();
+        assert_eq!((c.id, highest), (2, 4));
+        assert_eq!(c.task(OperatorId(2), 0).bytes("x").unwrap(), 2u64.to_le_bytes());
+        prune(&store, p, &[1, 2], 1).await.unwrap();
+        assert_eq!(list_ids(&store, p).await.unwrap(), vec![2, 3, 4]);
+    }
+}

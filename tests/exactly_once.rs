@@ -1,0 +1,306 @@
+//! Exactly-once across crashes, against the real Kafka (localhost:9092)
+//! and HDFS (hdfs://localhost:9000) of `scripts/services.sh`: Kafka →
+//! TUMBLE count per key → a transactional Kafka sink and an HDFS Parquet
+//! sink, with checkpoints every second. The server is killed with SIGKILL
+//! at random moments (or a task panics once, or the newest checkpoint is
+//! corrupted) and restarted; at the end both sinks must hold every window
+//! exactly once, as computed here from the records the test produced.
+
+mod common;
+
+use arrow::array::{Array, Int64Array, StringArray};
+use common::TestServer;
+use rand::Rng;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, Producer};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const BROKERS: &str = "localhost:9092";
+const HDFS: &str = "hdfs://localhost:9000";
+const RECORDS: i64 = 24_000;
+const KEYS: i64 = 7;
+const STEP_MS: i64 = 5;
+const BASE_MS: i64 = 1_796_040_000_000; // 2026-11-30T12:00:00
+
+/// (key, first seq of the window) → count: the expected output, computed
+/// from the produced records with 1 s tumbling windows.
+fn expected() -> BTreeMap<(String, i64), i64> {
+    let mut windows: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
+    for i in 0..RECORDS {
+        let ts = BASE_MS + i * STEP_MS;
+        let start = ts - ts.rem_euclid(1000);
+        let e = windows.entry((format!("k{}", i % KEYS), start)).or_insert((i, 0));
+        e.1 += 1;
+    }
+    windows
+        .into_iter()
+        .map(|((k, _), (first, c))| ((k, first), c))
+        .collect()
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}_{}", std::process::id(), rand::rng().random::<u32>())
+}
+
+async fn create_topics(names: &[&str]) {
+    let admin: AdminClient<_> = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .create()
+        .expect("admin client");
+    let topics: Vec<NewTopic> = names
+        .iter()
+        .map(|n| NewTopic::new(n, 3, TopicReplication::Fixed(1)))
+        .collect();
+    for r in admin
+        .create_topics(&topics, &AdminOptions::new())
+        .await
+        .expect("create topics")
+    {
+        r.expect("topic created");
+    }
+}
+
+/// Produces the records at a steady pace on a thread, then one record per
+/// partition far ahead in event time, so every window fires.
+fn produce(topic: String, pace: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", BROKERS)
+            .create()
+            .expect("producer");
+        let record = |i: i64, k: &str, ts: i64| {
+            let t = chrono::DateTime::from_timestamp_millis(ts).unwrap().naive_utc();
+            format!(
+                r#"{{"k":"{k}","seq":{i},"ts":"{}"}}"#,
+                t.format("%Y-%m-%dT%H:%M:%S%.3f")
+            )
+        };
+        for i in 0..RECORDS {
+            let payload = record(i, &format!("k{}", i % KEYS), BASE_MS + i * STEP_MS);
+            let mut r = BaseRecord::<(), String>::to(&topic)
+                .payload(&payload)
+                .partition((i % 3) as i32);
+            while let Err((_, back)) = producer.send(r) {
+                producer.poll(Duration::from_millis(10));
+                r = back;
+            }
+            if i % 200 == 0 {
+                producer.poll(Duration::ZERO);
+                std::thread::sleep(pace);
+            }
+        }
+        for p in 0..3 {
+            let payload = record(-1, "end", BASE_MS + RECORDS * STEP_MS + 10_000);
+            producer
+                .send(BaseRecord::<(), String>::to(&topic).payload(&payload).partition(p))
+                .expect("send end");
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush");
+    })
+}
+
+async fn create_pipelines(server: &TestServer, input: &str, output: &str, hdfs_path: &str) {
+    let c = server.connect().await;
+    let query = "SELECT k, min(seq) AS first_seq, count(*) AS c FROM TUMBLE(src, ts, INTERVAL '1' SECOND) \
+                 WHERE k <> 'end' GROUP BY window_start, window_end, k";
+    c.batch_execute(&format!(
+        "CREATE STREAM src (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
+         WITH (connector = 'kafka', topic = '{input}', 'properties.bootstrap.servers' = '{BROKERS}', format = 'json');
+         SET checkpoint_interval = '1s';
+         CREATE SINK to_kafka WITH (connector = 'kafka', topic = '{output}', 'properties.bootstrap.servers' = '{BROKERS}',
+            'sink.delivery-guarantee' = 'exactly-once') AS {query};
+         CREATE SINK to_hdfs WITH (connector = 'hdfs', url = '{HDFS}', path = '{hdfs_path}', format = 'parquet',
+            'rollover.size' = '4KB') AS {query};"
+    ))
+    .await
+    .expect("create pipelines");
+}
+
+/// Every committed output row of the Kafka topic (read_committed).
+fn read_kafka(topic: &str, until: usize, deadline: Instant) -> Vec<(String, i64, i64)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", unique("check"))
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let mut rows = Vec::new();
+    let mut quiet_since = Instant::now();
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let v: serde_json::Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+                rows.push((
+                    v["k"].as_str().unwrap().to_string(),
+                    v["first_seq"].as_i64().unwrap(),
+                    v["c"].as_i64().unwrap(),
+                ));
+                quiet_since = Instant::now();
+            }
+            Some(Err(e)) => panic!("consume: {e}"),
+            // Enough rows and nothing more for a while: done (duplicates
+            // would have arrived with the rest).
+            None if rows.len() >= until && quiet_since.elapsed() > Duration::from_secs(5) => break,
+            None => {}
+        }
+    }
+    rows
+}
+
+/// Every row of the committed (visible) Parquet files under `path`.
+async fn read_hdfs(path: &str) -> Vec<(String, i64, i64)> {
+    let client = hdfs_native::ClientBuilder::new().with_url(HDFS).build().unwrap();
+    let mut rows = Vec::new();
+    let Ok(files) = client.list_status(path, true).await else {
+        return rows;
+    };
+    for f in files.iter().filter(|f| !f.isdir && f.path.ends_with(".parquet")) {
+        let name = f.path.rsplit('/').next().unwrap();
+        if name.starts_with('.') {
+            continue;
+        }
+        let r = client.read(&f.path).await.unwrap();
+        let bytes = r.read_range(0, r.file_length()).await.unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in reader {
+            let b = b.unwrap();
+            let k = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+            let s = b.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+            let c = b.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+            for i in 0..b.num_rows() {
+                rows.push((k.value(i).to_string(), s.value(i), c.value(i)));
+            }
+        }
+    }
+    rows
+}
+
+fn check(what: &str, rows: Vec<(String, i64, i64)>, expected: &BTreeMap<(String, i64), i64>) {
+    let mut seen: BTreeMap<(String, i64), i64> = BTreeMap::new();
+    for (k, first, c) in rows {
+        assert!(
+            seen.insert((k.clone(), first), c).is_none(),
+            "{what}: window ({k}, {first}) emitted twice"
+        );
+    }
+    let missing: Vec<_> = expected.keys().filter(|w| !seen.contains_key(*w)).take(5).collect();
+    assert!(
+        missing.is_empty(),
+        "{what}: {} of {} windows missing, e.g. {missing:?}",
+        expected.len() - seen.len().min(expected.len()),
+        expected.len()
+    );
+    assert_eq!(&seen, expected, "{what}: counts differ");
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    Kills,
+    Panic,
+    CorruptNewest,
+}
+
+fn corrupt_newest_checkpoint(data_dir: &Path) {
+    let root = data_dir.join("checkpoints");
+    for p in std::fs::read_dir(&root).unwrap() {
+        let p = p.unwrap().path();
+        let mut ids: Vec<_> = std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()).collect();
+        ids.sort();
+        let newest = ids.last().unwrap();
+        let file = std::fs::read_dir(newest)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|f| f.extension().is_some_and(|x| x == "state"))
+            .unwrap();
+        let mut bytes = std::fs::read(&file).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        std::fs::write(&file, bytes).unwrap();
+    }
+}
+
+async fn scenario(fault: Fault) {
+    let (input, output) = (unique("eo_in"), unique("eo_out"));
+    let hdfs_path = format!("/sluice-test/{}", unique("eo"));
+    create_topics(&[&input, &output]).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let env: Vec<(&str, &str)> = match fault {
+        Fault::Panic => vec![("SLUICE_FAULT_PANIC_AT", "window_aggregate:9000")],
+        _ => vec![],
+    };
+    let mut server = TestServer::start_in_with_env(tmp.path(), &env);
+    create_pipelines(&server, &input, &output, &hdfs_path).await;
+    let producer = produce(input.clone(), Duration::from_millis(40));
+    match fault {
+        Fault::Kills => {
+            for _ in 0..4 {
+                let wait = rand::rng().random_range(1500..4000);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                server.stop(); // SIGKILL
+                server = TestServer::start_in(tmp.path());
+            }
+        }
+        Fault::Panic => {}
+        Fault::CorruptNewest => {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            server.stop();
+            corrupt_newest_checkpoint(tmp.path());
+            server = TestServer::start_in(tmp.path());
+        }
+    }
+    producer.join().unwrap();
+    let expected = expected();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    check("kafka", read_kafka(&output, expected.len(), deadline), &expected);
+    // The HDFS sink commits at the checkpoint after the last window fired.
+    let mut rows = Vec::new();
+    while Instant::now() < deadline {
+        rows = read_hdfs(&hdfs_path).await;
+        if rows.len() >= expected.len() {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            rows = read_hdfs(&hdfs_path).await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    check("hdfs", rows, &expected);
+    if fault == Fault::Panic {
+        let c = server.connect().await;
+        let rows = c.simple_query("SHOW PIPELINES").await.unwrap();
+        let restarts: i64 = rows
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get("restarts").map(|v| v.parse::<i64>().unwrap()),
+                _ => None,
+            })
+            .sum();
+        assert!(restarts >= 1, "the panicking task's pipeline restarted");
+    }
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_random_moments_keeps_every_window_exactly_once() {
+    scenario(Fault::Kills).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_panic_restarts_the_pipeline_with_exact_output() {
+    scenario(Fault::Panic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known gap: falling back past a checkpoint whose sink transaction already committed re-emits that epoch's windows"]
+async fn a_corrupt_newest_checkpoint_is_skipped() {
+    scenario(Fault::CorruptNewest).await;
+}

@@ -1,0 +1,379 @@
+//! The Kafka source and sink against the real broker of
+//! `scripts/services.sh`: replay from a timestamp over several partitions,
+//! Kafka → filter → Kafka with every record once, and the error policies
+//! for malformed records. Inputs are produced by a plain rdkafka producer
+//! and outputs read by a plain read_committed consumer; expected results
+//! are computed here from the records produced.
+
+use crate::common::TestServer;
+use crate::common::external::{Produce, consume, create_topic, produce, unique};
+use crate::support::{exec, simple_records, simple_rows, wait_for};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// A whole hour two hours ago: Kafka refuses record timestamps more than
+/// an hour in the future (`log.message.timestamp.after.max.ms`).
+fn base_ms() -> i64 {
+    let now = crate::support::epoch_ms(std::time::SystemTime::now());
+    now - now % 3_600_000 - 7_200_000
+}
+
+fn format_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+fn kafka_options(topic: &str) -> String {
+    format!("connector = 'kafka', topic = '{topic}', 'properties.bootstrap.servers' = 'localhost:9092'")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_from_a_timestamp_reads_exactly_the_records_at_or_after_it() {
+    let topic = unique("replay");
+    create_topic(&topic, 3).await;
+    let base = base_ms();
+    // Record i: partition i % 3 (so offset i / 3), timestamp BASE + i s.
+    let records: Vec<Produce> = (0..300i64)
+        .map(|i| Produce::to((i % 3) as i32, format!(r#"{{"id": {i}}}"#)).at(base + i * 1000))
+        .collect();
+    produce(&topic, &records).await;
+
+    let server = TestServer::start();
+    let client = server.connect().await;
+    // base + 150 s: records 150..300.
+    exec(
+        &client,
+        &format!(
+            "SET parallelism = 2; CREATE STREAM replayed (id BIGINT NOT NULL) WITH ({}, format = 'json', \
+             'scan.startup.mode' = 'timestamp', 'scan.startup.timestamp' = '{}')",
+            kafka_options(&topic),
+            format_ms(base + 150_000)
+        ),
+    )
+    .await;
+    let rows = simple_rows(
+        &client,
+        "SELECT id, _kafka_partition, _kafka_offset, _kafka_timestamp FROM replayed LIMIT 150",
+    )
+    .await;
+    let mut ids = BTreeSet::new();
+    for r in &rows {
+        let id: i64 = r[0].as_deref().unwrap().parse().unwrap();
+        assert_eq!(
+            r[1].as_deref(),
+            Some((id % 3).to_string().as_str()),
+            "partition of {id}"
+        );
+        assert_eq!(r[2].as_deref(), Some((id / 3).to_string().as_str()), "offset of {id}");
+        assert_eq!(
+            r[3].as_deref(),
+            Some(format_ms(base + id * 1000).as_str()),
+            "timestamp of {id}"
+        );
+        assert!(ids.insert(id), "record {id} twice");
+    }
+    assert_eq!(ids, (150..300).collect::<BTreeSet<i64>>());
+
+    // Epoch milliseconds work too: the last two records.
+    exec(
+        &client,
+        &format!(
+            "CREATE STREAM last_two (id BIGINT NOT NULL) WITH ({}, 'scan.startup.mode' = 'timestamp', \
+             'scan.startup.timestamp' = '{}')",
+            kafka_options(&topic),
+            base + 298_000
+        ),
+    )
+    .await;
+    let rows = simple_rows(&client, "SELECT id FROM last_two LIMIT 2").await;
+    let ids: BTreeSet<String> = rows.into_iter().map(|r| r[0].clone().unwrap()).collect();
+    assert_eq!(ids, BTreeSet::from(["298".to_string(), "299".to_string()]));
+
+    // The metadata columns are hidden from SELECT * (and shown by name).
+    let star = client.simple_query("SELECT * FROM last_two LIMIT 1").await.unwrap();
+    let row = star
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .expect("one row");
+    let names: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, vec!["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_to_filter_to_kafka_delivers_every_record_once() {
+    let (input, output) = (unique("orders"), unique("big_orders"));
+    create_topic(&input, 3).await;
+    create_topic(&output, 2).await;
+    let base = base_ms();
+    let records: Vec<Produce> = (0..1000i64)
+        .map(|i| {
+            Produce::to(
+                (i % 3) as i32,
+                format!(
+                    r#"{{"id": {i}, "amount": {}, "uid": "u{}", "ts": {}}}"#,
+                    i % 100,
+                    i % 7,
+                    base + i
+                ),
+            )
+        })
+        .collect();
+    produce(&input, &records).await;
+
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(
+        &client,
+        &format!(
+            "SET parallelism = 2; \
+             CREATE STREAM orders (id BIGINT NOT NULL, amount INT, uid TEXT, ts TIMESTAMP) WITH ({}, format = 'json'); \
+             CREATE SINK big_orders WITH (connector = 'kafka', topic = '{output}', \
+               'properties.bootstrap.servers' = 'localhost:9092', format = 'json', key = 'uid', \
+               'timestamp.column' = 'ts') \
+             AS SELECT id, amount, uid, ts FROM orders WHERE amount >= 50",
+            kafka_options(&input)
+        ),
+    )
+    .await;
+    let expected: BTreeMap<i64, (i64, String)> = (0..1000i64)
+        .filter(|i| i % 100 >= 50)
+        .map(|i| (i, (i % 100, format!("u{}", i % 7))))
+        .collect();
+    let out = consume(&output, expected.len(), Duration::from_secs(2), Duration::from_secs(90));
+    assert_eq!(out.len(), expected.len(), "every record once, no more");
+    let mut seen = BTreeMap::new();
+    for r in &out {
+        let v: serde_json::Value = serde_json::from_str(&r.payload).unwrap();
+        let id = v["id"].as_i64().unwrap();
+        assert_eq!(
+            r.key.as_deref(),
+            Some(format!(r#"{{"uid":"u{}"}}"#, id % 7).as_str()),
+            "key of {id}"
+        );
+        assert_eq!(r.timestamp_ms, Some(base + id), "record timestamp of {id}");
+        assert!(
+            seen.insert(
+                id,
+                (v["amount"].as_i64().unwrap(), v["uid"].as_str().unwrap().to_string())
+            )
+            .is_none(),
+            "record {id} twice"
+        );
+    }
+    assert_eq!(seen, expected);
+}
+
+/// Where a bad record is: (partition, offset, payload).
+type BadRecord = (i32, i64, String);
+
+/// Good records are `{"id": n}`; the bad ones below break the format in
+/// each way the error policy covers.
+fn mixed_records(partitions: i32) -> (Vec<Produce>, BTreeSet<i64>, Vec<BadRecord>) {
+    let bad = [
+        "not json at all".to_string(),
+        r#"{"id": "seven"}"#.to_string(), // wrong type
+        r#"{"other": 1}"#.to_string(),    // required id missing
+    ];
+    let mut records = Vec::new();
+    let mut good = BTreeSet::new();
+    let mut bad_at = Vec::new();
+    let mut offsets = vec![0i64; partitions as usize];
+    for i in 0..30i64 {
+        let p = (i % partitions as i64) as i32;
+        let payload = if i % 10 == 5 {
+            let b = bad[(i / 10) as usize].clone();
+            bad_at.push((p, offsets[p as usize], b.clone()));
+            b
+        } else {
+            good.insert(i);
+            format!(r#"{{"id": {i}}}"#)
+        };
+        offsets[p as usize] += 1;
+        records.push(Produce::to(p, payload).key(&format!("k{i}")));
+    }
+    (records, good, bad_at)
+}
+
+async fn pipeline(client: &tokio_postgres::Client, name: &str) -> Option<BTreeMap<String, Option<String>>> {
+    simple_records(client, "SHOW PIPELINES")
+        .await
+        .into_iter()
+        .find(|p| p["name"].as_deref() == Some(name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_records_follow_the_error_policy() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+
+    // skip: the good records arrive, the bad ones are counted.
+    let topic = unique("mixed");
+    create_topic(&topic, 2).await;
+    let (records, good, bad) = mixed_records(2);
+    produce(&topic, &records).await;
+    let out = unique("mixed_out");
+    exec(
+        &client,
+        &format!(
+            "CREATE STREAM m_skip (id BIGINT NOT NULL) WITH ({}, 'format.error.policy' = 'skip'); \
+             CREATE SINK m_skip_out WITH (connector = 'kafka', topic = '{out}', \
+               'properties.bootstrap.servers' = 'localhost:9092') AS SELECT id FROM m_skip",
+            kafka_options(&topic)
+        ),
+    )
+    .await;
+    let read = consume(&out, good.len(), Duration::from_secs(1), Duration::from_secs(60));
+    let ids: BTreeSet<i64> = read
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<serde_json::Value>(&r.payload).unwrap()["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(read.len(), good.len());
+    assert_eq!(ids, good);
+    let p = wait_for("the malformed count", Duration::from_secs(30), || async {
+        pipeline(&client, "m_skip_out")
+            .await
+            .filter(|p| p["records_malformed"].as_deref() == Some(bad.len().to_string().as_str()))
+    })
+    .await;
+    assert_eq!(p["state"].as_deref(), Some("running"));
+    assert_eq!(p["rows_in"].as_deref(), Some(good.len().to_string().as_str()));
+
+    // dead_letter: the bad records' bytes, keys and errors go to the topic.
+    let dlq = unique("dlq");
+    exec(
+        &client,
+        &format!(
+            "CREATE STREAM m_dl (id BIGINT NOT NULL) WITH ({}, 'format.error.policy' = 'dead_letter', \
+               'dead_letter.topic' = '{dlq}'); \
+             CREATE SINK m_dl_out WITH (connector = 'blackhole') AS SELECT id FROM m_dl",
+            kafka_options(&topic)
+        ),
+    )
+    .await;
+    let letters = consume(&dlq, bad.len(), Duration::from_secs(1), Duration::from_secs(60));
+    let got: BTreeSet<(i32, i64, String)> = letters
+        .iter()
+        .map(|r| {
+            assert!(!r.headers["sluice.error"].is_empty(), "{r:?}");
+            assert_eq!(r.headers["sluice.topic"], topic);
+            assert!(r.key.as_deref().is_some_and(|k| k.starts_with('k')), "{r:?}");
+            (
+                r.headers["sluice.partition"].parse().unwrap(),
+                r.headers["sluice.offset"].parse().unwrap(),
+                r.payload.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(got, bad.iter().cloned().collect::<BTreeSet<_>>());
+    wait_for("the dead-lettered count", Duration::from_secs(30), || async {
+        pipeline(&client, "m_dl_out")
+            .await
+            .filter(|p| p["records_malformed"].as_deref() == Some("3") && p["rows_in"].as_deref() == Some("27"))
+    })
+    .await;
+
+    // fail: the pipeline fails, naming where the bad record is; one
+    // partition, so the first bad record is known: offset 5.
+    let single = unique("mixed_single");
+    create_topic(&single, 1).await;
+    let (records, _, _) = mixed_records(1);
+    produce(&single, &records).await;
+    exec(
+        &client,
+        &format!(
+            "CREATE STREAM m_fail (id BIGINT NOT NULL) WITH ({}, 'format.error.policy' = 'fail'); \
+             CREATE SINK m_fail_out WITH (connector = 'blackhole') AS SELECT id FROM m_fail",
+            kafka_options(&single)
+        ),
+    )
+    .await;
+    let p = wait_for("the failure", Duration::from_secs(30), || async {
+        pipeline(&client, "m_fail_out")
+            .await
+            .filter(|p| p["state"].as_deref() == Some("failed"))
+    })
+    .await;
+    let error = p["error"].clone().unwrap();
+    assert!(
+        error.contains(&format!("topic {single} partition 0 offset 5")),
+        "{error}"
+    );
+    // The other pipelines and the server go on.
+    assert_eq!(
+        pipeline(&client, "m_skip_out").await.unwrap()["state"].as_deref(),
+        Some("running")
+    );
+    assert_eq!(
+        simple_rows(&client, "SELECT 1 + 1").await,
+        vec![vec![Some("2".to_string())]]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_options_are_checked_when_the_stream_is_created() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let cases = [
+        (
+            "WITH (connector = 'kafka', topic = 't')",
+            "properties.bootstrap.servers",
+        ),
+        (
+            "WITH (connector = 'kafka', topic = 't', 'properties.bootstrap.servers' = 'x', 'scan.startup.mode' = 'timestamp')",
+            "scan.startup.timestamp",
+        ),
+        (
+            "WITH (connector = 'kafka', topic = 't', 'properties.bootstrap.servers' = 'x', 'scan.startup.mode' = 'timestamp', 'scan.startup.timestamp' = 'noon')",
+            "noon",
+        ),
+        (
+            "WITH (connector = 'kafka', topic = 't', 'properties.bootstrap.servers' = 'x', format = 'xml')",
+            "xml",
+        ),
+        (
+            "WITH (connector = 'kafka', topic = 't', 'properties.bootstrap.servers' = 'x', tpoic = 'y')",
+            "tpoic",
+        ),
+    ];
+    for (with, needle) in cases {
+        let sql = format!("CREATE STREAM bad_k (id BIGINT) {with}");
+        let e = client.batch_execute(&sql).await.unwrap_err();
+        let db = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
+        assert_eq!(db.code().code(), "22023", "{sql}: {}", db.message());
+        assert!(db.message().contains(needle), "{sql}: {}", db.message());
+    }
+    // A metadata column declared with the wrong type.
+    let e = client
+        .batch_execute(
+            "CREATE STREAM bad_k (_kafka_offset TEXT) WITH (connector = 'kafka', topic = 't', \
+             'properties.bootstrap.servers' = 'x')",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "42804");
+    // Sink options naming columns are checked against the query.
+    exec(
+        &client,
+        "CREATE STREAM k_ok (id BIGINT) WITH (connector = 'kafka', topic = 't', 'properties.bootstrap.servers' = 'localhost:9092')",
+    )
+    .await;
+    let e = client
+        .batch_execute(
+            "CREATE SINK k_bad WITH (connector = 'kafka', topic = 'o', 'properties.bootstrap.servers' = 'localhost:9092', \
+             key = 'nope') AS SELECT id FROM k_ok",
+        )
+        .await
+        .unwrap_err();
+    let db = e.as_db_error().unwrap();
+    assert!(db.message().contains("\"nope\""), "{}", db.message());
+    assert!(simple_records(&client, "SHOW PIPELINES").await.is_empty());
+}
