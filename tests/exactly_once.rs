@@ -403,3 +403,112 @@ async fn a_task_panic_restarts_the_pipeline_with_exact_output() {
 async fn a_corrupt_newest_checkpoint_is_skipped() {
     scenario(Fault::CorruptNewest).await;
 }
+
+/// The SHOW PIPELINES row of `name`: (state, rows_out, error, restarts).
+async fn pipeline_row(c: &tokio_postgres::Client, name: &str) -> Option<(String, i64, Option<String>, i64)> {
+    let rows = c.simple_query("SHOW PIPELINES").await.unwrap();
+    rows.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => Some((
+            r.get("state").unwrap().to_string(),
+            r.get("rows_out").unwrap().parse().unwrap(),
+            r.get("error").map(str::to_string),
+            r.get("restarts").unwrap().parse().unwrap(),
+        )),
+        _ => None,
+    })
+}
+
+/// A Kafka transaction may hold 'sink.transaction.max-rows' rows: a
+/// pipeline that writes more between two checkpoints fails with a clear
+/// error on every restart, and after the restart budget (5) it stays
+/// `failed` with that error — while another pipeline on the same source
+/// keeps running and producing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_failing_on_every_restart_gives_up_and_others_keep_running() {
+    let (over, steady) = (unique("eo_over"), unique("eo_steady"));
+    create_topics(&[&over, &steady]).await;
+    let server = TestServer::start();
+    let c = server.connect().await;
+    // 1000 bids/s; checkpoints every 10 s: ~10,000 rows per transaction,
+    // far past the bound of 100 (a fault that fires again on every restart).
+    c.batch_execute(&format!(
+        "CREATE STREAM bids WITH (connector = 'nexmark', table = 'bid', 'events.per.second' = 1000);
+         SET checkpoint_interval = '10s';
+         CREATE SINK over_bound WITH (connector = 'kafka', topic = '{over}', 'properties.bootstrap.servers' = '{BROKERS}',
+            'sink.delivery-guarantee' = 'exactly-once', 'sink.transaction.max-rows' = '100') AS SELECT auction, price FROM bids;
+         CREATE SINK steady WITH (connector = 'kafka', topic = '{steady}', 'properties.bootstrap.servers' = '{BROKERS}')
+            AS SELECT auction, price FROM bids;"
+    ))
+    .await
+    .expect("create pipelines");
+    // Backoff 0.5 + 1 + 2 + 4 + 8 s between the 6 attempts.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let failed = loop {
+        let row = pipeline_row(&c, "over_bound").await.expect("listed");
+        if row.0 == "failed" && row.2.as_deref().is_some_and(|e| e.contains("gave up")) {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "still not given up: {row:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let error = failed.2.unwrap();
+    assert!(
+        error.contains("gave up after 5 restarts")
+            && error.contains("more than 100 rows")
+            && error.contains("sink.transaction.max-rows"),
+        "{error}"
+    );
+    assert_eq!(failed.3, 5, "restarts");
+    // It stays failed; the other pipeline keeps producing.
+    let before = pipeline_row(&c, "steady").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = pipeline_row(&c, "steady").await.unwrap();
+    assert_eq!(after.0, "running", "{after:?}");
+    assert!(after.1 > before.1, "steady keeps producing: {before:?} → {after:?}");
+    assert_eq!(after.3, 0, "steady never restarted");
+    let again = pipeline_row(&c, "over_bound").await.unwrap();
+    assert_eq!((again.0.as_str(), again.3), ("failed", 5), "no restart after giving up");
+    // SHOW CHECKPOINTS: steady completed some (every 10 s), newest first,
+    // with time, size and duration; over_bound never completed one.
+    let checkpoints = |name: &'static str| {
+        let c = &c;
+        async move {
+            c.simple_query(&format!("SHOW CHECKPOINTS FOR {name}"))
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => Some((
+                        r.get("checkpoint_id").unwrap().parse::<i64>().unwrap(),
+                        r.get("completed").map(str::to_string),
+                        r.get("size_bytes").unwrap().parse::<i64>().unwrap(),
+                        r.get("duration_ms").unwrap().parse::<i64>().unwrap(),
+                        r.get("restored").unwrap().to_string(),
+                    )),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut steady_checkpoints = checkpoints("steady").await;
+    while steady_checkpoints.is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        steady_checkpoints = checkpoints("steady").await;
+    }
+    assert!(!steady_checkpoints.is_empty(), "steady checkpointed");
+    assert!(steady_checkpoints.windows(2).all(|w| w[0].0 > w[1].0), "newest first");
+    for (id, completed, size, duration, restored) in &steady_checkpoints {
+        assert!(
+            *id >= 1 && *size > 0 && *duration >= 0 && restored == "no",
+            "{steady_checkpoints:?}"
+        );
+        assert!(
+            completed.as_deref().is_some_and(|t| t.starts_with("20")),
+            "{completed:?}"
+        );
+    }
+    assert!(checkpoints("over_bound").await.is_empty());
+    let e = c.simple_query("SHOW CHECKPOINTS FOR nope").await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "42704");
+}
