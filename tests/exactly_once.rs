@@ -104,8 +104,15 @@ fn produce(topic: String, pace: Duration) -> std::thread::JoinHandle<()> {
     })
 }
 
-async fn create_pipelines(server: &TestServer, input: &str, output: &str, hdfs_path: &str) {
+async fn create_pipelines(
+    server: &TestServer,
+    input: &str,
+    output: &str,
+    hdfs_path: &str,
+    checkpoint_dir: Option<&str>,
+) {
     let c = server.connect().await;
+    let dir = checkpoint_dir.map_or(String::new(), |d| format!(", 'checkpoint.dir' = '{d}'"));
     let query = "SELECT k, min(seq) AS first_seq, count(*) AS c FROM TUMBLE(src, ts, INTERVAL '1' SECOND) \
                  WHERE k <> 'end' GROUP BY window_start, window_end, k";
     c.batch_execute(&format!(
@@ -113,9 +120,9 @@ async fn create_pipelines(server: &TestServer, input: &str, output: &str, hdfs_p
          WITH (connector = 'kafka', topic = '{input}', 'properties.bootstrap.servers' = '{BROKERS}', format = 'json');
          SET checkpoint_interval = '1s';
          CREATE SINK to_kafka WITH (connector = 'kafka', topic = '{output}', 'properties.bootstrap.servers' = '{BROKERS}',
-            'sink.delivery-guarantee' = 'exactly-once') AS {query};
+            'sink.delivery-guarantee' = 'exactly-once'{dir}) AS {query};
          CREATE SINK to_hdfs WITH (connector = 'hdfs', url = '{HDFS}', path = '{hdfs_path}', format = 'parquet',
-            'rollover.size' = '4KB') AS {query};"
+            'rollover.size' = '4KB'{dir}) AS {query};"
     ))
     .await
     .expect("create pipelines");
@@ -206,32 +213,99 @@ fn check(what: &str, rows: Vec<(String, i64, i64)>, expected: &BTreeMap<(String,
 #[derive(Clone, Copy, PartialEq)]
 enum Fault {
     Kills,
+    /// Two kills, checkpoints on HDFS.
+    KillsHdfsCheckpoints,
     Panic,
     CorruptNewest,
 }
 
-fn corrupt_newest_checkpoint(data_dir: &Path) {
+/// The checkpoint id committed by the exactly-once Kafka sink of pipeline
+/// `pipeline` (its marker: group `sluice-<topic>-p<id>-0`, partition 0).
+fn kafka_marker(output: &str, pipeline: &str) -> Option<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", format!("sluice-{output}-{pipeline}-0"))
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition(output, 0);
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(30)).ok()?;
+    match committed.elements().first()?.offset() {
+        rdkafka::Offset::Offset(o) if o > 0 => Some(o),
+        _ => None,
+    }
+}
+
+/// Corrupts one task file of checkpoint directory `dir`.
+fn corrupt(dir: &Path) {
+    let file = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|f| f.extension().is_some_and(|x| x == "state"))
+        .unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+}
+
+/// Corrupts, per pipeline, the newest complete checkpoint — for the Kafka
+/// pipeline every complete checkpoint from the one its sink committed on
+/// (so recovery must fall back past a committed transaction). Returns the
+/// Kafka sink's committed checkpoint.
+fn corrupt_newest_checkpoint(data_dir: &Path, output: &str) -> i64 {
     let root = data_dir.join("checkpoints");
+    let mut kafka_committed = None;
     for p in std::fs::read_dir(&root).unwrap() {
         let p = p.unwrap().path();
-        let mut ids: Vec<_> = std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()).collect();
-        ids.sort();
-        let newest = ids.last().unwrap();
-        let file = std::fs::read_dir(newest)
+        let pipeline = p.file_name().unwrap().to_string_lossy().to_string();
+        let mut complete: Vec<(i64, std::path::PathBuf)> = std::fs::read_dir(&p)
             .unwrap()
             .map(|e| e.unwrap().path())
-            .find(|f| f.extension().is_some_and(|x| x == "state"))
-            .unwrap();
-        let mut bytes = std::fs::read(&file).unwrap();
-        let mid = bytes.len() / 2;
-        bytes[mid] ^= 0xff;
-        std::fs::write(&file, bytes).unwrap();
+            .filter(|d| d.join("MANIFEST").exists())
+            .map(|d| {
+                let id = d.file_name().unwrap().to_string_lossy()["chk-".len()..]
+                    .parse()
+                    .unwrap();
+                (id, d)
+            })
+            .collect();
+        complete.sort();
+        match kafka_marker(output, &pipeline) {
+            Some(m) => {
+                assert!(
+                    complete.iter().any(|(id, _)| *id < m),
+                    "an older complete checkpoint than the committed {m} to fall back to: {complete:?}"
+                );
+                for (_, d) in complete.iter().filter(|(id, _)| *id >= m) {
+                    corrupt(d);
+                }
+                kafka_committed = Some(m);
+            }
+            None => corrupt(&complete.last().unwrap().1),
+        }
+    }
+    kafka_committed.expect("the Kafka sink committed a checkpoint before the kill")
+}
+
+/// Checkpoint files (path, length) under an HDFS directory.
+async fn hdfs_files(path: &str) -> Vec<(String, usize)> {
+    let client = hdfs_native::ClientBuilder::new().with_url(HDFS).build().unwrap();
+    match client.list_status(path, true).await {
+        Ok(files) => files
+            .into_iter()
+            .filter(|f| !f.isdir)
+            .map(|f| (f.path, f.length))
+            .collect(),
+        Err(_) => Vec::new(),
     }
 }
 
 async fn scenario(fault: Fault) {
     let (input, output) = (unique("eo_in"), unique("eo_out"));
     let hdfs_path = format!("/sluice-test/{}", unique("eo"));
+    let checkpoint_path = format!("/sluice-test/{}", unique("chk"));
+    let checkpoint_dir = (fault == Fault::KillsHdfsCheckpoints).then(|| format!("{HDFS}{checkpoint_path}"));
     create_topics(&[&input, &output]).await;
     let tmp = tempfile::tempdir().unwrap();
     let env: Vec<(&str, &str)> = match fault {
@@ -239,7 +313,7 @@ async fn scenario(fault: Fault) {
         _ => vec![],
     };
     let mut server = TestServer::start_in_with_env(tmp.path(), &env);
-    create_pipelines(&server, &input, &output, &hdfs_path).await;
+    create_pipelines(&server, &input, &output, &hdfs_path, checkpoint_dir.as_deref()).await;
     let producer = produce(input.clone(), Duration::from_millis(40));
     match fault {
         Fault::Kills => {
@@ -250,11 +324,32 @@ async fn scenario(fault: Fault) {
                 server = TestServer::start_in(tmp.path());
             }
         }
+        Fault::KillsHdfsCheckpoints => {
+            for _ in 0..2 {
+                let wait = rand::rng().random_range(2500..4000);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                let files = hdfs_files(&checkpoint_path).await;
+                assert!(
+                    files.iter().any(|(p, _)| p.ends_with("/MANIFEST"))
+                        && files.iter().any(|(p, _)| p.ends_with(".state")),
+                    "checkpoints are written to HDFS: {files:?}"
+                );
+                server.stop(); // SIGKILL
+                server = TestServer::start_in(tmp.path());
+            }
+            assert!(
+                !tmp.path().join("checkpoints").exists(),
+                "no checkpoint went to the local data directory"
+            );
+        }
         Fault::Panic => {}
         Fault::CorruptNewest => {
             tokio::time::sleep(Duration::from_secs(4)).await;
             server.stop();
-            corrupt_newest_checkpoint(tmp.path());
+            let committed = corrupt_newest_checkpoint(tmp.path(), &output);
+            eprintln!(
+                "corrupted the Kafka pipeline's checkpoints from {committed} on (its sink committed {committed})"
+            );
             server = TestServer::start_in(tmp.path());
         }
     }
@@ -295,12 +390,125 @@ async fn sigkill_at_random_moments_keeps_every_window_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_on_hdfs_survive_sigkill_with_exact_output() {
+    scenario(Fault::KillsHdfsCheckpoints).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_panic_restarts_the_pipeline_with_exact_output() {
     scenario(Fault::Panic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known gap: falling back past a checkpoint whose sink transaction already committed re-emits that epoch's windows"]
 async fn a_corrupt_newest_checkpoint_is_skipped() {
     scenario(Fault::CorruptNewest).await;
+}
+
+/// The SHOW PIPELINES row of `name`: (state, rows_out, error, restarts).
+async fn pipeline_row(c: &tokio_postgres::Client, name: &str) -> Option<(String, i64, Option<String>, i64)> {
+    let rows = c.simple_query("SHOW PIPELINES").await.unwrap();
+    rows.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => Some((
+            r.get("state").unwrap().to_string(),
+            r.get("rows_out").unwrap().parse().unwrap(),
+            r.get("error").map(str::to_string),
+            r.get("restarts").unwrap().parse().unwrap(),
+        )),
+        _ => None,
+    })
+}
+
+/// A Kafka transaction may hold 'sink.transaction.max-rows' rows: a
+/// pipeline that writes more between two checkpoints fails with a clear
+/// error on every restart, and after the restart budget (5) it stays
+/// `failed` with that error — while another pipeline on the same source
+/// keeps running and producing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_failing_on_every_restart_gives_up_and_others_keep_running() {
+    let (over, steady) = (unique("eo_over"), unique("eo_steady"));
+    create_topics(&[&over, &steady]).await;
+    let server = TestServer::start();
+    let c = server.connect().await;
+    // 1000 bids/s; checkpoints every 10 s: ~10,000 rows per transaction,
+    // far past the bound of 100 (a fault that fires again on every restart).
+    c.batch_execute(&format!(
+        "CREATE STREAM bids WITH (connector = 'nexmark', table = 'bid', 'events.per.second' = 1000);
+         SET checkpoint_interval = '10s';
+         CREATE SINK over_bound WITH (connector = 'kafka', topic = '{over}', 'properties.bootstrap.servers' = '{BROKERS}',
+            'sink.delivery-guarantee' = 'exactly-once', 'sink.transaction.max-rows' = '100') AS SELECT auction, price FROM bids;
+         CREATE SINK steady WITH (connector = 'kafka', topic = '{steady}', 'properties.bootstrap.servers' = '{BROKERS}')
+            AS SELECT auction, price FROM bids;"
+    ))
+    .await
+    .expect("create pipelines");
+    // Backoff 0.5 + 1 + 2 + 4 + 8 s between the 6 attempts.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let failed = loop {
+        let row = pipeline_row(&c, "over_bound").await.expect("listed");
+        if row.0 == "failed" && row.2.as_deref().is_some_and(|e| e.contains("gave up")) {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "still not given up: {row:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let error = failed.2.unwrap();
+    assert!(
+        error.contains("gave up after 5 restarts")
+            && error.contains("more than 100 rows")
+            && error.contains("sink.transaction.max-rows"),
+        "{error}"
+    );
+    assert_eq!(failed.3, 5, "restarts");
+    // It stays failed; the other pipeline keeps producing.
+    let before = pipeline_row(&c, "steady").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = pipeline_row(&c, "steady").await.unwrap();
+    assert_eq!(after.0, "running", "{after:?}");
+    assert!(after.1 > before.1, "steady keeps producing: {before:?} → {after:?}");
+    assert_eq!(after.3, 0, "steady never restarted");
+    let again = pipeline_row(&c, "over_bound").await.unwrap();
+    assert_eq!((again.0.as_str(), again.3), ("failed", 5), "no restart after giving up");
+    // SHOW CHECKPOINTS: steady completed some (every 10 s), newest first,
+    // with time, size and duration; over_bound never completed one.
+    let checkpoints = |name: &'static str| {
+        let c = &c;
+        async move {
+            c.simple_query(&format!("SHOW CHECKPOINTS FOR {name}"))
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => Some((
+                        r.get("checkpoint_id").unwrap().parse::<i64>().unwrap(),
+                        r.get("completed").map(str::to_string),
+                        r.get("size_bytes").unwrap().parse::<i64>().unwrap(),
+                        r.get("duration_ms").unwrap().parse::<i64>().unwrap(),
+                        r.get("restored").unwrap().to_string(),
+                    )),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut steady_checkpoints = checkpoints("steady").await;
+    while steady_checkpoints.is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        steady_checkpoints = checkpoints("steady").await;
+    }
+    assert!(!steady_checkpoints.is_empty(), "steady checkpointed");
+    assert!(steady_checkpoints.windows(2).all(|w| w[0].0 > w[1].0), "newest first");
+    for (id, completed, size, duration, restored) in &steady_checkpoints {
+        assert!(
+            *id >= 1 && *size > 0 && *duration >= 0 && restored == "no",
+            "{steady_checkpoints:?}"
+        );
+        assert!(
+            completed.as_deref().is_some_and(|t| t.starts_with("20")),
+            "{completed:?}"
+        );
+    }
+    assert!(checkpoints("over_bound").await.is_empty());
+    let e = c.simple_query("SHOW CHECKPOINTS FOR nope").await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "42704");
 }

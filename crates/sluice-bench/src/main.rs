@@ -45,6 +45,10 @@ struct Args {
     /// SOL messages per run.
     #[arg(long, default_value_t = 200_000_000)]
     sol_messages: u64,
+    /// Queries whose throughput is measured with checkpoints off, every 10 s
+    /// and every 1 s (the cost of checkpointing).
+    #[arg(long, value_delimiter = ',', default_value = "q5,q7")]
+    checkpoint_queries: Vec<String>,
     /// Also run q5 over this many events and report its memory over time (0: skip).
     #[arg(long, default_value_t = 0)]
     q5_memory_events: u64,
@@ -146,6 +150,19 @@ async fn main() -> Result<()> {
             "rows_measured": summary["rows"],
         });
     }
+
+    eprintln!("== checkpoint overhead");
+    let mut overhead = serde_json::Map::new();
+    for q in &args.checkpoint_queries {
+        let mut runs = serde_json::Map::new();
+        for interval in ["off", "10s", "1s"] {
+            let s = nexmark::throughput_checkpointed(&binary, &dir, q, p, args.events, Some(interval)).await?;
+            eprintln!("  {q} checkpoints {interval}: {:.0} events/s", s.rows_per_s());
+            runs.insert(interval.into(), nexmark::stats_json(&s));
+        }
+        overhead.insert(q.clone(), Value::Object(runs));
+    }
+    results["checkpoint_overhead"] = Value::Object(overhead);
 
     if args.q5_memory_events > 0 {
         eprintln!("== q5 memory over {} events", args.q5_memory_events);

@@ -82,9 +82,25 @@ pub fn stats_json(s: &RunStats) -> Value {
     })
 }
 
-/// Runs one query at full speed.
+/// Runs one query at full speed (checkpoints at the server's default).
 pub async fn throughput(binary: &Path, dir: &Path, name: &str, parallelism: u32, events: u64) -> Result<RunStats> {
-    let (sets, query) = read_query(dir, name)?;
+    throughput_checkpointed(binary, dir, name, parallelism, events, None).await
+}
+
+/// Runs one query at full speed with `SET checkpoint_interval = '<interval>'`
+/// (`None`: the default, 10 s; `Some("off")`: no checkpoints).
+pub async fn throughput_checkpointed(
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    parallelism: u32,
+    events: u64,
+    checkpoint_interval: Option<&str>,
+) -> Result<RunStats> {
+    let (mut sets, query) = read_query(dir, name)?;
+    if let Some(interval) = checkpoint_interval {
+        sets.push(format!("SET checkpoint_interval = '{interval}'"));
+    }
     let server = Server::start(binary).await?;
     let setup = StreamSetup {
         events,

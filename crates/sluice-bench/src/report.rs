@@ -123,6 +123,25 @@ pub fn markdown(r: &Value) -> String {
             );
         }
     }
+    if let Some(qs) = r["checkpoint_overhead"].as_object().filter(|o| !o.is_empty()) {
+        let _ = writeln!(
+            md,
+            "\nCheckpoint cost (same run, events/s with checkpoints off / every 10 s / every 1 s):\n"
+        );
+        let _ = writeln!(md, "| query | off | 10 s | 1 s | 1 s vs off |");
+        let _ = writeln!(md, "|---|---|---|---|---|");
+        for (q, runs) in qs {
+            let rate = |k: &str| f(&runs[k]["events_per_s"]);
+            let _ = writeln!(
+                md,
+                "| {q} | {} | {} | {} | {:+.0} % |",
+                si(rate("off")),
+                si(rate("10s")),
+                si(rate("1s")),
+                (rate("1s") / rate("off").max(1e-9) - 1.0) * 100.0
+            );
+        }
+    }
     if !r["q5_memory"].is_null() {
         let v = &r["q5_memory"];
         let samples: Vec<String> = v["rss_mib_samples"]

@@ -7,7 +7,7 @@ use crate::status::{PipelineInfo, describe_status, totals};
 use crate::supervisor::{Slot, supervise};
 use arrow::record_batch::RecordBatch;
 use sluice_connectors::{Connectors, MemoryLog};
-use sluice_dataflow::checkpoint::{LocalStateStore, StateStore};
+use sluice_dataflow::checkpoint::StateStore;
 use sluice_dataflow::deploy::PipelineRuntime;
 use sluice_plan::OperatorKind;
 use sluice_plan::PhysicalDag;
@@ -206,8 +206,8 @@ impl Master {
                 slot.started.send_replace(true);
             }
             Some((interval, dir)) => {
-                let root = dir.map_or_else(|| self.checkpoint_root.clone(), PathBuf::from);
-                let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(root));
+                let store: Arc<dyn StateStore> =
+                    sluice_connectors::state_store::open_state_store(dir.as_deref(), &self.checkpoint_root)?;
                 tokio::spawn(supervise(
                     def.id,
                     def.dag.clone(),

@@ -7,7 +7,7 @@ use sluice_types::Watermark;
 use std::sync::atomic::Ordering;
 
 /// One row of SHOW PIPELINES.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct PipelineInfo {
     pub name: String,
     pub id: u64,

@@ -57,10 +57,8 @@ pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Res
         crate::options::SINK_COMMON,
     )?;
     crate::options::checkpoint_interval(options)?;
-    if options.get("checkpoint.dir").is_some_and(|d| d.contains("://")) {
-        return Err(Error::unsupported(
-            "'checkpoint.dir' must be a local directory for now (an HDFS state backend is not built yet)",
-        ));
+    if let Some(dir) = options.get("checkpoint.dir") {
+        crate::state_store::split_hdfs_location(dir)?;
     }
     if connector == "file" {
         if !options.contains_key("path") {

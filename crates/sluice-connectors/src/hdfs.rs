@@ -64,6 +64,18 @@ pub trait FileStore: Send + Sync {
         let _ = (dir, name);
         Ok(())
     }
+
+    /// Visible (committed) files under `root` (recursively): (dir, name).
+    async fn committed(&self, root: &str) -> Result<Vec<(String, String)>> {
+        let _ = root;
+        Ok(Vec::new())
+    }
+
+    /// Deletes the committed file `dir/name` (absent is fine).
+    async fn remove(&self, dir: &str, name: &str) -> Result<()> {
+        let _ = (dir, name);
+        Err(Error::unsupported("this file store cannot remove files"))
+    }
 }
 
 /// A file system reached through `hdfs-native`.
@@ -203,15 +215,57 @@ impl FileStore for HdfsStore {
     }
 
     async fn discard(&self, dir: &str, name: &str) -> Result<()> {
+        self.remove(dir, &format!(".{name}.inprogress")).await
+    }
+
+    async fn committed(&self, root: &str) -> Result<Vec<(String, String)>> {
         self.attempt(async {
             let client = self.current();
-            match client.delete(&format!("{dir}/.{name}.inprogress"), false).await {
+            let statuses = match client.list_status(root, true).await {
+                Ok(s) => s,
+                Err(hdfs_native::HdfsError::FileNotFound(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(Error::external(format!("HDFS: {e}"))),
+            };
+            Ok(statuses
+                .into_iter()
+                .filter(|s| !s.isdir)
+                .filter_map(|s| {
+                    let (dir, file) = s.path.rsplit_once('/')?;
+                    (!file.starts_with('.')).then(|| (dir.to_string(), file.to_string()))
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn remove(&self, dir: &str, name: &str) -> Result<()> {
+        self.attempt(async {
+            let client = self.current();
+            match client.delete(&format!("{dir}/{name}"), false).await {
                 Ok(_) | Err(hdfs_native::HdfsError::FileNotFound(_)) => Ok(()),
                 Err(e) => Err(Error::external(format!("HDFS: {e}"))),
             }
         })
         .await
     }
+}
+
+/// The tag a two-phase sink puts in its file names:
+/// `part-<instance>-<start ms>-<sequence>-p<pipeline>-c<after>.<ext>`, where
+/// `after` is the last checkpoint committed or restored when the file was
+/// named. Recovery from checkpoint `r` removes this pipeline's committed
+/// files with `after >= r` (written after `r`; the replay writes them
+/// again).
+fn checkpoint_tag(pipeline: u64, after: u64) -> String {
+    format!("-p{pipeline}-c{after}")
+}
+
+/// `(pipeline, after)` of a two-phase sink's file name, if it has the tag.
+pub fn parse_checkpoint_tag(name: &str) -> Option<(u64, u64)> {
+    let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+    let (rest, after) = stem.rsplit_once("-c")?;
+    let (_, pipeline) = rest.rsplit_once("-p")?;
+    Some((pipeline.parse().ok()?, after.parse().ok()?))
 }
 
 /// The checked options of an HDFS sink.
@@ -291,6 +345,9 @@ pub struct RollingSink {
     /// In-progress files of the current checkpoint: (dir, name).
     pending: Vec<(String, String)>,
     instance: u32,
+    pipeline: u64,
+    /// The last checkpoint committed or restored (in new file names).
+    after: u64,
 }
 
 /// Checkpoint key of the in-progress files to rename on commit.
@@ -319,6 +376,8 @@ impl RollingSink {
             two_phase: false,
             pending: Vec::new(),
             instance: ctx.instance,
+            pipeline: ctx.pipeline.0,
+            after: 0,
         }
     }
 
@@ -330,7 +389,16 @@ impl RollingSink {
                 "" => self.path.clone(),
                 p => format!("{}/{p}", self.path),
             };
-            let name = format!("{}-{:05}.{}", self.prefix, self.sequence, self.encoding.extension());
+            let tag = match self.two_phase {
+                true => checkpoint_tag(self.pipeline, self.after),
+                false => String::new(),
+            };
+            let name = format!(
+                "{}-{:05}{tag}.{}",
+                self.prefix,
+                self.sequence,
+                self.encoding.extension()
+            );
             self.sequence += 1;
             let bytes = Bytes::from(file.bytes);
             let started = tokio::time::Instant::now();
@@ -403,8 +471,10 @@ impl Operator for RollingSink {
         Ok(state)
     }
 
-    async fn commit(&mut self, _checkpoint_id: u64) -> Result<()> {
-        self.finalize_pending().await
+    async fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.finalize_pending().await?;
+        self.after = self.after.max(checkpoint_id);
+        Ok(())
     }
 
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
@@ -418,14 +488,30 @@ impl Operator for RollingSink {
         // Re-commit the restored checkpoint (idempotent) …
         self.pending = restored.clone();
         self.finalize_pending().await?;
-        // … and drop what this instance wrote after it.
+        // … and drop what this instance wrote after it: uncommitted files,
+        // and files committed by later checkpoints when those were lost
+        // (the replay writes their rows again).
         let mine = format!("part-{:03}-", self.instance);
+        let ours =
+            |name: &str| name.starts_with(&mine) && parse_checkpoint_tag(name).is_none_or(|(p, _)| p == self.pipeline);
         for (dir, name) in self.store.in_progress(&self.path).await? {
-            if name.starts_with(&mine) && !restored.contains(&(dir.clone(), name.clone())) {
+            if ours(&name) && !restored.contains(&(dir.clone(), name.clone())) {
                 tracing::info!(file = %format!("{dir}/{name}"), "discarding an uncommitted in-progress file");
                 self.store.discard(&dir, &name).await?;
             }
         }
+        let restored_id = checkpoint.as_ref().map_or(0, |(id, _)| *id);
+        if restored_id > 0 {
+            for (dir, name) in self.store.committed(&self.path).await? {
+                let later =
+                    parse_checkpoint_tag(&name).is_some_and(|(p, after)| p == self.pipeline && after >= restored_id);
+                if name.starts_with(&mine) && later {
+                    tracing::warn!(file = %format!("{dir}/{name}"), checkpoint = restored_id, "removing a file committed after the restored checkpoint (its checkpoint was lost); the replay writes its rows again");
+                    self.store.remove(&dir, &name).await?;
+                }
+            }
+        }
+        self.after = restored_id;
         Ok(())
     }
 
@@ -537,6 +623,16 @@ mod tests {
         let e = sink.store(done).await.unwrap_err().to_string();
         assert!(e.contains("connection refused") && e.contains("3 rows"), "{e}");
         assert!(store.files.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn file_names_carry_pipeline_and_checkpoint() {
+        let name = format!("part-002-1700-00003{}.parquet", checkpoint_tag(7, 12));
+        assert_eq!(name, "part-002-1700-00003-p7-c12.parquet");
+        assert_eq!(parse_checkpoint_tag(&name), Some((7, 12)));
+        assert_eq!(parse_checkpoint_tag("part-002-1700-00003.parquet"), None);
+        assert_eq!(parse_checkpoint_tag("part-002-1700-00003-p7-cx.csv"), None);
+        assert_eq!(parse_checkpoint_tag("notes.txt"), None);
     }
 
     #[test]

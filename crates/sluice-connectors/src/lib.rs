@@ -14,7 +14,9 @@
 //! - [`sinks`]: the `client` sink that feeds a session's result stream,
 //!   `file` (JSON lines or CSV), `blackhole`;
 //! - [`options`]: the options each connector accepts, so unknown options are
-//!   rejected with the list of known ones.
+//!   rejected with the list of known ones;
+//! - [`state_store`]: where checkpoints go (`'checkpoint.dir'`: a local
+//!   directory or HDFS).
 
 pub mod datagen;
 pub mod factory;
@@ -27,6 +29,7 @@ pub mod nexmark_source;
 pub mod options;
 pub mod rolling;
 pub mod sinks;
+pub mod state_store;
 
 pub use factory::{ClientSinks, Connectors};
 pub use memory::{MemoryLog, MemoryLogs};

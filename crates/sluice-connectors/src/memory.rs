@@ -4,10 +4,17 @@
 //! pipeline forwarded. Readers keep a position and wait for appends; an
 //! append is atomic (all of an INSERT's rows or none). Each log has a row
 //! limit: an append that would pass it is rejected.
+//!
+//! A reader's position (entries read) is stored in checkpoints with the
+//! log's incarnation (a random id per log object): a pipeline restarted in
+//! the same process goes on where it was; a log re-created after a process
+//! restart is another log (memory logs are not durable), so the reader
+//! then starts by its startup mode.
 
 use crate::options::u64_option;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
+use sluice_dataflow::checkpoint::TaskState;
 use sluice_dataflow::source::{SourceEvent, SourceReader};
 use sluice_types::{Error, Result, SqlCode, Watermark};
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +40,8 @@ pub struct MemoryLog {
     rows: Mutex<u64>,
     rows_max: u64,
     len: watch::Sender<usize>,
+    /// Tells this log apart from an earlier one of the same name.
+    incarnation: u64,
 }
 
 impl MemoryLog {
@@ -43,6 +52,7 @@ impl MemoryLog {
             rows: Mutex::new(0),
             rows_max,
             len,
+            incarnation: rand::random(),
         })
     }
 
@@ -161,10 +171,47 @@ impl MemoryReader {
     }
 }
 
+/// Checkpoint key of a memory reader's position.
+const POSITION_KEY: &str = "memory.position";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredPosition {
+    incarnation: u64,
+    /// Entries of the log already handed downstream.
+    position: usize,
+}
+
 #[async_trait]
 impl SourceReader for MemoryReader {
     fn partitions(&self) -> usize {
         1
+    }
+
+    fn snapshot(&mut self) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        state.put_json(
+            POSITION_KEY,
+            &StoredPosition {
+                incarnation: self.log.incarnation,
+                position: self.position - self.pending.len(),
+            },
+        )?;
+        Ok(state)
+    }
+
+    fn restore(&mut self, state: &TaskState) -> Result<()> {
+        let Some(stored) = state.json::<StoredPosition>(POSITION_KEY)? else {
+            return Ok(());
+        };
+        if stored.incarnation != self.log.incarnation || stored.position > self.log.len() {
+            tracing::warn!(
+                "the memory log read before the checkpoint is gone (memory streams do not survive a restart); reading by the startup mode"
+            );
+            return Ok(());
+        }
+        self.position = stored.position;
+        self.pending.clear();
+        Ok(())
     }
 
     async fn next(&mut self, batch_rows_max: usize) -> Result<SourceEvent> {
@@ -228,6 +275,54 @@ mod tests {
         assert_eq!(log.len(), 1);
         log.append(vec![batch(4)]).unwrap();
         assert_eq!(log.rows(), 10);
+    }
+
+    /// Values of the data events read until the log has no more.
+    async fn drain(r: &mut MemoryReader, rows_max: usize) -> Vec<i64> {
+        let mut out = Vec::new();
+        while let Ok(Ok(e)) = tokio::time::timeout(std::time::Duration::from_millis(20), r.next(rows_max)).await {
+            if let SourceEvent::Data { batch, .. } = e {
+                let a = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                out.extend(a.values().iter().copied());
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_restored_reader_goes_on_from_the_stored_position() {
+        let log = MemoryLog::new(100);
+        for n in 1..=4 {
+            log.append(vec![batch(n)]).unwrap();
+        }
+        // One read takes batches 1 and 2 from the log and returns batch 1:
+        // the snapshot is taken with batch 2 still pending in the reader.
+        let mut r = MemoryReader::new(log.clone(), false);
+        let _ = r.next(3).await.unwrap();
+        assert_eq!(r.pending.len(), 1);
+        let stored = TaskState::decode(&r.snapshot().unwrap().encode().unwrap()).unwrap();
+        let mut fresh = MemoryReader::new(log.clone(), false);
+        fresh.restore(&stored).unwrap();
+        log.append(vec![batch(2)]).unwrap();
+        // Independently: batches 2, 3 and 4, then the later 2.
+        let expected: Vec<i64> = (0..2).chain(0..3).chain(0..4).chain(0..2).collect();
+        assert_eq!(drain(&mut fresh, 1).await, expected);
+        assert_eq!(drain(&mut r, 1).await, expected, "the original goes on the same way");
+    }
+
+    #[tokio::test]
+    async fn a_position_in_another_log_is_ignored() {
+        let old = MemoryLog::new(100);
+        old.append(vec![batch(1), batch(1)]).unwrap();
+        let mut r = MemoryReader::new(old, false);
+        let _ = r.next(100).await.unwrap();
+        let stored = r.snapshot().unwrap();
+        // The process restarted: a new, empty log of the same stream.
+        let new = MemoryLog::new(100);
+        new.append(vec![batch(3)]).unwrap();
+        let mut fresh = MemoryReader::new(new, false);
+        fresh.restore(&stored).unwrap();
+        assert_eq!(drain(&mut fresh, 100).await, vec![0, 1, 2]);
     }
 
     #[tokio::test]

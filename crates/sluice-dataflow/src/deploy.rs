@@ -134,14 +134,28 @@ impl PipelineRuntime {
     }
 }
 
+/// The error of a task whose downstream channel closed.
+pub const DOWNSTREAM_CLOSED: &str = "downstream channel closed";
+
 fn mark_failed(
     status: &Mutex<PipelineStatus>,
     operator: OperatorId,
     instance: u32,
     (error, code): (String, Option<SqlCode>),
+    after_cancel: bool,
 ) {
     let mut s = status.lock().expect("status lock");
-    if *s == PipelineStatus::Running {
+    // A task whose downstream went away fails as a consequence of the
+    // downstream task's failure: the cause, when it comes, replaces it.
+    let consequence = |e: &str| e.ends_with(DOWNSTREAM_CLOSED);
+    let replace = match &*s {
+        // After a cancel only a cause replaces a consequence: a stop on
+        // request is not a failure.
+        PipelineStatus::Running => !after_cancel,
+        PipelineStatus::Failed { error: first, .. } => consequence(first) && !consequence(&error),
+        _ => false,
+    };
+    if replace {
         *s = PipelineStatus::Failed {
             operator,
             instance,
@@ -309,7 +323,7 @@ pub fn deploy_with(
         let (status, cancel) = (status.clone(), cancel.clone());
         let fail = move |error: String| {
             tracing::warn!(pipeline = %id, %error, "checkpoint failed");
-            mark_failed(&status, OperatorId(0), 0, (error, None));
+            mark_failed(&status, OperatorId(0), 0, (error, None), false);
             cancel.cancel();
         };
         tokio::spawn(coordinator::run(
@@ -337,9 +351,12 @@ pub fn deploy_with(
                 }
                 Err(panic) => Some((format!("task panicked: {}", panic_message(&panic)), None)),
             };
-            if let Some(error) = failure.filter(|_| !cancel.is_cancelled()) {
-                tracing::warn!(pipeline = %id, operator = %operator, instance, error = %error.0, "task failed");
-                mark_failed(&status, operator, instance, error);
+            if let Some(error) = failure {
+                let after_cancel = cancel.is_cancelled();
+                if !after_cancel {
+                    tracing::warn!(pipeline = %id, operator = %operator, instance, error = %error.0, "task failed");
+                }
+                mark_failed(&status, operator, instance, error, after_cancel);
                 cancel.cancel();
             }
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {

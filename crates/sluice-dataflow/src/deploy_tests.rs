@@ -219,3 +219,29 @@ async fn a_panicking_task_fails_its_pipeline_only() {
         "the healthy pipeline saw every batch"
     );
 }
+
+#[test]
+fn the_failing_task_is_reported_not_its_upstream_that_lost_its_downstream() {
+    let failed = |s: &Mutex<PipelineStatus>| match &*s.lock().unwrap() {
+        PipelineStatus::Failed { operator, error, .. } => Some((operator.0, error.clone())),
+        _ => None,
+    };
+    let consequence = (format!("internal error: {DOWNSTREAM_CLOSED}"), None);
+    let cause = ("a Kafka transaction would hold more than 100 rows".to_string(), None);
+    // The upstream task notices first, then the sink's cause arrives
+    // (after the pipeline was cancelled): the cause wins.
+    let s = Mutex::new(PipelineStatus::Running);
+    mark_failed(&s, OperatorId(1), 0, consequence.clone(), false);
+    mark_failed(&s, OperatorId(3), 0, cause.clone(), true);
+    assert_eq!(failed(&s), Some((3, cause.0.clone())));
+    // A later consequence does not replace the cause.
+    mark_failed(&s, OperatorId(2), 0, consequence.clone(), true);
+    assert_eq!(failed(&s), Some((3, cause.0.clone())));
+    // Nor does a second cause replace the first.
+    mark_failed(&s, OperatorId(2), 0, ("other".into(), None), true);
+    assert_eq!(failed(&s), Some((3, cause.0.clone())));
+    // Errors after a stop on request are no failure.
+    let s = Mutex::new(PipelineStatus::Running);
+    mark_failed(&s, OperatorId(3), 0, cause, true);
+    assert_eq!(*s.lock().unwrap(), PipelineStatus::Running);
+}

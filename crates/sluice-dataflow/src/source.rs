@@ -291,7 +291,7 @@ impl SourceTask {
 }
 
 fn closed() -> Error {
-    Error::internal("downstream channel closed")
+    Error::internal(crate::deploy::DOWNSTREAM_CLOSED)
 }
 
 #[cfg(test)]

@@ -271,7 +271,7 @@ async fn tick(timer: &mut Option<tokio::time::Interval>) {
 }
 
 fn closed() -> Error {
-    Error::internal("downstream channel closed")
+    Error::internal(crate::deploy::DOWNSTREAM_CLOSED)
 }
 
 /// The next message from any input that has not ended, polling fairly

@@ -61,6 +61,8 @@ pub enum SluiceStatement {
     },
     ShowStreams,
     ShowPipelines,
+    /// `SHOW CHECKPOINTS FOR pipeline`.
+    ShowCheckpoints(String),
     /// `SHOW name`.
     ShowVariable(String),
     ShowAll,
@@ -311,6 +313,11 @@ fn parse_show(p: &mut Parser) -> Result<SluiceStatement> {
             p.next_token();
             Ok(SluiceStatement::ShowAll)
         }
+        Some("CHECKPOINTS") => {
+            p.next_token();
+            p.expect_keyword(Keyword::FOR).map_err(parser_error)?;
+            Ok(SluiceStatement::ShowCheckpoints(object_name(p)?))
+        }
         Some("COLUMNS") => {
             p.next_token();
             if !p.parse_keyword(Keyword::FROM) {
@@ -366,6 +373,15 @@ mod tests {
             }
         );
         assert_eq!(s[6], SluiceStatement::ShowVariable("parallelism".into()));
+        let s = parse_statements("SHOW CHECKPOINTS FOR \"My Sink\"; show checkpoints for s2").unwrap();
+        assert_eq!(
+            s,
+            vec![
+                SluiceStatement::ShowCheckpoints("My Sink".into()),
+                SluiceStatement::ShowCheckpoints("s2".into())
+            ]
+        );
+        assert!(parse_statements("SHOW CHECKPOINTS s2").is_err());
     }
 
     #[test]

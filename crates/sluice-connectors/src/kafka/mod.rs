@@ -4,10 +4,11 @@
 //! Options follow Flink's names: `topic`, `'properties.*'` (passed through
 //! to librdkafka), `format`, `'scan.startup.mode'`.
 
+pub mod replay;
 mod sink;
 mod source;
 
-pub use sink::{KafkaSink, check as check_sink};
+pub use sink::{KafkaSink, TRANSACTION_ROWS_MAX, admit_rows, check as check_sink};
 pub use source::KafkaReader;
 
 use crate::format::RecordFormat;
@@ -137,6 +138,7 @@ pub const SINK_OPTIONS: &[&str] = &[
     "timestamp.column",
     "sink.delivery-guarantee",
     "transactional.id.prefix",
+    "sink.transaction.max-rows",
 ];
 
 /// Where a source starts reading each partition.

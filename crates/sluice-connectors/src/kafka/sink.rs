@@ -18,7 +18,13 @@
 //! checkpoint's marker is not committed, its stored rows are sent again in a
 //! new transaction with the marker, so a checkpoint's output is committed
 //! exactly once whenever the crash happened.
+//!
+//! If recovery has to fall back to a checkpoint older than the committed
+//! marker (the newer ones are corrupt or lost), the committed records of
+//! the newer checkpoints are read back and replayed rows equal to them are
+//! dropped (see [`super::replay`]).
 
+use super::replay::{AFTER_HEADER, ReplayFilter, TXN_HEADER, end_offsets, read_committed_since};
 use super::{Reporting, client_config, properties};
 use crate::format::{RecordFormat, encode_rows};
 use arrow::array::{Array, RecordBatch, TimestampMillisecondArray};
@@ -27,6 +33,7 @@ use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -53,11 +60,36 @@ pub struct KafkaSink {
     txn: Option<Transactions>,
 }
 
-/// Rows one transaction may hold (they are kept for the checkpoint).
+/// Rows one transaction may hold (they are kept for the checkpoint);
+/// `'sink.transaction.max-rows'` may lower it.
 pub const TRANSACTION_ROWS_MAX: usize = 1_000_000;
+/// Checkpoints' worth of rows the replay filter may hold after falling
+/// back past committed checkpoints (× the transaction bound).
+const REPLAY_EPOCHS_MAX: u64 = sluice_dataflow::checkpoint::coordinator::CHECKPOINTS_RETAINED_DEFAULT as u64;
 /// How long a transactional call to the broker may take.
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 const MARKER_KEY: &str = "kafka.transaction";
+/// Checkpoint keys: the `after` header of the stored transaction's rows,
+/// the topic's end offsets at the barrier (where records written after
+/// the checkpoint start, at the earliest), the replay filter's rest.
+const MARKER_AFTER_KEY: &str = "kafka.transaction.after";
+const END_OFFSETS_KEY: &str = "kafka.end_offsets";
+const REPLAY_KEY: &str = "kafka.replay_filter";
+
+/// Admits `rows` more rows into a transaction holding `pending` rows, at
+/// most `max` in all; the error names the bound and the remedy.
+pub fn admit_rows(pending: usize, rows: usize, max: usize) -> Result<usize> {
+    let total = pending.saturating_add(rows);
+    if total > max {
+        return Err(Error::user(
+            sluice_types::SqlCode::ConfigurationLimitExceeded,
+            format!(
+                "a Kafka transaction would hold more than {max} rows ('sink.transaction.max-rows'); lower 'checkpoint.interval'"
+            ),
+        ));
+    }
+    Ok(total)
+}
 
 /// A sink instance's transactions (exactly-once).
 struct Transactions {
@@ -71,6 +103,16 @@ struct Transactions {
     pending_rows: usize,
     /// The checkpoint the open transaction was pre-committed for.
     precommitted: Option<u64>,
+    /// The last checkpoint committed or restored: the `after` header of
+    /// the records written now.
+    after: u64,
+    /// Bound on `pending_rows`.
+    rows_max: usize,
+    /// Client properties (bootstrap, security) for reading back.
+    client: BTreeMap<String, String>,
+    /// Records committed after the restored checkpoint that the replay
+    /// will produce again (empty normally).
+    replay: ReplayFilter,
 }
 
 /// Which columns make the record key, and how they are written.
@@ -92,6 +134,7 @@ struct Settings {
     properties: BTreeMap<String, String>,
     exactly_once: bool,
     transactional_prefix: Option<String>,
+    rows_max: usize,
 }
 
 impl Settings {
@@ -170,7 +213,22 @@ impl Settings {
             .entry("enable.idempotence".into())
             .or_insert_with(|| "true".into());
         let transactional_prefix = options.get("transactional.id.prefix").cloned();
+        let rows_max = match crate::options::u64_option(options, "sink.transaction.max-rows")? {
+            None => TRANSACTION_ROWS_MAX,
+            Some(n) if (1..=TRANSACTION_ROWS_MAX as u64).contains(&n) => n as usize,
+            Some(n) => {
+                return Err(Error::invalid_option(format!(
+                    "option 'sink.transaction.max-rows' must be between 1 and {TRANSACTION_ROWS_MAX}, got {n}"
+                )));
+            }
+        };
+        if options.contains_key("sink.transaction.max-rows") && !exactly_once {
+            return Err(Error::invalid_option(
+                "'sink.transaction.max-rows' needs 'sink.delivery-guarantee' = 'exactly-once'",
+            ));
+        }
         Ok(Settings {
+            rows_max,
             topic,
             format,
             key,
@@ -197,6 +255,7 @@ impl KafkaSink {
             marker_props.retain(|k, _| {
                 k.starts_with("bootstrap") || k.starts_with("security") || k.starts_with("sasl") || k.starts_with("ssl")
             });
+            let client = marker_props.clone();
             marker_props.insert("group.id".into(), id.clone());
             marker_props.insert("isolation.level".into(), "read_committed".into());
             marker_props.insert("enable.auto.commit".into(), "false".into());
@@ -211,6 +270,10 @@ impl KafkaSink {
                 pending: Vec::new(),
                 pending_rows: 0,
                 precommitted: None,
+                after: 0,
+                rows_max: s.rows_max,
+                client,
+                replay: ReplayFilter::default(),
             })
         } else {
             None
@@ -338,7 +401,78 @@ impl KafkaSink {
         t.pending.clear();
         t.pending_rows = 0;
         t.precommitted = None;
+        t.after = t.after.max(checkpoint_id);
         Ok(())
+    }
+}
+
+/// A batch encoded as records.
+struct Encoded {
+    values: Vec<Vec<u8>>,
+    keys: Option<Vec<Vec<u8>>>,
+    timestamps: Option<TimestampMillisecondArray>,
+}
+
+impl KafkaSink {
+    /// The topic's end offsets now (a lower bound for the offsets of
+    /// records written from now on).
+    async fn end_offsets(&self) -> Result<BTreeMap<i32, i64>> {
+        let t = self.txn.as_ref().expect("exactly-once");
+        let (marker, topic) = (t.marker.clone(), self.topic.clone());
+        tokio::task::spawn_blocking(move || end_offsets(&marker, &topic, TXN_TIMEOUT))
+            .await
+            .map_err(|e| Error::internal(format!("Kafka end offsets: {e}")))?
+    }
+
+    /// After falling back to checkpoint `restored` although checkpoint
+    /// `committed` > `restored` is committed: reads back this instance's
+    /// records committed after `restored` into the replay filter.
+    async fn read_back(&mut self, restored: u64, committed: u64, state: &TaskState) -> Result<()> {
+        let t = self.txn.as_ref().expect("exactly-once");
+        let start: BTreeMap<i32, i64> = state.json(END_OFFSETS_KEY)?.unwrap_or_default();
+        let max = (t.rows_max as u64).saturating_mul(REPLAY_EPOCHS_MAX);
+        let room = max.saturating_sub(t.replay.remaining());
+        let (client, topic, id) = (t.client.clone(), self.topic.clone(), t.id.clone());
+        let records = tokio::task::spawn_blocking(move || {
+            read_committed_since(&client, &topic, &id, restored, &start, room.max(1))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("Kafka read-back: {e}")))??;
+        tracing::warn!(
+            topic = %self.topic,
+            restored,
+            committed,
+            rows = records.len(),
+            "restored checkpoint {restored} is older than the committed checkpoint {committed}; dropping the {} replayed rows committed since",
+            records.len()
+        );
+        let t = self.txn.as_mut().expect("exactly-once");
+        t.replay.extend(records, max)
+    }
+
+    fn encode(&self, batch: &RecordBatch) -> Result<Encoded> {
+        let values = encode_rows(self.format, batch)?;
+        let keys = match &self.key {
+            Some(k) => Some(encode_rows(k.format, &batch.project(&k.columns)?)?),
+            None => None,
+        };
+        let timestamps = match self.timestamp_column {
+            Some(i) => {
+                let ms = cast(batch.column(i), &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+                let ms = ms
+                    .as_any()
+                    .downcast_ref::<TimestampMillisecondArray>()
+                    .ok_or_else(|| Error::internal("timestamp column did not cast to milliseconds"))?
+                    .clone();
+                Some(ms)
+            }
+            None => None,
+        };
+        Ok(Encoded {
+            values,
+            keys,
+            timestamps,
+        })
     }
 }
 
@@ -351,16 +485,25 @@ impl Operator for KafkaSink {
     async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
         let Some(t) = &self.txn else { return Ok(state) };
+        if t.open {
+            // Pre-commit: every record of the transaction is at the broker.
+            self.flush().await?;
+        }
+        // Records written after this checkpoint get offsets at or after
+        // these (the sink writes nothing until the checkpoint commits).
+        state.put_json(END_OFFSETS_KEY, &self.end_offsets().await?)?;
+        let t = self.txn.as_mut().expect("checked");
+        if !t.replay.is_empty() {
+            state.put_batch(REPLAY_KEY, t.replay.to_batch()?);
+        }
         if !t.open {
             return Ok(state);
         }
-        // Pre-commit: every record of the transaction is at the broker.
-        self.flush().await?;
-        let t = self.txn.as_mut().expect("checked");
         t.precommitted = Some(checkpoint_id);
         if let Some(first) = t.pending.first() {
             let rows = arrow::compute::concat_batches(&first.schema(), &t.pending)?;
             state.put_batch(MARKER_KEY, rows);
+            state.put_bytes(MARKER_AFTER_KEY, t.after.to_le_bytes().to_vec());
         }
         Ok(state)
     }
@@ -368,6 +511,9 @@ impl Operator for KafkaSink {
     async fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
         if self.txn.as_ref().is_some_and(|t| t.precommitted == Some(checkpoint_id)) {
             self.commit_open(checkpoint_id).await?;
+        }
+        if let Some(t) = self.txn.as_mut() {
+            t.after = t.after.max(checkpoint_id);
         }
         Ok(())
     }
@@ -377,17 +523,43 @@ impl Operator for KafkaSink {
             return Ok(());
         }
         self.init_transactions().await?;
-        let Some((id, state)) = checkpoint else { return Ok(()) };
+        let committed = self.committed_marker().await?;
+        let (id, state) = checkpoint.unwrap_or_default();
+        let t = self.txn.as_mut().expect("checked");
+        if let Some(b) = state.batch(REPLAY_KEY) {
+            let max = (t.rows_max as u64).saturating_mul(REPLAY_EPOCHS_MAX);
+            t.replay = ReplayFilter::from_batch(b, max)?;
+        }
+        if committed > id && id > 0 {
+            self.read_back(id, committed, &state).await?;
+        } else if committed > id {
+            // No checkpoint to go on from: the sources start by their
+            // startup mode, so what they replay is not known.
+            tracing::error!(
+                topic = %self.topic,
+                committed,
+                "no checkpoint could be restored although checkpoint {committed} committed; output after it may repeat"
+            );
+        }
         let Some(rows) = state.batch(MARKER_KEY).cloned() else {
+            self.txn.as_mut().expect("checked").after = id;
             return Ok(());
         };
-        let committed = self.committed_marker().await?;
         if committed >= id {
+            self.txn.as_mut().expect("checked").after = id;
             return Ok(());
         }
         tracing::info!(topic = %self.topic, checkpoint = id, rows = rows.num_rows(), "re-committing the restored checkpoint's transaction");
+        // The rows keep the header they were first written with.
+        let after = state
+            .bytes(MARKER_AFTER_KEY)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        self.txn.as_mut().expect("checked").after = after;
         self.begin_if_needed().await?;
-        self.send_batch(&rows).await?;
+        let encoded = self.encode(&rows)?;
+        self.send_encoded(&encoded, None).await?;
         self.flush().await?;
         self.commit_open(id).await
     }
@@ -396,21 +568,31 @@ impl Operator for KafkaSink {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        if self.txn.is_some() {
-            self.begin_if_needed().await?;
-            let t = self.txn.as_mut().expect("checked");
-            t.pending_rows += batch.num_rows();
-            if t.pending_rows > TRANSACTION_ROWS_MAX {
-                return Err(Error::user(
-                    sluice_types::SqlCode::ConfigurationLimitExceeded,
-                    format!(
-                        "a Kafka transaction would hold more than {TRANSACTION_ROWS_MAX} rows; lower 'checkpoint.interval'"
-                    ),
-                ));
-            }
-            t.pending.push(batch.clone());
+        let encoded = self.encode(&batch)?;
+        let Some(t) = self.txn.as_mut() else {
+            return self.send_encoded(&encoded, None).await;
+        };
+        // After a fall-back past committed checkpoints: drop replayed rows
+        // that were committed before.
+        let keep: Option<Vec<bool>> = (!t.replay.is_empty()).then(|| {
+            (0..batch.num_rows())
+                .map(|i| {
+                    let key = encoded.keys.as_ref().map(|k| k[i].as_slice());
+                    !t.replay.take(key, &encoded.values[i])
+                })
+                .collect()
+        });
+        let batch = match &keep {
+            Some(keep) => arrow::compute::filter_record_batch(&batch, &arrow::array::BooleanArray::from(keep.clone()))?,
+            None => batch,
+        };
+        if batch.num_rows() == 0 {
+            return Ok(());
         }
-        self.send_batch(&batch).await
+        t.pending_rows = admit_rows(t.pending_rows, batch.num_rows(), t.rows_max)?;
+        t.pending.push(batch);
+        self.begin_if_needed().await?;
+        self.send_encoded(&encoded, keep.as_deref()).await
     }
 
     async fn process_watermark(&mut self, _w: Watermark, _ctx: &mut OperatorContext<'_>) -> Result<()> {
@@ -430,34 +612,35 @@ impl Operator for KafkaSink {
 }
 
 impl KafkaSink {
-    async fn send_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+    /// Sends the encoded rows (only those marked in `keep`, if given).
+    async fn send_encoded(&mut self, rows: &Encoded, keep: Option<&[bool]>) -> Result<()> {
         self.check_deliveries()?;
-        let values = encode_rows(self.format, batch)?;
-        let keys = match &self.key {
-            Some(k) => Some(encode_rows(k.format, &batch.project(&k.columns)?)?),
-            None => None,
-        };
-        let timestamps = match self.timestamp_column {
-            Some(i) => {
-                let ms = cast(batch.column(i), &DataType::Timestamp(TimeUnit::Millisecond, None))?;
-                let ms = ms
-                    .as_any()
-                    .downcast_ref::<TimestampMillisecondArray>()
-                    .ok_or_else(|| Error::internal("timestamp column did not cast to milliseconds"))?
-                    .clone();
-                Some(ms)
+        let headers = self.txn.as_ref().map(|t| {
+            OwnedHeaders::new_with_capacity(2)
+                .insert(Header {
+                    key: TXN_HEADER,
+                    value: Some(t.id.as_bytes()),
+                })
+                .insert(Header {
+                    key: AFTER_HEADER,
+                    value: Some(t.after.to_string().as_bytes()),
+                })
+        });
+        for (row, value) in rows.values.iter().enumerate() {
+            if keep.is_some_and(|k| !k[row]) {
+                continue;
             }
-            None => None,
-        };
-        for (row, value) in values.iter().enumerate() {
             let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).payload(value.as_slice());
-            if let Some(keys) = &keys {
+            if let Some(keys) = &rows.keys {
                 record = record.key(keys[row].as_slice());
             }
-            if let Some(ts) = &timestamps
+            if let Some(ts) = &rows.timestamps
                 && ts.is_valid(row)
             {
                 record = record.timestamp(ts.value(row));
+            }
+            if let Some(h) = &headers {
+                record = record.headers(h.clone());
             }
             loop {
                 match self.producer.send(record) {
@@ -479,5 +662,50 @@ impl KafkaSink {
         }
         self.unflushed = true;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_holds_at_most_its_bound() {
+        assert_eq!(admit_rows(0, 10, 10).unwrap(), 10, "exactly at the bound is fine");
+        assert_eq!(admit_rows(7, 3, 10).unwrap(), 10);
+        let e = admit_rows(10, 1, 10).unwrap_err();
+        assert!(e.to_string().contains("more than 10 rows"), "{e}");
+        assert_eq!(
+            e.sqlstate(),
+            sluice_types::SqlCode::ConfigurationLimitExceeded.sqlstate()
+        );
+        assert!(admit_rows(usize::MAX, 1, TRANSACTION_ROWS_MAX).is_err(), "no overflow");
+    }
+
+    #[test]
+    fn the_row_bound_option_is_checked() {
+        use arrow::datatypes::{Field, Schema};
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let opts = |extra: &[(&str, &str)]| -> BTreeMap<String, String> {
+            [("topic", "t"), ("properties.bootstrap.servers", "localhost:9092")]
+                .iter()
+                .chain(extra)
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let eo = ("sink.delivery-guarantee", "exactly-once");
+        let s = Settings::parse(&opts(&[eo, ("sink.transaction.max-rows", "100")]), &schema).unwrap();
+        assert_eq!(s.rows_max, 100);
+        assert_eq!(
+            Settings::parse(&opts(&[eo]), &schema).unwrap().rows_max,
+            TRANSACTION_ROWS_MAX
+        );
+        for bad in ["0", "-1", "x", "1000001"] {
+            let e = Settings::parse(&opts(&[eo, ("sink.transaction.max-rows", bad)]), &schema)
+                .err()
+                .unwrap();
+            assert!(e.to_string().contains("sink.transaction.max-rows"), "{bad}: {e}");
+        }
+        assert!(Settings::parse(&opts(&[("sink.transaction.max-rows", "5")]), &schema).is_err());
     }
 }

@@ -319,7 +319,12 @@ async fn on_event(
     };
     let dir = manifest::checkpoint_dir(pipeline, id);
     let file = manifest::task_file(operator, instance);
-    let bytes = state.encode()?;
+    // Encoding (Arrow IPC + CRC) is CPU work proportional to the state:
+    // on a blocking thread, so neither the tasks nor the runtime's workers
+    // wait for it.
+    let bytes = tokio::task::spawn_blocking(move || state.encode())
+        .await
+        .map_err(|e| sluice_types::Error::internal(format!("checkpoint encoding task: {e}")))??;
     let entry = TaskEntry {
         operator: operator.0,
         instance,

@@ -4,11 +4,12 @@
 
 use super::aggregate::{CompiledAggregate, WindowInputs, read_inputs};
 use super::fixed::finish_batch;
+use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::{timestamp_array, timestamps_ms};
-use arrow::array::ArrayRef;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::array::{Array, ArrayRef, Int64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{OwnedRow, RowConverter};
 use async_trait::async_trait;
@@ -17,6 +18,7 @@ use datafusion::scalar::ScalarValue;
 use sluice_plan::WindowAggSpec;
 use sluice_types::{Error, Result, SqlCode, Watermark};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 struct Session {
@@ -186,6 +188,106 @@ impl SessionWindowOperator {
     }
 }
 
+/// Snapshot layout: one batch, a row per open session:
+/// `start Int64, end Int64, key columns…, accumulator state columns…`.
+const SESSIONS_KEY: &str = "sessions";
+
+/// An accumulator's state as one-row arrays (what `merge_batch` takes).
+fn state_arrays(acc: &mut Box<dyn Accumulator>) -> Result<Vec<ArrayRef>> {
+    acc.state()
+        .map_err(df_error)?
+        .into_iter()
+        .map(|v| v.to_array())
+        .collect::<Result<_, _>>()
+        .map_err(df_error)
+}
+
+impl SessionWindowOperator {
+    /// Every open session as one batch (accumulators are drained into
+    /// their state and rebuilt from it, so they keep going).
+    pub(crate) fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let (mut starts, mut ends, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+        let mut states: Vec<Vec<ArrayRef>> = Vec::new();
+        let fresh: Vec<_> = self.aggregates.iter().collect();
+        for entry in self.keys.values_mut() {
+            for session in &mut entry.sessions {
+                starts.push(session.start);
+                ends.push(session.end);
+                keys.push(entry.key.clone());
+                let mut row: Vec<ArrayRef> = Vec::new();
+                for (acc, agg) in session.accumulators.iter_mut().zip(&fresh) {
+                    let state = state_arrays(acc)?;
+                    let mut rebuilt = agg.accumulator()?;
+                    rebuilt.merge_batch(&state).map_err(df_error)?;
+                    *acc = rebuilt;
+                    row.extend(state);
+                }
+                states.push(row);
+            }
+        }
+        if starts.is_empty() {
+            return Ok(None);
+        }
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts)), Arc::new(Int64Array::from(ends))];
+        if let Some(c) = &self.converter {
+            columns.extend(c.convert_rows(keys.iter().map(|k| k.as_ref().expect("keyed").row()))?);
+        }
+        for i in 0..states[0].len() {
+            let parts: Vec<&dyn Array> = states.iter().map(|r| r[i].as_ref()).collect();
+            columns.push(arrow::compute::concat(&parts)?);
+        }
+        let fields: Vec<Field> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
+            .collect();
+        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// Rebuilds the open sessions from [`Self::snapshot_batch`]'s batch.
+    pub(crate) fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        let bad = || Error::internal("session snapshot: bad start/end columns");
+        let starts = batch.column(0).as_any().downcast_ref::<Int64Array>().ok_or_else(bad)?;
+        let ends = batch.column(1).as_any().downcast_ref::<Int64Array>().ok_or_else(bad)?;
+        let n_keys = self.key_columns.len();
+        let keys = match &self.converter {
+            Some(c) => Some(c.convert_columns(&batch.columns()[2..2 + n_keys])?),
+            None => None,
+        };
+        let mut widths = Vec::new();
+        for agg in &self.aggregates {
+            widths.push(agg.expr.state_fields().map_err(df_error)?.len());
+        }
+        for row in 0..batch.num_rows() {
+            let mut accumulators = Vec::new();
+            let mut col = 2 + n_keys;
+            for (agg, width) in self.aggregates.iter().zip(&widths) {
+                let mut acc = agg.accumulator()?;
+                let state: Vec<ArrayRef> = batch.columns()[col..col + width]
+                    .iter()
+                    .map(|c| c.slice(row, 1))
+                    .collect();
+                acc.merge_batch(&state).map_err(df_error)?;
+                accumulators.push(acc);
+                col += width;
+            }
+            let key_row = keys.as_ref().map(|k| k.row(row));
+            let key_bytes: Box<[u8]> = key_row.map_or(Box::from(&[][..]), |r| r.data().into());
+            let entry = self.keys.entry(key_bytes).or_insert_with(|| KeySessions {
+                key: key_row.map(|r| r.owned()),
+                sessions: Vec::new(),
+            });
+            entry.sessions.push(Session {
+                start: starts.value(row),
+                end: ends.value(row),
+                accumulators,
+            });
+            self.sessions += 1;
+        }
+        Ok(())
+    }
+}
+
 fn merge_into(target: &mut Session, other: Session) -> Result<()> {
     target.start = target.start.min(other.start);
     target.end = target.end.max(other.end);
@@ -204,6 +306,21 @@ fn merge_into(target: &mut Session, other: Session) -> Result<()> {
 
 #[async_trait]
 impl Operator for SessionWindowOperator {
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        if let Some(batch) = self.snapshot_batch()? {
+            state.put_batch(SESSIONS_KEY, batch);
+        }
+        Ok(state)
+    }
+
+    async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        if let Some(batch) = checkpoint.as_ref().and_then(|(_, s)| s.batch(SESSIONS_KEY)) {
+            self.restore_batch(batch)?;
+        }
+        Ok(())
+    }
+
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let late = self.update(&batch, ctx.watermark)?;
         ctx.metrics.late_rows_dropped.fetch_add(late, Ordering::Relaxed);

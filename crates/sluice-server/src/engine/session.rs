@@ -136,6 +136,7 @@ impl Session {
             },
             SluiceStatement::ShowStreams => (vec![], Some(show::schema_of("streams"))),
             SluiceStatement::ShowPipelines => (vec![], Some(show::schema_of("pipelines"))),
+            SluiceStatement::ShowCheckpoints(_) => (vec![], Some(show::schema_of("checkpoints"))),
             SluiceStatement::Describe(_) => (vec![], Some(show::schema_of("describe"))),
             SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => {
                 (vec![], Some(show::schema_of("explain")))
@@ -369,6 +370,12 @@ impl Session {
             },
             SluiceStatement::ShowStreams => show::streams(&master.streams()).output("SHOW"),
             SluiceStatement::ShowPipelines => show::pipelines(&master.pipelines()).output("SHOW"),
+            SluiceStatement::ShowCheckpoints(name) => {
+                let info = master.pipelines().into_iter().find(|p| p.name == name).ok_or_else(|| {
+                    Error::user(SqlCode::UndefinedObject, format!("pipeline \"{name}\" does not exist"))
+                })?;
+                show::checkpoints(&info).output("SHOW")
+            }
             SluiceStatement::Describe(name) => {
                 let def = master.stream(&name).ok_or_else(|| stream_not_found(&name))?;
                 show::describe(&def).output("SHOW")

@@ -204,6 +204,46 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
     Table { schema, rows }
 }
 
+/// `SHOW CHECKPOINTS FOR name`: the pipeline's completed checkpoints
+/// since the server started (at most the last 10), newest first, and the
+/// one it was restored from (`restored` true; its time and size are in its
+/// manifest, not repeated here).
+pub fn checkpoints(info: &PipelineInfo) -> Table {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("checkpoint_id", DataType::Int64, true),
+        Field::new("completed", DataType::Utf8, true),
+        Field::new("size_bytes", DataType::Int64, true),
+        Field::new("duration_ms", DataType::Int64, true),
+        Field::new("restored", DataType::Utf8, true),
+    ]));
+    let mut rows: Vec<Vec<Cell>> = info
+        .checkpoints
+        .iter()
+        .rev()
+        .map(|c| {
+            vec![
+                Cell::Int(Some(c.id as i64)),
+                Cell::Text(Some(ts_ms_to_string(c.completed_ms))),
+                Cell::Int(Some(c.size_bytes as i64)),
+                Cell::Int(Some(c.duration_ms as i64)),
+                Cell::Text(Some("no".into())),
+            ]
+        })
+        .collect();
+    if let Some(r) = info.restored_from
+        && !info.checkpoints.iter().any(|c| c.id == r)
+    {
+        rows.push(vec![
+            Cell::Int(Some(r as i64)),
+            Cell::Text(None),
+            Cell::Int(None),
+            Cell::Int(None),
+            Cell::Text(Some("yes".into())),
+        ]);
+    }
+    Table { schema, rows }
+}
+
 /// `EXPLAIN …`.
 pub fn explain(dag: &PhysicalDag) -> Table {
     Table::text(
@@ -217,6 +257,7 @@ pub fn schema_of(table: &str) -> SchemaRef {
     match table {
         "streams" => streams(&[]).schema,
         "pipelines" => pipelines(&[]).schema,
+        "checkpoints" => checkpoints(&PipelineInfo::default()).schema,
         "explain" => {
             explain(&PhysicalDag {
                 operators: vec![],
