@@ -103,10 +103,13 @@ pub fn markdown(r: &Value) -> String {
         }
         let _ = writeln!(
             md,
-            "\nEnd-to-end latency at a fixed rate (half the measured rate; target p99 ≤ 10 ms):\n"
+            "\nEnd-to-end latency at a fixed input rate (by default half the measured rate; target p99 ≤ 10 ms):\n"
         );
-        let _ = writeln!(md, "| query | paced events/s | measured from | p50 | p99 | max |");
-        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        let _ = writeln!(
+            md,
+            "| query | paced events/s | measured from | rows measured | p50 | p99 | max |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
         for (q, v) in qs {
             let l = &v["latency"];
             if l.is_null() {
@@ -114,9 +117,10 @@ pub fn markdown(r: &Value) -> String {
             }
             let _ = writeln!(
                 md,
-                "| {q} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+                "| {q} | {} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
                 si(f(&l["events_per_s_paced"])),
                 l["measured_from"].as_str().unwrap_or(""),
+                l["rows_measured"],
                 f(&l["p50_ms"]),
                 f(&l["p99_ms"]),
                 f(&l["max_ms"])
