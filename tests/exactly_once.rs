@@ -236,6 +236,35 @@ fn kafka_marker(output: &str, pipeline: &str) -> Option<i64> {
     }
 }
 
+/// Complete checkpoint ids of each pipeline under `data_dir`.
+fn complete_checkpoints(data_dir: &Path) -> Vec<(String, Vec<i64>)> {
+    let Ok(pipelines) = std::fs::read_dir(data_dir.join("checkpoints")) else {
+        return Vec::new();
+    };
+    pipelines
+        .map(|p| p.unwrap().path())
+        .map(|p| {
+            let ids = std::fs::read_dir(&p)
+                .map(|dirs| {
+                    dirs.map(|e| e.unwrap().path())
+                        .filter(|d| d.join("MANIFEST").exists())
+                        .filter_map(|d| d.file_name()?.to_string_lossy().strip_prefix("chk-")?.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (p.file_name().unwrap().to_string_lossy().to_string(), ids)
+        })
+        .collect()
+}
+
+/// True when some pipeline's Kafka sink committed a checkpoint and an older
+/// complete checkpoint exists to fall back to.
+fn kafka_committed_past_a_checkpoint(data_dir: &Path, output: &str) -> bool {
+    complete_checkpoints(data_dir)
+        .iter()
+        .any(|(pipeline, ids)| kafka_marker(output, pipeline).is_some_and(|m| ids.iter().any(|id| *id < m)))
+}
+
 /// Corrupts one task file of checkpoint directory `dir`.
 fn corrupt(dir: &Path) {
     let file = std::fs::read_dir(dir)
@@ -344,7 +373,17 @@ async fn scenario(fault: Fault) {
         }
         Fault::Panic => {}
         Fault::CorruptNewest => {
-            tokio::time::sleep(Duration::from_secs(4)).await;
+            // Kill only once the Kafka sink has committed a checkpoint newer
+            // than another complete one (how long that takes depends on the
+            // machine's load, so wait for it rather than for a fixed time).
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !kafka_committed_past_a_checkpoint(tmp.path(), &output) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the Kafka sink committed no checkpoint within 120 s"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             server.stop();
             let committed = corrupt_newest_checkpoint(tmp.path(), &output);
             eprintln!(

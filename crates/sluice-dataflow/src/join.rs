@@ -29,7 +29,7 @@ use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
 use sluice_plan::{JoinSide, JoinSpec};
 use sluice_types::{Error, Result, SqlCode, Watermark};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -55,7 +55,9 @@ struct StoredBatch {
 /// One side's rows, by key, plus the times at which keys may expire.
 #[derive(Default)]
 struct SideState {
-    index: HashMap<Box<[u8]>, Vec<Entry>>,
+    /// Entries of a key, sorted by time (appended in arrival order, which
+    /// is nearly sorted; a late one is inserted in its place).
+    index: HashMap<Box<[u8]>, VecDeque<Entry>>,
     /// Earliest time of a key's entries → keys (a key is listed once, under
     /// the earliest time it had when listed).
     expiry: BTreeMap<i64, Vec<Box<[u8]>>>,
@@ -64,7 +66,10 @@ struct SideState {
 }
 
 impl SideState {
-    /// Drops entries with `time_ms < cutoff`; returns how many.
+    /// Drops entries with `time_ms < cutoff`; returns how many. A key's
+    /// entries are kept sorted by time, so this touches only the keys that
+    /// have expired entries and only those entries (a key with thousands of
+    /// live rows is not rescanned on every watermark).
     fn expire(&mut self, cutoff: i64) -> usize {
         let mut freed = 0;
         while let Some(entry) = self.expiry.first_entry() {
@@ -75,25 +80,21 @@ impl SideState {
                 let Some(entries) = self.index.get_mut(&key) else {
                     continue;
                 };
-                let batches = &mut self.batches;
-                entries.retain(|e| {
-                    if e.time_ms >= cutoff {
-                        return true;
-                    }
-                    if let Some(b) = batches.get_mut(&e.batch) {
+                while let Some(e) = entries.front().filter(|e| e.time_ms < cutoff) {
+                    if let Some(b) = self.batches.get_mut(&e.batch) {
                         b.live_rows -= 1;
                         if b.live_rows == 0 {
-                            batches.remove(&e.batch);
+                            self.batches.remove(&e.batch);
                         }
                     }
+                    entries.pop_front();
                     freed += 1;
-                    false
-                });
-                match entries.iter().map(|e| e.time_ms).min() {
+                }
+                match entries.front() {
                     None => {
                         self.index.remove(&key);
                     }
-                    Some(earliest) => self.expiry.entry(earliest).or_default().push(key),
+                    Some(earliest) => self.expiry.entry(earliest.time_ms).or_default().push(key),
                 }
             }
         }
@@ -187,9 +188,20 @@ impl JoinState {
                 row: row as u32,
             };
             match state.index.get_mut(*key) {
-                Some(entries) => entries.push(entry),
+                Some(entries) => {
+                    if entries.back().is_none_or(|last| last.time_ms <= entry.time_ms) {
+                        entries.push_back(entry);
+                    } else {
+                        // Out of order: keep the key sorted. (An entry
+                        // earlier than the key's listed time is freed when
+                        // that listing comes due, as before: a key is listed
+                        // once.)
+                        let at = entries.partition_point(|e| e.time_ms <= entry.time_ms);
+                        entries.insert(at, entry);
+                    }
+                }
                 None => {
-                    state.index.insert((*key).into(), vec![entry]);
+                    state.index.insert((*key).into(), VecDeque::from([entry]));
                     state.expiry.entry(entry.time_ms).or_default().push((*key).into());
                 }
             }

@@ -287,3 +287,24 @@ async fn an_empty_join_snapshots_nothing_and_restores_from_none() {
     h.op.restore(None).await.unwrap();
     assert_eq!(h.op.state.rows(), 0);
 }
+
+#[test]
+fn a_key_keeps_its_rows_sorted_so_expiry_frees_exactly_the_old_ones() {
+    // One key, rows arriving out of order: 50, 10, 100, 70.
+    let mut s = JoinState::new(100);
+    let k = [1u8];
+    for (i, t) in [50, 10, 100, 70].into_iter().enumerate() {
+        let b = rows("l", &[(t, Some(1), i as i64)]);
+        s.probe_and_store(0, &b, &[Some(&k)], &[t], &[true]).unwrap();
+    }
+    let times = |s: &JoinState| s.sides[0].index[&k[..]].iter().map(|e| e.time_ms).collect::<Vec<_>>();
+    assert_eq!(times(&s), [10, 50, 70, 100]);
+    assert_eq!(s.expire(60), 2, "10 and 50 are older than 60");
+    assert_eq!(times(&s), [70, 100]);
+    assert_eq!(s.sides[0].batches.len(), 2);
+    assert_eq!(s.expire(71), 1);
+    assert_eq!(s.expire(71), 0, "nothing left before 71");
+    assert_eq!(s.expire(101), 1);
+    assert_eq!(s.rows(), 0);
+    assert!(s.sides[0].index.is_empty() && s.sides[0].expiry.is_empty() && s.sides[0].batches.is_empty());
+}
