@@ -34,9 +34,6 @@ pub const STRING_LENGTH_DEFAULT: usize = 100;
 /// Longest random string a field may ask for.
 pub const STRING_LENGTH_MAX: usize = 1 << 20;
 
-/// Options datagen knows besides `fields.*`.
-pub const OPTIONS: &[&str] = &["number-of-rows", "rows-per-second"];
-
 /// How one column is generated.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldKind {

@@ -6,13 +6,16 @@ use std::collections::BTreeMap;
 /// Options every source accepts.
 pub const SOURCE_COMMON: &[&str] = &["connector", "idle.timeout"];
 
+/// Options datagen knows besides `fields.*`.
+pub const DATAGEN_OPTIONS: &[&str] = &["number-of-rows", "rows-per-second"];
+
 /// The options a source connector knows, or an error naming the known connectors.
 pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
     match connector {
         "memory" => Ok(&["scan.startup.mode", "memory.rows.max"]),
         "nexmark" => Ok(&["table", "events.per.second", "events.max", "seed", "base.time"]),
         "kafka" => Ok(crate::kafka::SOURCE_OPTIONS),
-        "datagen" => Ok(crate::datagen::OPTIONS),
+        "datagen" => Ok(DATAGEN_OPTIONS),
         other => Err(Error::unsupported(format!(
             "unknown source connector '{other}'; known: memory, nexmark, datagen, kafka"
         ))),

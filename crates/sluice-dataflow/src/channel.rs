@@ -74,6 +74,9 @@ pub struct ChannelReceiver {
     credits_max: u32,
 }
 
+/// The error of a task whose downstream channel closed.
+pub const DOWNSTREAM_CLOSED: &str = "downstream channel closed";
+
 /// The other end of the channel is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Closed;

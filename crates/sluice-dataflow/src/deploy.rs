@@ -134,8 +134,7 @@ impl PipelineRuntime {
     }
 }
 
-/// The error of a task whose downstream channel closed.
-pub const DOWNSTREAM_CLOSED: &str = "downstream channel closed";
+pub use crate::channel::DOWNSTREAM_CLOSED;
 
 fn mark_failed(
     status: &Mutex<PipelineStatus>,

@@ -21,7 +21,7 @@ pub struct OperatorContext<'a> {
 
 /// Downstream went away (the pipeline is being torn down).
 fn downstream_gone() -> Error {
-    Error::internal(crate::deploy::DOWNSTREAM_CLOSED)
+    Error::internal(crate::channel::DOWNSTREAM_CLOSED)
 }
 
 impl OperatorContext<'_> {

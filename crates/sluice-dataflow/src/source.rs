@@ -291,7 +291,7 @@ impl SourceTask {
 }
 
 fn closed() -> Error {
-    Error::internal(crate::deploy::DOWNSTREAM_CLOSED)
+    Error::internal(crate::channel::DOWNSTREAM_CLOSED)
 }
 
 #[cfg(test)]

@@ -271,7 +271,7 @@ async fn tick(timer: &mut Option<tokio::time::Interval>) {
 }
 
 fn closed() -> Error {
-    Error::internal(crate::deploy::DOWNSTREAM_CLOSED)
+    Error::internal(crate::channel::DOWNSTREAM_CLOSED)
 }
 
 /// The next message from any input that has not ended, polling fairly
