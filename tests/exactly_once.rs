@@ -357,12 +357,22 @@ async fn scenario(fault: Fault) {
             for _ in 0..2 {
                 let wait = rand::rng().random_range(2500..4000);
                 tokio::time::sleep(Duration::from_millis(wait)).await;
-                let files = hdfs_files(&checkpoint_path).await;
-                assert!(
-                    files.iter().any(|(p, _)| p.ends_with("/MANIFEST"))
-                        && files.iter().any(|(p, _)| p.ends_with(".state")),
-                    "checkpoints are written to HDFS: {files:?}"
-                );
+                // A complete checkpoint on HDFS before the kill; how soon one
+                // completes depends on the machine's load, so wait for it.
+                let deadline = Instant::now() + Duration::from_secs(120);
+                loop {
+                    let files = hdfs_files(&checkpoint_path).await;
+                    if files.iter().any(|(p, _)| p.ends_with("/MANIFEST"))
+                        && files.iter().any(|(p, _)| p.ends_with(".state"))
+                    {
+                        break;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "checkpoints are written to HDFS within 120 s: {files:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
                 server.stop(); // SIGKILL
                 server = TestServer::start_in(tmp.path());
             }
