@@ -109,6 +109,7 @@ async fn create_pipelines(
     input: &str,
     output: &str,
     hdfs_path: &str,
+    file_path: &Path,
     checkpoint_dir: Option<&str>,
 ) {
     let c = server.connect().await;
@@ -122,7 +123,10 @@ async fn create_pipelines(
          CREATE SINK to_kafka WITH (connector = 'kafka', topic = '{output}', 'properties.bootstrap.servers' = '{BROKERS}',
             'sink.delivery-guarantee' = 'exactly-once'{dir}) AS {query};
          CREATE SINK to_hdfs WITH (connector = 'hdfs', url = '{HDFS}', path = '{hdfs_path}', format = 'parquet',
-            'rollover.size' = '4KB'{dir}) AS {query};"
+            'rollover.size' = '4KB'{dir}) AS {query};
+         CREATE SINK to_file WITH (connector = 'file', path = '{}', format = 'jsonl',
+            'rollover.size' = '4KB'{dir}) AS {query};",
+        file_path.display()
     ))
     .await
     .expect("create pipelines");
@@ -187,6 +191,30 @@ async fn read_hdfs(path: &str) -> Vec<(String, i64, i64)> {
             for i in 0..b.num_rows() {
                 rows.push((k.value(i).to_string(), s.value(i), c.value(i)));
             }
+        }
+    }
+    rows
+}
+
+/// Every committed output row of the local file sink's directory (hidden
+/// in-progress files are not read).
+fn read_files(dir: &Path) -> Vec<(String, i64, i64)> {
+    let mut rows = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return rows;
+    };
+    for path in entries.map(|e| e.unwrap().path()) {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with('.') || !name.ends_with(".jsonl") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            rows.push((
+                v["k"].as_str().unwrap().to_string(),
+                v["first_seq"].as_i64().unwrap(),
+                v["c"].as_i64().unwrap(),
+            ));
         }
     }
     rows
@@ -257,12 +285,18 @@ fn complete_checkpoints(data_dir: &Path) -> Vec<(String, Vec<i64>)> {
         .collect()
 }
 
-/// True when some pipeline's Kafka sink committed a checkpoint and an older
-/// complete checkpoint exists to fall back to.
-fn kafka_committed_past_a_checkpoint(data_dir: &Path, output: &str) -> bool {
-    complete_checkpoints(data_dir)
-        .iter()
-        .any(|(pipeline, ids)| kafka_marker(output, pipeline).is_some_and(|m| ids.iter().any(|id| *id < m)))
+/// True when each of the `pipelines` has a checkpoint to fall back to: the
+/// Kafka pipeline's sink committed a checkpoint and an older complete one
+/// exists; every other pipeline has two complete checkpoints.
+fn each_can_fall_back(data_dir: &Path, output: &str, pipelines: usize) -> bool {
+    let complete = complete_checkpoints(data_dir);
+    complete.len() == pipelines
+        && complete
+            .iter()
+            .all(|(pipeline, ids)| match kafka_marker(output, pipeline) {
+                Some(m) => ids.iter().any(|id| *id < m),
+                None => ids.len() >= 2,
+            })
 }
 
 /// Corrupts one task file of checkpoint directory `dir`.
@@ -311,7 +345,13 @@ fn corrupt_newest_checkpoint(data_dir: &Path, output: &str) -> i64 {
                 }
                 kafka_committed = Some(m);
             }
-            None => corrupt(&complete.last().unwrap().1),
+            None => {
+                assert!(
+                    complete.len() >= 2,
+                    "an older complete checkpoint to fall back to: {complete:?}"
+                );
+                corrupt(&complete.last().unwrap().1);
+            }
         }
     }
     kafka_committed.expect("the Kafka sink committed a checkpoint before the kill")
@@ -342,7 +382,17 @@ async fn scenario(fault: Fault) {
         _ => vec![],
     };
     let mut server = TestServer::start_in_with_env(tmp.path(), &env);
-    create_pipelines(&server, &input, &output, &hdfs_path, checkpoint_dir.as_deref()).await;
+    let out_dir = tempfile::tempdir().unwrap();
+    let file_path = out_dir.path().join("windows");
+    create_pipelines(
+        &server,
+        &input,
+        &output,
+        &hdfs_path,
+        &file_path,
+        checkpoint_dir.as_deref(),
+    )
+    .await;
     let producer = produce(input.clone(), Duration::from_millis(40));
     match fault {
         Fault::Kills => {
@@ -383,14 +433,16 @@ async fn scenario(fault: Fault) {
         }
         Fault::Panic => {}
         Fault::CorruptNewest => {
-            // Kill only once the Kafka sink has committed a checkpoint newer
-            // than another complete one (how long that takes depends on the
-            // machine's load, so wait for it rather than for a fixed time).
+            // Kill only once every pipeline has a checkpoint to fall back to
+            // (for the Kafka one: older than the one its sink committed);
+            // how long that takes depends on the machine's load, so wait
+            // for it rather than for a fixed time.
             let deadline = Instant::now() + Duration::from_secs(120);
-            while !kafka_committed_past_a_checkpoint(tmp.path(), &output) {
+            while !each_can_fall_back(tmp.path(), &output, 3) {
                 assert!(
                     Instant::now() < deadline,
-                    "the Kafka sink committed no checkpoint within 120 s"
+                    "not every pipeline had a checkpoint to fall back to within 120 s: {:?}",
+                    complete_checkpoints(tmp.path())
                 );
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -406,14 +458,7 @@ async fn scenario(fault: Fault) {
     let expected = expected();
     let deadline = Instant::now() + Duration::from_secs(180);
     check("kafka", read_kafka(&output, expected.len(), deadline), &expected);
-    if fault == Fault::CorruptNewest {
-        // Known gap (issue 5 stays open): after falling back past a corrupt
-        // newest checkpoint, the HDFS sink sometimes keeps a file whose
-        // windows the replay writes again (seen once in CI: "window (k1, 1)
-        // emitted twice"). The Kafka half above is checked every run.
-        return;
-    }
-    // The HDFS sink commits at the checkpoint after the last window fired.
+    // The file sinks commit at the checkpoint after the last window fired.
     let mut rows = Vec::new();
     while Instant::now() < deadline {
         rows = read_hdfs(&hdfs_path).await;
@@ -425,6 +470,11 @@ async fn scenario(fault: Fault) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     check("hdfs", rows, &expected);
+    while Instant::now() < deadline && read_files(&file_path).len() < expected.len() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    check("file", read_files(&file_path), &expected);
     if fault == Fault::Panic {
         let c = server.connect().await;
         let rows = c.simple_query("SHOW PIPELINES").await.unwrap();

@@ -37,16 +37,23 @@ async fn interrupt(mut server: TestServer) -> std::process::ExitStatus {
 }
 
 /// The lines of `path` once it has at least `n` of them.
-async fn lines_of(path: &Path, n: usize) -> Vec<String> {
-    wait_for(
-        &format!("{n} lines in {}", path.display()),
-        PIPELINE_TIMEOUT,
-        || async {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            let lines: Vec<String> = text.lines().map(str::to_string).collect();
-            (lines.len() >= n && text.ends_with('\n')).then_some(lines)
-        },
-    )
+/// The committed part files of a file sink's directory, in name order
+/// (hidden in-progress files are not read), concatenated.
+fn committed_text(dir: &Path) -> String {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.retain(|p| p.is_file() && !p.file_name().unwrap().to_string_lossy().starts_with('.'));
+    names.sort();
+    names.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect()
+}
+
+async fn lines_of(dir: &Path, n: usize) -> Vec<String> {
+    wait_for(&format!("{n} lines in {}", dir.display()), PIPELINE_TIMEOUT, || async {
+        let text = committed_text(dir);
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        (lines.len() >= n && text.ends_with('\n')).then_some(lines)
+    })
     .await
 }
 
@@ -63,14 +70,14 @@ fn json_lines(lines: &[String]) -> Vec<Value> {
 async fn catalog_survives_a_clean_restart() {
     let data = tempfile::tempdir().expect("data dir");
     let out_dir = tempfile::tempdir().expect("sink dir");
-    let out = out_dir.path().join("nested").join("events.jsonl");
+    let out = out_dir.path().join("nested").join("events");
     let server = TestServer::start_in(data.path());
     let client = server.connect().await;
     exec(&client, "CREATE STREAM events (id BIGINT, msg VARCHAR)").await;
     exec(
         &client,
         &format!(
-            "CREATE SINK exported WITH (connector = 'file', path = '{}', format = 'json') \
+            "CREATE SINK exported WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') \
              AS SELECT id, msg FROM events WHERE id > 1",
             out.display()
         ),
@@ -141,7 +148,7 @@ async fn catalog_survives_a_clean_restart() {
     exec(&client, "INSERT INTO events VALUES (4, 'd')").await;
     let want = json!({"id": 4, "msg": "d"});
     wait_for("the restarted sink writes the new row", PIPELINE_TIMEOUT, || async {
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let text = committed_text(&out);
         text.lines()
             .any(|l| serde_json::from_str::<Value>(l).ok().as_ref() == Some(&want))
             .then_some(())
@@ -160,7 +167,7 @@ async fn a_failing_pipeline_is_reported_and_others_keep_running() {
     let server = TestServer::start();
     let client = server.connect().await;
     let out_dir = tempfile::tempdir().expect("sink dir");
-    let out = out_dir.path().join("good.csv");
+    let out = out_dir.path().join("good");
     exec(&client, "CREATE STREAM s (x BIGINT)").await;
     exec(
         &client,
@@ -170,7 +177,7 @@ async fn a_failing_pipeline_is_reported_and_others_keep_running() {
     exec(
         &client,
         &format!(
-            "CREATE SINK good WITH (connector = 'file', path = '{}', format = 'csv') AS SELECT x, x * 10 AS tenfold FROM s",
+            "CREATE SINK good WITH (connector = 'file', path = '{}', format = 'csv', 'checkpoint.interval' = '1s') AS SELECT x, x * 10 AS tenfold FROM s",
             out.display()
         ),
     )

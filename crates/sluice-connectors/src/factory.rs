@@ -1,12 +1,12 @@
 //! The [`ConnectorFactory`] of this process: builds readers and sink
 //! operators by connector name.
 
-use crate::hdfs::{HdfsSettings, RollingSink};
+use crate::fs_sink::{FileSystem, FsSinkSettings, RollingSink};
 use crate::kafka::{KafkaReader, KafkaSink, KafkaSourceConfig};
 use crate::memory::{IdleReader, MemoryLogs, MemoryReader};
 use crate::nexmark_source::{NexmarkReader, nexmark_config};
 use crate::options::{SOURCE_COMMON, check_known, idle_timeout_ms, sink_options, source_options};
-use crate::sinks::{BlackholeSink, ClientSink, FileFormat, FileSink, MemorySink};
+use crate::sinks::{BlackholeSink, ClientSink, MemorySink};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use sluice_dataflow::Operator;
@@ -60,21 +60,16 @@ pub fn validate_sink(connector: &str, options: &BTreeMap<String, String>) -> Res
     if let Some(dir) = options.get("checkpoint.dir") {
         crate::state_store::split_hdfs_location(dir)?;
     }
-    if connector == "file" {
-        if !options.contains_key("path") {
-            return Err(Error::invalid_option("the file sink needs a 'path' option"));
-        }
-        FileFormat::parse(options.get("format").map(String::as_str).unwrap_or("json"))?;
-    }
     Ok(())
 }
 
 /// Checks a sink's options that name columns of the query's output
-/// (Kafka key and timestamp columns, HDFS partition column).
+/// (Kafka key and timestamp columns, file partition column).
 pub fn validate_sink_output(connector: &str, options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<()> {
     match connector {
         "kafka" => crate::kafka::check_sink(options, schema),
-        "hdfs" => HdfsSettings::parse(options, schema).map(|_| ()),
+        "hdfs" => FsSinkSettings::parse(FileSystem::Hdfs, options, schema).map(|_| ()),
+        "file" => FsSinkSettings::parse(FileSystem::Local, options, schema).map(|_| ()),
         _ => Ok(()),
     }
 }
@@ -147,19 +142,22 @@ impl ConnectorFactory for Connectors {
                     log: self.memory.get_or_create(stream, &spec.options)?,
                 }))
             }
-            "file" => {
-                let path = spec
-                    .options
-                    .get("path")
-                    .ok_or_else(|| Error::invalid_option("the file sink needs 'path'"))?;
-                let format = FileFormat::parse(spec.options.get("format").map(String::as_str).unwrap_or("json"))?;
-                Ok(Box::new(FileSink::open(path, format, ctx.instance)?))
-            }
+            "file" => Ok(Box::new(RollingSink::open(
+                FileSystem::Local,
+                &spec.options,
+                schema,
+                ctx,
+            )?)),
             "blackhole" => Ok(Box::new(BlackholeSink {
                 latency: crate::sinks::LatencyRecorder::from_options(&spec.options, schema)?,
             })),
             "kafka" => Ok(Box::new(KafkaSink::open(&spec.options, schema, ctx)?)),
-            "hdfs" => Ok(Box::new(RollingSink::open(&spec.options, schema, ctx)?)),
+            "hdfs" => Ok(Box::new(RollingSink::open(
+                FileSystem::Hdfs,
+                &spec.options,
+                schema,
+                ctx,
+            )?)),
             other => Err(Error::unsupported(format!("unknown sink connector '{other}'"))),
         }
     }

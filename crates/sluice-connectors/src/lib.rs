@@ -8,11 +8,13 @@
 //! - [`nexmark`]: the standard Nexmark generator (person / auction / bid);
 //! - [`kafka`]: Kafka source (per-partition readers, startup modes incl.
 //!   replay from a timestamp, error policies) and sink, on `rdkafka`;
-//! - [`hdfs`]: the HDFS sink on `hdfs-native`, rolling files ([`rolling`])
-//!   in Parquet, JSON lines or CSV, visible only when complete;
+//! - [`fs_sink`]: the `hdfs` and `file` sinks — rolling files ([`rolling`])
+//!   in Parquet, JSON lines or CSV, visible only when complete, committed
+//!   in two phases with checkpoints — on HDFS ([`hdfs`], `hdfs-native`) or
+//!   a local directory ([`local_files`]);
 //! - [`format`]: record formats (json / csv / raw) of message connectors;
 //! - [`sinks`]: the `client` sink that feeds a session's result stream,
-//!   `file` (JSON lines or CSV), `blackhole`;
+//!   `memory`, `blackhole`;
 //! - [`options`]: the options each connector accepts, so unknown options are
 //!   rejected with the list of known ones;
 //! - [`state_store`]: where checkpoints go (`'checkpoint.dir'`: a local
@@ -21,8 +23,10 @@
 pub mod datagen;
 pub mod factory;
 pub mod format;
+pub mod fs_sink;
 pub mod hdfs;
 pub mod kafka;
+pub mod local_files;
 pub mod memory;
 pub mod nexmark;
 pub mod nexmark_source;

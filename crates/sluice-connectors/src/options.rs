@@ -22,8 +22,8 @@ pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
     }
 }
 
-/// Options of the HDFS sink (kept here: the HDFS sink reads its options
-/// through this module's typed accessors).
+/// Options of the HDFS sink (kept here: the file-system sink reads its
+/// options through this module's typed accessors).
 pub const HDFS_SINK_OPTIONS: &[&str] = &[
     "connector",
     "url",
@@ -38,10 +38,24 @@ pub const HDFS_SINK_OPTIONS: &[&str] = &[
     "checkpoint.dir",
 ];
 
+/// Options of the local `file` sink: the HDFS sink's without `url`.
+pub const FILE_SINK_OPTIONS: &[&str] = &[
+    "connector",
+    "path",
+    "format",
+    "rollover.size",
+    "rollover.interval",
+    "partition.by",
+    "retry.timeout",
+    "sink.delivery-guarantee",
+    "checkpoint.interval",
+    "checkpoint.dir",
+];
+
 /// The options a sink connector knows.
 pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
     match connector {
-        "file" => Ok(&["connector", "path", "format"]),
+        "file" => Ok(FILE_SINK_OPTIONS),
         "blackhole" => Ok(&["connector", "latency.column", "latency.window", "latency.file"]),
         "kafka" => Ok(crate::kafka::SINK_OPTIONS),
         "hdfs" => Ok(HDFS_SINK_OPTIONS),
