@@ -22,35 +22,30 @@ pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
     }
 }
 
-/// Options of the HDFS sink (kept here: the file-system sink reads its
-/// options through this module's typed accessors).
-pub const HDFS_SINK_OPTIONS: &[&str] = &[
-    "connector",
-    "url",
-    "path",
-    "format",
-    "rollover.size",
-    "rollover.interval",
-    "partition.by",
-    "retry.timeout",
-    "sink.delivery-guarantee",
-    "checkpoint.interval",
-    "checkpoint.dir",
-];
+/// Options of the file-system sinks (kept here: the sink reads its options
+/// through this module's typed accessors), plus any connector-specific ones.
+macro_rules! fs_sink_options {
+    ($($extra:literal),*) => {
+        &[
+            "connector",
+            $($extra,)*
+            "path",
+            "format",
+            "rollover.size",
+            "rollover.interval",
+            "partition.by",
+            "retry.timeout",
+            "sink.delivery-guarantee",
+            "checkpoint.interval",
+            "checkpoint.dir",
+        ]
+    };
+}
 
+/// Options of the HDFS sink.
+pub const HDFS_SINK_OPTIONS: &[&str] = fs_sink_options!("url");
 /// Options of the local `file` sink: the HDFS sink's without `url`.
-pub const FILE_SINK_OPTIONS: &[&str] = &[
-    "connector",
-    "path",
-    "format",
-    "rollover.size",
-    "rollover.interval",
-    "partition.by",
-    "retry.timeout",
-    "sink.delivery-guarantee",
-    "checkpoint.interval",
-    "checkpoint.dir",
-];
+pub const FILE_SINK_OPTIONS: &[&str] = fs_sink_options!();
 
 /// The options a sink connector knows.
 pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
