@@ -21,15 +21,19 @@
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::time::timestamps_ms;
-use arrow::array::{Array, ArrayRef, UInt32Array};
+use arrow::array::builder::BooleanBufferBuilder;
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
 use arrow::compute::{interleave, take};
 use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
+use datafusion::common::HashMap;
 use sluice_plan::{JoinSide, JoinSpec};
 use sluice_types::{Error, Result, SqlCode, Watermark};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -47,9 +51,77 @@ struct Entry {
     row: u32,
 }
 
+/// A batch as it arrived (immutable, shared with the output and with
+/// snapshots), which of its rows are live, and every row's time.
 struct StoredBatch {
     batch: RecordBatch,
+    /// Row times (arrival order), kept for snapshots.
+    times: Int64Array,
+    /// Live rows: set when stored, cleared when the row expires.
+    live: BooleanBufferBuilder,
     live_rows: usize,
+}
+
+/// One side's stored batches by id (ids grow by one per batch, batches
+/// expire roughly in arrival order): a deque from the oldest live id.
+#[derive(Default)]
+struct StoredBatches {
+    first_id: u64,
+    slots: VecDeque<Option<StoredBatch>>,
+    count: usize,
+}
+
+impl StoredBatches {
+    /// Live stored batches.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.count
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn next_id(&self) -> u64 {
+        self.first_id + self.slots.len() as u64
+    }
+
+    fn push(&mut self, batch: StoredBatch) -> u64 {
+        let id = self.next_id();
+        self.slots.push_back(Some(batch));
+        self.count += 1;
+        id
+    }
+
+    fn get(&self, id: u64) -> Option<&StoredBatch> {
+        let at = usize::try_from(id.checked_sub(self.first_id)?).ok()?;
+        self.slots.get(at)?.as_ref()
+    }
+
+    /// Marks a row of batch `id` expired; frees the batch with its last row.
+    fn expire_row(&mut self, id: u64, row: u32) {
+        let Some(at) = id.checked_sub(self.first_id).and_then(|a| usize::try_from(a).ok()) else {
+            return;
+        };
+        let Some(Some(b)) = self.slots.get_mut(at) else {
+            return;
+        };
+        b.live.set_bit(row as usize, false);
+        b.live_rows -= 1;
+        if b.live_rows == 0 {
+            self.slots[at] = None;
+            self.count -= 1;
+            while matches!(self.slots.front(), Some(None)) {
+                self.slots.pop_front();
+                self.first_id += 1;
+            }
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &StoredBatch> {
+        self.slots.iter().flatten()
+    }
 }
 
 /// One side's rows, by key, plus the times at which keys may expire.
@@ -61,7 +133,7 @@ struct SideState {
     /// Earliest time of a key's entries → keys (a key is listed once, under
     /// the earliest time it had when listed).
     expiry: BTreeMap<i64, Vec<Box<[u8]>>>,
-    batches: HashMap<u64, StoredBatch>,
+    batches: StoredBatches,
     rows: usize,
 }
 
@@ -81,12 +153,7 @@ impl SideState {
                     continue;
                 };
                 while let Some(e) = entries.front().filter(|e| e.time_ms < cutoff) {
-                    if let Some(b) = self.batches.get_mut(&e.batch) {
-                        b.live_rows -= 1;
-                        if b.live_rows == 0 {
-                            self.batches.remove(&e.batch);
-                        }
-                    }
+                    self.batches.expire_row(e.batch, e.row);
                     entries.pop_front();
                     freed += 1;
                 }
@@ -106,7 +173,6 @@ impl SideState {
 /// Both sides' state and the rules that free it; no I/O.
 pub struct JoinState {
     sides: [SideState; 2],
-    next_batch: u64,
     rows_max: usize,
 }
 
@@ -117,7 +183,6 @@ impl JoinState {
     pub fn new(rows_max: usize) -> Self {
         JoinState {
             sides: [SideState::default(), SideState::default()],
-            next_batch: 0,
             rows_max,
         }
     }
@@ -175,13 +240,15 @@ impl JoinState {
                 ),
             ));
         }
-        let id = self.next_batch;
-        self.next_batch += 1;
         let state = &mut self.sides[side];
+        let id = state.batches.next_id();
+        let mut live = BooleanBufferBuilder::new(batch.num_rows());
+        live.append_n(batch.num_rows(), false);
         for (row, key) in keys.iter().enumerate() {
             let (Some(key), true) = (key, store[row]) else {
                 continue;
             };
+            live.set_bit(row, true);
             let entry = Entry {
                 time_ms: times[row],
                 batch: id,
@@ -206,41 +273,49 @@ impl JoinState {
                 }
             }
         }
-        state.batches.insert(
-            id,
-            StoredBatch {
-                batch: batch.clone(),
-                live_rows: stored,
-            },
-        );
+        state.batches.push(StoredBatch {
+            batch: batch.clone(),
+            times: Int64Array::from(times.to_vec()),
+            live,
+            live_rows: stored,
+        });
         state.rows += stored;
         Ok(())
     }
 
-    /// `side`'s live rows gathered into one batch, with their times; `None`
-    /// when the side holds nothing.
-    fn side_rows(&self, side: usize) -> Result<Option<(RecordBatch, Vec<i64>)>> {
+    /// `side`'s stored batches as they are (shared arrays, no copy of
+    /// values), each with two more columns: the rows' times and whether a
+    /// row is live. O(stored batches) plus a copy of the live bitmaps (one
+    /// bit per row); empty when the side holds nothing.
+    fn snapshot_batches(&self, side: usize) -> Result<Vec<RecordBatch>> {
         let state = &self.sides[side];
-        if state.rows == 0 {
-            return Ok(None);
-        }
-        let ids: Vec<u64> = state.batches.keys().copied().collect();
-        let slot: HashMap<u64, usize> = ids.iter().enumerate().map(|(i, b)| (*b, i)).collect();
-        let mut indices = Vec::with_capacity(state.rows);
-        let mut times = Vec::with_capacity(state.rows);
-        for e in state.index.values().flatten() {
-            indices.push((slot[&e.batch], e.row as usize));
-            times.push(e.time_ms);
-        }
-        let schema = state.batches[&ids[0]].batch.schema();
-        let columns = (0..schema.fields().len())
-            .map(|c| {
-                let arrays: Vec<&dyn Array> = ids.iter().map(|b| state.batches[b].batch.column(c).as_ref()).collect();
-                interleave(&arrays, &indices)
+        let Some(first) = state.batches.iter().next() else {
+            return Ok(Vec::new());
+        };
+        let schema = snapshot_schema(&first.batch.schema());
+        state
+            .batches
+            .iter()
+            .map(|b| {
+                let mut columns = b.batch.columns().to_vec();
+                columns.push(Arc::new(b.times.clone()));
+                columns.push(Arc::new(BooleanArray::new(b.live.finish_cloned(), None)));
+                Ok(RecordBatch::try_new(schema.clone(), columns)?)
             })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(Some((RecordBatch::try_new(schema, columns)?, times)))
+            .collect()
     }
+}
+
+/// Column names a join snapshot adds to a side's stored batches.
+const SNAPSHOT_TIME: &str = "__sluice_join_time";
+const SNAPSHOT_LIVE: &str = "__sluice_join_live";
+
+/// A side's schema plus the snapshot's time and live columns.
+fn snapshot_schema(side: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Arc<Field>> = side.fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(SNAPSHOT_TIME, DataType::Int64, false)));
+    fields.push(Arc::new(Field::new(SNAPSHOT_LIVE, DataType::Boolean, false)));
+    Arc::new(Schema::new(fields))
 }
 
 /// The operator around [`JoinState`].
@@ -300,6 +375,15 @@ impl JoinOperator {
             .map_or(0, |d| d.as_millis() as i64)
     }
 
+    /// Stores the rows of `batch` marked in `live` with their times (restore).
+    fn restore_rows(&mut self, side: usize, batch: &RecordBatch, times: &[i64], live: &[bool]) -> Result<()> {
+        let (rows, null) = self.keys(side, batch)?;
+        let keys: Vec<Option<&[u8]>> = (0..batch.num_rows())
+            .map(|r| (!null[r]).then(|| rows.row(r).data()))
+            .collect();
+        self.state.store(side, batch, &keys, times, live)
+    }
+
     /// Output batches for the matches of a batch from `side`.
     fn gather(&self, side: usize, batch: &RecordBatch, matches: &[(u32, Entry)]) -> Result<Vec<RecordBatch>> {
         let stored = &self.state.sides[1 - side].batches;
@@ -314,9 +398,14 @@ impl JoinOperator {
             sources.dedup();
             let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
             let indices: Vec<(usize, usize)> = chunk.iter().map(|(_, e)| (slot[&e.batch], e.row as usize)).collect();
+            let batches = sources
+                .iter()
+                .map(|b| stored.get(*b).map(|s| &s.batch))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::internal("join: a match refers to a freed batch"))?;
             let mut other = Vec::new();
             for c in 0..self.side(1 - side).output_columns {
-                let arrays: Vec<&dyn Array> = sources.iter().map(|b| stored[b].batch.column(c).as_ref()).collect();
+                let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
                 other.push(interleave(&arrays, &indices)?);
             }
             let columns = if side == 0 {
@@ -394,17 +483,15 @@ impl Operator for JoinOperator {
         ctx.emit_watermark(watermark).await
     }
 
-    /// Both sides' live rows (as batches of the side's input schema) and
-    /// their times, so a restored join matches what the original would.
+    /// Both sides' stored batches, shared with the state (zero-copy: the
+    /// coordinator encodes them off the task loop), with each row's time
+    /// and liveness, so a restored join matches what the original would.
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
         for (side, name) in SIDE_NAMES.iter().enumerate() {
-            if let Some((batch, times)) = self.state.side_rows(side)? {
-                state.put_batch(&format!("join.{name}.rows"), batch);
-                state.put_bytes(
-                    &format!("join.{name}.times"),
-                    times.iter().flat_map(|t| t.to_le_bytes()).collect(),
-                );
+            let batches = self.state.snapshot_batches(side)?;
+            if !batches.is_empty() {
+                state.put_batches(&format!("join.{name}.batches"), batches);
             }
         }
         Ok(state)
@@ -415,22 +502,37 @@ impl Operator for JoinOperator {
             return Ok(());
         };
         for (side, name) in SIDE_NAMES.iter().enumerate() {
-            let Some(batch) = state.batch(&format!("join.{name}.rows")) else {
-                continue;
-            };
-            let times: Vec<i64> = state
-                .bytes(&format!("join.{name}.times"))
-                .filter(|b| b.len() == batch.num_rows() * 8)
-                .ok_or_else(|| Error::internal(format!("join snapshot: {name} times do not match its rows")))?
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect();
-            let (rows, null) = self.keys(side, batch)?;
-            let keys: Vec<Option<&[u8]>> = (0..batch.num_rows())
-                .map(|r| (!null[r]).then(|| rows.row(r).data()))
-                .collect();
-            self.state
-                .store(side, batch, &keys, &times, &vec![true; batch.num_rows()])?;
+            for stored in state.batches(&format!("join.{name}.batches")).unwrap_or_default() {
+                let bad = || Error::internal(format!("join snapshot: bad {name} batch"));
+                let n = stored.num_columns().checked_sub(2).ok_or_else(bad)?;
+                let times: Vec<i64> = stored
+                    .column(n)
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or_else(bad)?
+                    .values()
+                    .to_vec();
+                let live: Vec<bool> = stored
+                    .column(n + 1)
+                    .as_boolean_opt()
+                    .ok_or_else(bad)?
+                    .values()
+                    .iter()
+                    .collect();
+                let batch = stored.project(&(0..n).collect::<Vec<_>>())?;
+                self.restore_rows(side, &batch, &times, &live)?;
+            }
+            // Checkpoints taken before stored batches were snapshotted whole:
+            // the live rows gathered into one batch, the times beside it.
+            if let Some(batch) = state.batch(&format!("join.{name}.rows")) {
+                let times: Vec<i64> = state
+                    .bytes(&format!("join.{name}.times"))
+                    .filter(|b| b.len() == batch.num_rows() * 8)
+                    .ok_or_else(|| Error::internal(format!("join snapshot: {name} times do not match its rows")))?
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect();
+                self.restore_rows(side, batch, &times, &vec![true; batch.num_rows()])?;
+            }
         }
         Ok(())
     }

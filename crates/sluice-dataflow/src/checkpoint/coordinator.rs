@@ -10,7 +10,7 @@
 //! async shell around it.
 
 use super::manifest::{self, MANIFEST_FILE, MANIFEST_FORMAT_VERSION, Manifest, TaskEntry};
-use super::state::{TaskState, crc32};
+use super::state::TaskState;
 use super::store::StateStore;
 use serde::Serialize;
 use sluice_types::{OperatorId, PipelineId, now_ms};
@@ -322,7 +322,9 @@ async fn on_event(
     // Encoding (Arrow IPC + CRC) is CPU work proportional to the state:
     // on a blocking thread, so neither the tasks nor the runtime's workers
     // wait for it.
-    let bytes = tokio::task::spawn_blocking(move || state.encode())
+    // The file's CRC comes out of the same pass (it was a second pass over
+    // the whole file on the coordinator's async task).
+    let (bytes, file_crc) = tokio::task::spawn_blocking(move || state.encode_with_crc())
         .await
         .map_err(|e| sluice_types::Error::internal(format!("checkpoint encoding task: {e}")))??;
     let entry = TaskEntry {
@@ -330,7 +332,7 @@ async fn on_event(
         instance,
         file: file.clone(),
         bytes: bytes.len() as u64,
-        crc32: crc32(&bytes),
+        crc32: file_crc,
     };
     config.store.put(&format!("{dir}/{file}"), bytes).await?;
     let Some(m) = book.on_ack(id, entry, pipeline, now_ms()) else {

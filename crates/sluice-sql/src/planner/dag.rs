@@ -24,6 +24,9 @@ struct DagBuilder<'p> {
     settings: &'p PlannerSettings,
     windows: &'p [WindowTvf],
     streams: &'p HashMap<String, StreamDef>,
+    /// The source operator of each stream read so far: a stream read twice
+    /// in one query (a self-join, q7) is read once and fanned out.
+    sources: HashMap<String, (OperatorId, u32)>,
 }
 
 fn unsupported(what: &str) -> Error {
@@ -43,6 +46,7 @@ pub(super) fn build(
         settings,
         windows,
         streams,
+        sources: HashMap::new(),
     };
     let (body, limit) = strip_limit(plan)?;
     let stage = b.plan_node(body)?;
@@ -133,6 +137,28 @@ impl DagBuilder<'_> {
                 };
                 self.plan_join(j, Some(&f.predicate))
             }
+            // Column pruning may narrow the join's output under the filter
+            // with a projection of plain columns: the filter still belongs to
+            // the join (its one-side conjuncts and keys go below it).
+            LogicalPlan::Filter(f)
+                if matches!(f.input.as_ref(), LogicalPlan::Projection(p)
+                    if matches!(p.input.as_ref(), LogicalPlan::Join(_))
+                        && p.expr.iter().all(|e| matches!(e, Expr::Column(_)))) =>
+            {
+                let LogicalPlan::Projection(p) = f.input.as_ref() else {
+                    unreachable!("matched above")
+                };
+                let LogicalPlan::Join(j) = p.input.as_ref() else {
+                    unreachable!("matched above")
+                };
+                let joined = self.plan_join(j, Some(&f.predicate))?;
+                let exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| joined.substitute(e, p.input.schema()))
+                    .collect::<Result<_>>()?;
+                Ok(Stage { exprs, ..joined })
+            }
             LogicalPlan::Filter(f) => {
                 let child = self.plan_node(&f.input)?;
                 let predicate = child.substitute(&f.predicate, f.input.schema())?;
@@ -190,7 +216,16 @@ impl DagBuilder<'_> {
         } else {
             self.settings.parallelism
         };
-        let op = self.add(OperatorKind::Source(spec), parallelism, def.schema.clone());
+        // A second read of the same stream shares the first one's source: its
+        // output goes to every consumer (an operator may feed several edges).
+        let (op, parallelism) = match self.sources.get(&def.name) {
+            Some(shared) => *shared,
+            None => {
+                let op = self.add(OperatorKind::Source(spec), parallelism, def.schema.clone());
+                self.sources.insert(def.name.clone(), (op, parallelism));
+                (op, parallelism)
+            }
+        };
         let mut exprs: Vec<Expr> = def.schema.fields().iter().map(|f| col(f.name())).collect();
         if window.is_some() {
             exprs.push(col(MARK_WINDOW_START));

@@ -214,9 +214,21 @@ impl DagBuilder<'_> {
         });
         let mut exprs = stage.exprs.clone();
         let mut names: Vec<String> = (0..n).map(|i| format!("_c{i}")).collect();
+        // A key that is one of the side's output columns is not stored twice.
+        let mut key_columns = Vec::with_capacity(keys.len());
         for (j, k) in keys.iter().enumerate() {
-            exprs.push(k.clone());
-            names.push(format!("_key{j}"));
+            match stage
+                .exprs
+                .iter()
+                .position(|e| e.clone().unalias() == k.clone().unalias())
+            {
+                Some(i) => key_columns.push(i),
+                None => {
+                    key_columns.push(exprs.len());
+                    exprs.push(k.clone());
+                    names.push(format!("_key{j}"));
+                }
+            }
         }
         let time_column = match (time_in_output, time_expr) {
             (Some(i), _) => Some(i),
@@ -233,7 +245,7 @@ impl DagBuilder<'_> {
             op,
             JoinSide {
                 schema,
-                keys: (n..n + keys.len()).collect(),
+                keys: key_columns,
                 time_column,
                 output_columns: n,
             },

@@ -188,8 +188,23 @@ impl<'a> Planner<'a> {
     /// Plans a continuous query whose rows go to `sink`.
     pub async fn plan(&self, query: &Query, sink: SinkSpec) -> Result<PlannedQuery> {
         let (plan, windows, streams) = self.logical_plan(query).await?;
+        let plan = prune_columns(plan)?;
         dag::build(&plan, &windows, &streams, &self.settings, sink)
     }
+}
+
+/// Column pruning: DataFusion's `optimize_projections` rule (alone, not the
+/// whole optimizer) narrows every scan to the columns something above it
+/// reads and puts a projection under each join input and aggregate. The DAG
+/// builder then materialises only those columns, so a join or window stores
+/// and ships no column the query never uses. The output schema is unchanged.
+fn prune_columns(plan: LogicalPlan) -> Result<LogicalPlan> {
+    use datafusion::optimizer::optimize_projections::OptimizeProjections;
+    use datafusion::optimizer::{OptimizerContext, OptimizerRule};
+    let pruned = OptimizeProjections::new()
+        .rewrite(plan, &OptimizerContext::new())
+        .map_err(plan_error)?;
+    Ok(pruned.data)
 }
 
 /// Names of the query's common table expressions (`WITH x AS …`).
