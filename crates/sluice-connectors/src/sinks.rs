@@ -93,6 +93,8 @@ pub struct LatencyRecorder {
     path: PathBuf,
     buckets: Vec<u64>,
     rows: u64,
+    /// Rows whose (window-end) time is still ahead of the clock.
+    rows_early: u64,
     max_us: u64,
     first_row: Option<std::time::Instant>,
 }
@@ -126,6 +128,7 @@ impl LatencyRecorder {
             path: PathBuf::from(path),
             buckets: vec![0; LATENCY_BUCKETS],
             rows: 0,
+            rows_early: 0,
             max_us: 0,
             first_row: None,
         }))
@@ -148,7 +151,13 @@ impl LatencyRecorder {
             } else {
                 t
             };
-            let us = (now_us - t * 1000).max(0) as u64;
+            if t * 1000 > now_us {
+                // A window flushed before its end (at the end of input): it
+                // has no latency to measure.
+                self.rows_early += 1;
+                continue;
+            }
+            let us = (now_us - t * 1000) as u64;
             self.buckets[((us / 100) as usize).min(LATENCY_BUCKETS - 1)] += 1;
             self.max_us = self.max_us.max(us);
             self.rows += 1;
@@ -172,6 +181,7 @@ impl LatencyRecorder {
     fn write(&self) -> Result<()> {
         let summary = serde_json::json!({
             "rows": self.rows,
+            "rows_early": self.rows_early,
             "p50_ms": self.quantile_ms(0.50),
             "p99_ms": self.quantile_ms(0.99),
             "max_ms": self.max_us as f64 / 1000.0,
