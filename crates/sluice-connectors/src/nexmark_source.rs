@@ -79,24 +79,15 @@ impl NexmarkReader {
         }
     }
 
-    /// How long to wait before the next event is due (pacing).
-    fn wait_before_next(&self) -> Option<Duration> {
-        if self.events_per_second == 0 {
-            return None;
-        }
-        let due_after = (self.generator.position() - self.first_position) as f64 / self.events_per_second as f64;
-        let elapsed = self.started.elapsed().as_secs_f64();
-        (due_after > elapsed).then(|| Duration::from_secs_f64(due_after - elapsed))
+    /// Seconds after the start at which global event `n` is due (pacing).
+    fn due_after(&self, n: u64) -> f64 {
+        n.saturating_sub(self.first_position) as f64 / self.events_per_second as f64
     }
 
-    /// Rows to take now so as not to run ahead of the pace.
-    fn rows_due(&self, batch_rows_max: usize) -> usize {
-        if self.events_per_second == 0 {
-            return batch_rows_max;
-        }
+    /// One past the last global event number due now.
+    fn due_limit(&self) -> u64 {
         let due = (self.started.elapsed().as_secs_f64() * self.events_per_second as f64) as u64;
-        let ahead = due.saturating_sub(self.generator.position() - self.first_position);
-        (ahead as usize).clamp(1, batch_rows_max)
+        self.first_position.saturating_add(due).saturating_add(1)
     }
 }
 
@@ -121,13 +112,65 @@ impl SourceReader for NexmarkReader {
     }
 
     async fn next(&mut self, batch_rows_max: usize) -> Result<SourceEvent> {
-        if let Some(wait) = self.wait_before_next() {
-            tokio::time::sleep(wait).await;
+        if self.events_per_second == 0 {
+            return Ok(match self.generator.next_batch(batch_rows_max) {
+                Some(batch) => SourceEvent::Data { partition: 0, batch },
+                None => SourceEvent::End,
+            });
         }
-        let rows = self.rows_due(batch_rows_max);
-        match self.generator.next_batch(rows) {
+        // Paced: wait until this instance's next event is due, then emit
+        // every one of its events due by now (never one ahead of time).
+        let Some(next) = self.generator.next_event() else {
+            return Ok(SourceEvent::End);
+        };
+        let wait = self.due_after(next) - self.started.elapsed().as_secs_f64();
+        if wait > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        }
+        let limit = self.due_limit().max(next + 1);
+        match self.generator.next_batch_before(batch_rows_max, limit) {
             Some(batch) => Ok(SourceEvent::Data { partition: 0, batch }),
             None => Ok(SourceEvent::End),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_dataflow::time::timestamps_ms;
+
+    /// A paced reader emits an event only once it is due: no row's event
+    /// time (wall clock with `'base.time' = 'now'`) is ahead of the clock
+    /// when it is emitted.
+    #[tokio::test]
+    async fn paced_rows_are_never_ahead_of_their_time() {
+        let options: BTreeMap<String, String> = [
+            ("table", "bid"),
+            ("events.per.second", "20000"),
+            ("events.max", "4000"),
+            ("base.time", "now"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let config = nexmark_config(&options).unwrap();
+        let mut reader = NexmarkReader::new(&config, 1, 2);
+        let mut rows = 0;
+        loop {
+            match reader.next(8192).await.unwrap() {
+                SourceEvent::Data { batch, .. } => {
+                    let now_ms = sluice_types::now_ms();
+                    let column = batch.column_by_name("date_time").unwrap();
+                    let newest = timestamps_ms(column).unwrap().into_iter().flatten().max().unwrap();
+                    assert!(newest <= now_ms, "a row stamped {newest} was emitted at {now_ms}");
+                    rows += batch.num_rows();
+                }
+                SourceEvent::End => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // Instance 1 of 2 owns about half of the 4000 events' bids (92 %).
+        assert!((1700..=1900).contains(&rows), "{rows}");
     }
 }

@@ -67,15 +67,28 @@ impl NexmarkGenerator {
     /// order; `None` once the sequence is exhausted for this table and
     /// partition. Never an empty batch.
     pub fn next_batch(&mut self, rows_max: usize) -> Option<RecordBatch> {
+        self.next_batch_before(rows_max, u64::MAX)
+    }
+
+    /// As [`NexmarkGenerator::next_batch`], but only events numbered below
+    /// `limit` (the events due, when paced); `None` also when the next
+    /// event is not below it.
+    pub fn next_batch_before(&mut self, rows_max: usize, limit: u64) -> Option<RecordBatch> {
         let rows_max = rows_max.max(1);
         match self.table {
-            NexmarkTable::Person => self.fill::<PersonRows>(rows_max),
-            NexmarkTable::Auction => self.fill::<AuctionRows>(rows_max),
-            NexmarkTable::Bid => self.fill::<BidRows>(rows_max),
+            NexmarkTable::Person => self.fill::<PersonRows>(rows_max, limit),
+            NexmarkTable::Auction => self.fill::<AuctionRows>(rows_max, limit),
+            NexmarkTable::Bid => self.fill::<BidRows>(rows_max, limit),
         }
     }
 
-    fn fill<R: TableRows>(&mut self, rows_max: usize) -> Option<RecordBatch> {
+    /// The number of the next event this generator emits; `None` when the
+    /// sequence is exhausted for it.
+    pub fn next_event(&self) -> Option<u64> {
+        self.owned.iter_from(self.position).next().filter(|&n| n < self.end)
+    }
+
+    fn fill<R: TableRows>(&mut self, rows_max: usize, limit: u64) -> Option<RecordBatch> {
         let mut rows: Option<R> = None;
         let mut emitted = 0;
         let mut owned = self.owned.iter_from(self.position);
@@ -85,6 +98,9 @@ impl NexmarkGenerator {
                 next_position = self.end.max(self.position);
                 break;
             };
+            if n >= limit {
+                break;
+            }
             rows.get_or_insert_with(|| R::with_capacity(rows_max.min(BATCH_ROWS_PREALLOCATED_MAX)))
                 .append(n, &mut self.context);
             emitted += 1;
