@@ -48,6 +48,10 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
     })
 }
 
+/// How long a paced reader that has caught up lets events fall due before
+/// emitting them (its batching; tokio's timer ticks in milliseconds anyway).
+const PACED_LINGER: Duration = Duration::from_millis(1);
+
 /// One instance's reader.
 pub struct NexmarkReader {
     generator: NexmarkGenerator,
@@ -118,12 +122,14 @@ impl SourceReader for NexmarkReader {
                 None => SourceEvent::End,
             });
         }
-        // Paced: wait until this instance's next event is due, then emit
-        // every one of its events due by now (never one ahead of time).
+        // Paced: emit every one of this instance's events due by now, never
+        // one ahead of time. Once caught up, wait until the next event has
+        // been due for PACED_LINGER, so a batch holds that long's events
+        // rather than the few that fell due while the last one was sent.
         let Some(next) = self.generator.next_event() else {
             return Ok(SourceEvent::End);
         };
-        let wait = self.due_after(next) - self.started.elapsed().as_secs_f64();
+        let wait = self.due_after(next) + PACED_LINGER.as_secs_f64() - self.started.elapsed().as_secs_f64();
         if wait > 0.0 {
             tokio::time::sleep(Duration::from_secs_f64(wait)).await;
         }
