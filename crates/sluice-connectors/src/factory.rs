@@ -1,7 +1,7 @@
 //! The [`ConnectorFactory`] of this process: builds readers and sink
 //! operators by connector name.
 
-use crate::fs_sink::{FileSystem, FsSinkSettings, RollingSink};
+use crate::fs_sink::{FileStore, FileSystem, FsSinkSettings, RollingSink};
 use crate::kafka::{KafkaReader, KafkaSink, KafkaSourceConfig};
 use crate::memory::{IdleReader, MemoryLogs, MemoryReader};
 use crate::nexmark_source::{NexmarkReader, nexmark_config};
@@ -142,25 +142,30 @@ impl ConnectorFactory for Connectors {
                     log: self.memory.get_or_create(stream, &spec.options)?,
                 }))
             }
-            "file" => Ok(Box::new(RollingSink::open(
-                FileSystem::Local,
-                &spec.options,
-                schema,
-                ctx,
-            )?)),
+            "file" => Ok(Box::new(fs_sink(FileSystem::Local, &spec.options, schema, ctx)?)),
             "blackhole" => Ok(Box::new(BlackholeSink {
                 latency: crate::sinks::LatencyRecorder::from_options(&spec.options, schema)?,
             })),
             "kafka" => Ok(Box::new(KafkaSink::open(&spec.options, schema, ctx)?)),
-            "hdfs" => Ok(Box::new(RollingSink::open(
-                FileSystem::Hdfs,
-                &spec.options,
-                schema,
-                ctx,
-            )?)),
+            "hdfs" => Ok(Box::new(fs_sink(FileSystem::Hdfs, &spec.options, schema, ctx)?)),
             other => Err(Error::unsupported(format!("unknown sink connector '{other}'"))),
         }
     }
+}
+
+/// A file-system sink on HDFS or a local directory.
+fn fs_sink(
+    fs: FileSystem,
+    options: &BTreeMap<String, String>,
+    schema: &SchemaRef,
+    ctx: &InstanceContext,
+) -> Result<RollingSink> {
+    let settings = FsSinkSettings::parse(fs, options, schema)?;
+    let store: Arc<dyn FileStore> = match fs {
+        FileSystem::Hdfs => Arc::new(crate::hdfs::HdfsStore::connect(&settings.url)?),
+        FileSystem::Local => Arc::new(crate::local_files::LocalStore::open(&settings.path)?),
+    };
+    RollingSink::open(store, settings, options, schema, ctx)
 }
 
 #[cfg(test)]

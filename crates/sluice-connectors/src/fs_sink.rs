@@ -203,17 +203,15 @@ pub struct RollingSink {
 const PENDING_KEY: &str = "files.pending";
 
 impl RollingSink {
+    /// The sink on `store`, committing in two phases when `options`
+    /// enable checkpoints.
     pub fn open(
-        fs: FileSystem,
+        store: Arc<dyn FileStore>,
+        s: FsSinkSettings,
         options: &BTreeMap<String, String>,
         schema: &SchemaRef,
         ctx: &InstanceContext,
     ) -> Result<Self> {
-        let s = FsSinkSettings::parse(fs, options, schema)?;
-        let store: Arc<dyn FileStore> = match fs {
-            FileSystem::Hdfs => Arc::new(crate::hdfs::HdfsStore::connect(&s.url)?),
-            FileSystem::Local => Arc::new(crate::local_files::LocalStore::open(&s.path)?),
-        };
         let mut sink = Self::with_store(store, s, schema, ctx);
         sink.two_phase = crate::options::checkpoints_enabled(options)?;
         Ok(sink)
@@ -301,6 +299,12 @@ impl RollingSink {
 }
 
 impl RollingSink {
+    /// Adds rows to the open files and stores those that became complete.
+    pub async fn write_rows(&mut self, batch: &RecordBatch) -> Result<()> {
+        let done = self.files.write(batch, Instant::now())?;
+        self.store(done).await
+    }
+
     /// Renames every pending in-progress file to its final name.
     async fn finalize_pending(&mut self) -> Result<()> {
         for (dir, name) in std::mem::take(&mut self.pending) {
@@ -381,8 +385,7 @@ impl Operator for RollingSink {
     }
 
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _ctx: &mut OperatorContext<'_>) -> Result<()> {
-        let done = self.files.write(&batch, Instant::now())?;
-        self.store(done).await
+        self.write_rows(&batch).await
     }
 
     async fn process_watermark(&mut self, _w: Watermark, _ctx: &mut OperatorContext<'_>) -> Result<()> {
@@ -488,97 +491,6 @@ mod tests {
         let e = sink.store(done).await.unwrap_err().to_string();
         assert!(e.contains("connection refused") && e.contains("3 rows"), "{e}");
         assert!(store.files.lock().unwrap().is_empty());
-    }
-
-    /// A two-phase sink on a local directory, as the `file` connector opens it.
-    fn local_sink(dir: &std::path::Path, pipeline: u64) -> RollingSink {
-        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
-        let options: BTreeMap<String, String> = [
-            ("path", dir.to_str().unwrap()),
-            ("format", "jsonl"),
-            ("checkpoint.interval", "1s"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let ctx = InstanceContext {
-            pipeline: PipelineId(pipeline),
-            instance: 0,
-            parallelism: 1,
-            metrics: TaskMetrics::new(OperatorId(1), 0, "sink"),
-        };
-        RollingSink::open(FileSystem::Local, &options, &schema, &ctx).unwrap()
-    }
-
-    async fn write(sink: &mut RollingSink, values: &[i64]) {
-        let batch = RecordBatch::try_new(
-            Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)])),
-            vec![Arc::new(Int64Array::from(values.to_vec()))],
-        )
-        .unwrap();
-        let done = sink.files.write(&batch, Instant::now()).unwrap();
-        sink.store(done).await.unwrap();
-    }
-
-    /// The values in the directory's committed files, sorted.
-    fn committed_values(dir: &std::path::Path) -> Vec<i64> {
-        let mut values = Vec::new();
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.file_name().unwrap().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            for line in std::fs::read_to_string(&path).unwrap().lines() {
-                let v: serde_json::Value = serde_json::from_str(line).unwrap();
-                values.push(v["v"].as_i64().unwrap());
-            }
-        }
-        values.sort();
-        values
-    }
-
-    #[tokio::test]
-    async fn local_files_commit_with_checkpoints_and_fall_back_exactly() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("out");
-        let mut sink = local_sink(&dir, 7);
-        sink.restore(None).await.unwrap();
-        write(&mut sink, &[1, 2]).await;
-        let first = sink.snapshot(1).await.unwrap();
-        assert_eq!(
-            committed_values(&dir),
-            Vec::<i64>::new(),
-            "nothing visible before the commit"
-        );
-        sink.commit(1).await.unwrap();
-        assert_eq!(committed_values(&dir), vec![1, 2]);
-        write(&mut sink, &[3]).await;
-        sink.snapshot(2).await.unwrap();
-        sink.commit(2).await.unwrap();
-        write(&mut sink, &[4]).await;
-        sink.snapshot(3).await.unwrap(); // pre-committed, never completed
-        assert_eq!(committed_values(&dir), vec![1, 2, 3]);
-
-        // Crash; checkpoint 2 turns out corrupt, so recovery restores 1: the
-        // file committed by 2 goes, the in-progress one of 3 is discarded,
-        // and the replay of the rows after 1 writes them once more.
-        let mut sink = local_sink(&dir, 7);
-        sink.restore(Some((1, first))).await.unwrap();
-        assert_eq!(committed_values(&dir), vec![1, 2]);
-        write(&mut sink, &[3, 4]).await;
-        sink.snapshot(4).await.unwrap();
-        sink.commit(4).await.unwrap();
-        assert_eq!(committed_values(&dir), vec![1, 2, 3, 4], "every row exactly once");
-        let hidden = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with('.'))
-            .count();
-        assert_eq!(hidden, 0, "no in-progress file is left");
-
-        // Another pipeline's files in the same directory are not touched.
-        let mut other = local_sink(&dir, 8);
-        other.restore(Some((1, TaskState::default()))).await.unwrap();
-        assert_eq!(committed_values(&dir), vec![1, 2, 3, 4]);
     }
 
     #[test]

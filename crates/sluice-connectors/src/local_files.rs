@@ -162,6 +162,108 @@ impl FileStore for LocalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs_sink::{FileSystem, FsSinkSettings, RollingSink};
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use sluice_dataflow::Operator;
+    use sluice_dataflow::checkpoint::TaskState;
+    use sluice_dataflow::deploy::InstanceContext;
+    use sluice_dataflow::metrics::TaskMetrics;
+    use sluice_types::{OperatorId, PipelineId};
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    /// A two-phase sink on a local directory, as the `file` connector opens it.
+    fn local_sink(dir: &std::path::Path, pipeline: u64) -> RollingSink {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let options: BTreeMap<String, String> = [
+            ("path", dir.to_str().unwrap()),
+            ("format", "jsonl"),
+            ("checkpoint.interval", "1s"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let ctx = InstanceContext {
+            pipeline: PipelineId(pipeline),
+            instance: 0,
+            parallelism: 1,
+            metrics: TaskMetrics::new(OperatorId(1), 0, "sink"),
+        };
+        let settings = FsSinkSettings::parse(FileSystem::Local, &options, &schema).unwrap();
+        let store = Arc::new(LocalStore::open(&settings.path).unwrap());
+        RollingSink::open(store, settings, &options, &schema, &ctx).unwrap()
+    }
+
+    async fn write(sink: &mut RollingSink, values: &[i64]) {
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(values.to_vec()))],
+        )
+        .unwrap();
+        sink.write_rows(&batch).await.unwrap();
+    }
+
+    /// The values in the directory's committed files, sorted.
+    fn committed_values(dir: &std::path::Path) -> Vec<i64> {
+        let mut values = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().unwrap().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            for line in std::fs::read_to_string(&path).unwrap().lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                values.push(v["v"].as_i64().unwrap());
+            }
+        }
+        values.sort();
+        values
+    }
+
+    #[tokio::test]
+    async fn local_files_commit_with_checkpoints_and_fall_back_exactly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out");
+        let mut sink = local_sink(&dir, 7);
+        sink.restore(None).await.unwrap();
+        write(&mut sink, &[1, 2]).await;
+        let first = sink.snapshot(1).await.unwrap();
+        assert_eq!(
+            committed_values(&dir),
+            Vec::<i64>::new(),
+            "nothing visible before the commit"
+        );
+        sink.commit(1).await.unwrap();
+        assert_eq!(committed_values(&dir), vec![1, 2]);
+        write(&mut sink, &[3]).await;
+        sink.snapshot(2).await.unwrap();
+        sink.commit(2).await.unwrap();
+        write(&mut sink, &[4]).await;
+        sink.snapshot(3).await.unwrap(); // pre-committed, never completed
+        assert_eq!(committed_values(&dir), vec![1, 2, 3]);
+
+        // Crash; checkpoint 2 turns out corrupt, so recovery restores 1: the
+        // file committed by 2 goes, the in-progress one of 3 is discarded,
+        // and the replay of the rows after 1 writes them once more.
+        let mut sink = local_sink(&dir, 7);
+        sink.restore(Some((1, first))).await.unwrap();
+        assert_eq!(committed_values(&dir), vec![1, 2]);
+        write(&mut sink, &[3, 4]).await;
+        sink.snapshot(4).await.unwrap();
+        sink.commit(4).await.unwrap();
+        assert_eq!(committed_values(&dir), vec![1, 2, 3, 4], "every row exactly once");
+        let hidden = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with('.'))
+            .count();
+        assert_eq!(hidden, 0, "no in-progress file is left");
+
+        // Another pipeline's files in the same directory are not touched.
+        let mut other = local_sink(&dir, 8);
+        other.restore(Some((1, TaskState::default()))).await.unwrap();
+        assert_eq!(committed_values(&dir), vec![1, 2, 3, 4]);
+    }
 
     #[tokio::test]
     async fn two_phase_files_are_hidden_until_finalized() {
