@@ -1,11 +1,14 @@
 //! Inner equi-join of two streams: a symmetric hash join.
 //!
-//! Each side keeps the rows it has seen, indexed by the row-encoded join
-//! key; a batch from one side probes the other side's index, emits the
-//! matches (left columns, then right columns) and is then stored. Rows live
-//! in the batches they arrived in (shared, reference-counted by live rows);
-//! output is gathered with `take` (probing side) and `interleave` (stored
-//! side), no per-row copies of values.
+//! Each side keeps the rows it has seen in the batches they arrived in
+//! (immutable, shared with the output and with snapshots), numbered in
+//! arrival order. A hash table maps each join key to its newest stored row,
+//! and every stored row points to the previous row with the same key, so a
+//! key's rows form a chain from newest to oldest: no per-key allocation, and
+//! the key bytes are read from the stored batches' row-encoded keys. A batch
+//! from one side probes the other side's chains, emits the matches (left
+//! columns, then right columns; output gathered with `take` and
+//! `interleave`, no per-row copies of values) and is then stored.
 //!
 //! State is freed by time ([`JoinState::expire`], pure bookkeeping):
 //! - a *windowed* join (the keys pair both sides' event-time columns, e.g.
@@ -15,24 +18,32 @@
 //!   against the low watermark) or, when a side has no event time, after
 //!   their arrival in processing time (checked on a timer).
 //!
+//! Expired rows never match (a probe skips rows older than the cutoff).
+//! Memory is freed in arrival order: the oldest stored rows go while they
+//! are expired, so a row that arrived out of time order is held until the
+//! rows that arrived before it have expired too — held at most as long as the
+//! side's disorder, and counted in `rows()` until then.
+//!
 //! `state_rows_max` bounds the rows one instance holds over both sides; a
 //! batch that would exceed it fails the pipeline with a clear error.
 
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::time::timestamps_ms;
-use arrow::array::builder::BooleanBufferBuilder;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::{interleave, take};
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 use async_trait::async_trait;
 use datafusion::common::HashMap;
+use hashbrown::{DefaultHashBuilder, HashTable};
 use sluice_plan::{JoinSide, JoinSpec};
 use sluice_types::{Error, Result, SqlCode, Watermark};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -43,130 +54,174 @@ const SIDE_NAMES: [&str; 2] = ["left", "right"];
 /// Rows gathered into one output batch at most.
 pub const OUTPUT_BATCH_ROWS_MAX: usize = 8192;
 
-/// One stored row: where it lives and its time (event or arrival).
+/// A stored row's number on its side: arrival order, never reused.
+type Seq = u64;
+
+/// "No previous row with this key."
+const NO_ROW: Seq = Seq::MAX;
+
+/// One matched stored row: its batch (by the batch's first row number) and
+/// its row in that batch.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    time_ms: i64,
-    batch: u64,
+    batch: Seq,
     row: u32,
 }
 
 /// A batch as it arrived (immutable, shared with the output and with
-/// snapshots), which of its rows are live, and every row's time.
+/// snapshots) and, per row, what the index needs.
 struct StoredBatch {
+    /// Number of the batch's first row.
+    first: Seq,
     batch: RecordBatch,
-    /// Row times (arrival order), kept for snapshots.
+    /// Row-encoded join keys (compared on lookups).
+    keys: Rows,
+    /// Row times (event or arrival), kept for expiry and snapshots.
     times: Int64Array,
-    /// Live rows: set when stored, cleared when the row expires.
-    live: BooleanBufferBuilder,
-    live_rows: usize,
+    /// Rows that were stored (a row with a null key or that arrived late
+    /// is not).
+    stored: BooleanBuffer,
+    /// Hash of each stored row's key.
+    hashes: Vec<u64>,
+    /// The previous stored row with the same key, or [`NO_ROW`].
+    prev: Vec<Seq>,
 }
 
-/// One side's stored batches by id (ids grow by one per batch, batches
-/// expire roughly in arrival order): a deque from the oldest live id.
-#[derive(Default)]
-struct StoredBatches {
-    first_id: u64,
-    slots: VecDeque<Option<StoredBatch>>,
-    count: usize,
+/// A key's newest stored row.
+struct Head {
+    hash: u64,
+    newest: Seq,
 }
 
-impl StoredBatches {
-    /// Live stored batches.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.count
-    }
-
-    #[cfg(test)]
-    fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    fn next_id(&self) -> u64 {
-        self.first_id + self.slots.len() as u64
-    }
-
-    fn push(&mut self, batch: StoredBatch) -> u64 {
-        let id = self.next_id();
-        self.slots.push_back(Some(batch));
-        self.count += 1;
-        id
-    }
-
-    fn get(&self, id: u64) -> Option<&StoredBatch> {
-        let at = usize::try_from(id.checked_sub(self.first_id)?).ok()?;
-        self.slots.get(at)?.as_ref()
-    }
-
-    /// Marks a row of batch `id` expired; frees the batch with its last row.
-    fn expire_row(&mut self, id: u64, row: u32) {
-        let Some(at) = id.checked_sub(self.first_id).and_then(|a| usize::try_from(a).ok()) else {
-            return;
-        };
-        let Some(Some(b)) = self.slots.get_mut(at) else {
-            return;
-        };
-        b.live.set_bit(row as usize, false);
-        b.live_rows -= 1;
-        if b.live_rows == 0 {
-            self.slots[at] = None;
-            self.count -= 1;
-            while matches!(self.slots.front(), Some(None)) {
-                self.slots.pop_front();
-                self.first_id += 1;
-            }
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &StoredBatch> {
-        self.slots.iter().flatten()
-    }
-}
-
-/// One side's rows, by key, plus the times at which keys may expire.
+/// One side's rows: stored batches in arrival order and the key index.
 #[derive(Default)]
 struct SideState {
-    /// Entries of a key, sorted by time (appended in arrival order, which
-    /// is nearly sorted; a late one is inserted in its place).
-    index: HashMap<Box<[u8]>, VecDeque<Entry>>,
-    /// Earliest time of a key's entries → keys (a key is listed once, under
-    /// the earliest time it had when listed).
-    expiry: BTreeMap<i64, Vec<Box<[u8]>>>,
-    batches: StoredBatches,
+    index: HashTable<Head>,
+    batches: VecDeque<StoredBatch>,
+    /// Rows of the front batch already freed.
+    freed: usize,
+    /// Number of the next row stored.
+    next: Seq,
+    /// Stored rows held (freed ones excluded).
     rows: usize,
 }
 
+/// The batch holding row `seq` and the row in it; `None` once freed.
+fn locate(batches: &VecDeque<StoredBatch>, freed: usize, seq: Seq) -> Option<(&StoredBatch, usize)> {
+    let front = batches.front()?;
+    if seq < front.first + freed as u64 {
+        return None;
+    }
+    let back = batches.back()?;
+    let b = if seq >= back.first {
+        back
+    } else {
+        &batches[batches.partition_point(|b| b.first <= seq) - 1]
+    };
+    let row = usize::try_from(seq - b.first).ok()?;
+    (row < b.batch.num_rows()).then_some((b, row))
+}
+
 impl SideState {
-    /// Drops entries with `time_ms < cutoff`; returns how many. A key's
-    /// entries are kept sorted by time, so this touches only the keys that
-    /// have expired entries and only those entries (a key with thousands of
-    /// live rows is not rescanned on every watermark).
-    fn expire(&mut self, cutoff: i64) -> usize {
-        let mut freed = 0;
-        while let Some(entry) = self.expiry.first_entry() {
-            if *entry.key() >= cutoff {
-                break;
+    /// The stored batch whose first row is `first`.
+    fn batch(&self, first: Seq) -> Option<&StoredBatch> {
+        let at = self.batches.partition_point(|b| b.first < first);
+        self.batches.get(at).filter(|b| b.first == first)
+    }
+
+    /// Appends `key`'s stored rows that have not expired (`time >= cutoff`)
+    /// to `out`, oldest first, each paired with `probe_row`.
+    fn probe(&self, key: &[u8], hash: u64, cutoff: i64, probe_row: u32, out: &mut Vec<(u32, Entry)>) {
+        let (batches, freed) = (&self.batches, self.freed);
+        let same_key = |h: &Head| h.hash == hash && locate(batches, freed, h.newest).is_some_and(|(b, r)| b.keys.row(r).data() == key);
+        let Some(head) = self.index.find(hash, same_key) else {
+            return;
+        };
+        let start = out.len();
+        let mut seq = head.newest;
+        while let Some((b, r)) = locate(batches, freed, seq) {
+            if b.times.value(r) >= cutoff {
+                out.push((probe_row, Entry { batch: b.first, row: r as u32 }));
             }
-            for key in entry.remove() {
-                let Some(entries) = self.index.get_mut(&key) else {
-                    continue;
-                };
-                while let Some(e) = entries.front().filter(|e| e.time_ms < cutoff) {
-                    self.batches.expire_row(e.batch, e.row);
-                    entries.pop_front();
-                    freed += 1;
+            seq = b.prev[r];
+        }
+        out[start..].reverse();
+    }
+
+    /// Stores `batch` (its `stored` rows, with their keys, hashes and times).
+    fn store(&mut self, batch: &RecordBatch, keys: Rows, hashes: Vec<u64>, times: &[i64], stored: &[bool], count: usize) {
+        let first = self.next;
+        let n = batch.num_rows();
+        let mut prev = vec![NO_ROW; n];
+        let SideState { index, batches, freed, .. } = self;
+        let key_at = |seq: Seq| -> Option<&[u8]> {
+            if seq >= first {
+                return Some(keys.row((seq - first) as usize).data());
+            }
+            locate(batches, *freed, seq).map(|(b, r)| b.keys.row(r).data())
+        };
+        for r in (0..n).filter(|r| stored[*r]) {
+            let (hash, seq) = (hashes[r], first + r as u64);
+            let key = keys.row(r).data();
+            match index.find_mut(hash, |h| h.hash == hash && key_at(h.newest) == Some(key)) {
+                Some(head) => {
+                    prev[r] = head.newest;
+                    head.newest = seq;
                 }
-                match entries.front() {
-                    None => {
-                        self.index.remove(&key);
-                    }
-                    Some(earliest) => self.expiry.entry(earliest.time_ms).or_default().push(key),
+                None => {
+                    index.insert_unique(hash, Head { hash, newest: seq }, |h| h.hash);
                 }
             }
         }
-        self.rows -= freed;
-        freed
+        self.batches.push_back(StoredBatch {
+            first,
+            batch: batch.clone(),
+            keys,
+            times: Int64Array::from(times.to_vec()),
+            stored: BooleanBuffer::from(stored),
+            hashes,
+            prev,
+        });
+        self.next = first + n as u64;
+        self.rows += count;
+    }
+
+    /// Frees the oldest rows while they are expired (`time < cutoff`) or
+    /// were never stored; returns how many stored rows were freed.
+    fn expire(&mut self, cutoff: i64) -> usize {
+        let mut freed_rows = 0;
+        let SideState { index, batches, freed, .. } = self;
+        'batches: while let Some(front) = batches.front() {
+            while *freed < front.batch.num_rows() {
+                let r = *freed;
+                if front.stored.value(r) {
+                    if front.times.value(r) >= cutoff {
+                        break 'batches;
+                    }
+                    // The key's newest row: the key has no other (older rows
+                    // of it were freed first).
+                    let seq = front.first + r as u64;
+                    if let Ok(head) = index.find_entry(front.hashes[r], |h| h.newest == seq) {
+                        head.remove();
+                    }
+                    freed_rows += 1;
+                }
+                *freed += 1;
+            }
+            batches.pop_front();
+            *freed = 0;
+        }
+        self.rows -= freed_rows;
+        freed_rows
+    }
+
+    /// Whether each row of a stored batch is live at `cutoff`.
+    fn live(&self, at: usize, cutoff: i64) -> BooleanBuffer {
+        let b = &self.batches[at];
+        let freed = if at == 0 { self.freed } else { 0 };
+        (0..b.batch.num_rows())
+            .map(|r| r >= freed && b.stored.value(r) && b.times.value(r) >= cutoff)
+            .collect()
     }
 }
 
@@ -174,6 +229,9 @@ impl SideState {
 pub struct JoinState {
     sides: [SideState; 2],
     rows_max: usize,
+    /// Rows older than this have expired (the latest expiry's cutoff).
+    cutoff: i64,
+    hasher: DefaultHashBuilder,
 }
 
 /// The probe of one batch: (probing row, stored entry) pairs.
@@ -184,6 +242,8 @@ impl JoinState {
         JoinState {
             sides: [SideState::default(), SideState::default()],
             rows_max,
+            cutoff: i64::MIN,
+            hasher: DefaultHashBuilder::default(),
         }
     }
 
@@ -192,46 +252,59 @@ impl JoinState {
         self.sides[0].rows + self.sides[1].rows
     }
 
-    /// Frees rows older than `cutoff` on both sides; returns how many.
+    /// Expires rows older than `cutoff` on both sides; returns how many
+    /// were freed.
     pub fn expire(&mut self, cutoff: i64) -> usize {
-        self.sides[0].expire(cutoff) + self.sides[1].expire(cutoff)
+        self.cutoff = self.cutoff.max(cutoff);
+        self.sides[0].expire(self.cutoff) + self.sides[1].expire(self.cutoff)
     }
 
-    /// Probes `side`'s opposite with `keys` (None = a null key, never
-    /// matches), then stores the rows marked in `store` with their times.
+    /// The hash of each `store` row's key (0 for the others).
+    fn hashes(&self, keys: &Rows, store: &[bool]) -> Vec<u64> {
+        store
+            .iter()
+            .enumerate()
+            .map(|(r, s)| if *s { self.hasher.hash_one(keys.row(r).data()) } else { 0 })
+            .collect()
+    }
+
+    /// Probes `side`'s opposite with the `store` rows of `batch` (their
+    /// row-encoded `keys`), then stores those rows with their times.
     fn probe_and_store(
         &mut self,
         side: usize,
         batch: &RecordBatch,
-        keys: &[Option<&[u8]>],
+        keys: Rows,
         times: &[i64],
         store: &[bool],
     ) -> Result<Matches> {
+        let hashes = self.hashes(&keys, store);
         let other = &self.sides[1 - side];
         let mut matches = Vec::new();
-        for (row, key) in keys.iter().enumerate() {
-            if let Some(entries) = key.and_then(|k| other.index.get(k)) {
-                matches.extend(entries.iter().map(|e| (row as u32, *e)));
+        if other.rows > 0 {
+            for r in (0..batch.num_rows()).filter(|r| store[*r]) {
+                other.probe(keys.row(r).data(), hashes[r], self.cutoff, r as u32, &mut matches);
             }
         }
-        self.store(side, batch, keys, times, store)?;
+        self.store(side, batch, keys, hashes, times, store)?;
         Ok(matches)
     }
 
-    /// Stores the rows of `batch` marked in `store` (and with a key) on `side`.
+    /// Stores the rows of `batch` marked in `store` on `side`.
     fn store(
         &mut self,
         side: usize,
         batch: &RecordBatch,
-        keys: &[Option<&[u8]>],
+        keys: Rows,
+        hashes: Vec<u64>,
         times: &[i64],
         store: &[bool],
     ) -> Result<()> {
-        let stored = keys.iter().zip(store).filter(|(k, s)| k.is_some() && **s).count();
-        if stored == 0 {
+        let count = store.iter().filter(|s| **s).count();
+        if count == 0 {
             return Ok(());
         }
-        if self.rows() + stored > self.rows_max {
+        if self.rows() + count > self.rows_max {
             return Err(Error::user(
                 SqlCode::ConfigurationLimitExceeded,
                 format!(
@@ -240,66 +313,28 @@ impl JoinState {
                 ),
             ));
         }
-        let state = &mut self.sides[side];
-        let id = state.batches.next_id();
-        let mut live = BooleanBufferBuilder::new(batch.num_rows());
-        live.append_n(batch.num_rows(), false);
-        for (row, key) in keys.iter().enumerate() {
-            let (Some(key), true) = (key, store[row]) else {
-                continue;
-            };
-            live.set_bit(row, true);
-            let entry = Entry {
-                time_ms: times[row],
-                batch: id,
-                row: row as u32,
-            };
-            match state.index.get_mut(*key) {
-                Some(entries) => {
-                    if entries.back().is_none_or(|last| last.time_ms <= entry.time_ms) {
-                        entries.push_back(entry);
-                    } else {
-                        // Out of order: keep the key sorted. (An entry
-                        // earlier than the key's listed time is freed when
-                        // that listing comes due, as before: a key is listed
-                        // once.)
-                        let at = entries.partition_point(|e| e.time_ms <= entry.time_ms);
-                        entries.insert(at, entry);
-                    }
-                }
-                None => {
-                    state.index.insert((*key).into(), VecDeque::from([entry]));
-                    state.expiry.entry(entry.time_ms).or_default().push((*key).into());
-                }
-            }
-        }
-        state.batches.push(StoredBatch {
-            batch: batch.clone(),
-            times: Int64Array::from(times.to_vec()),
-            live,
-            live_rows: stored,
-        });
-        state.rows += stored;
+        self.sides[side].store(batch, keys, hashes, times, store, count);
         Ok(())
     }
 
     /// `side`'s stored batches as they are (shared arrays, no copy of
     /// values), each with two more columns: the rows' times and whether a
-    /// row is live. O(stored batches) plus a copy of the live bitmaps (one
-    /// bit per row); empty when the side holds nothing.
+    /// row is live. O(stored batches) plus one bit per row; empty when the
+    /// side holds nothing.
     fn snapshot_batches(&self, side: usize) -> Result<Vec<RecordBatch>> {
         let state = &self.sides[side];
-        let Some(first) = state.batches.iter().next() else {
+        let Some(first) = state.batches.front() else {
             return Ok(Vec::new());
         };
         let schema = snapshot_schema(&first.batch.schema());
         state
             .batches
             .iter()
-            .map(|b| {
+            .enumerate()
+            .map(|(at, b)| {
                 let mut columns = b.batch.columns().to_vec();
                 columns.push(Arc::new(b.times.clone()));
-                columns.push(Arc::new(BooleanArray::new(b.live.finish_cloned(), None)));
+                columns.push(Arc::new(BooleanArray::new(state.live(at, self.cutoff), None)));
                 Ok(RecordBatch::try_new(schema.clone(), columns)?)
             })
             .collect()
@@ -360,7 +395,7 @@ impl JoinOperator {
     }
 
     /// The row-encoded join keys of `batch` from `side` (`None` for a null key).
-    fn keys(&self, side: usize, batch: &RecordBatch) -> Result<(arrow::row::Rows, Vec<bool>)> {
+    fn keys(&self, side: usize, batch: &RecordBatch) -> Result<(Rows, Vec<bool>)> {
         let key_arrays: Vec<ArrayRef> = self.side(side).keys.iter().map(|k| batch.column(*k).clone()).collect();
         let rows = self.converters[side].convert_columns(&key_arrays)?;
         let null = (0..batch.num_rows())
@@ -377,16 +412,15 @@ impl JoinOperator {
 
     /// Stores the rows of `batch` marked in `live` with their times (restore).
     fn restore_rows(&mut self, side: usize, batch: &RecordBatch, times: &[i64], live: &[bool]) -> Result<()> {
-        let (rows, null) = self.keys(side, batch)?;
-        let keys: Vec<Option<&[u8]>> = (0..batch.num_rows())
-            .map(|r| (!null[r]).then(|| rows.row(r).data()))
-            .collect();
-        self.state.store(side, batch, &keys, times, live)
+        let (keys, null) = self.keys(side, batch)?;
+        let store: Vec<bool> = live.iter().zip(&null).map(|(l, n)| *l && !n).collect();
+        let hashes = self.state.hashes(&keys, &store);
+        self.state.store(side, batch, keys, hashes, times, &store)
     }
 
     /// Output batches for the matches of a batch from `side`.
     fn gather(&self, side: usize, batch: &RecordBatch, matches: &[(u32, Entry)]) -> Result<Vec<RecordBatch>> {
-        let stored = &self.state.sides[1 - side].batches;
+        let stored = &self.state.sides[1 - side];
         let mut out = Vec::new();
         for chunk in matches.chunks(OUTPUT_BATCH_ROWS_MAX) {
             let probe_rows = UInt32Array::from_iter_values(chunk.iter().map(|(r, _)| *r));
@@ -400,7 +434,7 @@ impl JoinOperator {
             let indices: Vec<(usize, usize)> = chunk.iter().map(|(_, e)| (slot[&e.batch], e.row as usize)).collect();
             let batches = sources
                 .iter()
-                .map(|b| stored.get(*b).map(|s| &s.batch))
+                .map(|b| stored.batch(*b).map(|s| &s.batch))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| Error::internal("join: a match refers to a freed batch"))?;
             let mut other = Vec::new();
@@ -423,10 +457,7 @@ impl JoinOperator {
 impl Operator for JoinOperator {
     async fn process_batch(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let side = usize::from(input >= self.left_inputs);
-        let (rows, null) = self.keys(side, &batch)?;
-        let keys: Vec<Option<&[u8]>> = (0..batch.num_rows())
-            .map(|r| (!null[r]).then(|| rows.row(r).data()))
-            .collect();
+        let (keys, null) = self.keys(side, &batch)?;
         let times: Vec<i64> = match (self.processing_time, self.side(side).time_column) {
             (false, Some(c)) => timestamps_ms(batch.column(c))?
                 .into_iter()
@@ -435,28 +466,16 @@ impl Operator for JoinOperator {
             _ => vec![Self::now_ms(); batch.num_rows()],
         };
         let low = ctx.watermark.0;
+        // Rows with a null key never match and are not stored.
         let store: Vec<bool> = if self.spec.windowed {
             // Behind the watermark: the other side's rows of that time are gone.
-            let mut late = 0;
-            let store = times
-                .iter()
-                .map(|t| {
-                    let ok = *t >= low;
-                    late += usize::from(!ok);
-                    ok
-                })
-                .collect();
+            let late = times.iter().filter(|t| **t < low).count();
             ctx.metrics.late_rows_dropped.fetch_add(late as u64, Ordering::Relaxed);
-            store
+            times.iter().zip(&null).map(|(t, n)| *t >= low && !n).collect()
         } else {
-            vec![true; batch.num_rows()]
+            null.iter().map(|n| !n).collect()
         };
-        let keys: Vec<Option<&[u8]>> = keys
-            .iter()
-            .zip(&store)
-            .map(|(k, s)| if *s { *k } else { None })
-            .collect();
-        let matches = self.state.probe_and_store(side, &batch, &keys, &times, &store)?;
+        let matches = self.state.probe_and_store(side, &batch, keys, &times, &store)?;
         ctx.metrics
             .state_groups
             .store(self.state.rows() as u64, Ordering::Relaxed);

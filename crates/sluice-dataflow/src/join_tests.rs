@@ -5,7 +5,7 @@ use super::*;
 use crate::exchange::{Output, OutputEdge};
 use crate::message::Message;
 use crate::metrics::TaskMetrics;
-use arrow::array::{Int64Array, TimestampMillisecondArray};
+use arrow::array::TimestampMillisecondArray;
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use sluice_plan::Partitioning;
 use sluice_types::OperatorId;
@@ -228,18 +228,100 @@ async fn state_is_bounded_at_rows_max() {
     h.send(1, rows("r", &[(13, Some(1), 1)])).await.unwrap();
 }
 
+/// Row-encoded Int64 join keys (as the operator encodes them).
+fn encoded(keys: &[i64]) -> Rows {
+    let converter = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
+    converter
+        .convert_columns(&[Arc::new(Int64Array::from(keys.to_vec())) as ArrayRef])
+        .unwrap()
+}
+
+/// Stores rows (time, key) on the left, one batch; returns the matches.
+fn store_left(s: &mut JoinState, rows_in: &[(i64, i64)]) -> Matches {
+    let b = rows("l", &rows_in.iter().map(|(t, k)| (*t, Some(*k), 0)).collect::<Vec<_>>());
+    let keys = encoded(&rows_in.iter().map(|r| r.1).collect::<Vec<_>>());
+    let times: Vec<i64> = rows_in.iter().map(|r| r.0).collect();
+    s.probe_and_store(0, &b, keys, &times, &vec![true; rows_in.len()]).unwrap()
+}
+
+/// Times of the left rows a right row with key `k` matches.
+fn left_times_matching(s: &JoinState, k: i64) -> Vec<i64> {
+    let keys = encoded(&[k]);
+    let hashes = s.hashes(&keys, &[true]);
+    let mut out = Vec::new();
+    s.sides[0].probe(keys.row(0).data(), hashes[0], s.cutoff, 0, &mut out);
+    out.iter()
+        .map(|(_, e)| s.sides[0].batch(e.batch).unwrap().times.value(e.row as usize))
+        .collect()
+}
+
 #[test]
 fn stored_batches_are_released_when_their_last_row_expires() {
     let mut s = JoinState::new(100);
-    let b = rows("l", &[(0, Some(1), 1), (5, Some(2), 1)]);
-    let (k1, k2) = ([1u8], [2u8]);
-    s.probe_and_store(0, &b, &[Some(&k1), Some(&k2)], &[0, 5], &[true, true])
-        .unwrap();
+    store_left(&mut s, &[(0, 1), (5, 2)]);
     assert_eq!(s.sides[0].batches.len(), 1);
     assert_eq!(s.expire(3), 1);
     assert_eq!(s.sides[0].batches.len(), 1, "row at t=5 still lives in it");
+    assert_eq!(s.sides[0].index.len(), 1, "key 1 left the index with its last row");
     assert_eq!(s.expire(6), 1);
-    assert!(s.sides[0].batches.is_empty() && s.sides[0].index.is_empty() && s.sides[0].expiry.is_empty());
+    assert!(s.sides[0].batches.is_empty() && s.sides[0].index.is_empty());
+}
+
+#[test]
+fn a_key_chains_its_rows_and_expired_ones_never_match() {
+    // Key 1 arrives at times 50, 10, 100, 70 (out of order), key 2 at 60,
+    // each row in its own batch; a probe sees a key's rows oldest first.
+    let mut s = JoinState::new(100);
+    for (t, k) in [(50, 1), (10, 1), (60, 2), (100, 1), (70, 1)] {
+        store_left(&mut s, &[(t, k)]);
+    }
+    assert_eq!(left_times_matching(&s, 1), [50, 10, 100, 70]);
+    assert_eq!(left_times_matching(&s, 2), [60]);
+    assert!(left_times_matching(&s, 3).is_empty());
+    // Cutoff 60: 50 and 10 are freed (the oldest arrivals); 60 (key 2)
+    // lives; 100 and 70 live.
+    assert_eq!(s.expire(60), 2);
+    assert_eq!(left_times_matching(&s, 1), [100, 70]);
+    // Cutoff 71: key 2's 60 is freed; 70 has expired and no longer
+    // matches, but is held until 100 (which arrived before it) expires.
+    assert_eq!(s.expire(71), 1);
+    assert_eq!(left_times_matching(&s, 1), [100]);
+    assert!(left_times_matching(&s, 2).is_empty());
+    assert_eq!(s.rows(), 2);
+    // A snapshot marks the held but expired row dead, so restore skips it.
+    let live: Vec<Vec<bool>> = s
+        .snapshot_batches(0)
+        .unwrap()
+        .iter()
+        .map(|b| b.column(b.num_columns() - 1).as_boolean().values().iter().collect())
+        .collect();
+    assert_eq!(live, [vec![true], vec![false]]);
+    assert_eq!(s.expire(101), 2);
+    assert_eq!(s.rows(), 0);
+    assert!(s.sides[0].index.is_empty() && s.sides[0].batches.is_empty());
+}
+
+#[test]
+fn keys_that_collide_in_one_batch_chain_to_each_other() {
+    // Two rows of one key in the same batch: the second points at the
+    // first even though their batch is not stored yet when it is indexed.
+    let mut s = JoinState::new(100);
+    store_left(&mut s, &[(1, 7), (2, 8), (3, 7)]);
+    assert_eq!(left_times_matching(&s, 7), [1, 3]);
+    assert_eq!(s.sides[0].index.len(), 2);
+    // Many distinct and repeated keys against a nested loop.
+    let mut s = JoinState::new(100_000);
+    let input: Vec<(i64, i64)> = (0..5_000).map(|i| (i, (i * 7919) % 613)).collect();
+    for chunk in input.chunks(333) {
+        store_left(&mut s, chunk);
+    }
+    s.expire(1_000);
+    for k in [0, 1, 17, 612] {
+        let expected: Vec<i64> = input.iter().filter(|(t, kk)| *kk == k && *t >= 1_000).map(|r| r.0).collect();
+        assert!(!expected.is_empty());
+        assert_eq!(left_times_matching(&s, k), expected, "key {k}");
+    }
+    assert_eq!(s.rows(), 4_000);
 }
 
 #[tokio::test]
@@ -288,27 +370,6 @@ async fn an_empty_join_snapshots_nothing_and_restores_from_none() {
     assert!(h.op.snapshot(1).await.unwrap().is_empty());
     h.op.restore(None).await.unwrap();
     assert_eq!(h.op.state.rows(), 0);
-}
-
-#[test]
-fn a_key_keeps_its_rows_sorted_so_expiry_frees_exactly_the_old_ones() {
-    // One key, rows arriving out of order: 50, 10, 100, 70.
-    let mut s = JoinState::new(100);
-    let k = [1u8];
-    for (i, t) in [50, 10, 100, 70].into_iter().enumerate() {
-        let b = rows("l", &[(t, Some(1), i as i64)]);
-        s.probe_and_store(0, &b, &[Some(&k)], &[t], &[true]).unwrap();
-    }
-    let times = |s: &JoinState| s.sides[0].index[&k[..]].iter().map(|e| e.time_ms).collect::<Vec<_>>();
-    assert_eq!(times(&s), [10, 50, 70, 100]);
-    assert_eq!(s.expire(60), 2, "10 and 50 are older than 60");
-    assert_eq!(times(&s), [70, 100]);
-    assert_eq!(s.sides[0].batches.len(), 2);
-    assert_eq!(s.expire(71), 1);
-    assert_eq!(s.expire(71), 0, "nothing left before 71");
-    assert_eq!(s.expire(101), 1);
-    assert_eq!(s.rows(), 0);
-    assert!(s.sides[0].index.is_empty() && s.sides[0].expiry.is_empty() && s.sides[0].batches.is_empty());
 }
 
 #[tokio::test]
