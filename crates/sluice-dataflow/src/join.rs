@@ -85,6 +85,18 @@ struct StoredBatch {
     hashes: Vec<u64>,
     /// The previous stored row with the same key, or [`NO_ROW`].
     prev: Vec<Seq>,
+    /// The earliest time of a stored row.
+    min_time: i64,
+}
+
+/// Shards of a side's key index: a table grows (rehashing everything it
+/// holds, at once) one shard at a time, so the pause is 1/256 of the index.
+const INDEX_SHARDS: usize = 256;
+
+/// The shard of a key's hash: bits 32..40 (hashbrown picks buckets from the
+/// low bits and tags from the top 7, so both stay spread within a shard).
+fn shard(hash: u64) -> usize {
+    (hash >> 32) as usize % INDEX_SHARDS
 }
 
 /// A key's newest stored row.
@@ -94,9 +106,9 @@ struct Head {
 }
 
 /// One side's rows: stored batches in arrival order and the key index.
-#[derive(Default)]
 struct SideState {
-    index: HashTable<Head>,
+    /// Key → newest stored row, in [`INDEX_SHARDS`] shards.
+    index: Vec<HashTable<Head>>,
     batches: VecDeque<StoredBatch>,
     /// Rows of the front batch already freed.
     freed: usize,
@@ -122,7 +134,25 @@ fn locate(batches: &VecDeque<StoredBatch>, freed: usize, seq: Seq) -> Option<(&S
     (row < b.batch.num_rows()).then_some((b, row))
 }
 
+impl Default for SideState {
+    fn default() -> Self {
+        SideState {
+            index: (0..INDEX_SHARDS).map(|_| HashTable::new()).collect(),
+            batches: VecDeque::new(),
+            freed: 0,
+            next: 0,
+            rows: 0,
+        }
+    }
+}
+
 impl SideState {
+    /// Keys in the index.
+    #[cfg(test)]
+    fn keys(&self) -> usize {
+        self.index.iter().map(HashTable::len).sum()
+    }
+
     /// The stored batch whose first row is `first`.
     fn batch(&self, first: Seq) -> Option<&StoredBatch> {
         let at = self.batches.partition_point(|b| b.first < first);
@@ -134,7 +164,7 @@ impl SideState {
     fn probe(&self, key: &[u8], hash: u64, cutoff: i64, probe_row: u32, out: &mut Vec<(u32, Entry)>) {
         let (batches, freed) = (&self.batches, self.freed);
         let same_key = |h: &Head| h.hash == hash && locate(batches, freed, h.newest).is_some_and(|(b, r)| b.keys.row(r).data() == key);
-        let Some(head) = self.index.find(hash, same_key) else {
+        let Some(head) = self.index[shard(hash)].find(hash, same_key) else {
             return;
         };
         let start = out.len();
@@ -163,6 +193,7 @@ impl SideState {
         for r in (0..n).filter(|r| stored[*r]) {
             let (hash, seq) = (hashes[r], first + r as u64);
             let key = keys.row(r).data();
+            let index = &mut index[shard(hash)];
             match index.find_mut(hash, |h| h.hash == hash && key_at(h.newest) == Some(key)) {
                 Some(head) => {
                     prev[r] = head.newest;
@@ -173,7 +204,9 @@ impl SideState {
                 }
             }
         }
+        let min_time = (0..n).filter(|r| stored[*r]).map(|r| times[r]).min().unwrap_or(i64::MAX);
         self.batches.push_back(StoredBatch {
+            min_time,
             first,
             batch: batch.clone(),
             keys,
@@ -201,7 +234,8 @@ impl SideState {
                     // The key's newest row: the key has no other (older rows
                     // of it were freed first).
                     let seq = front.first + r as u64;
-                    if let Ok(head) = index.find_entry(front.hashes[r], |h| h.newest == seq) {
+                    let hash = front.hashes[r];
+                    if let Ok(head) = index[shard(hash)].find_entry(hash, |h| h.newest == seq) {
                         head.remove();
                     }
                     freed_rows += 1;
@@ -219,6 +253,10 @@ impl SideState {
     fn live(&self, at: usize, cutoff: i64) -> BooleanBuffer {
         let b = &self.batches[at];
         let freed = if at == 0 { self.freed } else { 0 };
+        if freed == 0 && b.min_time >= cutoff {
+            // Every stored row lives (the common case: all but the oldest).
+            return b.stored.clone();
+        }
         (0..b.batch.num_rows())
             .map(|r| r >= freed && b.stored.value(r) && b.times.value(r) >= cutoff)
             .collect()

@@ -262,9 +262,9 @@ fn stored_batches_are_released_when_their_last_row_expires() {
     assert_eq!(s.sides[0].batches.len(), 1);
     assert_eq!(s.expire(3), 1);
     assert_eq!(s.sides[0].batches.len(), 1, "row at t=5 still lives in it");
-    assert_eq!(s.sides[0].index.len(), 1, "key 1 left the index with its last row");
+    assert_eq!(s.sides[0].keys(), 1, "key 1 left the index with its last row");
     assert_eq!(s.expire(6), 1);
-    assert!(s.sides[0].batches.is_empty() && s.sides[0].index.is_empty());
+    assert!(s.sides[0].batches.is_empty() && s.sides[0].keys() == 0);
 }
 
 #[test]
@@ -298,7 +298,7 @@ fn a_key_chains_its_rows_and_expired_ones_never_match() {
     assert_eq!(live, [vec![true], vec![false]]);
     assert_eq!(s.expire(101), 2);
     assert_eq!(s.rows(), 0);
-    assert!(s.sides[0].index.is_empty() && s.sides[0].batches.is_empty());
+    assert!(s.sides[0].keys() == 0 && s.sides[0].batches.is_empty());
 }
 
 #[test]
@@ -308,7 +308,7 @@ fn keys_that_collide_in_one_batch_chain_to_each_other() {
     let mut s = JoinState::new(100);
     store_left(&mut s, &[(1, 7), (2, 8), (3, 7)]);
     assert_eq!(left_times_matching(&s, 7), [1, 3]);
-    assert_eq!(s.sides[0].index.len(), 2);
+    assert_eq!(s.sides[0].keys(), 2);
     // Many distinct and repeated keys against a nested loop.
     let mut s = JoinState::new(100_000);
     let input: Vec<(i64, i64)> = (0..5_000).map(|i| (i, (i * 7919) % 613)).collect();
