@@ -127,7 +127,8 @@ impl Server {
             .map_err(|e| anyhow::anyhow!("{sql}\n  failed: {}", describe(&e)))
     }
 
-    /// `SHOW PIPELINES` row of `name`: (state, rows_in, rows_out, error).
+    /// `SHOW PIPELINES` row of `name`: (state, rows_in, rows_out, error),
+    /// columns 2, 4, 5 and 9 (docs/sql.md).
     pub async fn pipeline(&self, name: &str) -> Result<Option<(String, u64, u64, String)>> {
         for m in self.client.simple_query("SHOW PIPELINES").await? {
             if let SimpleQueryMessage::Row(r) = m
@@ -138,7 +139,7 @@ impl Server {
                     r.get(2).unwrap_or_default().to_string(),
                     n(4),
                     n(5),
-                    r.get(8).unwrap_or_default().to_string(),
+                    r.get(9).unwrap_or_default().to_string(),
                 )));
             }
         }
