@@ -163,7 +163,9 @@ impl SideState {
     /// to `out`, oldest first, each paired with `probe_row`.
     fn probe(&self, key: &[u8], hash: u64, cutoff: i64, probe_row: u32, out: &mut Vec<(u32, Entry)>) {
         let (batches, freed) = (&self.batches, self.freed);
-        let same_key = |h: &Head| h.hash == hash && locate(batches, freed, h.newest).is_some_and(|(b, r)| b.keys.row(r).data() == key);
+        let same_key = |h: &Head| {
+            h.hash == hash && locate(batches, freed, h.newest).is_some_and(|(b, r)| b.keys.row(r).data() == key)
+        };
         let Some(head) = self.index[shard(hash)].find(hash, same_key) else {
             return;
         };
@@ -171,7 +173,13 @@ impl SideState {
         let mut seq = head.newest;
         while let Some((b, r)) = locate(batches, freed, seq) {
             if b.times.value(r) >= cutoff {
-                out.push((probe_row, Entry { batch: b.first, row: r as u32 }));
+                out.push((
+                    probe_row,
+                    Entry {
+                        batch: b.first,
+                        row: r as u32,
+                    },
+                ));
             }
             seq = b.prev[r];
         }
@@ -179,11 +187,21 @@ impl SideState {
     }
 
     /// Stores `batch` (its `stored` rows, with their keys, hashes and times).
-    fn store(&mut self, batch: &RecordBatch, keys: Rows, hashes: Vec<u64>, times: &[i64], stored: &[bool], count: usize) {
+    fn store(
+        &mut self,
+        batch: &RecordBatch,
+        keys: Rows,
+        hashes: Vec<u64>,
+        times: &[i64],
+        stored: &[bool],
+        count: usize,
+    ) {
         let first = self.next;
         let n = batch.num_rows();
         let mut prev = vec![NO_ROW; n];
-        let SideState { index, batches, freed, .. } = self;
+        let SideState {
+            index, batches, freed, ..
+        } = self;
         let key_at = |seq: Seq| -> Option<&[u8]> {
             if seq >= first {
                 return Some(keys.row((seq - first) as usize).data());
@@ -204,7 +222,11 @@ impl SideState {
                 }
             }
         }
-        let min_time = (0..n).filter(|r| stored[*r]).map(|r| times[r]).min().unwrap_or(i64::MAX);
+        let min_time = (0..n)
+            .filter(|r| stored[*r])
+            .map(|r| times[r])
+            .min()
+            .unwrap_or(i64::MAX);
         self.batches.push_back(StoredBatch {
             min_time,
             first,
@@ -223,7 +245,9 @@ impl SideState {
     /// were never stored; returns how many stored rows were freed.
     fn expire(&mut self, cutoff: i64) -> usize {
         let mut freed_rows = 0;
-        let SideState { index, batches, freed, .. } = self;
+        let SideState {
+            index, batches, freed, ..
+        } = self;
         'batches: while let Some(front) = batches.front() {
             while *freed < front.batch.num_rows() {
                 let r = *freed;
@@ -302,7 +326,13 @@ impl JoinState {
         store
             .iter()
             .enumerate()
-            .map(|(r, s)| if *s { self.hasher.hash_one(keys.row(r).data()) } else { 0 })
+            .map(|(r, s)| {
+                if *s {
+                    self.hasher.hash_one(keys.row(r).data())
+                } else {
+                    0
+                }
+            })
             .collect()
     }
 

@@ -241,7 +241,8 @@ fn store_left(s: &mut JoinState, rows_in: &[(i64, i64)]) -> Matches {
     let b = rows("l", &rows_in.iter().map(|(t, k)| (*t, Some(*k), 0)).collect::<Vec<_>>());
     let keys = encoded(&rows_in.iter().map(|r| r.1).collect::<Vec<_>>());
     let times: Vec<i64> = rows_in.iter().map(|r| r.0).collect();
-    s.probe_and_store(0, &b, keys, &times, &vec![true; rows_in.len()]).unwrap()
+    s.probe_and_store(0, &b, keys, &times, &vec![true; rows_in.len()])
+        .unwrap()
 }
 
 /// Times of the left rows a right row with key `k` matches.
@@ -317,7 +318,11 @@ fn keys_that_collide_in_one_batch_chain_to_each_other() {
     }
     s.expire(1_000);
     for k in [0, 1, 17, 612] {
-        let expected: Vec<i64> = input.iter().filter(|(t, kk)| *kk == k && *t >= 1_000).map(|r| r.0).collect();
+        let expected: Vec<i64> = input
+            .iter()
+            .filter(|(t, kk)| *kk == k && *t >= 1_000)
+            .map(|r| r.0)
+            .collect();
         assert!(!expected.is_empty());
         assert_eq!(left_times_matching(&s, k), expected, "key {k}");
     }
