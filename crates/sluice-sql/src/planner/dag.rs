@@ -122,15 +122,7 @@ impl DagBuilder<'_> {
     fn plan_node(&mut self, plan: &LogicalPlan) -> Result<Stage> {
         match plan {
             LogicalPlan::TableScan(scan) => self.plan_scan(scan),
-            LogicalPlan::Projection(p) => {
-                let child = self.plan_node(&p.input)?;
-                let exprs = p
-                    .expr
-                    .iter()
-                    .map(|e| child.substitute(e, p.input.schema()))
-                    .collect::<Result<_>>()?;
-                Ok(Stage { exprs, ..child })
-            }
+            LogicalPlan::Projection(p) => self.plan_node(&p.input)?.project(p),
             LogicalPlan::Filter(f) if matches!(f.input.as_ref(), LogicalPlan::Join(_)) => {
                 let LogicalPlan::Join(j) = f.input.as_ref() else {
                     unreachable!("matched above")
@@ -151,13 +143,7 @@ impl DagBuilder<'_> {
                 let LogicalPlan::Join(j) = p.input.as_ref() else {
                     unreachable!("matched above")
                 };
-                let joined = self.plan_join(j, Some(&f.predicate))?;
-                let exprs = p
-                    .expr
-                    .iter()
-                    .map(|e| joined.substitute(e, p.input.schema()))
-                    .collect::<Result<_>>()?;
-                Ok(Stage { exprs, ..joined })
+                self.plan_join(j, Some(&f.predicate))?.project(p)
             }
             LogicalPlan::Filter(f) => {
                 let child = self.plan_node(&f.input)?;

@@ -7,7 +7,7 @@ use crate::errors::plan_error;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema};
-use datafusion::logical_expr::{Expr, ExprSchemable};
+use datafusion::logical_expr::{Expr, ExprSchemable, Projection};
 use datafusion::sql::unparser::expr_to_sql;
 use sluice_types::{Error, OperatorId, Result, SqlCode};
 use std::sync::Arc;
@@ -55,6 +55,17 @@ impl Stage {
             })
             .map(|t| t.data)
             .map_err(plan_error)
+    }
+
+    /// This stage with its output replaced by `projection` (whose input is
+    /// the plan this stage was built from).
+    pub fn project(self, projection: &Projection) -> Result<Stage> {
+        let exprs = projection
+            .expr
+            .iter()
+            .map(|e| self.substitute(e, projection.input.schema()))
+            .collect::<Result<_>>()?;
+        Ok(Stage { exprs, ..self })
     }
 
     /// True when the stage passes its input through unchanged.
