@@ -60,6 +60,8 @@ pub struct NexmarkReader {
     /// Events owned by earlier instances are interleaved; pacing uses the
     /// global event number, so instances stay in step.
     first_position: u64,
+    /// The pacer's ticks (paced readers only).
+    ticks: Option<tokio::sync::watch::Receiver<()>>,
 }
 
 impl NexmarkReader {
@@ -80,6 +82,7 @@ impl NexmarkReader {
             events_per_second: options.events_per_second,
             started: Instant::now(),
             first_position,
+            ticks: (options.events_per_second > 0).then(crate::pacer::ticks),
         }
     }
 
@@ -131,7 +134,11 @@ impl SourceReader for NexmarkReader {
         };
         let wait = self.due_after(next) + PACED_LINGER.as_secs_f64() - self.started.elapsed().as_secs_f64();
         if wait > 0.0 {
-            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+            let deadline = Instant::now() + Duration::from_secs_f64(wait);
+            match &mut self.ticks {
+                Some(ticks) => crate::pacer::sleep_until(deadline, ticks).await,
+                None => tokio::time::sleep_until(deadline.into()).await,
+            }
         }
         let limit = self.due_limit().max(next + 1);
         match self.generator.next_batch_before(batch_rows_max, limit) {
