@@ -319,14 +319,12 @@ async fn on_event(
     };
     let dir = manifest::checkpoint_dir(pipeline, id);
     let file = manifest::task_file(operator, instance);
-    // Encoding (Arrow IPC + CRC) is CPU work proportional to the state:
-    // on a blocking thread, so neither the tasks nor the runtime's workers
-    // wait for it.
+    // Encoding (Arrow IPC + CRC) is CPU work proportional to the state: on
+    // the low-priority checkpoint thread, so neither the tasks nor the
+    // runtime's workers wait for it or compete with it.
     // The file's CRC comes out of the same pass (it was a second pass over
     // the whole file on the coordinator's async task).
-    let (bytes, file_crc) = tokio::task::spawn_blocking(move || state.encode_with_crc())
-        .await
-        .map_err(|e| sluice_types::Error::internal(format!("checkpoint encoding task: {e}")))??;
+    let (bytes, file_crc) = super::background::run(move || state.encode_with_crc()).await??;
     let entry = TaskEntry {
         operator: operator.0,
         instance,

@@ -8,6 +8,7 @@
 //! positions.
 
 pub mod align;
+pub mod background;
 pub mod coordinator;
 pub mod manifest;
 pub mod state;

@@ -46,7 +46,9 @@ fn io(path: &Path, e: std::io::Error) -> Error {
 impl StateStore for LocalStateStore {
     async fn put(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
         let target = self.path(path);
-        tokio::task::spawn_blocking(move || {
+        // On the checkpoint thread: copying hundreds of MB into the page
+        // cache is CPU work too (and the buffer is freed there).
+        super::background::run(move || {
             let dir = target.parent().expect("a file path has a parent");
             std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
             let name = target.file_name().expect("a file name").to_string_lossy().to_string();
@@ -64,8 +66,7 @@ impl StateStore for LocalStateStore {
             }
             Ok(())
         })
-        .await
-        .map_err(|e| Error::internal(format!("checkpoint write task: {e}")))?
+        .await?
     }
 
     async fn get(&self, path: &str) -> Result<Option<Vec<u8>>> {
