@@ -54,14 +54,31 @@ const SIDE_NAMES: [&str; 2] = ["left", "right"];
 /// Rows gathered into one output batch at most.
 pub const OUTPUT_BATCH_ROWS_MAX: usize = 8192;
 
-/// A stored row's number on its side: arrival order, never reused.
+/// A stored row's number on its side: its batch's number (arrival order,
+/// never reused) in the high 40 bits, its row in that batch in the low
+/// [`ROW_BITS`], so finding a row's batch is an index, not a search. 2^40
+/// batches last centuries at any batch rate.
 type Seq = u64;
+
+const ROW_BITS: u32 = 24;
+
+/// Rows of one stored batch at most (larger input batches are stored in
+/// slices).
+pub const STORED_BATCH_ROWS_MAX: usize = 1 << ROW_BITS;
+
+fn seq(batch: u64, row: usize) -> Seq {
+    (batch << ROW_BITS) | row as u64
+}
+
+/// The batch number and row of a [`Seq`].
+fn split(seq: Seq) -> (u64, usize) {
+    (seq >> ROW_BITS, (seq & (STORED_BATCH_ROWS_MAX as u64 - 1)) as usize)
+}
 
 /// "No previous row with this key."
 const NO_ROW: Seq = Seq::MAX;
 
-/// One matched stored row: its batch (by the batch's first row number) and
-/// its row in that batch.
+/// One matched stored row: its batch (by number) and its row in that batch.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     batch: Seq,
@@ -71,8 +88,8 @@ struct Entry {
 /// A batch as it arrived (immutable, shared with the output and with
 /// snapshots) and, per row, what the index needs.
 struct StoredBatch {
-    /// Number of the batch's first row.
-    first: Seq,
+    /// The batch's number on its side (arrival order).
+    number: u64,
     batch: RecordBatch,
     /// Row-encoded join keys (compared on lookups).
     keys: Rows,
@@ -81,12 +98,15 @@ struct StoredBatch {
     /// Rows that were stored (a row with a null key or that arrived late
     /// is not).
     stored: BooleanBuffer,
-    /// Hash of each stored row's key.
-    hashes: Vec<u64>,
     /// The previous stored row with the same key, or [`NO_ROW`].
     prev: Vec<Seq>,
     /// The earliest time of a stored row.
     min_time: i64,
+    /// The batch as a snapshot holds it while every stored row lives (its
+    /// columns, times and `stored`; shared arrays): built once when stored,
+    /// so a checkpoint of tens of thousands of batches does not stall the
+    /// task assembling them.
+    snapshot: RecordBatch,
 }
 
 /// Shards of a side's key index: a table grows (rehashing everything it
@@ -99,10 +119,43 @@ fn shard(hash: u64) -> usize {
     (hash >> 32) as usize % INDEX_SHARDS
 }
 
-/// A key's newest stored row.
+/// Keys up to this many bytes (row-encoded: a 64-bit key is 9) are kept in
+/// the index itself, so a lookup compares them without reading the stored
+/// batch, whose memory is cold in a large state.
+const INLINE_KEY_MAX: usize = 15;
+
+/// A key's newest stored row. Once that row is freed (so are all older rows
+/// of the key) the head is stale: it matches nothing and is removed by the
+/// next sweep of its shard.
 struct Head {
     hash: u64,
     newest: Seq,
+    /// The key's bytes and, last, their length; `NOT_INLINE` when longer
+    /// than [`INLINE_KEY_MAX`].
+    inline: [u8; INLINE_KEY_MAX + 1],
+}
+
+const NOT_INLINE: u8 = u8::MAX;
+
+impl Head {
+    fn new(hash: u64, newest: Seq, key: &[u8]) -> Head {
+        let mut inline = [0; INLINE_KEY_MAX + 1];
+        if key.len() <= INLINE_KEY_MAX {
+            inline[..key.len()].copy_from_slice(key);
+            inline[INLINE_KEY_MAX] = key.len() as u8;
+        } else {
+            inline[INLINE_KEY_MAX] = NOT_INLINE;
+        }
+        Head { hash, newest, inline }
+    }
+
+    /// Whether the head's key is `key`, when the head holds its key.
+    fn inline_eq(&self, key: &[u8]) -> Option<bool> {
+        match self.inline[INLINE_KEY_MAX] {
+            NOT_INLINE => None,
+            len => Some(&self.inline[..usize::from(len)] == key),
+        }
+    }
 }
 
 /// One side's rows: stored batches in arrival order and the key index.
@@ -112,25 +165,28 @@ struct SideState {
     batches: VecDeque<StoredBatch>,
     /// Rows of the front batch already freed.
     freed: usize,
-    /// Number of the next row stored.
-    next: Seq,
+    /// Number of the next batch stored.
+    next: u64,
     /// Stored rows held (freed ones excluded).
     rows: usize,
+    /// Index entries a sweep may visit: earned by freeing rows (two per
+    /// row), so sweeping costs O(freed rows) and stale heads stay fewer
+    /// than the live ones.
+    sweep_budget: usize,
+    /// The shard the next sweep visits.
+    sweep_next: usize,
+    /// The side's schema plus the snapshot columns (once a batch came).
+    snapshot_schema: Option<SchemaRef>,
 }
 
 /// The batch holding row `seq` and the row in it; `None` once freed.
 fn locate(batches: &VecDeque<StoredBatch>, freed: usize, seq: Seq) -> Option<(&StoredBatch, usize)> {
-    let front = batches.front()?;
-    if seq < front.first + freed as u64 {
+    let (number, row) = split(seq);
+    let at = usize::try_from(number.checked_sub(batches.front()?.number)?).ok()?;
+    if at == 0 && row < freed {
         return None;
     }
-    let back = batches.back()?;
-    let b = if seq >= back.first {
-        back
-    } else {
-        &batches[batches.partition_point(|b| b.first <= seq) - 1]
-    };
-    let row = usize::try_from(seq - b.first).ok()?;
+    let b = batches.get(at)?;
     (row < b.batch.num_rows()).then_some((b, row))
 }
 
@@ -142,21 +198,31 @@ impl Default for SideState {
             freed: 0,
             next: 0,
             rows: 0,
+            sweep_budget: 0,
+            sweep_next: 0,
+            snapshot_schema: None,
         }
     }
 }
 
 impl SideState {
-    /// Keys in the index.
+    /// Keys with live rows in the index (stale heads not counted).
     #[cfg(test)]
     fn keys(&self) -> usize {
+        let live = |h: &&Head| locate(&self.batches, self.freed, h.newest).is_some();
+        self.index.iter().map(|t| t.iter().filter(live).count()).sum()
+    }
+
+    /// Index entries, stale ones included.
+    #[cfg(test)]
+    fn index_len(&self) -> usize {
         self.index.iter().map(HashTable::len).sum()
     }
 
-    /// The stored batch whose first row is `first`.
-    fn batch(&self, first: Seq) -> Option<&StoredBatch> {
-        let at = self.batches.partition_point(|b| b.first < first);
-        self.batches.get(at).filter(|b| b.first == first)
+    /// The stored batch numbered `number`.
+    fn batch(&self, number: u64) -> Option<&StoredBatch> {
+        let at = usize::try_from(number.checked_sub(self.batches.front()?.number)?).ok()?;
+        self.batches.get(at)
     }
 
     /// Appends `key`'s stored rows that have not expired (`time >= cutoff`)
@@ -164,7 +230,10 @@ impl SideState {
     fn probe(&self, key: &[u8], hash: u64, cutoff: i64, probe_row: u32, out: &mut Vec<(u32, Entry)>) {
         let (batches, freed) = (&self.batches, self.freed);
         let same_key = |h: &Head| {
-            h.hash == hash && locate(batches, freed, h.newest).is_some_and(|(b, r)| b.keys.row(r).data() == key)
+            h.hash == hash
+                && h.inline_eq(key).unwrap_or_else(|| {
+                    locate(batches, freed, h.newest).is_some_and(|(b, r)| b.keys.row(r).data() == key)
+                })
         };
         let Some(head) = self.index[shard(hash)].find(hash, same_key) else {
             return;
@@ -176,7 +245,7 @@ impl SideState {
                 out.push((
                     probe_row,
                     Entry {
-                        batch: b.first,
+                        batch: b.number,
                         row: r as u32,
                     },
                 ));
@@ -195,30 +264,33 @@ impl SideState {
         times: &[i64],
         stored: &[bool],
         count: usize,
-    ) {
-        let first = self.next;
+    ) -> Result<()> {
+        let number = self.next;
         let n = batch.num_rows();
         let mut prev = vec![NO_ROW; n];
         let SideState {
             index, batches, freed, ..
         } = self;
-        let key_at = |seq: Seq| -> Option<&[u8]> {
-            if seq >= first {
-                return Some(keys.row((seq - first) as usize).data());
+        let key_at = |s: Seq| -> Option<&[u8]> {
+            match split(s) {
+                (b, r) if b == number => Some(keys.row(r).data()),
+                _ => locate(batches, *freed, s).map(|(b, r)| b.keys.row(r).data()),
             }
-            locate(batches, *freed, seq).map(|(b, r)| b.keys.row(r).data())
         };
         for r in (0..n).filter(|r| stored[*r]) {
-            let (hash, seq) = (hashes[r], first + r as u64);
+            let (hash, seq) = (hashes[r], seq(number, r));
             let key = keys.row(r).data();
             let index = &mut index[shard(hash)];
-            match index.find_mut(hash, |h| h.hash == hash && key_at(h.newest) == Some(key)) {
+            let same_key =
+                |h: &Head| h.hash == hash && h.inline_eq(key).unwrap_or_else(|| key_at(h.newest) == Some(key));
+            match index.find_mut(hash, same_key) {
                 Some(head) => {
+                    // A stale head's row is freed: the chain ends there.
                     prev[r] = head.newest;
                     head.newest = seq;
                 }
                 None => {
-                    index.insert_unique(hash, Head { hash, newest: seq }, |h| h.hash);
+                    index.insert_unique(hash, Head::new(hash, seq, key), |h| h.hash);
                 }
             }
         }
@@ -227,40 +299,41 @@ impl SideState {
             .map(|r| times[r])
             .min()
             .unwrap_or(i64::MAX);
+        let times = Int64Array::from(times.to_vec());
+        let stored = BooleanBuffer::from(stored);
+        let schema = self
+            .snapshot_schema
+            .get_or_insert_with(|| snapshot_schema(&batch.schema()))
+            .clone();
+        let snapshot = snapshot_batch(schema, batch, &times, stored.clone())?;
         self.batches.push_back(StoredBatch {
             min_time,
-            first,
+            number,
             batch: batch.clone(),
             keys,
-            times: Int64Array::from(times.to_vec()),
-            stored: BooleanBuffer::from(stored),
-            hashes,
+            times,
+            stored,
             prev,
+            snapshot,
         });
-        self.next = first + n as u64;
+        self.next = number + 1;
         self.rows += count;
+        Ok(())
     }
 
     /// Frees the oldest rows while they are expired (`time < cutoff`) or
-    /// were never stored; returns how many stored rows were freed.
+    /// were never stored; returns how many stored rows were freed. Index
+    /// heads of freed keys go stale (no lookup per freed row: each would be
+    /// a cache miss in a large index) and are swept shard by shard.
     fn expire(&mut self, cutoff: i64) -> usize {
         let mut freed_rows = 0;
-        let SideState {
-            index, batches, freed, ..
-        } = self;
+        let SideState { batches, freed, .. } = self;
         'batches: while let Some(front) = batches.front() {
             while *freed < front.batch.num_rows() {
                 let r = *freed;
                 if front.stored.value(r) {
                     if front.times.value(r) >= cutoff {
                         break 'batches;
-                    }
-                    // The key's newest row: the key has no other (older rows
-                    // of it were freed first).
-                    let seq = front.first + r as u64;
-                    let hash = front.hashes[r];
-                    if let Ok(head) = index[shard(hash)].find_entry(hash, |h| h.newest == seq) {
-                        head.remove();
                     }
                     freed_rows += 1;
                 }
@@ -270,7 +343,30 @@ impl SideState {
             *freed = 0;
         }
         self.rows -= freed_rows;
+        self.sweep_budget = self.sweep_budget.saturating_add(2 * freed_rows);
+        self.sweep();
         freed_rows
+    }
+
+    /// Removes stale heads from shards, in turn, while the budget lasts.
+    fn sweep(&mut self) {
+        let SideState {
+            index,
+            batches,
+            freed,
+            sweep_budget,
+            sweep_next,
+            ..
+        } = self;
+        for _ in 0..INDEX_SHARDS {
+            let shard = &mut index[*sweep_next];
+            if shard.len() > *sweep_budget {
+                return;
+            }
+            *sweep_budget -= shard.len();
+            shard.retain(|h| locate(batches, *freed, h.newest).is_some());
+            *sweep_next = (*sweep_next + 1) % INDEX_SHARDS;
+        }
     }
 
     /// Whether each row of a stored batch is live at `cutoff`.
@@ -291,8 +387,9 @@ impl SideState {
 pub struct JoinState {
     sides: [SideState; 2],
     rows_max: usize,
-    /// Rows older than this have expired (the latest expiry's cutoff).
-    cutoff: i64,
+    /// Per side: rows older than this have expired (the latest expiry's
+    /// cutoff; an interval join's sides expire at different times).
+    cutoffs: [i64; 2],
     hasher: DefaultHashBuilder,
 }
 
@@ -304,7 +401,7 @@ impl JoinState {
         JoinState {
             sides: [SideState::default(), SideState::default()],
             rows_max,
-            cutoff: i64::MIN,
+            cutoffs: [i64::MIN; 2],
             hasher: DefaultHashBuilder::default(),
         }
     }
@@ -317,8 +414,18 @@ impl JoinState {
     /// Expires rows older than `cutoff` on both sides; returns how many
     /// were freed.
     pub fn expire(&mut self, cutoff: i64) -> usize {
-        self.cutoff = self.cutoff.max(cutoff);
-        self.sides[0].expire(self.cutoff) + self.sides[1].expire(self.cutoff)
+        self.expire_sides([cutoff, cutoff])
+    }
+
+    /// Expires rows older than `cutoffs[s]` on side `s` (cutoffs never go
+    /// back); returns how many were freed.
+    pub fn expire_sides(&mut self, cutoffs: [i64; 2]) -> usize {
+        (0..2)
+            .map(|s| {
+                self.cutoffs[s] = self.cutoffs[s].max(cutoffs[s]);
+                self.sides[s].expire(self.cutoffs[s])
+            })
+            .sum()
     }
 
     /// The hash of each `store` row's key (0 for the others).
@@ -351,7 +458,13 @@ impl JoinState {
         let mut matches = Vec::new();
         if other.rows > 0 {
             for r in (0..batch.num_rows()).filter(|r| store[*r]) {
-                other.probe(keys.row(r).data(), hashes[r], self.cutoff, r as u32, &mut matches);
+                other.probe(
+                    keys.row(r).data(),
+                    hashes[r],
+                    self.cutoffs[1 - side],
+                    r as u32,
+                    &mut matches,
+                );
             }
         }
         self.store(side, batch, keys, hashes, times, store)?;
@@ -381,8 +494,7 @@ impl JoinState {
                 ),
             ));
         }
-        self.sides[side].store(batch, keys, hashes, times, store, count);
-        Ok(())
+        self.sides[side].store(batch, keys, hashes, times, store, count)
     }
 
     /// `side`'s stored batches as they are (shared arrays, no copy of
@@ -391,19 +503,18 @@ impl JoinState {
     /// side holds nothing.
     fn snapshot_batches(&self, side: usize) -> Result<Vec<RecordBatch>> {
         let state = &self.sides[side];
-        let Some(first) = state.batches.front() else {
-            return Ok(Vec::new());
-        };
-        let schema = snapshot_schema(&first.batch.schema());
+        let cutoff = self.cutoffs[side];
         state
             .batches
             .iter()
             .enumerate()
             .map(|(at, b)| {
-                let mut columns = b.batch.columns().to_vec();
-                columns.push(Arc::new(b.times.clone()));
-                columns.push(Arc::new(BooleanArray::new(state.live(at, self.cutoff), None)));
-                Ok(RecordBatch::try_new(schema.clone(), columns)?)
+                if (at == 0 && state.freed > 0) || b.min_time < cutoff {
+                    // Some rows expired: mark them dead.
+                    snapshot_batch(b.snapshot.schema(), &b.batch, &b.times, state.live(at, cutoff))
+                } else {
+                    Ok(b.snapshot.clone())
+                }
             })
             .collect()
     }
@@ -412,6 +523,19 @@ impl JoinState {
 /// Column names a join snapshot adds to a side's stored batches.
 const SNAPSHOT_TIME: &str = "__sluice_join_time";
 const SNAPSHOT_LIVE: &str = "__sluice_join_live";
+
+/// A stored batch with its rows' times and liveness (shared arrays).
+fn snapshot_batch(
+    schema: SchemaRef,
+    batch: &RecordBatch,
+    times: &Int64Array,
+    live: BooleanBuffer,
+) -> Result<RecordBatch> {
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(times.clone()));
+    columns.push(Arc::new(BooleanArray::new(live, None)));
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
 
 /// A side's schema plus the snapshot's time and live columns.
 fn snapshot_schema(side: &SchemaRef) -> SchemaRef {
@@ -444,9 +568,11 @@ impl JoinOperator {
             )
         };
         let (l, r) = (converter(&spec.left)?, converter(&spec.right)?);
-        let processing_time = !spec.windowed && (spec.left.time_column.is_none() || spec.right.time_column.is_none());
-        if spec.windowed && processing_time {
-            return Err(Error::internal("windowed join without event time"));
+        let event_time_bound = spec.windowed || spec.interval_ms.is_some();
+        let processing_time =
+            !event_time_bound && (spec.left.time_column.is_none() || spec.right.time_column.is_none());
+        if event_time_bound && (spec.left.time_column.is_none() || spec.right.time_column.is_none()) {
+            return Err(Error::internal("windowed or interval join without event time"));
         }
         Ok(JoinOperator {
             spec: spec.clone(),
@@ -479,11 +605,53 @@ impl JoinOperator {
     }
 
     /// Stores the rows of `batch` marked in `live` with their times (restore).
+    /// (An old checkpoint's gathered rows may exceed a stored batch: sliced.)
     fn restore_rows(&mut self, side: usize, batch: &RecordBatch, times: &[i64], live: &[bool]) -> Result<()> {
-        let (keys, null) = self.keys(side, batch)?;
-        let store: Vec<bool> = live.iter().zip(&null).map(|(l, n)| *l && !n).collect();
-        let hashes = self.state.hashes(&keys, &store);
-        self.state.store(side, batch, keys, hashes, times, &store)
+        let mut at = 0;
+        while at < batch.num_rows() {
+            let n = STORED_BATCH_ROWS_MAX.min(batch.num_rows() - at);
+            let slice = batch.slice(at, n);
+            let (keys, null) = self.keys(side, &slice)?;
+            let store: Vec<bool> = live[at..at + n].iter().zip(&null).map(|(l, n)| *l && !n).collect();
+            let hashes = self.state.hashes(&keys, &store);
+            self.state
+                .store(side, &slice, keys, hashes, &times[at..at + n], &store)?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Probes with and stores one batch of at most
+    /// [`STORED_BATCH_ROWS_MAX`] rows from `input`.
+    async fn process_slice(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let side = usize::from(input >= self.left_inputs);
+        let (keys, null) = self.keys(side, &batch)?;
+        let times: Vec<i64> = match (self.processing_time, self.side(side).time_column) {
+            (false, Some(c)) => timestamps_ms(batch.column(c))?
+                .into_iter()
+                .map(|t| t.unwrap_or(i64::MIN))
+                .collect(),
+            _ => vec![Self::now_ms(); batch.num_rows()],
+        };
+        let low = ctx.watermark.0;
+        // Rows with a null key never match and are not stored.
+        let store: Vec<bool> = if self.spec.windowed || self.spec.interval_ms.is_some() {
+            // Behind the watermark: the other side's rows it could match may
+            // be gone (as in a window, late rows are dropped and counted).
+            let late = times.iter().filter(|t| **t < low).count();
+            ctx.metrics.late_rows_dropped.fetch_add(late as u64, Ordering::Relaxed);
+            times.iter().zip(&null).map(|(t, n)| *t >= low && !n).collect()
+        } else {
+            null.iter().map(|n| !n).collect()
+        };
+        let matches = self.state.probe_and_store(side, &batch, keys, &times, &store)?;
+        ctx.metrics
+            .state_groups
+            .store(self.state.rows() as u64, Ordering::Relaxed);
+        for out in self.gather(side, &batch, &matches)? {
+            ctx.emit(out).await?;
+        }
+        Ok(())
     }
 
     /// Output batches for the matches of a batch from `side`.
@@ -524,44 +692,32 @@ impl JoinOperator {
 #[async_trait]
 impl Operator for JoinOperator {
     async fn process_batch(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
-        let side = usize::from(input >= self.left_inputs);
-        let (keys, null) = self.keys(side, &batch)?;
-        let times: Vec<i64> = match (self.processing_time, self.side(side).time_column) {
-            (false, Some(c)) => timestamps_ms(batch.column(c))?
-                .into_iter()
-                .map(|t| t.unwrap_or(i64::MIN))
-                .collect(),
-            _ => vec![Self::now_ms(); batch.num_rows()],
-        };
-        let low = ctx.watermark.0;
-        // Rows with a null key never match and are not stored.
-        let store: Vec<bool> = if self.spec.windowed {
-            // Behind the watermark: the other side's rows of that time are gone.
-            let late = times.iter().filter(|t| **t < low).count();
-            ctx.metrics.late_rows_dropped.fetch_add(late as u64, Ordering::Relaxed);
-            times.iter().zip(&null).map(|(t, n)| *t >= low && !n).collect()
-        } else {
-            null.iter().map(|n| !n).collect()
-        };
-        let matches = self.state.probe_and_store(side, &batch, keys, &times, &store)?;
-        ctx.metrics
-            .state_groups
-            .store(self.state.rows() as u64, Ordering::Relaxed);
-        for out in self.gather(side, &batch, &matches)? {
-            ctx.emit(out).await?;
+        if batch.num_rows() > STORED_BATCH_ROWS_MAX {
+            let mut at = 0;
+            while at < batch.num_rows() {
+                let n = STORED_BATCH_ROWS_MAX.min(batch.num_rows() - at);
+                self.process_slice(batch.slice(at, n), input, ctx).await?;
+                at += n;
+            }
+            return Ok(());
         }
-        Ok(())
+        self.process_slice(batch, input, ctx).await
     }
 
     async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
         if !self.processing_time {
-            let cutoff = match (self.spec.windowed, self.spec.state_ttl_ms) {
-                (true, _) => Some(watermark.0),
-                (false, Some(ttl)) => Some(watermark.0.saturating_sub(ttl)),
-                (false, None) => None,
+            let ttl = self.spec.state_ttl_ms.map(|ttl| watermark.0.saturating_sub(ttl));
+            let cutoffs = match (self.spec.windowed, self.spec.interval_ms) {
+                (true, _) => Some([watermark.0; 2]),
+                // A row of side s can match nothing once the watermark is past
+                // its time plus interval[s]; a TTL may free it earlier.
+                (false, Some(interval)) => {
+                    Some(interval.map(|i| watermark.0.saturating_sub(i).max(ttl.unwrap_or(i64::MIN))))
+                }
+                (false, None) => ttl.map(|c| [c; 2]),
             };
-            if let Some(cutoff) = cutoff {
-                self.state.expire(cutoff);
+            if let Some(cutoffs) = cutoffs {
+                self.state.expire_sides(cutoffs);
                 ctx.metrics
                     .state_groups
                     .store(self.state.rows() as u64, Ordering::Relaxed);

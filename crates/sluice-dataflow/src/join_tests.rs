@@ -38,6 +38,7 @@ fn spec(windowed: bool, ttl: Option<i64>, rows_max: usize) -> JoinSpec {
         left: side("l", windowed),
         right: side("r", windowed),
         windowed,
+        interval_ms: None,
         state_ttl_ms: ttl,
         state_rows_max: rows_max,
     }
@@ -236,10 +237,24 @@ fn encoded(keys: &[i64]) -> Rows {
         .unwrap()
 }
 
+/// Keys too long to be kept in the index (two Int64 columns: 18 bytes), so
+/// lookups compare them in the stored batches.
+fn encoded_wide(keys: &[i64]) -> Rows {
+    let converter = RowConverter::new(vec![SortField::new(DataType::Int64); 2]).unwrap();
+    let column = Arc::new(Int64Array::from(keys.to_vec())) as ArrayRef;
+    let rows = converter.convert_columns(&[column.clone(), column]).unwrap();
+    assert!(rows.row(0).data().len() > INLINE_KEY_MAX);
+    rows
+}
+
 /// Stores rows (time, key) on the left, one batch; returns the matches.
 fn store_left(s: &mut JoinState, rows_in: &[(i64, i64)]) -> Matches {
+    store_left_with(s, rows_in, encoded)
+}
+
+fn store_left_with(s: &mut JoinState, rows_in: &[(i64, i64)], encode: fn(&[i64]) -> Rows) -> Matches {
     let b = rows("l", &rows_in.iter().map(|(t, k)| (*t, Some(*k), 0)).collect::<Vec<_>>());
-    let keys = encoded(&rows_in.iter().map(|r| r.1).collect::<Vec<_>>());
+    let keys = encode(&rows_in.iter().map(|r| r.1).collect::<Vec<_>>());
     let times: Vec<i64> = rows_in.iter().map(|r| r.0).collect();
     s.probe_and_store(0, &b, keys, &times, &vec![true; rows_in.len()])
         .unwrap()
@@ -247,10 +262,14 @@ fn store_left(s: &mut JoinState, rows_in: &[(i64, i64)]) -> Matches {
 
 /// Times of the left rows a right row with key `k` matches.
 fn left_times_matching(s: &JoinState, k: i64) -> Vec<i64> {
-    let keys = encoded(&[k]);
+    left_times_matching_with(s, k, encoded)
+}
+
+fn left_times_matching_with(s: &JoinState, k: i64, encode: fn(&[i64]) -> Rows) -> Vec<i64> {
+    let keys = encode(&[k]);
     let hashes = s.hashes(&keys, &[true]);
     let mut out = Vec::new();
-    s.sides[0].probe(keys.row(0).data(), hashes[0], s.cutoff, 0, &mut out);
+    s.sides[0].probe(keys.row(0).data(), hashes[0], s.cutoffs[0], 0, &mut out);
     out.iter()
         .map(|(_, e)| s.sides[0].batch(e.batch).unwrap().times.value(e.row as usize))
         .collect()
@@ -397,4 +416,121 @@ async fn a_snapshot_shares_the_stored_arrays_instead_of_copying_rows() {
     let live = stored[0].column(n + 1).as_boolean().values().iter().collect::<Vec<_>>();
     assert_eq!(live, [true, false, true]);
     assert!(snapshot.batches("join.right.batches").is_none());
+}
+
+#[test]
+fn freed_keys_leave_the_index_in_sweeps_and_never_match() {
+    for encode in [encoded as fn(&[i64]) -> Rows, encoded_wide] {
+        let mut s = JoinState::new(100_000);
+        // 1000 distinct keys at times 0..1000, in batches of 100.
+        let input: Vec<(i64, i64)> = (0..1_000).map(|i| (i, i)).collect();
+        for chunk in input.chunks(100) {
+            store_left_with(&mut s, chunk, encode);
+        }
+        assert_eq!(s.sides[0].index_len(), 1_000);
+        // Freeing 500 rows earns a sweep of 1000 entries: every shard is
+        // visited once and exactly the 500 freed keys leave the index.
+        assert_eq!(s.expire(500), 500);
+        assert_eq!(s.sides[0].index_len(), 500);
+        assert_eq!(s.sides[0].keys(), 500);
+        assert!(left_times_matching_with(&s, 499, encode).is_empty());
+        assert_eq!(left_times_matching_with(&s, 500, encode), [500]);
+        // A freed key stored again starts a new chain; its freed rows never
+        // come back, whether or not its stale head was swept yet.
+        store_left_with(&mut s, &[(2_000, 7), (2_001, 700)], encode);
+        assert_eq!(left_times_matching_with(&s, 7, encode), [2_000]);
+        assert_eq!(left_times_matching_with(&s, 700, encode), [700, 2_001]);
+        assert_eq!(s.expire(1_500), 500);
+        assert_eq!(left_times_matching_with(&s, 700, encode), [2_001]);
+        assert_eq!(s.expire(3_000), 2);
+        assert_eq!(s.sides[0].index_len(), 0, "an empty side leaves an empty index");
+    }
+}
+
+#[test]
+fn long_keys_chain_like_short_ones() {
+    let mut s = JoinState::new(100);
+    for (t, k) in [(50, 1), (10, 1), (60, 2), (100, 1), (70, 1)] {
+        store_left_with(&mut s, &[(t, k)], encoded_wide);
+    }
+    assert_eq!(left_times_matching_with(&s, 1, encoded_wide), [50, 10, 100, 70]);
+    assert_eq!(left_times_matching_with(&s, 2, encoded_wide), [60]);
+    assert_eq!(s.expire(60), 2);
+    assert_eq!(left_times_matching_with(&s, 1, encoded_wide), [100, 70]);
+}
+
+#[test]
+fn row_numbers_split_into_batch_and_row() {
+    for (batch, row) in [(0, 0), (1, 5), (12_345, STORED_BATCH_ROWS_MAX - 1), ((1 << 40) - 2, 7)] {
+        assert_eq!(split(seq(batch, row)), (batch, row));
+    }
+    assert_ne!(split(seq(3, 0)), split(seq(2, STORED_BATCH_ROWS_MAX - 1)));
+}
+
+#[tokio::test]
+async fn interval_join_matches_a_nested_loop_and_frees_rows_behind_the_interval() {
+    // R.t - 30 <= L.t <= R.t + 10: a left row can match right rows up to
+    // 30 ms after it, a right row left rows up to 10 ms after it.
+    let (a, b) = (30, 10);
+    let mut join = spec(false, None, 1_000_000);
+    join.interval_ms = Some([a, b]);
+    let mut h = Harness::new(join);
+    let mut seed = 7u64;
+    let mut next = move || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as i64
+    };
+    let (mut left, mut right, mut got) = (Vec::new(), Vec::new(), Vec::new());
+    let mut late = 0;
+    for round in 0..60 {
+        let watermark = round * 10;
+        h.watermark(watermark).await;
+        for input in [0, 1] {
+            // Up to 20 ms of disorder ahead of the watermark, and now and
+            // then a row behind it (late: dropped and counted).
+            let mut batch: Vec<(i64, Option<i64>, i64)> = (0..(next() % 6))
+                .map(|_| (round * 10 + next() % 20, Some(next() % 4), next() % 1000))
+                .collect();
+            if next() % 5 == 0 {
+                batch.push((watermark - 1 - next() % 40, Some(next() % 4), -1));
+                late += 1;
+            }
+            let prefix = if input == 0 { "l" } else { "r" };
+            got.extend(h.send(input, rows(prefix, &batch)).await.unwrap());
+            let on_time = batch.into_iter().filter(|r| r.0 >= watermark);
+            if input == 0 {
+                left.extend(on_time)
+            } else {
+                right.extend(on_time)
+            }
+        }
+        if round == 30 {
+            // Rows more than 30 ms (left) or 10 ms (right) behind the
+            // watermark are freed (rows arrive in time order up to the
+            // 20 ms disorder, so a few older ones may still be held).
+            let held = h.op.state.rows();
+            let needed = left.iter().filter(|l| l.0 >= watermark - a).count()
+                + right.iter().filter(|r| r.0 >= watermark - b).count();
+            assert!(held < left.len() + right.len(), "nothing was freed");
+            assert!(held >= needed && held <= needed + 12, "held {held}, needed {needed}");
+        }
+    }
+    assert!(late > 0);
+    assert_eq!(h.metrics.late_rows_dropped.load(Ordering::Relaxed), late);
+    // The planner filters the joined rows by the interval; do the same.
+    got.retain(|(lt, _, rt, _)| rt - a <= *lt && *lt <= rt + b);
+    let mut expected = Vec::new();
+    for l in &left {
+        for r in &right {
+            if l.1 == r.1 && r.0 - a <= l.0 && l.0 <= r.0 + b {
+                expected.push((l.0, l.2, r.0, r.2));
+            }
+        }
+    }
+    expected.sort_unstable();
+    got.sort_unstable();
+    assert!(expected.len() > 50, "{} matches", expected.len());
+    assert_eq!(got, expected);
+    h.watermark(i64::MAX).await;
+    assert_eq!(h.op.state.rows(), 0);
 }

@@ -128,6 +128,8 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 .collect();
             let state = if j.windowed {
                 "windowed: state freed on watermark".to_string()
+            } else if let Some([l, r]) = j.interval_ms {
+                format!("interval: state freed {l} ms (left), {r} ms (right) after the watermark")
             } else {
                 match j.state_ttl_ms {
                     Some(ttl) => format!("state ttl {ttl} ms"),

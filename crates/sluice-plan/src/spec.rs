@@ -194,9 +194,12 @@ pub struct JoinSide {
 /// Inner equi-join of two streams; output rows are the left side's output
 /// columns followed by the right side's.
 ///
-/// State is bounded two ways: a *windowed* join (the keys pair the two
+/// State is bounded three ways: a *windowed* join (the keys pair the two
 /// sides' event-time columns, e.g. both `window_end`s) frees the rows of a
-/// time once the low watermark passes it; an unwindowed join keeps a row for
+/// time once the low watermark passes it; an *interval* join (its condition
+/// bounds each side's event time by the other's, e.g. `a.ts BETWEEN b.ts -
+/// INTERVAL '10' SECOND AND b.ts`) frees a row once the watermark shows no
+/// row it could match can still come; any other join keeps a row for
 /// `state_ttl_ms` (event time when both sides have one, else processing
 /// time). `state_rows_max` caps the rows one instance holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -204,6 +207,11 @@ pub struct JoinSpec {
     pub left: JoinSide,
     pub right: JoinSide,
     pub windowed: bool,
+    /// An interval join: a row of side `s` can match nothing once the low
+    /// watermark passes its event time plus `interval_ms[s]` (for
+    /// `l.t BETWEEN r.t - a AND r.t + b`: `[a, b]`).
+    #[serde(default)]
+    pub interval_ms: Option<[i64; 2]>,
     pub state_ttl_ms: Option<i64>,
     pub state_rows_max: usize,
 }

@@ -7,14 +7,18 @@
 //! the join keys, and the rest filter the joined rows. A join whose keys
 //! pair the two sides' event-time columns (e.g. both `window_end`s after
 //! window aggregates) is *windowed*: its state is freed on the watermark.
-//! Any other join needs `SET join_state_ttl`.
+//! A join whose other conditions bound each side's event time by the
+//! other's (`a.ts BETWEEN b.ts - INTERVAL '10' SECOND AND b.ts`, or a pair
+//! of `<=`/`>=`) is an *interval* join: a row is freed once the watermark
+//! shows that no row it could match can still come. Any other join needs
+//! `SET join_state_ttl`.
 
 use super::{DagBuilder, unsupported};
 use crate::planner::stage::{Stage, col};
 use arrow::datatypes::{Field, Schema};
-use datafusion::common::DFSchema;
+use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{BinaryExpr, Expr, Join, JoinType, Operator};
+use datafusion::logical_expr::{Between, BinaryExpr, Expr, Join, JoinType, Operator};
 use sluice_plan::{JoinSide, JoinSpec, OperatorKind, Partitioning};
 use sluice_types::{Error, Result, SqlCode};
 use std::sync::Arc;
@@ -121,12 +125,18 @@ impl DagBuilder<'_> {
         let windowed = left.keys.iter().zip(&right.keys).any(|(l, r)| {
             is_column(l, left.stage.time_column.as_deref()) && is_column(r, right.stage.time_column.as_deref())
         });
+        let interval_ms = if windowed {
+            None
+        } else {
+            interval_bounds(&residual, [&left.stage, &right.stage], [&ls, &rs])
+        };
         let state_ttl_ms = self.settings.join_state_ttl_ms;
-        if !windowed && state_ttl_ms.is_none() {
+        if !windowed && interval_ms.is_none() && state_ttl_ms.is_none() {
             return Err(Error::user(
                 SqlCode::FeatureNotSupported,
                 "this join of streams would keep every row forever: join per window (aggregate both sides by \
-                 the same window and add ON a.window_end = b.window_end) or bound its state with \
+                 the same window and add ON a.window_end = b.window_end), bound the two sides' event times \
+                 (WHERE a.ts BETWEEN b.ts - INTERVAL '1' MINUTE AND b.ts), or bound its state with \
                  SET join_state_ttl = '1h'",
             ));
         }
@@ -166,6 +176,7 @@ impl DagBuilder<'_> {
             left: left_side.clone(),
             right: right_side.clone(),
             windowed,
+            interval_ms,
             state_ttl_ms,
             state_rows_max: self.settings.join_state_rows_max,
         };
@@ -250,6 +261,102 @@ impl DagBuilder<'_> {
                 output_columns: n,
             },
         ))
+    }
+}
+
+/// The interval of an interval join: from conditions `p <= q` (`<`, `>`,
+/// `>=`, `BETWEEN`) where `p` and `q` are the two sides' event-time columns
+/// plus or minus constant intervals, the most a left row's time may exceed
+/// a right row's (`L.t - R.t <= u`) and the reverse (`R.t - L.t <= v`).
+/// Returns how long after the watermark passes a row of each side it can
+/// still match (`[v, u]`: a left row at `t` matches right rows up to
+/// `t + v`), or `None` unless both directions are bounded.
+fn interval_bounds(conditions: &[Expr], stages: [&Stage; 2], schemas: [&DFSchema; 2]) -> Option<[i64; 2]> {
+    let mut bounds: [Option<i64>; 2] = [None, None];
+    let mut bound = |p: &Expr, q: &Expr| {
+        let Some((sp, op)) = time_term(p, stages, schemas) else {
+            return;
+        };
+        let Some((sq, oq)) = time_term(q, stages, schemas) else {
+            return;
+        };
+        if sp == sq {
+            return;
+        }
+        // t_p + op <= t_q + oq, i.e. t_p - t_q <= oq - op.
+        let b = &mut bounds[sp];
+        *b = Some(b.map_or(oq - op, |old| old.min(oq - op)));
+    };
+    for c in conditions {
+        match c {
+            Expr::Between(Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            }) => {
+                bound(low, expr);
+                bound(expr, high);
+            }
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+                Operator::Lt | Operator::LtEq => bound(left, right),
+                Operator::Gt | Operator::GtEq => bound(right, left),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    // bounds[0] bounds L.t - R.t: a right row's wait; bounds[1] a left row's.
+    Some([bounds[1]?, bounds[0]?])
+}
+
+/// `(side, offset)` when `e` is a side's event-time column plus a constant
+/// interval (in ms).
+fn time_term(e: &Expr, stages: [&Stage; 2], schemas: [&DFSchema; 2]) -> Option<(usize, i64)> {
+    let side = match reads(e, schemas[0], schemas[1]) {
+        Reads::Left => 0,
+        Reads::Right => 1,
+        _ => return None,
+    };
+    let stage = stages[side];
+    let e = stage.substitute(e, schemas[side]).ok()?;
+    Some((side, time_offset(&e, stage.time_column.as_deref()?)?))
+}
+
+fn time_offset(e: &Expr, time: &str) -> Option<i64> {
+    match e {
+        Expr::Alias(a) => time_offset(&a.expr, time),
+        Expr::Column(c) if c.name == time => Some(0),
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Plus,
+            right,
+        }) => match (time_offset(left, time), time_offset(right, time)) {
+            (Some(t), None) => t.checked_add(interval_ms(right)?),
+            (None, Some(t)) => t.checked_add(interval_ms(left)?),
+            _ => None,
+        },
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Minus,
+            right,
+        }) => time_offset(left, time)?.checked_sub(interval_ms(right)?),
+        _ => None,
+    }
+}
+
+/// A constant day-time interval in whole ms (rounded down: event times are
+/// whole ms, so `a - b <= x` holds exactly when `a - b <= floor(x)`).
+fn interval_ms(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Alias(a) => interval_ms(&a.expr),
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(i)), _) if i.months == 0 => i64::from(i.days)
+            .checked_mul(86_400_000)?
+            .checked_add(i.nanoseconds.div_euclid(1_000_000)),
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(i)), _) => i64::from(i.days)
+            .checked_mul(86_400_000)?
+            .checked_add(i64::from(i.milliseconds)),
+        _ => None,
     }
 }
 
