@@ -4,8 +4,9 @@
 //! (immutable, shared with the output and with snapshots), numbered in
 //! arrival order. A hash table maps each join key to its newest stored row,
 //! and every stored row points to the previous row with the same key, so a
-//! key's rows form a chain from newest to oldest: no per-key allocation, and
-//! the key bytes are read from the stored batches' row-encoded keys. A batch
+//! key's rows form a chain from newest to oldest: no per-key allocation;
+//! short keys are kept in the index entry, longer ones are read from the
+//! stored batches' row-encoded keys. A batch
 //! from one side probes the other side's chains, emits the matches (left
 //! columns, then right columns; output gathered with `take` and
 //! `interleave`, no per-row copies of values) and is then stored.
@@ -14,6 +15,10 @@
 //! - a *windowed* join (the keys pair both sides' event-time columns, e.g.
 //!   both `window_end`s) frees the rows of a time once the low watermark has
 //!   passed it, and drops rows that arrive behind the watermark (late);
+//! - an *interval* join (the planner found bounds between the two sides'
+//!   event times) frees a side's rows once the low watermark is past them by
+//!   that side's interval — no row they could match can still come — and
+//!   drops late rows too;
 //! - otherwise rows expire `state_ttl_ms` after their event time (measured
 //!   against the low watermark) or, when a side has no event time, after
 //!   their arrival in processing time (checked on a timer).
@@ -81,7 +86,7 @@ const NO_ROW: Seq = Seq::MAX;
 /// One matched stored row: its batch (by number) and its row in that batch.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    batch: Seq,
+    batch: u64,
     row: u32,
 }
 
