@@ -65,7 +65,8 @@ pub const OUTPUT_BATCH_ROWS_MAX: usize = 8192;
 /// batches last centuries at any batch rate.
 type Seq = u64;
 
-const ROW_BITS: u32 = 24;
+/// (512 rows in unit tests, so they reach the slicing of larger batches.)
+const ROW_BITS: u32 = if cfg!(test) { 9 } else { 24 };
 
 /// Rows of one stored batch at most (larger input batches are stored in
 /// slices).
@@ -272,6 +273,7 @@ impl SideState {
     ) -> Result<()> {
         let number = self.next;
         let n = batch.num_rows();
+        debug_assert!(n <= STORED_BATCH_ROWS_MAX, "callers slice larger batches");
         let mut prev = vec![NO_ROW; n];
         let SideState {
             index, batches, freed, ..

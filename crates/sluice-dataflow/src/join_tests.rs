@@ -461,7 +461,13 @@ fn long_keys_chain_like_short_ones() {
 
 #[test]
 fn row_numbers_split_into_batch_and_row() {
-    for (batch, row) in [(0, 0), (1, 5), (12_345, STORED_BATCH_ROWS_MAX - 1), ((1 << 40) - 2, 7)] {
+    let batches_max = 1u64 << (64 - ROW_BITS);
+    for (batch, row) in [
+        (0, 0),
+        (1, 5),
+        (12_345, STORED_BATCH_ROWS_MAX - 1),
+        (batches_max - 2, 7),
+    ] {
         assert_eq!(split(seq(batch, row)), (batch, row));
     }
     assert_ne!(split(seq(3, 0)), split(seq(2, STORED_BATCH_ROWS_MAX - 1)));
@@ -533,4 +539,40 @@ async fn interval_join_matches_a_nested_loop_and_frees_rows_behind_the_interval(
     assert_eq!(got, expected);
     h.watermark(i64::MAX).await;
     assert_eq!(h.op.state.rows(), 0);
+}
+
+#[tokio::test]
+async fn batches_larger_than_a_stored_batch_are_stored_in_slices_and_restore() {
+    // 1300 left rows in one batch: more than two stored batches' worth (512
+    // rows in tests). Keys i % 7 at time i; the right side probes keys 0..7.
+    let left: Vec<(i64, Option<i64>, i64)> = (0..1_300).map(|i| (i, Some(i % 7), i)).collect();
+    assert!(left.len() > 2 * STORED_BATCH_ROWS_MAX);
+    let right: Vec<(i64, Option<i64>, i64)> = (0..7).map(|k| (2_000, Some(k), 100 + k)).collect();
+    let expected = |cutoff: i64| {
+        let mut e: Vec<_> = left
+            .iter()
+            .filter(|l| l.0 >= cutoff)
+            .flat_map(|l| right.iter().filter(|r| r.1 == l.1).map(|r| (l.0, l.2, r.0, r.2)))
+            .collect();
+        e.sort_unstable();
+        e
+    };
+    let mut h = Harness::new(spec(false, Some(1_000), 10_000));
+    h.send(0, rows("l", &left)).await.unwrap();
+    assert_eq!(h.op.state.sides[0].batches.len(), 3);
+    assert_eq!(h.op.state.rows(), 1_300);
+    // Watermark 1_600: cutoff 600 frees the first stored batch (rows 0..512)
+    // and 88 rows of the second.
+    h.watermark(1_600).await;
+    assert_eq!(h.op.state.rows(), 700);
+    let snapshot = h.op.snapshot(1).await.unwrap();
+    let snapshot = crate::checkpoint::TaskState::decode(&snapshot.encode().unwrap()).unwrap();
+    let mut restored = Harness::new(spec(false, Some(1_000), 10_000));
+    restored.watermark = Watermark(1_600);
+    restored.op.restore(Some((1, snapshot))).await.unwrap();
+    assert_eq!(restored.op.state.rows(), 700);
+    for h in [&mut h, &mut restored] {
+        let got = h.send(1, rows("r", &right)).await.unwrap();
+        assert_eq!(got, expected(600));
+    }
 }
