@@ -412,10 +412,37 @@ async fn a_snapshot_shares_the_stored_arrays_instead_of_copying_rows() {
             "column {c} is the stored array, not a copy"
         );
     }
-    // The null-key row is not live: restore skips it.
-    let live = stored[0].column(n + 1).as_boolean().values().iter().collect::<Vec<_>>();
+    // Event times are read back from the batch's time column: only the
+    // live column is added. The null-key row is not live: restore skips it.
+    assert_eq!(stored[0].num_columns(), n + 1);
+    let live = stored[0].column(n).as_boolean().values().iter().collect::<Vec<_>>();
     assert_eq!(live, [true, false, true]);
     assert!(snapshot.batches("join.right.batches").is_none());
+}
+
+#[tokio::test]
+async fn checkpoints_that_stored_the_times_still_restore() {
+    // The layout before event times were read back from the batch: the
+    // times beside the columns (here deliberately not the event times, to
+    // see that the stored ones are used), then the live column.
+    let batch = rows("l", &[(10, Some(1), 10), (20, Some(2), 11), (30, Some(1), 12)]);
+    let times = Int64Array::from(vec![500, 10, 520]);
+    let live = BooleanBuffer::from(&[true, false, true][..]);
+    let old = snapshot_batch(snapshot_schema(&batch.schema(), true), &batch, Some(&times), live).unwrap();
+    let mut state = crate::checkpoint::TaskState::default();
+    state.put_batches("join.left.batches", vec![old]);
+    let state = crate::checkpoint::TaskState::decode(&state.encode().unwrap()).unwrap();
+    let mut h = Harness::new(spec(false, Some(100), 1_000));
+    h.op.restore(Some((1, state))).await.unwrap();
+    assert_eq!(h.op.state.rows(), 2);
+    // Watermark 550: cutoff 450 keeps both (stored times 500 and 520, not
+    // the event times 10 and 30).
+    h.watermark(550).await;
+    let out = h
+        .send(1, rows("r", &[(560, Some(1), 20), (560, Some(2), 21)]))
+        .await
+        .unwrap();
+    assert_eq!(out, vec![(10, 10, 560, 20), (30, 12, 560, 20)]);
 }
 
 #[test]
