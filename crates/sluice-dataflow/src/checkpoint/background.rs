@@ -45,18 +45,11 @@ fn queue() -> &'static mpsc::Sender<Job> {
     })
 }
 
-/// The one FFI call here (the workspace denies `unsafe` otherwise): the
-/// latency it buys is measured in README's Performance section.
 #[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
 fn lower_priority() {
-    // SAFETY: setpriority only reads its arguments; `0` is the calling thread.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICE) };
-    if rc != 0 {
-        tracing::warn!(
-            error = %std::io::Error::last_os_error(),
-            "could not lower the checkpoint thread's priority"
-        );
+    // `None` is the calling thread (Linux keeps a nice value per thread).
+    if let Err(error) = rustix::process::setpriority_process(None, NICE) {
+        tracing::warn!(%error, "could not lower the checkpoint thread's priority");
     }
 }
 
@@ -81,7 +74,6 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    #[allow(unsafe_code)]
     async fn jobs_run_in_order_on_one_lower_priority_thread() {
         let mut names = Vec::new();
         for i in 0..(QUEUE_MAX * 2) {
@@ -94,11 +86,8 @@ mod tests {
         assert!(names.iter().all(|n| n.as_deref() == Some("sluice-checkpoint")));
         #[cfg(target_os = "linux")]
         {
-            // SAFETY: as above; reads the checkpoint thread's own priority.
-            let nice = run(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) })
-                .await
-                .unwrap();
-            assert_eq!(nice, NICE);
+            let nice = run(|| rustix::process::getpriority_process(None)).await.unwrap();
+            assert_eq!(nice.unwrap(), NICE);
         }
     }
 

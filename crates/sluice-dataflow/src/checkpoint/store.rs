@@ -58,6 +58,11 @@ impl StateStore for LocalStateStore {
                 let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
                 f.write_all(&bytes).map_err(|e| io(&tmp, e))?;
                 f.sync_all().map_err(|e| io(&tmp, e))?;
+                // Written once, read only to recover: keeping it in the page
+                // cache (a GB every 10 s for a large join) only pushes the
+                // machine toward reclaiming memory, which can stall the
+                // tasks' allocations. Advice, so a failure changes nothing.
+                let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
             }
             std::fs::rename(&tmp, &target).map_err(|e| io(&target, e))?;
             // Make the rename itself durable.
