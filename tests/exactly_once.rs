@@ -290,13 +290,16 @@ fn complete_checkpoints(data_dir: &Path) -> Vec<(String, Vec<i64>)> {
 /// exists; every other pipeline has two complete checkpoints.
 fn each_can_fall_back(data_dir: &Path, output: &str, pipelines: usize) -> bool {
     let complete = complete_checkpoints(data_dir);
+    let markers: Vec<Option<i64>> = complete.iter().map(|(p, _)| kafka_marker(output, p)).collect();
+    // The Kafka sink must have committed (its marker read back): without
+    // this, a marker not yet visible — or a failed read of it — looked like
+    // a pipeline with no Kafka sink, and the kill came too early.
     complete.len() == pipelines
-        && complete
-            .iter()
-            .all(|(pipeline, ids)| match kafka_marker(output, pipeline) {
-                Some(m) => ids.iter().any(|id| *id < m),
-                None => ids.len() >= 2,
-            })
+        && markers.iter().any(Option::is_some)
+        && complete.iter().zip(&markers).all(|((_, ids), marker)| match marker {
+            Some(m) => ids.iter().any(|id| id < m),
+            None => ids.len() >= 2,
+        })
 }
 
 /// Corrupts one task file of checkpoint directory `dir`.
