@@ -301,6 +301,10 @@ async fn a_running_pipeline_shows_rates_its_dag_with_metrics_history_and_version
         "{view}"
     );
     assert_eq!(edges[3]["partitioning"], "single");
+    // The two projections sit behind forward edges: chained into the
+    // source's and the window's tasks.
+    let chained: Vec<bool> = edges.iter().map(|e| e["chained"].as_bool().unwrap()).collect();
+    assert_eq!(chained, [true, false, true, false], "{view}");
     // One instance per unit of parallelism, with counters and rates.
     for (op, p) in operators.iter().zip(&parallelism) {
         let instances = op["instances"].as_array().expect("instances");
@@ -369,12 +373,13 @@ async fn a_running_pipeline_shows_rates_its_dag_with_metrics_history_and_version
     }
     assert_eq!(get(&server, "/api/v1/pipelines/nope/history").await.0, 404);
 
-    // The worker runs exactly this pipeline's 9 tasks, and its heartbeat is fresh.
+    // The worker runs exactly this pipeline's tasks — 9 operator instances,
+    // 4 of them chained projections — and its heartbeat is fresh.
     let (_, cluster) = get_json(&server, "/api/v1/cluster").await;
     let worker = &cluster["workers"][0];
     assert_eq!(
         (worker["tasks"].as_u64(), worker["health"].as_str()),
-        (Some(9), Some("ok")),
+        (Some(5), Some("ok")),
         "{cluster}"
     );
     assert!(worker["slots"].as_u64().unwrap() >= 1);

@@ -70,6 +70,8 @@ export interface DagEdge {
   from: number;
   to: number;
   partitioning: string;
+  /** The downstream operator runs in the upstream's task (operator chaining). */
+  chained: boolean;
 }
 
 export interface Dag {

@@ -3,7 +3,7 @@
 // backpressure colour; `update` refreshes those without a new layout.
 
 import dagre from "@dagrejs/dagre";
-import type { Dag, DagOperator } from "./api";
+import type { Dag, DagEdge, DagOperator } from "./api";
 import { backpressureColour, duration, percent, rate } from "./format";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -14,6 +14,11 @@ function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string,
   const node = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
   return node;
+}
+
+/** A chained edge has no channel: both operators run in one task. */
+function edgeLabel(e: DagEdge): string {
+  return e.chained ? `${e.partitioning} · chained` : e.partitioning;
 }
 
 function shape(dag: Dag): string {
@@ -58,7 +63,7 @@ export class DagView {
     g.setGraph({ rankdir: "LR", nodesep: 30, ranksep: 56, marginx: 12, marginy: 12 });
     g.setDefaultEdgeLabel(() => ({}));
     for (const op of dag.operators) g.setNode(String(op.id), { width: NODE_WIDTH, height: NODE_HEIGHT });
-    for (const e of dag.edges) g.setEdge(String(e.from), String(e.to), { label: e.partitioning, width: 90, height: 16 });
+    for (const e of dag.edges) g.setEdge(String(e.from), String(e.to), { label: edgeLabel(e), width: 90, height: 16 });
     dagre.layout(g);
     const { width = 0, height = 0 } = g.graph();
     this.root.replaceChildren();
@@ -76,10 +81,10 @@ export class DagView {
       const edge = g.edge(String(e.from), String(e.to));
       const points = edge.points ?? [];
       const d = points.map((p, i) => `${i === 0 ? "M" : "L"}${p.x},${p.y}`).join(" ");
-      const group = svg("g", { class: "dag-edge", "data-from": e.from, "data-to": e.to });
+      const group = svg("g", { class: e.chained ? "dag-edge chained" : "dag-edge", "data-from": e.from, "data-to": e.to });
       group.append(svg("path", { d, "marker-end": "url(#arrow)" }));
       const label = svg("text", { x: edge.x ?? 0, y: (edge.y ?? 0) - 4, "text-anchor": "middle" });
-      label.textContent = e.partitioning;
+      label.textContent = edgeLabel(e);
       group.append(label);
       this.root.append(group);
     }

@@ -49,7 +49,7 @@ impl Worker {
         running
             .values()
             .filter(|r| r.status() == sluice_dataflow::deploy::PipelineStatus::Running)
-            .map(|r| r.metrics.len())
+            .map(|r| r.tasks)
             .sum()
     }
 

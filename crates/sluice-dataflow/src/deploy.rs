@@ -2,7 +2,9 @@
 //!
 //! [`deploy`] opens one channel per (edge, upstream instance, downstream
 //! instance) through the [`Transport`], builds each operator instance, and
-//! spawns it as a tokio task under a supervisor: a task that returns an
+//! spawns it as a tokio task (a filter/projection behind a forward edge runs
+//! inside its upstream's task instead: operator chaining, see
+//! [`crate::exchange`]) under a supervisor: a task that returns an
 //! error or panics marks the pipeline failed (with its operator id and the
 //! error) and stops the pipeline's other tasks. Nothing outside the pipeline
 //! is affected.
@@ -11,7 +13,7 @@ use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
 use crate::checkpoint::coordinator::{self, CheckpointHandles, PendingCheckpoints};
 use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint, TaskCheckpoint};
 use crate::computed::ComputedColumnsReader;
-use crate::exchange::{Output, OutputEdge};
+use crate::exchange::{Blame, Chained, Output, OutputEdge};
 use crate::join::JoinOperator;
 use crate::metrics::TaskMetrics;
 use crate::operator::Operator;
@@ -57,11 +59,17 @@ pub trait ConnectorFactory: Send + Sync {
 pub struct DeployConfig {
     /// Largest batch a source emits.
     pub batch_rows_max: usize,
+    /// Operator chaining: filters/projections behind a forward edge run in
+    /// their upstream's task ([`PhysicalDag::chained_into`]).
+    pub chain_operators: bool,
 }
 
 impl Default for DeployConfig {
     fn default() -> Self {
-        DeployConfig { batch_rows_max: 8192 }
+        DeployConfig {
+            batch_rows_max: 8192,
+            chain_operators: true,
+        }
     }
 }
 
@@ -98,7 +106,10 @@ impl PipelineStatus {
 /// A deployed pipeline: watch it, stop it, wait for it.
 pub struct PipelineRuntime {
     pub id: PipelineId,
+    /// One per operator instance, chained ones included.
     pub metrics: Vec<Arc<TaskMetrics>>,
+    /// Tasks running the pipeline (operator instances not chained into another's task).
+    pub tasks: usize,
     status: Arc<Mutex<PipelineStatus>>,
     cancel: CancellationToken,
     done: watch::Receiver<bool>,
@@ -172,11 +183,17 @@ type Channels = (
     HashMap<(OperatorId, u32), Vec<ChannelReceiver>>,
 );
 
-/// Opens the channels of every edge.
-fn open_channels(id: PipelineId, dag: &PhysicalDag, transport: &dyn Transport) -> Result<Channels> {
+/// Opens the channels of every edge, except edges into chained operators
+/// (those run in their upstream's task).
+fn open_channels(
+    id: PipelineId,
+    dag: &PhysicalDag,
+    transport: &dyn Transport,
+    chained: &dyn Fn(OperatorId) -> bool,
+) -> Result<Channels> {
     let mut outputs: HashMap<(OperatorId, u32), Vec<OutputEdge>> = HashMap::new();
     let mut inputs: HashMap<(OperatorId, u32), Vec<ChannelReceiver>> = HashMap::new();
-    for edge in &dag.edges {
+    for edge in dag.edges.iter().filter(|e| !chained(e.to)) {
         let from = dag
             .operator(edge.from)
             .ok_or_else(|| Error::internal("edge from unknown operator"))?;
@@ -263,7 +280,8 @@ pub fn deploy_with(
     config: &DeployConfig,
     plan: Option<CheckpointPlan>,
 ) -> Result<PipelineRuntime> {
-    let (mut outputs, mut inputs) = open_channels(id, dag, transport)?;
+    let chained = |op: OperatorId| config.chain_operators && dag.chained_into(op).is_some();
+    let (mut outputs, mut inputs) = open_channels(id, dag, transport, &chained)?;
     let restored_id = plan
         .as_ref()
         .and_then(|p| p.restored.as_ref().map(|r| r.id))
@@ -278,13 +296,27 @@ pub fn deploy_with(
         cancel: cancel.clone(),
         paused: paused_rx,
     };
-    let mut futures: Vec<(OperatorId, u32, TaskFuture)> = Vec::new();
+    let mut futures: Vec<(OperatorId, u32, Blame, TaskFuture)> = Vec::new();
     let mut metrics = Vec::new();
+    let mut metrics_of = HashMap::new();
     for op in &dag.operators {
         for instance in 0..op.parallelism {
             let m = TaskMetrics::new(op.id, instance, op.kind.name());
             metrics.push(m.clone());
-            let output = Output::new(outputs.remove(&(op.id, instance)).unwrap_or_default(), m.clone());
+            metrics_of.insert((op.id, instance), m);
+        }
+    }
+    for op in dag.operators.iter().filter(|o| !chained(o.id)) {
+        for instance in 0..op.parallelism {
+            let m = metrics_of[&(op.id, instance)].clone();
+            let blame = Blame::default();
+            let chain = TaskChain {
+                dag,
+                chained: &chained,
+                metrics: &metrics_of,
+                blame: &blame,
+            };
+            let output = chain.output(op.id, instance, &mut outputs)?;
             let task_inputs = inputs.remove(&(op.id, instance)).unwrap_or_default();
             let checkpoint = checkpoints.as_ref().map(|(p, handles, _)| TaskCheckpoint {
                 handles: CheckpointHandles::clone(handles),
@@ -304,7 +336,7 @@ pub fn deploy_with(
                 control.clone(),
                 checkpoint,
             )?;
-            futures.push((op.id, instance, fut));
+            futures.push((op.id, instance, blame, fut));
         }
     }
     let status = Arc::new(Mutex::new(PipelineStatus::Running));
@@ -316,6 +348,7 @@ pub fn deploy_with(
         let tasks: Vec<(OperatorId, u32)> = dag
             .operators
             .iter()
+            .filter(|o| !chained(o.id))
             .flat_map(|o| (0..o.parallelism).map(move |i| (o.id, i)))
             .collect();
         let book = PendingCheckpoints::new(tasks, plan.highest_id.max(restored_id) + 1);
@@ -334,7 +367,8 @@ pub fn deploy_with(
             fail,
         ));
     }
-    for (operator, instance, fut) in futures {
+    let tasks = futures.len();
+    for (operator, instance, blame, fut) in futures {
         let (status, cancel, remaining, done_tx) = (status.clone(), cancel.clone(), remaining.clone(), done_tx.clone());
         let coordinator_stop = coordinator_stop.clone();
         tokio::spawn(async move {
@@ -351,6 +385,8 @@ pub fn deploy_with(
                 Err(panic) => Some((format!("task panicked: {}", panic_message(&panic)), None)),
             };
             if let Some(error) = failure {
+                // An operator chained into this task may be the one that failed.
+                let (operator, instance) = blame.get().copied().unwrap_or((operator, instance));
                 let after_cancel = cancel.is_cancelled();
                 if !after_cancel {
                     tracing::warn!(pipeline = %id, operator = %operator, instance, error = %error.0, "task failed");
@@ -376,11 +412,57 @@ pub fn deploy_with(
     Ok(PipelineRuntime {
         id,
         metrics,
+        tasks,
         status,
         cancel,
         done: done_rx,
         paused,
     })
+}
+
+/// Builds a task's [`Output`] with the operators chained into it.
+struct TaskChain<'a> {
+    dag: &'a PhysicalDag,
+    chained: &'a dyn Fn(OperatorId) -> bool,
+    metrics: &'a HashMap<(OperatorId, u32), Arc<TaskMetrics>>,
+    blame: &'a Blame,
+}
+
+impl TaskChain<'_> {
+    /// The output of instance `instance` of `op`: its channel edges, and
+    /// each chained downstream operator with its own output (recursively;
+    /// chained operators are reached by forward edges, so same instance).
+    fn output(
+        &self,
+        op: OperatorId,
+        instance: u32,
+        channels: &mut HashMap<(OperatorId, u32), Vec<OutputEdge>>,
+    ) -> Result<Output> {
+        let edges = channels.remove(&(op, instance)).unwrap_or_default();
+        let mut chain = Vec::new();
+        for edge in self.dag.outputs_of(op).into_iter().filter(|e| (self.chained)(e.to)) {
+            let to = self
+                .dag
+                .operator(edge.to)
+                .ok_or_else(|| Error::internal("edge to unknown operator"))?;
+            let OperatorKind::Project(spec) = &to.kind else {
+                return Err(Error::internal("only filters/projections are chained"));
+            };
+            chain.push(Chained {
+                operator: to.id,
+                instance,
+                project: ProjectOperator::new(spec, to.output_schema.clone())?,
+                metrics: self.metrics[&(to.id, instance)].clone(),
+                output: self.output(to.id, instance, channels)?,
+                blame: self.blame.clone(),
+            });
+        }
+        Ok(Output::with_chained(
+            edges,
+            chain,
+            self.metrics[&(op, instance)].clone(),
+        ))
+    }
 }
 
 /// What the pipeline tells every task: stop, and (sources) pause.

@@ -245,3 +245,168 @@ fn the_failing_task_is_reported_not_its_upstream_that_lost_its_downstream() {
     mark_failed(&s, OperatorId(3), 0, cause, true);
     assert_eq!(*s.lock().unwrap(), PipelineStatus::Running);
 }
+
+/// A sink that keeps every value of its first column.
+struct CollectSink(Arc<Mutex<Vec<i64>>>);
+
+#[async_trait]
+impl Operator for CollectSink {
+    async fn process_batch(&mut self, batch: RecordBatch, _: usize, _: &mut OperatorContext<'_>) -> Result<()> {
+        let values = batch.column(0).as_any().downcast_ref::<Int64Array>().expect("int64");
+        self.0.lock().unwrap().extend(values.values().iter().copied());
+        Ok(())
+    }
+}
+
+struct CollectConnectors {
+    batches: u64,
+    values: Arc<Mutex<Vec<i64>>>,
+}
+
+impl ConnectorFactory for CollectConnectors {
+    fn source(&self, _: &SourceSpec, _: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn SourceReader>> {
+        // Each instance counts from its own start: instance i emits
+        // i·1_000_000 onwards.
+        Ok(Box::new(CountingReader {
+            next: ctx.instance as i64 * 1_000_000,
+            batches_left: Some(self.batches),
+        }))
+    }
+    fn sink(&self, _: &SinkSpec, _: &SchemaRef, _: &InstanceContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(CollectSink(self.values.clone())))
+    }
+}
+
+/// source (p=2) → filter/project → project → sink (p=1): both projects sit
+/// behind forward edges, so they are chained into the source tasks.
+fn source_project_project_sink(second_expr: &str) -> PhysicalDag {
+    let mut dag = source_to_sink();
+    let project = |filter: Option<&str>, expr: &str| {
+        OperatorKind::Project(sluice_plan::ProjectSpec {
+            input_schema: schema(),
+            filter: filter.map(String::from),
+            exprs: vec![expr.to_string()],
+        })
+    };
+    dag.operators[0].parallelism = 2;
+    let sink = dag.operators.pop().unwrap();
+    dag.operators.push(OperatorSpec {
+        id: OperatorId(1),
+        kind: project(Some("x % 3 <> 0"), "x * 2"),
+        parallelism: 2,
+        output_schema: schema(),
+    });
+    dag.operators.push(OperatorSpec {
+        id: OperatorId(2),
+        kind: project(None, second_expr),
+        parallelism: 2,
+        output_schema: schema(),
+    });
+    dag.operators.push(OperatorSpec {
+        id: OperatorId(3),
+        ..sink
+    });
+    let edge = |id: u32, from: u32, to: u32, partitioning| EdgeSpec {
+        id: EdgeId(id),
+        from: OperatorId(from),
+        to: OperatorId(to),
+        partitioning,
+    };
+    dag.edges = vec![
+        edge(0, 0, 1, Partitioning::Forward),
+        edge(1, 1, 2, Partitioning::Forward),
+        edge(2, 2, 3, Partitioning::Single),
+    ];
+    dag
+}
+
+#[tokio::test]
+async fn chained_operators_give_the_rows_unchained_ones_give_with_fewer_tasks() {
+    let dag = source_project_project_sink("x + 1");
+    assert_eq!(dag.chained_into(OperatorId(1)), Some(OperatorId(0)));
+    assert_eq!(dag.chained_into(OperatorId(2)), Some(OperatorId(1)));
+    assert_eq!(dag.chained_into(OperatorId(3)), None, "a sink is never chained");
+    let batches = 30u64;
+    // Computed here, not by the engine: each source instance's values,
+    // filtered and mapped as the two projects say.
+    let mut expected: Vec<i64> = (0..2i64)
+        .flat_map(|i| i * 1_000_000..i * 1_000_000 + batches as i64 * BATCH_ROWS as i64)
+        .filter(|x| x % 3 != 0)
+        .map(|x| x * 2 + 1)
+        .collect();
+    expected.sort_unstable();
+    for chain_operators in [true, false] {
+        let values = Arc::new(Mutex::new(Vec::new()));
+        let connectors = CollectConnectors {
+            batches,
+            values: values.clone(),
+        };
+        let config = DeployConfig {
+            chain_operators,
+            ..DeployConfig::default()
+        };
+        let runtime = deploy(
+            PipelineId(1),
+            &dag,
+            &connectors,
+            &InProcessTransport::default(),
+            &config,
+        )
+        .unwrap();
+        assert_eq!(runtime.wait().await, PipelineStatus::Finished);
+        let mut got = values.lock().unwrap().clone();
+        got.sort_unstable();
+        assert_eq!(got, expected, "chaining {chain_operators}");
+        // Two source tasks and the sink; unchained, two tasks per project more.
+        assert_eq!(runtime.tasks, if chain_operators { 3 } else { 7 });
+        assert_eq!(runtime.metrics.len(), 7, "every operator instance keeps its metrics");
+        let rows = |op: u32, f: fn(&TaskMetrics) -> u64| -> u64 {
+            runtime
+                .metrics
+                .iter()
+                .filter(|m| m.operator == OperatorId(op))
+                .map(|m| f(m))
+                .sum()
+        };
+        let all = 2 * batches * BATCH_ROWS as u64;
+        assert_eq!(rows(1, |m| m.rows_in.load(Ordering::Relaxed)), all);
+        assert_eq!(rows(2, |m| m.rows_in.load(Ordering::Relaxed)), expected.len() as u64);
+        assert_eq!(rows(2, |m| m.rows_out.load(Ordering::Relaxed)), expected.len() as u64);
+        for m in runtime.metrics.iter().filter(|m| m.kind == "project") {
+            assert_eq!(
+                m.watermark_ms.load(Ordering::Relaxed),
+                Watermark::MAX.0,
+                "end of input reached it"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failing_chained_operator_is_the_one_reported() {
+    // Source row 751 passes the filter and reaches the second project as
+    // 1502, which it divides by zero.
+    let dag = source_project_project_sink("10 / (x - 1502)");
+    let connectors = CollectConnectors {
+        batches: 100,
+        values: Arc::new(Mutex::new(Vec::new())),
+    };
+    let runtime = deploy(
+        PipelineId(1),
+        &dag,
+        &connectors,
+        &InProcessTransport::default(),
+        &DeployConfig::default(),
+    )
+    .unwrap();
+    match runtime.wait().await {
+        PipelineStatus::Failed {
+            operator, error, code, ..
+        } => {
+            assert_eq!(operator, OperatorId(2), "{error}");
+            assert!(error.contains("division by zero"), "{error}");
+            assert_eq!(code, Some(SqlCode::DivisionByZero), "{error}");
+        }
+        other => panic!("expected a failed pipeline, got {other:?}"),
+    }
+}

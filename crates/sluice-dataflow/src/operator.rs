@@ -25,9 +25,10 @@ fn downstream_gone() -> Error {
 }
 
 impl OperatorContext<'_> {
-    /// Emits rows downstream (waits for credits: backpressure).
+    /// Emits rows downstream (waits for credits: backpressure). Fails when
+    /// downstream went away or an operator chained into this task fails.
     pub async fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        self.output.send_batch(batch).await.map_err(|_| downstream_gone())
+        self.output.send_batch(batch).await
     }
 
     /// Emits a watermark downstream.

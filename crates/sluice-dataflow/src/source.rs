@@ -254,7 +254,7 @@ impl SourceTask {
                     };
                     generator.on_data(partition, max_ms, Instant::now());
                     self.metrics.add_rows_in(batch.num_rows());
-                    self.output.send_batch(batch).await.map_err(|_| closed())?;
+                    self.output.send_batch(batch).await?;
                 }
             }
             if let Some(message) = generator.poll() {

@@ -6,7 +6,8 @@ use crate::{OperatorKind, PhysicalDag, WindowKind};
 pub const EXPLAIN_COLUMNS: [&str; 6] = ["operator_id", "kind", "parallelism", "detail", "inputs", "schema"];
 
 /// One row per operator: id, kind, parallelism, detail, its input edges
-/// (`op <id> <partitioning>`), and its output columns.
+/// (`op <id> <partitioning>`, `(chained)` when the operator runs in that
+/// upstream's task), and its output columns.
 pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 6]> {
     dag.operators
         .iter()
@@ -18,6 +19,10 @@ pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 6]> {
                     crate::Partitioning::Hash(cols) => {
                         let keys: Vec<String> = cols.iter().map(|c| column_label(dag, e.from, *c)).collect();
                         format!("op {} hash({})", e.from, keys.join(", "))
+                    }
+                    // A chained operator runs in its upstream's task.
+                    crate::Partitioning::Forward if dag.chained_into(op.id) == Some(e.from) => {
+                        format!("op {} forward (chained)", e.from)
                     }
                     other => format!("op {} {}", e.from, other.describe(&crate::empty_schema())),
                 })

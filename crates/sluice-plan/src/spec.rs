@@ -26,6 +26,19 @@ impl PhysicalDag {
     pub fn outputs_of(&self, id: OperatorId) -> Vec<&EdgeSpec> {
         self.edges.iter().filter(|e| e.from == id).collect()
     }
+    /// The operator whose task operator `id` runs in, if it is chained
+    /// (operator chaining): a filter/projection whose only input is a
+    /// forward edge runs on its upstream's output in the upstream's task.
+    pub fn chained_into(&self, id: OperatorId) -> Option<OperatorId> {
+        let op = self.operator(id)?;
+        if !matches!(op.kind, OperatorKind::Project(_)) {
+            return None;
+        }
+        match self.inputs_of(id).as_slice() {
+            [e] if e.partitioning == Partitioning::Forward => Some(e.from),
+            _ => None,
+        }
+    }
     /// Source operators.
     pub fn sources(&self) -> impl Iterator<Item = &OperatorSpec> {
         self.operators

@@ -173,7 +173,8 @@ fn columns(op: &OperatorSpec) -> Vec<Value> {
 }
 
 /// A DAG as a graph: operators (kind, parallelism, what they do, output
-/// columns, and with `instances` their metrics) and edges with partitioning.
+/// columns, and with `instances` their metrics) and edges with partitioning
+/// (and whether the edge is chained: no channel, one task).
 /// Connector options are not part of it (EXPLAIN's detail names only the
 /// stream or target), so no secret can leak through it.
 pub fn dag_view(dag: &PhysicalDag, instances: Option<&[Value]>, now_ms: i64) -> Value {
@@ -206,7 +207,14 @@ pub fn dag_view(dag: &PhysicalDag, instances: Option<&[Value]>, now_ms: i64) -> 
                 .operator(e.from)
                 .map(|o| o.output_schema.clone())
                 .unwrap_or_else(sluice_plan::empty_schema);
-            json!({ "id": e.id.0, "from": e.from.0, "to": e.to.0, "partitioning": e.partitioning.describe(&schema) })
+            json!({
+                "id": e.id.0,
+                "from": e.from.0,
+                "to": e.to.0,
+                "partitioning": e.partitioning.describe(&schema),
+                // The downstream operator runs in the upstream's task.
+                "chained": dag.chained_into(e.to) == Some(e.from),
+            })
         })
         .collect();
     json!({ "operators": operators, "edges": edges })
