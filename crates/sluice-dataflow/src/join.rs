@@ -11,6 +11,15 @@
 //! columns, then right columns; output gathered with `take` and
 //! `interleave`, no per-row copies of values) and is then stored.
 //!
+//! A side that is stored often and probed rarely — a stream joined to a
+//! window's results, like Nexmark q7's bids to each window's highest price
+//! — drops its index: inserting tens of millions of rows into a large hash
+//! table costs a cache miss or two per row, while a rare probe can read
+//! every held row's 4-byte hash tag in order instead. Each side weighs the
+//! two by what it lately stored and was probed with and switches when the
+//! other way is clearly cheaper (`SideState::choose_strategy`); either way
+//! a probe finds the same rows in the same order.
+//!
 //! State is freed by time ([`JoinState::expire`], pure bookkeeping):
 //! - a *windowed* join (the keys pair both sides' event-time columns, e.g.
 //!   both `window_end`s) frees the rows of a time once the low watermark has
@@ -104,10 +113,15 @@ struct StoredBatch {
     /// Rows that were stored (a row with a null key or that arrived late
     /// is not).
     stored: BooleanBuffer,
-    /// The previous stored row with the same key, or [`NO_ROW`].
+    /// The previous stored row with the same key, or [`NO_ROW`] (empty
+    /// while the side is scanned, not indexed).
     prev: Vec<Seq>,
-    /// The earliest time of a stored row.
+    /// Where the batch's rows' tags start in the side's `tags` (counted
+    /// from the side's first row ever; see [`SideState::tags`]).
+    first_tag: u64,
+    /// The earliest and latest times of a stored row.
     min_time: i64,
+    max_time: i64,
     /// The batch as a snapshot holds it while every stored row lives (its
     /// columns, times and `stored`; shared arrays): built once when stored,
     /// so a checkpoint of tens of thousands of batches does not stall the
@@ -187,6 +201,35 @@ struct SideState {
     /// arrival times; event times are read back from the batch's own
     /// event-time column (8 bytes a row less in every checkpoint).
     snapshot_times: bool,
+    /// Whether the key index is kept; otherwise probes scan the stored
+    /// rows' hash tags (see [`SideState::choose_strategy`]).
+    indexed: bool,
+    /// While scanned: every held batch's rows' tags, in arrival order, in
+    /// one ring, so a scan reads one contiguous run of memory (not tens of
+    /// thousands of small arrays). Empty while indexed.
+    tags: VecDeque<Tag>,
+    /// The position of `tags[0]` counted from the side's first row ever.
+    tags_start: u64,
+    /// Rows stored and rows a probe scanned (or would have scanned) lately,
+    /// halved every [`STRATEGY_WINDOW_ROWS`] stored rows.
+    stored_lately: u64,
+    scanned_lately: u64,
+}
+
+/// What indexing a stored row costs, in scanned rows: an insert into a
+/// large index is a cache miss or two; a scan reads 4 bytes a row in order.
+const INDEX_ROW_COST: u64 = 64;
+
+/// Stored rows between strategy decisions (and the halving of the costs).
+const STRATEGY_WINDOW_ROWS: u64 = if cfg!(test) { 4096 } else { 1 << 20 };
+
+/// 16 bits of a key's hash that scans compare: 2 bytes a row to read
+/// (the scan is bound by memory bandwidth); one row in 65 536 matches a
+/// tag by chance and has its key compared in vain.
+type Tag = u16;
+
+fn tag(hash: u64) -> Tag {
+    (hash >> 40) as Tag
 }
 
 /// The batch holding row `seq` and the row in it; `None` once freed.
@@ -212,6 +255,11 @@ impl Default for SideState {
             sweep_next: 0,
             snapshot_schema: None,
             snapshot_times: true,
+            indexed: true,
+            tags: VecDeque::new(),
+            tags_start: 0,
+            stored_lately: 0,
+            scanned_lately: 0,
         }
     }
 }
@@ -222,6 +270,16 @@ impl SideState {
     fn keys(&self) -> usize {
         let live = |h: &&Head| locate(&self.batches, self.freed, h.newest).is_some();
         self.index.iter().map(|t| t.iter().filter(live).count()).sum()
+    }
+
+    /// Switches to scanning (`false`) or indexing (`true`) now.
+    #[cfg(test)]
+    fn force_strategy(&mut self, indexed: bool, hasher: &DefaultHashBuilder) {
+        match (self.indexed, indexed) {
+            (false, true) => self.build_index(hasher),
+            (true, false) => self.drop_index(hasher),
+            _ => {}
+        }
     }
 
     /// Index entries, stale ones included.
@@ -279,7 +337,13 @@ impl SideState {
         let number = self.next;
         let n = batch.num_rows();
         debug_assert!(n <= STORED_BATCH_ROWS_MAX, "callers slice larger batches");
-        let mut prev = vec![NO_ROW; n];
+        let mut prev = Vec::new();
+        let first_tag = self.tags_start + self.tags.len() as u64;
+        if self.indexed {
+            prev = vec![NO_ROW; n];
+        } else {
+            self.tags.extend(hashes.iter().map(|h| tag(*h)));
+        }
         let SideState {
             index, batches, freed, ..
         } = self;
@@ -289,7 +353,8 @@ impl SideState {
                 _ => locate(batches, *freed, s).map(|(b, r)| b.keys.row(r).data()),
             }
         };
-        for r in (0..n).filter(|r| stored[*r]) {
+        let indexed = !prev.is_empty();
+        for r in (0..n).filter(|r| indexed && stored[*r]) {
             let (hash, seq) = (hashes[r], seq(number, r));
             let key = keys.row(r).data();
             let index = &mut index[shard(hash)];
@@ -306,11 +371,10 @@ impl SideState {
                 }
             }
         }
-        let min_time = (0..n)
+        let (min_time, max_time) = (0..n)
             .filter(|r| stored[*r])
             .map(|r| times[r])
-            .min()
-            .unwrap_or(i64::MAX);
+            .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
         let times = Int64Array::from(times.to_vec());
         let stored = BooleanBuffer::from(stored);
         let schema = self
@@ -326,10 +390,13 @@ impl SideState {
             times,
             stored,
             prev,
+            first_tag,
+            max_time,
             snapshot,
         });
         self.next = number + 1;
         self.rows += count;
+        self.stored_lately += count as u64;
         Ok(())
     }
 
@@ -341,6 +408,12 @@ impl SideState {
         let mut freed_rows = 0;
         let SideState { batches, freed, .. } = self;
         'batches: while let Some(front) = batches.front() {
+            if *freed == 0 && front.max_time < cutoff {
+                // Every stored row of the batch expired (the common case).
+                freed_rows += front.stored.count_set_bits();
+                batches.pop_front();
+                continue;
+            }
             while *freed < front.batch.num_rows() {
                 let r = *freed;
                 if front.stored.value(r) {
@@ -355,8 +428,16 @@ impl SideState {
             *freed = 0;
         }
         self.rows -= freed_rows;
-        self.sweep_budget = self.sweep_budget.saturating_add(2 * freed_rows);
-        self.sweep();
+        if self.indexed {
+            self.sweep_budget = self.sweep_budget.saturating_add(2 * freed_rows);
+            self.sweep();
+        } else {
+            // The freed batches' tags leave the ring.
+            let end = self.tags_start + self.tags.len() as u64;
+            let keep_from = self.batches.front().map_or(end, |b| b.first_tag);
+            self.tags.drain(..(keep_from - self.tags_start) as usize);
+            self.tags_start = keep_from;
+        }
         freed_rows
     }
 
@@ -379,6 +460,147 @@ impl SideState {
             shard.retain(|h| locate(batches, *freed, h.newest).is_some());
             *sweep_next = (*sweep_next + 1) % INDEX_SHARDS;
         }
+    }
+
+    /// Appends the stored rows that have not expired (`time >= cutoff`)
+    /// and whose keys equal a probing row's to `out`: (probing row, stored
+    /// row), by probing row, oldest stored row first — what [`Self::probe`]
+    /// gives, found by one pass over the rows' hash tags instead of the
+    /// index. `probing` are (hash, row) of the probing rows.
+    fn scan(&self, keys: &Rows, probing: &[(u64, u32)], cutoff: i64, out: &mut Vec<(u32, Entry)>) {
+        let mut wanted: Vec<(Tag, u32)> = probing.iter().map(|(h, r)| (tag(*h), *r)).collect();
+        wanted.sort_unstable();
+        let start = out.len();
+        // The row at ring position `pos` (a tag matched): its batch is the
+        // last one starting at or before it.
+        let mut candidate = |pos: u64, probe_row: u32| {
+            let at = self.batches.partition_point(|b| b.first_tag <= pos);
+            let Some(b) = at.checked_sub(1).and_then(|at| self.batches.get(at)) else {
+                return;
+            };
+            // (Rows of the front batch already freed are expired or were
+            // never stored: the checks below skip them.)
+            let r = (pos - b.first_tag) as usize;
+            if b.stored.value(r)
+                && b.times.value(r) >= cutoff
+                && b.keys.row(r).data() == keys.row(probe_row as usize).data()
+            {
+                out.push((
+                    probe_row,
+                    Entry {
+                        batch: b.number,
+                        row: r as u32,
+                    },
+                ));
+            }
+        };
+        let (front, back) = self.tags.as_slices();
+        for (first, tags) in [(self.tags_start, front), (self.tags_start + front.len() as u64, back)] {
+            if let [(t, probe_row)] = wanted[..] {
+                // One probing key (a window's result): compare 32 tags at a
+                // time, which compiles to vector compares.
+                for (c, chunk) in tags.chunks(32).enumerate() {
+                    if chunk.iter().fold(false, |any, x| any | (*x == t)) {
+                        for (i, x) in chunk.iter().enumerate() {
+                            if *x == t {
+                                candidate(first + (c * 32 + i) as u64, probe_row);
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            for (i, x) in tags.iter().enumerate() {
+                let from = wanted.partition_point(|(w, _)| w < x);
+                for (_, probe_row) in wanted[from..].iter().take_while(|(w, _)| w == x) {
+                    candidate(first + i as u64, *probe_row);
+                }
+            }
+        }
+        out[start..].sort_unstable_by_key(|(p, e)| (*p, e.batch, e.row));
+    }
+
+    /// Keeps the key index or scans, whichever costs less lately: an index
+    /// costs [`INDEX_ROW_COST`] per stored row, a scan one per held row
+    /// per probing batch. A side that is stored often and probed rarely (a
+    /// stream joined to a window's results: q7) is scanned; one probed
+    /// about as often as it is stored keeps its index. Decided every
+    /// [`STRATEGY_WINDOW_ROWS`] stored rows; a scanned side whose probes
+    /// turn out dearer than indexing goes back at once (bounded waste).
+    fn choose_strategy(&mut self, hasher: &DefaultHashBuilder) {
+        let index_cost = self.stored_lately * INDEX_ROW_COST;
+        if !self.indexed && self.scanned_lately > index_cost.max(STRATEGY_WINDOW_ROWS * INDEX_ROW_COST) {
+            self.build_index(hasher);
+        } else if self.stored_lately >= STRATEGY_WINDOW_ROWS {
+            if self.indexed && self.scanned_lately * 4 < index_cost {
+                self.drop_index(hasher);
+            }
+        } else {
+            return;
+        }
+        // The next decision weighs the recent past half.
+        self.stored_lately /= 2;
+        self.scanned_lately /= 2;
+    }
+
+    /// Indexes the held rows (in arrival order, so chains run newest to
+    /// oldest as if they had been indexed when stored).
+    fn build_index(&mut self, hasher: &DefaultHashBuilder) {
+        let SideState {
+            index, batches, freed, ..
+        } = self;
+        for at in 0..batches.len() {
+            let first = if at == 0 { *freed } else { 0 };
+            let (done, rest) = batches.make_contiguous().split_at_mut(at);
+            let b = &mut rest[0];
+            b.prev = vec![NO_ROW; b.batch.num_rows()];
+            for r in (first..b.batch.num_rows()).filter(|r| b.stored.value(*r)) {
+                let key = b.keys.row(r).data();
+                let hash = hasher.hash_one(key);
+                let key_at = |s: Seq| -> Option<&[u8]> {
+                    match split(s) {
+                        (n, r) if n == b.number => Some(b.keys.row(r).data()),
+                        (n, r) => {
+                            let i = usize::try_from(n.checked_sub(done.first()?.number)?).ok()?;
+                            done.get(i).map(|d| d.keys.row(r).data())
+                        }
+                    }
+                };
+                let same_key =
+                    |h: &Head| h.hash == hash && h.inline_eq(key).unwrap_or_else(|| key_at(h.newest) == Some(key));
+                let shard = &mut index[shard(hash)];
+                match shard.find_mut(hash, same_key) {
+                    Some(head) => {
+                        b.prev[r] = head.newest;
+                        head.newest = seq(b.number, r);
+                    }
+                    None => {
+                        shard.insert_unique(hash, Head::new(hash, seq(b.number, r), key), |h| h.hash);
+                    }
+                }
+            }
+        }
+        self.tags.clear();
+        self.indexed = true;
+    }
+
+    /// Drops the key index; held rows get the hash tags scans compare.
+    fn drop_index(&mut self, hasher: &DefaultHashBuilder) {
+        self.index = (0..INDEX_SHARDS).map(|_| HashTable::new()).collect();
+        self.sweep_budget = 0;
+        let SideState {
+            batches,
+            tags,
+            tags_start,
+            ..
+        } = self;
+        tags.clear();
+        for b in batches {
+            b.prev = Vec::new();
+            b.first_tag = *tags_start + tags.len() as u64;
+            tags.extend((0..b.batch.num_rows()).map(|r| tag(hasher.hash_one(b.keys.row(r).data()))));
+        }
+        self.indexed = false;
     }
 
     /// Whether each row of a stored batch is live at `cutoff`.
@@ -466,17 +688,27 @@ impl JoinState {
         store: &[bool],
     ) -> Result<Matches> {
         let hashes = self.hashes(&keys, store);
-        let other = &self.sides[1 - side];
+        let probing: Vec<(u64, u32)> = (0..batch.num_rows())
+            .filter(|r| store[*r])
+            .map(|r| (hashes[r], r as u32))
+            .collect();
+        let other = &mut self.sides[1 - side];
         let mut matches = Vec::new();
-        if other.rows > 0 {
-            for r in (0..batch.num_rows()).filter(|r| store[*r]) {
-                other.probe(
-                    keys.row(r).data(),
-                    hashes[r],
-                    self.cutoffs[1 - side],
-                    r as u32,
-                    &mut matches,
-                );
+        if other.rows > 0 && !probing.is_empty() {
+            // One pass over the held rows (a few times dearer per row with
+            // many probing keys: a search per row).
+            let per_row = if probing.len() == 1 { 1 } else { 4 };
+            other.scanned_lately = other.scanned_lately.saturating_add(per_row * other.rows as u64);
+            other.choose_strategy(&self.hasher);
+            let cutoff = self.cutoffs[1 - side];
+            if other.indexed {
+                for (hash, r) in &probing {
+                    other.probe(keys.row(*r as usize).data(), *hash, cutoff, *r, &mut matches);
+                }
+            } else {
+                let started = std::time::Instant::now();
+                other.scan(&keys, &probing, cutoff, &mut matches);
+                tracing::debug!(rows = other.rows, keys = probing.len(), took = ?started.elapsed(), "join scan");
             }
         }
         self.store(side, batch, keys, hashes, times, store)?;
@@ -506,7 +738,11 @@ impl JoinState {
                 ),
             ));
         }
-        self.sides[side].store(batch, keys, hashes, times, store, count)
+        let hasher = &self.hasher;
+        let state = &mut self.sides[side];
+        state.store(batch, keys, hashes, times, store, count)?;
+        state.choose_strategy(hasher);
+        Ok(())
     }
 
     /// `side`'s stored batches as they are (shared arrays, no copy of

@@ -138,10 +138,36 @@ async fn matches_a_nested_loop_over_interleaved_batches() {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (seed >> 33) as i64
     };
+    // Each side indexed or scanned, and switching in the middle.
+    for (flip_at, start) in [
+        (99, [true, true]),
+        (99, [false, true]),
+        (99, [true, false]),
+        (10, [false, false]),
+        (10, [true, true]),
+    ] {
+        nested_loop_rounds(&mut next, flip_at, start).await;
+    }
+}
+
+/// 20 rounds of random batches on random sides, the sides indexed as in
+/// `start` (`true`: indexed, `false`: scanned), each flipped at round
+/// `flip_at`; the joined rows must be the nested loop's.
+async fn nested_loop_rounds(next: &mut impl FnMut() -> i64, flip_at: i64, start: [bool; 2]) {
     let mut h = Harness::new(spec(false, None, 1_000_000));
+    let set = |h: &mut Harness, modes: [bool; 2]| {
+        let JoinState { sides, hasher, .. } = &mut h.op.state;
+        for (side, indexed) in sides.iter_mut().zip(modes) {
+            side.force_strategy(indexed, hasher);
+        }
+    };
+    set(&mut h, start);
     let (mut left, mut right) = (Vec::new(), Vec::new());
     let mut got = Vec::new();
     for round in 0..20 {
+        if round == flip_at {
+            set(&mut h, start.map(|i| !i));
+        }
         let batch: Vec<(i64, Option<i64>, i64)> = (0..(next() % 9))
             .map(|i| (round * 100 + i, Some(next() % 8).filter(|k| *k != 7), next() % 1000))
             .collect();
@@ -168,7 +194,7 @@ async fn matches_a_nested_loop_over_interleaved_batches() {
     expected.sort_unstable();
     got.sort_unstable();
     assert!(!expected.is_empty());
-    assert_eq!(got, expected);
+    assert_eq!(got, expected, "sides indexed {start:?}, flipped at round {flip_at}");
 }
 
 #[tokio::test]
@@ -269,7 +295,11 @@ fn left_times_matching_with(s: &JoinState, k: i64, encode: fn(&[i64]) -> Rows) -
     let keys = encode(&[k]);
     let hashes = s.hashes(&keys, &[true]);
     let mut out = Vec::new();
-    s.sides[0].probe(keys.row(0).data(), hashes[0], s.cutoffs[0], 0, &mut out);
+    if s.sides[0].indexed {
+        s.sides[0].probe(keys.row(0).data(), hashes[0], s.cutoffs[0], 0, &mut out);
+    } else {
+        s.sides[0].scan(&keys, &[(hashes[0], 0)], s.cutoffs[0], &mut out);
+    }
     out.iter()
         .map(|(_, e)| s.sides[0].batch(e.batch).unwrap().times.value(e.row as usize))
         .collect()
@@ -336,14 +366,21 @@ fn keys_that_collide_in_one_batch_chain_to_each_other() {
         store_left(&mut s, chunk);
     }
     s.expire(1_000);
-    for k in [0, 1, 17, 612] {
-        let expected: Vec<i64> = input
-            .iter()
-            .filter(|(t, kk)| *kk == k && *t >= 1_000)
-            .map(|r| r.0)
-            .collect();
-        assert!(!expected.is_empty());
-        assert_eq!(left_times_matching(&s, k), expected, "key {k}");
+    // Stored and never probed, the side went from its index to scans;
+    // the index rebuilt from the held rows must chain them as well.
+    assert!(!s.sides[0].indexed);
+    for indexed in [false, true] {
+        let JoinState { sides, hasher, .. } = &mut s;
+        sides[0].force_strategy(indexed, hasher);
+        for k in [0, 1, 17, 612] {
+            let expected: Vec<i64> = input
+                .iter()
+                .filter(|(t, kk)| *kk == k && *t >= 1_000)
+                .map(|r| r.0)
+                .collect();
+            assert!(!expected.is_empty());
+            assert_eq!(left_times_matching(&s, k), expected, "key {k}, indexed {indexed}");
+        }
     }
     assert_eq!(s.rows(), 4_000);
 }
@@ -502,6 +539,16 @@ fn row_numbers_split_into_batch_and_row() {
 
 #[tokio::test]
 async fn interval_join_matches_a_nested_loop_and_frees_rows_behind_the_interval() {
+    // Left indexed; left scanned (q7's shape); left switching to scanned
+    // and back while rows expire.
+    for switches in [vec![], vec![0], vec![17, 41]] {
+        interval_join_rounds(&switches).await;
+    }
+}
+
+/// The interval join over 60 rounds, flipping the left side between
+/// indexed and scanned at the rounds in `switches`.
+async fn interval_join_rounds(switches: &[i64]) {
     // R.t - 30 <= L.t <= R.t + 10: a left row can match right rows up to
     // 30 ms after it, a right row left rows up to 10 ms after it.
     let (a, b) = (30, 10);
@@ -516,6 +563,11 @@ async fn interval_join_matches_a_nested_loop_and_frees_rows_behind_the_interval(
     let (mut left, mut right, mut got) = (Vec::new(), Vec::new(), Vec::new());
     let mut late = 0;
     for round in 0..60 {
+        if switches.contains(&round) {
+            let JoinState { sides, hasher, .. } = &mut h.op.state;
+            let indexed = !sides[0].indexed;
+            sides[0].force_strategy(indexed, hasher);
+        }
         let watermark = round * 10;
         h.watermark(watermark).await;
         for input in [0, 1] {
@@ -563,7 +615,7 @@ async fn interval_join_matches_a_nested_loop_and_frees_rows_behind_the_interval(
     expected.sort_unstable();
     got.sort_unstable();
     assert!(expected.len() > 50, "{} matches", expected.len());
-    assert_eq!(got, expected);
+    assert_eq!(got, expected, "left flipped at rounds {switches:?}");
     h.watermark(i64::MAX).await;
     assert_eq!(h.op.state.rows(), 0);
 }
@@ -601,5 +653,61 @@ async fn batches_larger_than_a_stored_batch_are_stored_in_slices_and_restore() {
     for h in [&mut h, &mut restored] {
         let got = h.send(1, rows("r", &right)).await.unwrap();
         assert_eq!(got, expected(600));
+    }
+}
+
+#[test]
+fn a_side_stored_often_and_probed_rarely_is_scanned_and_goes_back_when_probed_often() {
+    let mut s = JoinState::new(1 << 30);
+    let window = STRATEGY_WINDOW_ROWS as i64;
+    // Left: keys 0..100 at times 0.., 512-row batches; the right side
+    // probes it with one key per 8192 rows stored (a window's result).
+    let probe_right = |s: &mut JoinState, k: i64| {
+        let b = rows("r", &[(0, Some(k), 0)]);
+        s.probe_and_store(1, &b, encoded(&[k]), &[0], &[true]).unwrap().len()
+    };
+    for t in (0..2 * window).step_by(512) {
+        let batch: Vec<(i64, i64)> = (t..t + 512).map(|i| (i, i % 100)).collect();
+        store_left(&mut s, &batch);
+        if (t + 512) % 8192 == 0 {
+            probe_right(&mut s, 7);
+        }
+    }
+    assert!(!s.sides[0].indexed, "rarely probed: scanned");
+    assert_eq!(s.sides[0].index_len(), 0, "the index was dropped");
+    assert!(s.sides[1].indexed, "the right side is probed by every left batch");
+    // A scanned side answers as the index would: key 7 every 100 rows.
+    let held = s.sides[0].rows as i64;
+    assert_eq!(probe_right(&mut s, 7) as i64, (held + 92) / 100);
+    assert_eq!(left_times_matching(&s, 7).len() as i64, (held + 92) / 100);
+    // Probed by every batch of many keys: scanning would cost more than
+    // indexing, so it indexes again, and probes agree with a scan's.
+    let mut probes = 0;
+    while !s.sides[0].indexed {
+        let b = rows("r", &(0..64).map(|k| (0, Some(k), 0)).collect::<Vec<_>>());
+        let keys: Vec<i64> = (0..64).collect();
+        s.probe_and_store(1, &b, encoded(&keys), &[0; 64], &[true; 64]).unwrap();
+        probes += 1;
+        assert!(probes < 100, "never went back to the index");
+    }
+    assert_eq!(left_times_matching(&s, 7).len() as i64, (held + 92) / 100);
+    assert_eq!(s.sides[0].keys(), 100);
+}
+
+#[test]
+fn rows_not_stored_never_match_whether_indexed_or_scanned() {
+    for indexed in [true, false] {
+        let mut s = JoinState::new(100);
+        // The second row (late, say) is in the stored batch but not stored.
+        let b = rows("l", &[(1, Some(5), 0), (2, Some(5), 0), (3, Some(6), 0)]);
+        s.probe_and_store(0, &b, encoded(&[5, 5, 6]), &[1, 2, 3], &[true, false, true])
+            .unwrap();
+        // Flip away and back: the index or the tags are rebuilt from the
+        // held batch, the unstored row included in it.
+        let JoinState { sides, hasher, .. } = &mut s;
+        sides[0].force_strategy(!indexed, hasher);
+        sides[0].force_strategy(indexed, hasher);
+        assert_eq!(left_times_matching(&s, 5), [1], "indexed {indexed}");
+        assert_eq!(left_times_matching(&s, 6), [3], "indexed {indexed}");
     }
 }
