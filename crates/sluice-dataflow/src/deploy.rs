@@ -451,7 +451,7 @@ impl TaskChain<'_> {
             chain.push(Chained {
                 operator: to.id,
                 instance,
-                project: ProjectOperator::new(spec, to.output_schema.clone())?,
+                project: Box::new(ProjectOperator::new(spec, to.output_schema.clone())?),
                 metrics: self.metrics[&(to.id, instance)].clone(),
                 output: self.output(to.id, instance, channels)?,
                 blame: self.blame.clone(),

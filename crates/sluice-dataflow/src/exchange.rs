@@ -11,7 +11,6 @@
 use crate::channel::{ChannelSender, Closed, DOWNSTREAM_CLOSED};
 use crate::message::Message;
 use crate::metrics::TaskMetrics;
-use crate::project::ProjectOperator;
 use arrow::array::UInt32Array;
 use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
@@ -82,13 +81,19 @@ impl OutputEdge {
 /// chained operator's expression failed (set once, read by the deployer).
 pub type Blame = Arc<OnceLock<(OperatorId, u32)>>;
 
+/// What a chained operator does to each batch (a filter/projection:
+/// `project::ProjectOperator`).
+pub trait BatchMap: Send {
+    fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch>;
+}
+
 /// A filter/projection running inside its upstream's task (see the module
 /// doc): applied to every batch the upstream emits, then routed by its own
 /// [`Output`].
 pub struct Chained {
     pub operator: OperatorId,
     pub instance: u32,
-    pub project: ProjectOperator,
+    pub project: Box<dyn BatchMap>,
     /// The chained operator's own counters (rows, watermark).
     pub metrics: Arc<TaskMetrics>,
     pub output: Output,

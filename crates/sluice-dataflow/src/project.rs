@@ -114,6 +114,12 @@ impl ProjectOperator {
     }
 }
 
+impl crate::exchange::BatchMap for ProjectOperator {
+    fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        ProjectOperator::apply(self, batch)
+    }
+}
+
 #[async_trait]
 impl Operator for ProjectOperator {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
