@@ -299,7 +299,7 @@ mod tests {
         // Small batches come back gathered, their rows in order.
         let stored = back.batches("stored").unwrap();
         assert_eq!(stored.len(), 1);
-        let rows = arrow::compute::concat_batches(&b.schema(), [&b, &b.slice(1, 1)]).unwrap();
+        let rows = arrow::compute::concat_batches(&b.schema(), [b, &b.slice(1, 1)]).unwrap();
         assert_eq!(stored[0], rows);
         let (again, file_crc) = state().encode_with_crc().unwrap();
         assert_eq!((again.as_slice(), file_crc), (bytes.as_slice(), crc32(&bytes)));
