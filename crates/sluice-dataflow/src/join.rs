@@ -210,6 +210,8 @@ struct SideState {
     tags: VecDeque<Tag>,
     /// The position of `tags[0]` counted from the side's first row ever.
     tags_start: u64,
+    /// While scanned: one [`Zone`] per held batch, in the same order.
+    zones: VecDeque<Zone>,
     /// Rows stored and rows a probe scanned (or would have scanned) lately,
     /// halved every [`STRATEGY_WINDOW_ROWS`] stored rows.
     stored_lately: u64,
@@ -222,6 +224,42 @@ const INDEX_ROW_COST: u64 = 64;
 
 /// Stored rows between strategy decisions (and the halving of the costs).
 const STRATEGY_WINDOW_ROWS: u64 = if cfg!(test) { 4096 } else { 1 << 20 };
+
+/// A scanned batch's rows in the tag ring and the range of its stored
+/// rows' keys, by their first 8 bytes (row-encoded keys sort as the keys
+/// do, so a key whose first 8 bytes lie outside the range is in no row of
+/// the batch). A scan skips such batches without reading their tags: the
+/// highest price of a window, say, is above almost every batch's.
+#[derive(Debug, Clone, Copy)]
+struct Zone {
+    first_tag: u64,
+    rows: usize,
+    min: u64,
+    max: u64,
+}
+
+/// The first 8 bytes of a row-encoded key, big-endian (zero-padded).
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = key.len().min(8);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(bytes)
+}
+
+impl Zone {
+    fn of(first_tag: u64, keys: &Rows, stored: impl Fn(usize) -> bool) -> Zone {
+        let (min, max) = (0..keys.num_rows())
+            .filter(|r| stored(*r))
+            .map(|r| key_prefix(keys.row(r).data()))
+            .fold((u64::MAX, 0), |(lo, hi), k| (lo.min(k), hi.max(k)));
+        Zone {
+            first_tag,
+            rows: keys.num_rows(),
+            min,
+            max,
+        }
+    }
+}
 
 /// 16 bits of a key's hash that scans compare: 2 bytes a row to read
 /// (the scan is bound by memory bandwidth); one row in 65 536 matches a
@@ -258,6 +296,7 @@ impl Default for SideState {
             indexed: true,
             tags: VecDeque::new(),
             tags_start: 0,
+            zones: VecDeque::new(),
             stored_lately: 0,
             scanned_lately: 0,
         }
@@ -343,6 +382,7 @@ impl SideState {
             prev = vec![NO_ROW; n];
         } else {
             self.tags.extend(hashes.iter().map(|h| tag(*h)));
+            self.zones.push_back(Zone::of(first_tag, &keys, |r| stored[r]));
         }
         let SideState {
             index, batches, freed, ..
@@ -437,6 +477,8 @@ impl SideState {
             let keep_from = self.batches.front().map_or(end, |b| b.first_tag);
             self.tags.drain(..(keep_from - self.tags_start) as usize);
             self.tags_start = keep_from;
+            let popped = self.zones.len() - self.batches.len();
+            self.zones.drain(..popped);
         }
         freed_rows
     }
@@ -494,8 +536,12 @@ impl SideState {
                 ));
             }
         };
-        let (front, back) = self.tags.as_slices();
-        for (first, tags) in [(self.tags_start, front), (self.tags_start + front.len() as u64, back)] {
+        // The probing keys' range (see `Zone`).
+        let (low, high) = probing
+            .iter()
+            .map(|(_, r)| key_prefix(keys.row(*r as usize).data()))
+            .fold((u64::MAX, 0), |(lo, hi), k| (lo.min(k), hi.max(k)));
+        let mut scan_tags = |first: u64, tags: &[Tag]| {
             if let [(t, probe_row)] = wanted[..] {
                 // One probing key (a window's result): compare 32 tags at a
                 // time, which compiles to vector compares.
@@ -508,7 +554,7 @@ impl SideState {
                         }
                     }
                 }
-                continue;
+                return;
             }
             for (i, x) in tags.iter().enumerate() {
                 let from = wanted.partition_point(|(w, _)| w < x);
@@ -516,6 +562,23 @@ impl SideState {
                     candidate(first + i as u64, *probe_row);
                 }
             }
+        };
+        let (front, back) = self.tags.as_slices();
+        for z in self.zones.iter().filter(|z| low <= z.max && high >= z.min) {
+            // The batch's tags: in the ring's front part, its back part, or
+            // across the two.
+            let from = (z.first_tag - self.tags_start) as usize;
+            let to = from + z.rows;
+            let split = front.len();
+            let (a, b) = if to <= split {
+                (&front[from..to], &[][..])
+            } else if from >= split {
+                (&back[from - split..to - split], &[][..])
+            } else {
+                (&front[from..], &back[..to - split])
+            };
+            scan_tags(z.first_tag, a);
+            scan_tags(z.first_tag + a.len() as u64, b);
         }
         out[start..].sort_unstable_by_key(|(p, e)| (*p, e.batch, e.row));
     }
@@ -581,6 +644,7 @@ impl SideState {
             }
         }
         self.tags.clear();
+        self.zones.clear();
         self.indexed = true;
     }
 
@@ -592,13 +656,16 @@ impl SideState {
             batches,
             tags,
             tags_start,
+            zones,
             ..
         } = self;
         tags.clear();
+        zones.clear();
         for b in batches {
             b.prev = Vec::new();
             b.first_tag = *tags_start + tags.len() as u64;
             tags.extend((0..b.batch.num_rows()).map(|r| tag(hasher.hash_one(b.keys.row(r).data()))));
+            zones.push_back(Zone::of(b.first_tag, &b.keys, |r| b.stored.value(r)));
         }
         self.indexed = false;
     }

@@ -711,3 +711,23 @@ fn rows_not_stored_never_match_whether_indexed_or_scanned() {
         assert_eq!(left_times_matching(&s, 6), [3], "indexed {indexed}");
     }
 }
+
+#[test]
+fn key_prefixes_sort_as_the_keys_do() {
+    // Zones compare the first 8 bytes of row-encoded keys: never out of
+    // order (equal for keys that differ only further on), negatives first.
+    let values = [i64::MIN, -300, -5, -1, 0, 1, 255, 256, 1 << 40, i64::MAX];
+    for encode in [encoded, encoded_wide] {
+        let keys = encode(&values);
+        let prefixes: Vec<u64> = (0..values.len()).map(|r| key_prefix(keys.row(r).data())).collect();
+        assert!(prefixes.windows(2).all(|w| w[0] <= w[1]), "{prefixes:?}");
+        assert!(prefixes[0] < prefixes[values.len() - 1]);
+    }
+    // A batch's zone spans its stored rows only.
+    let keys = encoded(&[7, 1_000_000, 3]);
+    let zone = Zone::of(0, &keys, |r| r != 1);
+    assert_eq!(
+        (zone.min, zone.max),
+        (key_prefix(keys.row(2).data()), key_prefix(keys.row(0).data()))
+    );
+}
