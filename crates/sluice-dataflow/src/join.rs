@@ -15,7 +15,8 @@
 //! window's results, like Nexmark q7's bids to each window's highest price
 //! — drops its index: inserting tens of millions of rows into a large hash
 //! table costs a cache miss or two per row, while a rare probe can read
-//! every held row's 4-byte hash tag in order instead. Each side weighs the
+//! every held row's 2-byte hash tag in order instead (skipping batches whose
+//! key range excludes the probing keys). Each side weighs the
 //! two by what it lately stored and was probed with and switches when the
 //! other way is clearly cheaper (`SideState::choose_strategy`); either way
 //! a probe finds the same rows in the same order.
@@ -219,7 +220,7 @@ struct SideState {
 }
 
 /// What indexing a stored row costs, in scanned rows: an insert into a
-/// large index is a cache miss or two; a scan reads 4 bytes a row in order.
+/// large index is a cache miss or two; a scan reads 2 bytes a row in order.
 const INDEX_ROW_COST: u64 = 64;
 
 /// Stored rows between strategy decisions (and the halving of the costs).
