@@ -110,11 +110,7 @@ pub struct Output {
 
 impl Output {
     pub fn new(edges: Vec<OutputEdge>, metrics: Arc<TaskMetrics>) -> Self {
-        Output {
-            edges,
-            chained: Vec::new(),
-            metrics,
-        }
+        Self::with_chained(edges, Vec::new(), metrics)
     }
 
     /// An output that also feeds the `chained` operators.

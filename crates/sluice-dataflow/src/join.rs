@@ -271,6 +271,28 @@ fn tag(hash: u64) -> Tag {
     (hash >> 40) as Tag
 }
 
+/// Makes row `seq` the newest of `key` in `index` and returns the key's
+/// previous newest row ([`NO_ROW`] for a new key; a stale head's row is
+/// freed, so its chain ends there). `key_at` reads a stored row's key, for
+/// heads whose key is too long to sit in the index.
+fn index_row<'k>(
+    index: &mut [HashTable<Head>],
+    hash: u64,
+    key: &[u8],
+    seq: Seq,
+    key_at: impl Fn(Seq) -> Option<&'k [u8]>,
+) -> Seq {
+    let shard = &mut index[shard(hash)];
+    let same_key = |h: &Head| h.hash == hash && h.inline_eq(key).unwrap_or_else(|| key_at(h.newest) == Some(key));
+    match shard.find_mut(hash, same_key) {
+        Some(head) => std::mem::replace(&mut head.newest, seq),
+        None => {
+            shard.insert_unique(hash, Head::new(hash, seq, key), |h| h.hash);
+            NO_ROW
+        }
+    }
+}
+
 /// The batch holding row `seq` and the row in it; `None` once freed.
 fn locate(batches: &VecDeque<StoredBatch>, freed: usize, seq: Seq) -> Option<(&StoredBatch, usize)> {
     let (number, row) = split(seq);
@@ -396,21 +418,7 @@ impl SideState {
         };
         let indexed = !prev.is_empty();
         for r in (0..n).filter(|r| indexed && stored[*r]) {
-            let (hash, seq) = (hashes[r], seq(number, r));
-            let key = keys.row(r).data();
-            let index = &mut index[shard(hash)];
-            let same_key =
-                |h: &Head| h.hash == hash && h.inline_eq(key).unwrap_or_else(|| key_at(h.newest) == Some(key));
-            match index.find_mut(hash, same_key) {
-                Some(head) => {
-                    // A stale head's row is freed: the chain ends there.
-                    prev[r] = head.newest;
-                    head.newest = seq;
-                }
-                None => {
-                    index.insert_unique(hash, Head::new(hash, seq, key), |h| h.hash);
-                }
-            }
+            prev[r] = index_row(index, hashes[r], keys.row(r).data(), seq(number, r), key_at);
         }
         let (min_time, max_time) = (0..n)
             .filter(|r| stored[*r])
@@ -618,30 +626,20 @@ impl SideState {
             let (done, rest) = batches.make_contiguous().split_at_mut(at);
             let b = &mut rest[0];
             b.prev = vec![NO_ROW; b.batch.num_rows()];
-            for r in (first..b.batch.num_rows()).filter(|r| b.stored.value(*r)) {
-                let key = b.keys.row(r).data();
-                let hash = hasher.hash_one(key);
-                let key_at = |s: Seq| -> Option<&[u8]> {
-                    match split(s) {
-                        (n, r) if n == b.number => Some(b.keys.row(r).data()),
-                        (n, r) => {
-                            let i = usize::try_from(n.checked_sub(done.first()?.number)?).ok()?;
-                            done.get(i).map(|d| d.keys.row(r).data())
-                        }
-                    }
-                };
-                let same_key =
-                    |h: &Head| h.hash == hash && h.inline_eq(key).unwrap_or_else(|| key_at(h.newest) == Some(key));
-                let shard = &mut index[shard(hash)];
-                match shard.find_mut(hash, same_key) {
-                    Some(head) => {
-                        b.prev[r] = head.newest;
-                        head.newest = seq(b.number, r);
-                    }
-                    None => {
-                        shard.insert_unique(hash, Head::new(hash, seq(b.number, r), key), |h| h.hash);
+            let (number, keys) = (b.number, &b.keys);
+            // Heads point at this batch or the ones indexed before it.
+            let key_at = |s: Seq| -> Option<&[u8]> {
+                match split(s) {
+                    (n, r) if n == number => Some(keys.row(r).data()),
+                    (n, r) => {
+                        let i = usize::try_from(n.checked_sub(done.first()?.number)?).ok()?;
+                        done.get(i).map(|d| d.keys.row(r).data())
                     }
                 }
+            };
+            for r in (first..b.batch.num_rows()).filter(|r| b.stored.value(*r)) {
+                let key = keys.row(r).data();
+                b.prev[r] = index_row(index, hasher.hash_one(key), key, seq(number, r), key_at);
             }
         }
         self.tags.clear();

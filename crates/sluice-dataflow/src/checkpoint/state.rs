@@ -111,9 +111,11 @@ impl TaskState {
     }
 
     /// The file bytes and the CRC-32 of the whole file (what the manifest
-    /// lists), computed in the same pass. Arrow values are written straight
-    /// into the output, which is sized up front: no second copy of the
-    /// state and no regrowth of a buffer of hundreds of MB.
+    /// lists), computed in the same pass. Arrow values are written
+    /// (LZ4-compressed; runs of small batches gathered first, see
+    /// [`write_ipc`]) into one output sized up front for the uncompressed
+    /// state: no regrowth of a buffer of hundreds of MB (the unused part is
+    /// never touched, so it costs address space, not memory).
     pub fn encode_with_crc(&self) -> Result<(Vec<u8>, u32)> {
         let estimate: usize = self
             .entries
