@@ -108,6 +108,7 @@ pub async fn run(messages: u64, parallelism: u32) -> anyhow::Result<SolResult> {
         watermark: None,
         idle_timeout_ms: 60_000,
         computed: Vec::new(),
+        unread: Vec::new(),
     };
     let sink = SinkSpec {
         connector: "blackhole".into(),

@@ -110,7 +110,12 @@ impl ConnectorFactory for Connectors {
             }
             "nexmark" => {
                 let options = nexmark_config(&spec.options)?;
-                Ok(Box::new(NexmarkReader::new(&options, ctx.instance, ctx.parallelism)))
+                Ok(Box::new(NexmarkReader::new(
+                    &options,
+                    ctx.instance,
+                    ctx.parallelism,
+                    &spec.unread,
+                )))
             }
             "datagen" => {
                 let config = crate::datagen::DatagenConfig::new(&spec.options, schema)?;

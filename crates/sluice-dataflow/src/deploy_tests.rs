@@ -103,6 +103,7 @@ fn source_to_sink() -> PhysicalDag {
         watermark: None,
         idle_timeout_ms: 1000,
         computed: Vec::new(),
+        unread: Vec::new(),
     };
     let sink = SinkSpec {
         connector: "test".into(),

@@ -78,7 +78,17 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 ),
                 None => String::new(),
             };
-            format!("{} ({}){}{}", s.stream, s.connector, computed.concat(), wm)
+            let unread = match s.unread.as_slice() {
+                [] => String::new(),
+                columns => {
+                    let names: Vec<&str> = columns
+                        .iter()
+                        .filter_map(|c| op.output_schema.fields().get(*c).map(|f| f.name().as_str()))
+                        .collect();
+                    format!(", unread {}", names.join(", "))
+                }
+            };
+            format!("{} ({}){}{}{}", s.stream, s.connector, computed.concat(), wm, unread)
         }
         OperatorKind::Project(p) => {
             let filter = p.filter.as_ref().map(|f| format!("filter {f}; ")).unwrap_or_default();

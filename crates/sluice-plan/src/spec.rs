@@ -112,6 +112,13 @@ pub struct SourceSpec {
     /// source task over the connector's columns, before watermarks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub computed: Vec<ComputedColumn>,
+    /// Columns of the stream's schema that no operator of the query reads
+    /// (column pruning). The schema stays whole; a connector may fill these
+    /// with any value of the column's type instead of producing them — the
+    /// Nexmark generator leaves such strings empty rather than composing
+    /// them. Never the event-time column or an input of a computed column.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<usize>,
 }
 
 /// A column of a stream computed from its other columns.

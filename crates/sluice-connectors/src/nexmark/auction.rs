@@ -15,6 +15,9 @@ use super::rows::{EventContext, TableRows};
 use super::schedule::EventClock;
 use super::strings::{append_extra, push_string};
 
+/// The `extra` column's number in the schema (its generation can be skipped).
+pub(super) const AUCTION_EXTRA: usize = 9;
+
 /// Average size of an auction event in bytes; `extra` pads up to it.
 const AUCTION_SIZE_AVERAGE: usize = 500;
 /// `item_name` is shorter than this.
@@ -89,7 +92,7 @@ impl TableRows for AuctionRows {
 
         self.reserve.append_value(initial_bid + rng.next_price());
         append_extra(
-            &mut rng,
+            context.reads(AUCTION_EXTRA).then_some(&mut rng),
             size,
             AUCTION_SIZE_AVERAGE,
             &mut context.letters,

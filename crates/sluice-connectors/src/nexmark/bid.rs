@@ -16,6 +16,11 @@ use super::strings::append_extra;
 const BID_SIZE_AVERAGE: usize = 100;
 /// Bytes of a bid's fixed-size fields, as the reference counts them.
 const BID_SIZE_FIXED: usize = 4 * 8;
+/// Columns of the bid schema whose generation can be skipped.
+pub(super) const BID_CHANNEL: usize = 3;
+pub(super) const BID_URL: usize = 4;
+pub(super) const BID_EXTRA: usize = 6;
+
 /// The columns of a bid batch under construction.
 pub(super) struct BidRows {
     auction: Int64Builder,
@@ -45,16 +50,27 @@ impl TableRows for BidRows {
         self.auction.append_value(next_bid_auction_id(n, &mut rng));
         self.bidder.append_value(next_bidder_id(n, &mut rng));
         self.price.append_value(rng.next_price());
-        let (channel, url) = if rng.below(HOT_CHANNEL_ODDS) > 0 {
-            context.channels.hot(rng.index(HOT_CHANNELS.len()))
+        let hot = rng.below(HOT_CHANNEL_ODDS) > 0;
+        let number = if hot {
+            rng.index(HOT_CHANNELS.len())
         } else {
-            context.channels.other(rng.index(CHANNELS))
+            rng.index(CHANNELS)
         };
-        self.channel.append_value(channel);
-        self.url.append_value(url);
+        if context.reads(BID_CHANNEL) || context.reads(BID_URL) {
+            let (channel, url) = if hot {
+                context.channels.hot(number)
+            } else {
+                context.channels.other(number)
+            };
+            self.channel.append_value(channel);
+            self.url.append_value(url);
+        } else {
+            self.channel.append_value("");
+            self.url.append_value("");
+        }
         self.date_time.append_value(context.clock.time_ms(n));
         append_extra(
-            &mut rng,
+            context.reads(BID_EXTRA).then_some(&mut rng),
             BID_SIZE_FIXED,
             BID_SIZE_AVERAGE,
             &mut context.letters,

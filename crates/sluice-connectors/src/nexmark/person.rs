@@ -32,6 +32,9 @@ const LAST_NAMES: [&str; 9] = [
     "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
 ];
 
+/// The `extra` column's number in the schema (its generation can be skipped).
+pub(super) const PERSON_EXTRA: usize = 7;
+
 /// Average size of a person event in bytes; `extra` pads up to it.
 const PERSON_SIZE_AVERAGE: usize = 200;
 
@@ -99,7 +102,7 @@ impl TableRows for PersonRows {
 
         self.date_time.append_value(context.clock.time_ms(n));
         append_extra(
-            &mut rng,
+            context.reads(PERSON_EXTRA).then_some(&mut rng),
             size,
             PERSON_SIZE_AVERAGE,
             &mut context.letters,

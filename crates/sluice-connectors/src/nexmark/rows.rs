@@ -16,6 +16,17 @@ pub(super) struct EventContext {
     /// Reused buffer for filler letters.
     pub(super) letters: Vec<u8>,
     pub(super) channels: ChannelUrls,
+    /// Bit `c` set: no operator reads column `c`, so a string column is
+    /// left empty instead of composed (its random draws are still made, so
+    /// the columns that are read do not change).
+    pub(super) unread: u64,
+}
+
+impl EventContext {
+    /// Whether column `column` of the table is read.
+    pub(super) fn reads(&self, column: usize) -> bool {
+        self.unread & (1 << column) == 0
+    }
 }
 
 /// The columns of one table's batch under construction.

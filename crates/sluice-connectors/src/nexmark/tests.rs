@@ -406,6 +406,56 @@ fn table_names_parse_in_any_case() {
     );
 }
 
+/// Skipping unread string columns leaves them empty and changes no value of
+/// any other column: the skipped columns' random draws are still made (bid
+/// channels) or come last in the event (every table's `extra`).
+#[test]
+fn skipped_columns_are_empty_and_the_others_unchanged() {
+    let config = bounded(11, 20_000);
+    let cases: [(NexmarkTable, &[&str]); 5] = [
+        (NexmarkTable::Bid, &["channel", "url", "extra"]),
+        // q0: the channel's draws come before `extra`'s.
+        (NexmarkTable::Bid, &["channel", "url"]),
+        (NexmarkTable::Bid, &["extra"]),
+        (NexmarkTable::Person, &["extra"]),
+        (NexmarkTable::Auction, &["extra"]),
+    ];
+    for (table, skipped) in cases {
+        let schema = nexmark_schema(table);
+        let columns: Vec<usize> = skipped.iter().map(|name| schema.index_of(name).expect(name)).collect();
+        let full = all_rows(&config, table);
+        let mut generator = NexmarkGenerator::new(config.clone(), table, 0, 1);
+        generator.skip_columns(&columns);
+        let mut batches = Vec::new();
+        while let Some(batch) = generator.next_batch(4096) {
+            batches.push(batch);
+        }
+        let pruned = concat(table, &batches);
+        assert_eq!(pruned.num_rows(), full.num_rows());
+        for (c, field) in schema.fields().iter().enumerate() {
+            if columns.contains(&c) {
+                assert!(
+                    strings(&pruned, field.name()).iter().all(String::is_empty),
+                    "{}",
+                    field.name()
+                );
+                assert!(
+                    strings(&full, field.name()).iter().any(|s| !s.is_empty()),
+                    "{}",
+                    field.name()
+                );
+            } else {
+                assert_eq!(
+                    pruned.column(c).as_ref(),
+                    full.column(c).as_ref(),
+                    "{} of {table:?}",
+                    field.name()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn config_rejects_a_zero_timestamp_rate() {
     assert!(NexmarkConfig::default().validate().is_ok());

@@ -195,6 +195,7 @@ impl DagBuilder<'_> {
             watermark: def.watermark_spec(),
             idle_timeout_ms,
             computed: def.computed.clone(),
+            unread: unread_columns(def, scan.projection.as_deref()),
         };
         // A memory log has one partition: one reader.
         let parallelism = if def.connector == "memory" {
@@ -205,7 +206,13 @@ impl DagBuilder<'_> {
         // A second read of the same stream shares the first one's source: its
         // output goes to every consumer (an operator may feed several edges).
         let (op, parallelism) = match self.sources.get(&def.name) {
-            Some(shared) => *shared,
+            Some(shared) => {
+                // The shared source produces what either read needs.
+                if let OperatorKind::Source(first) = &mut self.operators[shared.0.0 as usize].kind {
+                    first.unread.retain(|c| spec.unread.contains(c));
+                }
+                *shared
+            }
             None => {
                 let op = self.add(OperatorKind::Source(spec), parallelism, def.schema.clone());
                 self.sources.insert(def.name.clone(), (op, parallelism));
@@ -391,4 +398,22 @@ impl DagBuilder<'_> {
         }
         Ok((calls, args))
     }
+}
+
+/// The columns of stream `def` that a scan with `projection` (indices into
+/// the stream's columns, then `window_start`, `window_end` for a window
+/// table) does not read. The event-time column is always read (the source
+/// derives watermarks from it), and with computed columns every column is
+/// (their inputs are evaluated in the source).
+fn unread_columns(def: &StreamDef, projection: Option<&[usize]>) -> Vec<usize> {
+    let Some(projection) = projection else {
+        return Vec::new();
+    };
+    if !def.computed.is_empty() {
+        return Vec::new();
+    }
+    let event_time = def.event_time.as_ref().map(|e| e.column);
+    (0..def.schema.fields().len())
+        .filter(|c| !projection.contains(c) && Some(*c) != event_time)
+        .collect()
 }
