@@ -109,6 +109,7 @@ pub async fn run(messages: u64, parallelism: u32) -> anyhow::Result<SolResult> {
         idle_timeout_ms: 60_000,
         computed: Vec::new(),
         unread: Vec::new(),
+        alignment_max_drift_ms: None,
     };
     let sink = SinkSpec {
         connector: "blackhole".into(),

@@ -45,6 +45,7 @@ pub fn validate_source(connector: &str, options: &BTreeMap<String, String>) -> R
         )));
     }
     idle_timeout_ms(options)?;
+    sluice_plan::AlignmentSetting::from_options(options).map_err(Error::invalid_option)?;
     Ok(())
 }
 

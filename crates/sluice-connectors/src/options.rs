@@ -4,7 +4,7 @@ use sluice_types::{Error, Result};
 use std::collections::BTreeMap;
 
 /// Options every source accepts.
-pub const SOURCE_COMMON: &[&str] = &["connector", "idle.timeout"];
+pub const SOURCE_COMMON: &[&str] = &["connector", "idle.timeout", sluice_plan::ALIGNMENT_OPTION];
 
 /// Options datagen knows besides `fields.*`.
 pub const DATAGEN_OPTIONS: &[&str] = &["number-of-rows", "rows-per-second"];

@@ -9,6 +9,7 @@
 //! error) and stops the pipeline's other tasks. Nothing outside the pipeline
 //! is affected.
 
+use crate::alignment::AlignmentGroup;
 use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
 use crate::checkpoint::coordinator::{self, CheckpointHandles, PendingCheckpoints};
 use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint, TaskCheckpoint};
@@ -295,7 +296,20 @@ pub fn deploy_with(
     let control = TaskControl {
         cancel: cancel.clone(),
         paused: paused_rx,
+        alignment: None,
     };
+    // One alignment group per aligned source operator, shared by its instances.
+    let alignment: HashMap<OperatorId, Arc<AlignmentGroup>> = dag
+        .operators
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OperatorKind::Source(spec) if op.parallelism > 1 => spec.alignment_max_drift_ms.map(|ms| {
+                let group = AlignmentGroup::new(op.parallelism as usize, Duration::from_millis(ms));
+                (op.id, group)
+            }),
+            _ => None,
+        })
+        .collect();
     let mut futures: Vec<(OperatorId, u32, Blame, TaskFuture)> = Vec::new();
     let mut metrics = Vec::new();
     let mut metrics_of = HashMap::new();
@@ -333,7 +347,10 @@ pub fn deploy_with(
                 output,
                 task_inputs,
                 m,
-                control.clone(),
+                TaskControl {
+                    alignment: alignment.get(&op.id).map(|g| (g.clone(), instance as usize)),
+                    ..control.clone()
+                },
                 checkpoint,
             )?;
             futures.push((op.id, instance, blame, fut));
@@ -465,11 +482,13 @@ impl TaskChain<'_> {
     }
 }
 
-/// What the pipeline tells every task: stop, and (sources) pause.
+/// What the pipeline tells every task: stop, and (sources) pause and keep
+/// aligned with their siblings.
 #[derive(Clone)]
 struct TaskControl {
     cancel: CancellationToken,
     paused: watch::Receiver<bool>,
+    alignment: Option<(Arc<AlignmentGroup>, usize)>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -485,7 +504,11 @@ fn build_task(
     control: TaskControl,
     checkpoint: Option<TaskCheckpoint>,
 ) -> Result<TaskFuture> {
-    let TaskControl { cancel, paused } = control;
+    let TaskControl {
+        cancel,
+        paused,
+        alignment,
+    } = control;
     let instance_ctx = InstanceContext {
         pipeline: id,
         instance,
@@ -514,6 +537,7 @@ fn build_task(
                 cancel,
                 paused,
                 checkpoint,
+                alignment,
             };
             return Ok(Box::pin(task.run()));
         }
@@ -557,3 +581,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 #[path = "deploy_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "alignment_tests.rs"]
+mod alignment_tests;

@@ -104,6 +104,7 @@ fn source_to_sink() -> PhysicalDag {
         idle_timeout_ms: 1000,
         computed: Vec::new(),
         unread: Vec::new(),
+        alignment_max_drift_ms: None,
     };
     let sink = SinkSpec {
         connector: "test".into(),

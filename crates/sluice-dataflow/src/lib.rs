@@ -13,7 +13,8 @@
 //! - [`task`]: the actor loop around an operator — input merging, low
 //!   watermark = min over inputs (idle inputs excluded), supervision.
 //! - [`source`]: the loop around a [`SourceReader`](source::SourceReader),
-//!   per-partition watermark generation and idle detection.
+//!   per-partition watermark generation and idle detection; [`alignment`]
+//!   keeps a source's instances within a bounded event-time drift.
 //! - [`join`]: inner equi-join of two streams (windowed, or with a state TTL).
 //! - [`window`]: event-time window aggregates (TUMBLE, HOP, SESSION).
 //! - [`checkpoint`]: barriers, aligned snapshots, the coordinator, the
@@ -26,6 +27,7 @@
 //! only `sluice-plan` specs and the [`ConnectorFactory`](deploy::ConnectorFactory)
 //! that builds sources and sinks.
 
+pub mod alignment;
 pub mod channel;
 pub mod checkpoint;
 pub mod computed;

@@ -20,6 +20,9 @@ pub struct TaskMetrics {
     pub watermark_ms: AtomicI64,
     /// Time spent waiting for credits to send downstream (backpressure), µs.
     pub backpressure_us: AtomicU64,
+    /// Time a source instance read nothing because it was ahead of its
+    /// siblings by more than the alignment drift, µs.
+    pub alignment_held_us: AtomicU64,
     /// Rows (credits) queued on this task's input channels, last seen.
     pub queued_rows: AtomicU64,
     /// Open window groups held (window aggregates).
@@ -42,6 +45,7 @@ impl TaskMetrics {
             late_rows_dropped: AtomicU64::new(0),
             watermark_ms: AtomicI64::new(i64::MIN),
             backpressure_us: AtomicU64::new(0),
+            alignment_held_us: AtomicU64::new(0),
             queued_rows: AtomicU64::new(0),
             state_groups: AtomicU64::new(0),
             records_malformed: AtomicU64::new(0),

@@ -3,8 +3,10 @@
 //! and send everything downstream in order.
 //!
 //! The watermark arithmetic is the pure [`WatermarkGenerator`]; the loop is
-//! the async shell around it.
+//! the async shell around it. With an [`AlignmentGroup`] the loop also holds
+//! back an instance that runs too far ahead of its siblings in event time.
 
+use crate::alignment::AlignmentGroup;
 use crate::checkpoint::TaskCheckpoint;
 use crate::checkpoint::TaskState;
 use crate::exchange::Output;
@@ -20,6 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// How often a held source instance adds to its held time while it waits.
+const HOLD_REPORT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What a reader produced.
 #[derive(Debug)]
@@ -128,6 +133,22 @@ impl WatermarkGenerator {
         *e = Some(e.map_or(watermark, |old| old.max(watermark)));
     }
 
+    /// The watermark last emitted (ms), unless every partition is idle or
+    /// none has produced one yet: what the instance publishes for alignment.
+    pub fn current(&self) -> Option<i64> {
+        (self.emitted > Watermark::MIN && !self.idle_emitted).then_some(self.emitted.0)
+    }
+
+    /// Restarts the idle clock of every active partition: the instance was
+    /// held back (alignment) and read nothing, which is not idleness.
+    pub fn touch(&mut self, now: Instant) {
+        for p in 0..self.idle.len() {
+            if !self.idle[p] {
+                self.last_data[p] = now;
+            }
+        }
+    }
+
     /// Marks partitions idle whose last data is older than the idle timeout.
     pub fn on_tick(&mut self, now: Instant) {
         for p in 0..self.idle.len() {
@@ -179,6 +200,9 @@ pub struct SourceTask {
     pub paused: tokio::sync::watch::Receiver<bool>,
     /// Barriers to inject and where to acknowledge them (None: no checkpoints).
     pub checkpoint: Option<TaskCheckpoint>,
+    /// The source's alignment group and this instance's slot in it (None:
+    /// not aligned).
+    pub alignment: Option<(Arc<AlignmentGroup>, usize)>,
 }
 
 /// The next checkpoint to inject; never, without checkpoints.
@@ -210,7 +234,22 @@ impl SourceTask {
             Instant::now(),
         );
         let tick = (self.idle_timeout / 2).max(Duration::from_millis(10));
+        let mut published = None;
         loop {
+            if let Some((group, me)) = self.alignment.clone() {
+                let own = generator.current();
+                if own != published {
+                    group.publish(me, own);
+                    published = own;
+                }
+                if !group.may_read(me, own) {
+                    if !self.hold(&group, me, own).await? {
+                        return Ok(());
+                    }
+                    generator.touch(Instant::now());
+                    continue;
+                }
+            }
             if *self.paused.borrow() {
                 let barrier = tokio::select! {
                     biased;
@@ -266,6 +305,35 @@ impl SourceTask {
         }
     }
 
+    /// Reads nothing while this instance is too far ahead of its siblings
+    /// (see [`crate::alignment`]), still injecting barriers. Returns false
+    /// when cancelled.
+    async fn hold(&mut self, group: &AlignmentGroup, me: usize, own: Option<i64>) -> Result<bool> {
+        let mut since = Instant::now();
+        loop {
+            let mut hold = group.hold();
+            if group.may_read(me, own) {
+                return Ok(true);
+            }
+            let barrier = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Ok(false),
+                id = next_trigger(&mut self.checkpoint) => Some(id),
+                _ = hold.released() => None,
+                // Wakes now and then so the held time shows while it lasts.
+                _ = tokio::time::sleep(HOLD_REPORT_INTERVAL) => None,
+            };
+            drop(hold);
+            let now = Instant::now();
+            let held = u64::try_from(now.duration_since(since).as_micros()).unwrap_or(u64::MAX);
+            self.metrics.alignment_held_us.fetch_add(held, Ordering::Relaxed);
+            since = now;
+            if let Some(id) = barrier {
+                self.inject_barrier(id).await?;
+            }
+        }
+    }
+
     /// Snapshots the reader's position (everything emitted so far is before
     /// the barrier), acknowledges, and sends the barrier downstream.
     async fn inject_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
@@ -282,6 +350,9 @@ impl SourceTask {
     async fn finish(mut self) -> Result<()> {
         if let Some(c) = &self.checkpoint {
             c.finished();
+        }
+        if let Some((group, me)) = &self.alignment {
+            group.publish(*me, None);
         }
         self.metrics.watermark_ms.store(Watermark::MAX.0, Ordering::Relaxed);
         let _ = self.output.broadcast(Message::Watermark(Watermark::MAX)).await;
@@ -327,6 +398,23 @@ mod tests {
         g.on_tick(t0 + Duration::from_secs(9));
         assert!(matches!(g.poll(), Some(Message::Idle)));
         assert!(g.poll().is_none(), "Idle is sent once");
+    }
+
+    #[test]
+    fn time_held_back_by_alignment_is_not_idleness() {
+        let t0 = Instant::now();
+        let mut g = WatermarkGenerator::new(1, 0, Duration::from_secs(5), t0);
+        g.on_data(0, Some(10_000), t0);
+        assert!(matches!(g.poll(), Some(Message::Watermark(Watermark(10_000)))));
+        assert_eq!(g.current(), Some(10_000));
+        // Held for 8 s, then reading again: the idle clock starts over.
+        g.touch(t0 + Duration::from_secs(8));
+        g.on_tick(t0 + Duration::from_secs(9));
+        assert!(g.poll().is_none(), "not idle");
+        assert_eq!(g.current(), Some(10_000));
+        g.on_tick(t0 + Duration::from_secs(13));
+        assert!(matches!(g.poll(), Some(Message::Idle)));
+        assert_eq!(g.current(), None, "an idle instance does not count for alignment");
     }
 
     #[test]

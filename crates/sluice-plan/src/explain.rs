@@ -88,7 +88,19 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                     format!(", unread {}", names.join(", "))
                 }
             };
-            format!("{} ({}){}{}{}", s.stream, s.connector, computed.concat(), wm, unread)
+            let aligned = s
+                .alignment_max_drift_ms
+                .map(|ms| format!(", aligned within {ms} ms"))
+                .unwrap_or_default();
+            format!(
+                "{} ({}){}{}{}{}",
+                s.stream,
+                s.connector,
+                computed.concat(),
+                wm,
+                aligned,
+                unread
+            )
         }
         OperatorKind::Project(p) => {
             let filter = p.filter.as_ref().map(|f| format!("filter {f}; ")).unwrap_or_default();

@@ -96,6 +96,41 @@ pub struct WatermarkSpec {
 /// the watermark back, unless a stream's `'idle.timeout'` says otherwise.
 pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 
+/// The stream option that bounds how far (in event time) a source instance
+/// may run ahead of its slowest sibling: a duration, or `off`. Flink's name.
+pub const ALIGNMENT_OPTION: &str = "scan.watermark.alignment.max-drift";
+
+/// The drift sources are aligned to when the stream does not say, in
+/// pipelines whose state is released by watermarks (windows, joins).
+pub const ALIGNMENT_MAX_DRIFT_MS_DEFAULT: u64 = 1_000;
+
+/// What a stream's [`ALIGNMENT_OPTION`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlignmentSetting {
+    /// Absent: aligned by [`ALIGNMENT_MAX_DRIFT_MS_DEFAULT`] where watermarks
+    /// release state, not aligned otherwise.
+    Default,
+    Off,
+    MaxDriftMs(u64),
+}
+
+impl AlignmentSetting {
+    /// Parses the stream's options; the error is the message for the user.
+    pub fn from_options(options: &BTreeMap<String, String>) -> Result<Self, String> {
+        let Some(v) = options.get(ALIGNMENT_OPTION) else {
+            return Ok(AlignmentSetting::Default);
+        };
+        if v.trim().eq_ignore_ascii_case("off") {
+            return Ok(AlignmentSetting::Off);
+        }
+        sluice_types::parse_duration_ms(v)
+            .map(AlignmentSetting::MaxDriftMs)
+            .ok_or_else(|| {
+                format!("option '{ALIGNMENT_OPTION}' must be a duration like '1s' or '500ms', or 'off', got '{v}'")
+            })
+    }
+}
+
 /// Reads a stream from a connector.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SourceSpec {
@@ -119,6 +154,11 @@ pub struct SourceSpec {
     /// them. Never the event-time column or an input of a computed column.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unread: Vec<usize>,
+    /// Watermark alignment: an instance whose watermark is more than this
+    /// many ms ahead of its slowest active sibling reads nothing until it is
+    /// not (None: instances read independently).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alignment_max_drift_ms: Option<u64>,
 }
 
 /// A column of a stream computed from its other columns.

@@ -111,6 +111,7 @@ fn instance_view(m: &sluice_dataflow::metrics::TaskMetrics, rates: Rates, now_ms
         "late_rows_dropped": s.late_rows_dropped,
         "queued_rows": s.queued_rows,
         "backpressure_us": s.backpressure_us,
+        "alignment_held_us": m.alignment_held_us.load(std::sync::atomic::Ordering::Relaxed),
         "state_groups": s.state_groups,
         "watermark_ms": s.watermark_ms,
         "watermark_lag_ms": watermark_lag_ms(s.watermark_ms, now_ms),

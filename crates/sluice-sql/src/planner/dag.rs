@@ -8,8 +8,8 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, expr::AggregateFunction};
 use sluice_plan::catalog::StreamDef;
 use sluice_plan::{
-    AggregateCall, EdgeSpec, OperatorKind, OperatorSpec, Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec,
-    WindowAggSpec,
+    ALIGNMENT_MAX_DRIFT_MS_DEFAULT, AggregateCall, AlignmentSetting, EdgeSpec, OperatorKind, OperatorSpec,
+    Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec, WindowAggSpec,
 };
 use sluice_types::{EdgeId, Error, OperatorId, Result, SqlCode};
 use std::collections::HashMap;
@@ -69,6 +69,7 @@ pub(super) fn build(
         Partitioning::Single
     };
     b.connect(op, sink_op, partitioning);
+    b.align_sources_by_default();
     Ok(PlannedQuery {
         dag: PhysicalDag {
             operators: b.operators,
@@ -98,6 +99,31 @@ fn strip_limit(plan: &LogicalPlan) -> Result<(&LogicalPlan, Option<usize>)> {
 }
 
 impl DagBuilder<'_> {
+    /// Where watermarks release state (a window or a join), a source whose
+    /// stream does not set alignment is aligned by the default drift: the
+    /// skew between its instances would otherwise decide how much state is
+    /// held. Pass-through pipelines are not aligned (holding an instance back
+    /// would only delay its rows).
+    fn align_sources_by_default(&mut self) {
+        let stateful = self
+            .operators
+            .iter()
+            .any(|o| matches!(o.kind, OperatorKind::WindowAggregate(_) | OperatorKind::Join(_)));
+        if !stateful {
+            return;
+        }
+        for op in &mut self.operators {
+            let parallelism = op.parallelism;
+            if let OperatorKind::Source(spec) = &mut op.kind
+                && spec.watermark.is_some()
+                && parallelism > 1
+                && AlignmentSetting::from_options(&spec.options) == Ok(AlignmentSetting::Default)
+            {
+                spec.alignment_max_drift_ms = Some(ALIGNMENT_MAX_DRIFT_MS_DEFAULT);
+            }
+        }
+    }
+
     fn add(&mut self, kind: OperatorKind, parallelism: u32, output_schema: SchemaRef) -> OperatorId {
         let id = OperatorId(self.operators.len() as u32);
         self.operators.push(OperatorSpec {
@@ -188,20 +214,26 @@ impl DagBuilder<'_> {
             .get("idle.timeout")
             .and_then(|v| sluice_types::parse_duration_ms(v))
             .unwrap_or(sluice_plan::IDLE_TIMEOUT_MS_DEFAULT);
-        let spec = SourceSpec {
-            stream: def.name.clone(),
-            connector: def.connector.clone(),
-            options: def.options.clone(),
-            watermark: def.watermark_spec(),
-            idle_timeout_ms,
-            computed: def.computed.clone(),
-            unread: unread_columns(def, scan.projection.as_deref()),
-        };
         // A memory log has one partition: one reader.
         let parallelism = if def.connector == "memory" {
             1
         } else {
             self.settings.parallelism
+        };
+        let watermark = def.watermark_spec();
+        let alignment = AlignmentSetting::from_options(&def.options).map_err(Error::invalid_option)?;
+        let spec = SourceSpec {
+            stream: def.name.clone(),
+            connector: def.connector.clone(),
+            options: def.options.clone(),
+            alignment_max_drift_ms: match alignment {
+                AlignmentSetting::MaxDriftMs(ms) if watermark.is_some() && parallelism > 1 => Some(ms),
+                _ => None,
+            },
+            watermark,
+            idle_timeout_ms,
+            computed: def.computed.clone(),
+            unread: unread_columns(def, scan.projection.as_deref()),
         };
         // A second read of the same stream shares the first one's source: its
         // output goes to every consumer (an operator may feed several edges).
