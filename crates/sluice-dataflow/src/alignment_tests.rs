@@ -210,15 +210,16 @@ fn held_us(runtime: &PipelineRuntime, instance: u32) -> u64 {
         .load(Ordering::Relaxed)
 }
 
-#[tokio::test]
-async fn the_instance_ahead_waits_for_its_sibling_and_every_row_arrives() {
+/// Runs instance 0 (200 slow batches) and instance 1 (20 fast ones) to the
+/// end, aligned by `drift` or not.
+async fn run_to_end(drift: Option<u64>) -> (Readers, PipelineRuntime) {
     let readers = Readers {
         batches: [200, 20],
         stall: None,
         progress: Arc::default(),
         rows: Arc::default(),
     };
-    let dag = two_sources_into_a_sink(Some(DRIFT_MS));
+    let dag = two_sources_into_a_sink(drift);
     let runtime = deploy(
         PipelineId(1),
         &dag,
@@ -232,6 +233,12 @@ async fn the_instance_ahead_waits_for_its_sibling_and_every_row_arrives() {
         .unwrap();
     assert_eq!(status, PipelineStatus::Finished);
     assert_eq!(readers.rows.load(Ordering::Relaxed), (200 + 20) * ROWS as u64);
+    (readers, runtime)
+}
+
+#[tokio::test]
+async fn the_instance_ahead_waits_for_its_sibling_and_every_row_arrives() {
+    let (readers, runtime) = run_to_end(Some(DRIFT_MS)).await;
     let violations = readers.progress.violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "read too far ahead: {violations:?}");
     assert!(held_us(&runtime, 1) > 0, "the fast instance was held");
@@ -241,25 +248,7 @@ async fn the_instance_ahead_waits_for_its_sibling_and_every_row_arrives() {
 #[tokio::test]
 async fn without_alignment_the_fast_instance_runs_ahead() {
     // The check above can fail: the same readers, not aligned.
-    let readers = Readers {
-        batches: [200, 20],
-        stall: None,
-        progress: Arc::default(),
-        rows: Arc::default(),
-    };
-    let dag = two_sources_into_a_sink(None);
-    let runtime = deploy(
-        PipelineId(1),
-        &dag,
-        &readers,
-        &InProcessTransport::default(),
-        &DeployConfig::default(),
-    )
-    .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), runtime.wait())
-        .await
-        .unwrap();
-    assert_eq!(status, PipelineStatus::Finished);
+    let (readers, runtime) = run_to_end(None).await;
     assert!(!readers.progress.violations.lock().unwrap().is_empty());
     assert_eq!(held_us(&runtime, 1), 0);
 }
