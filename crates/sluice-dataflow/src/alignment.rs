@@ -54,10 +54,6 @@ impl AlignmentGroup {
         })
     }
 
-    pub fn max_drift(&self) -> Duration {
-        Duration::from_millis(self.max_drift_ms as u64)
-    }
-
     /// Instance `instance` now has watermark `watermark` (ms), or does not
     /// count (`None`: idle, ended, or no watermark yet).
     pub fn publish(&self, instance: usize, watermark: Option<i64>) {

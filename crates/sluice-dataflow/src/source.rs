@@ -234,16 +234,18 @@ impl SourceTask {
             Instant::now(),
         );
         let tick = (self.idle_timeout / 2).max(Duration::from_millis(10));
+        let alignment = self.alignment.clone();
         let mut published = None;
         loop {
-            if let Some((group, me)) = self.alignment.clone() {
+            if let Some((group, me)) = &alignment {
+                let (group, me) = (group.as_ref(), *me);
                 let own = generator.current();
                 if own != published {
                     group.publish(me, own);
                     published = own;
                 }
                 if !group.may_read(me, own) {
-                    if !self.hold(&group, me, own).await? {
+                    if !self.hold(group, me, own).await? {
                         return Ok(());
                     }
                     generator.touch(Instant::now());

@@ -69,7 +69,7 @@ pub(super) fn build(
         Partitioning::Single
     };
     b.connect(op, sink_op, partitioning);
-    b.align_sources_by_default();
+    b.align_sources()?;
     Ok(PlannedQuery {
         dag: PhysicalDag {
             operators: b.operators,
@@ -99,29 +99,32 @@ fn strip_limit(plan: &LogicalPlan) -> Result<(&LogicalPlan, Option<usize>)> {
 }
 
 impl DagBuilder<'_> {
-    /// Where watermarks release state (a window or a join), a source whose
-    /// stream does not set alignment is aligned by the default drift: the
-    /// skew between its instances would otherwise decide how much state is
-    /// held. Pass-through pipelines are not aligned (holding an instance back
-    /// would only delay its rows).
-    fn align_sources_by_default(&mut self) {
+    /// Sets each source's watermark alignment: the stream's
+    /// `'scan.watermark.alignment.max-drift'`, or, where watermarks release
+    /// state (a window or a join), the default drift — the skew between
+    /// instances would otherwise decide how much state is held. Pass-through
+    /// pipelines are not aligned by default (holding an instance back would
+    /// only delay its rows); nor is a source without a WATERMARK or with one
+    /// instance (nothing to align).
+    fn align_sources(&mut self) -> Result<()> {
         let stateful = self
             .operators
             .iter()
             .any(|o| matches!(o.kind, OperatorKind::WindowAggregate(_) | OperatorKind::Join(_)));
-        if !stateful {
-            return;
-        }
         for op in &mut self.operators {
             let parallelism = op.parallelism;
-            if let OperatorKind::Source(spec) = &mut op.kind
-                && spec.watermark.is_some()
-                && parallelism > 1
-                && AlignmentSetting::from_options(&spec.options) == Ok(AlignmentSetting::Default)
-            {
-                spec.alignment_max_drift_ms = Some(ALIGNMENT_MAX_DRIFT_MS_DEFAULT);
-            }
+            let OperatorKind::Source(spec) = &mut op.kind else {
+                continue;
+            };
+            let setting = AlignmentSetting::from_options(&spec.options).map_err(Error::invalid_option)?;
+            spec.alignment_max_drift_ms = match setting {
+                _ if spec.watermark.is_none() || parallelism < 2 => None,
+                AlignmentSetting::MaxDriftMs(ms) => Some(ms),
+                AlignmentSetting::Default if stateful => Some(ALIGNMENT_MAX_DRIFT_MS_DEFAULT),
+                AlignmentSetting::Default | AlignmentSetting::Off => None,
+            };
         }
+        Ok(())
     }
 
     fn add(&mut self, kind: OperatorKind, parallelism: u32, output_schema: SchemaRef) -> OperatorId {
@@ -214,26 +217,22 @@ impl DagBuilder<'_> {
             .get("idle.timeout")
             .and_then(|v| sluice_types::parse_duration_ms(v))
             .unwrap_or(sluice_plan::IDLE_TIMEOUT_MS_DEFAULT);
+        let spec = SourceSpec {
+            stream: def.name.clone(),
+            connector: def.connector.clone(),
+            options: def.options.clone(),
+            // Set once the whole DAG is known (`align_sources`).
+            alignment_max_drift_ms: None,
+            watermark: def.watermark_spec(),
+            idle_timeout_ms,
+            computed: def.computed.clone(),
+            unread: unread_columns(def, scan.projection.as_deref()),
+        };
         // A memory log has one partition: one reader.
         let parallelism = if def.connector == "memory" {
             1
         } else {
             self.settings.parallelism
-        };
-        let watermark = def.watermark_spec();
-        let alignment = AlignmentSetting::from_options(&def.options).map_err(Error::invalid_option)?;
-        let spec = SourceSpec {
-            stream: def.name.clone(),
-            connector: def.connector.clone(),
-            options: def.options.clone(),
-            alignment_max_drift_ms: match alignment {
-                AlignmentSetting::MaxDriftMs(ms) if watermark.is_some() && parallelism > 1 => Some(ms),
-                _ => None,
-            },
-            watermark,
-            idle_timeout_ms,
-            computed: def.computed.clone(),
-            unread: unread_columns(def, scan.projection.as_deref()),
         };
         // A second read of the same stream shares the first one's source: its
         // output goes to every consumer (an operator may feed several edges).
