@@ -48,13 +48,17 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn create_topics(names: &[&str]) {
+    create_topics_with(names, 3).await;
+}
+
+async fn create_topics_with(names: &[&str], partitions: i32) {
     let admin: AdminClient<_> = ClientConfig::new()
         .set("bootstrap.servers", BROKERS)
         .create()
         .expect("admin client");
     let topics: Vec<NewTopic> = names
         .iter()
-        .map(|n| NewTopic::new(n, 3, TopicReplication::Fixed(1)))
+        .map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1)))
         .collect();
     for r in admin
         .create_topics(&topics, &AdminOptions::new())
@@ -220,22 +224,90 @@ fn read_files(dir: &Path) -> Vec<(String, i64, i64)> {
     rows
 }
 
-fn check(what: &str, rows: Vec<(String, i64, i64)>, expected: &BTreeMap<(String, i64), i64>) {
+/// Whether `rows` hold every expected window exactly once; the reason when not.
+fn verdict(what: &str, rows: Vec<(String, i64, i64)>, expected: &BTreeMap<(String, i64), i64>) -> Result<(), String> {
     let mut seen: BTreeMap<(String, i64), i64> = BTreeMap::new();
     for (k, first, c) in rows {
-        assert!(
-            seen.insert((k.clone(), first), c).is_none(),
-            "{what}: window ({k}, {first}) emitted twice"
-        );
+        if seen.insert((k.clone(), first), c).is_some() {
+            return Err(format!("{what}: window ({k}, {first}) emitted twice"));
+        }
     }
     let missing: Vec<_> = expected.keys().filter(|w| !seen.contains_key(*w)).take(5).collect();
-    assert!(
-        missing.is_empty(),
-        "{what}: {} of {} windows missing, e.g. {missing:?}",
-        expected.len() - seen.len().min(expected.len()),
-        expected.len()
-    );
-    assert_eq!(&seen, expected, "{what}: counts differ");
+    if !missing.is_empty() {
+        return Err(format!(
+            "{what}: {} of {} windows missing, e.g. {missing:?}",
+            expected.len() - seen.len().min(expected.len()),
+            expected.len()
+        ));
+    }
+    if &seen != expected {
+        let differ: Vec<_> = expected
+            .iter()
+            .filter(|(w, c)| seen.get(*w) != Some(c))
+            .take(5)
+            .collect();
+        return Err(format!("{what}: counts differ, e.g. expected {differ:?}"));
+    }
+    Ok(())
+}
+
+/// Asserts [`verdict`]; on failure the message carries every pipeline's
+/// state as the server reports it (task watermarks, checkpoints, errors),
+/// so a failure in CI says where the rows stopped.
+async fn check(
+    server: &TestServer,
+    what: &str,
+    rows: Vec<(String, i64, i64)>,
+    expected: &BTreeMap<(String, i64), i64>,
+) {
+    if let Err(e) = verdict(what, rows, expected) {
+        panic!("{e}\nserver state:\n{}", server_state(server).await);
+    }
+}
+
+/// Each pipeline's summary and tasks from the REST API, one line per task.
+async fn server_state(server: &TestServer) -> String {
+    let base = format!("http://127.0.0.1:{}/api/v1/pipelines", server.http_port);
+    let get = |url: String| async move {
+        match reqwest::get(&url).await {
+            Ok(r) => r.json::<serde_json::Value>().await.unwrap_or_default(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        }
+    };
+    let list = get(base.clone()).await;
+    let mut out = String::new();
+    for p in list["pipelines"].as_array().into_iter().flatten() {
+        let name = p["name"].as_str().unwrap_or_default();
+        let detail = get(format!("{base}/{name}")).await;
+        let summary = &detail["pipeline"];
+        out += &format!(
+            "{name}: state={} watermark_ms={} restarts={} restored_from={} checkpoints={} error={}\n",
+            summary["state"],
+            summary["watermark_ms"],
+            summary["restarts"],
+            summary["restored_from_checkpoint"],
+            summary["checkpoints"],
+            summary["error"]
+        );
+        for t in detail["tasks"].as_array().into_iter().flatten() {
+            out += &format!(
+                "  op {} #{} {}: in={} out={} watermark_ms={} queued={} held_us={} condition={}\n",
+                t["operator"],
+                t["instance"],
+                t["kind"],
+                t["rows_in"],
+                t["rows_out"],
+                t["watermark_ms"],
+                t["queued_rows"],
+                t["alignment_held_us"],
+                t["condition"]
+            );
+        }
+    }
+    if out.is_empty() {
+        out = format!("{list}");
+    }
+    out
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -460,7 +532,13 @@ async fn scenario(fault: Fault) {
     producer.join().unwrap();
     let expected = expected();
     let deadline = Instant::now() + Duration::from_secs(180);
-    check("kafka", read_kafka(&output, expected.len(), deadline), &expected);
+    check(
+        &server,
+        "kafka",
+        read_kafka(&output, expected.len(), deadline),
+        &expected,
+    )
+    .await;
     // The file sinks commit at the checkpoint after the last window fired.
     let mut rows = Vec::new();
     while Instant::now() < deadline {
@@ -472,12 +550,12 @@ async fn scenario(fault: Fault) {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    check("hdfs", rows, &expected);
+    check(&server, "hdfs", rows, &expected).await;
     while Instant::now() < deadline && read_files(&file_path).len() < expected.len() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    check("file", read_files(&file_path), &expected);
+    check(&server, "file", read_files(&file_path), &expected).await;
     if fault == Fault::Panic {
         let c = server.connect().await;
         let rows = c.simple_query("SHOW PIPELINES").await.unwrap();
@@ -620,4 +698,135 @@ async fn a_pipeline_failing_on_every_restart_gives_up_and_others_keep_running() 
     assert!(checkpoints("over_bound").await.is_empty());
     let e = c.simple_query("SHOW CHECKPOINTS FOR nope").await.unwrap_err();
     assert_eq!(e.code().unwrap().code(), "42704");
+}
+
+/// A restart forgets nothing of the event time read before the checkpoint.
+/// The source reads two partitions; partition 0's rows are all read while
+/// partition 1 is still empty (so no watermark yet), a checkpoint records
+/// partition 0's offsets at its end, and the server is killed. Partition 1
+/// then gets its rows. After the restart partition 0 has nothing left to
+/// read: the windows close only because the checkpoint kept its event time
+/// (before, they waited for partition 0's idle timeout, here 10 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_time_read_before_a_checkpoint_closes_windows_after_a_restart() {
+    let input = unique("eo_wm");
+    create_topics_with(&[&input], 2).await;
+    // Rows every 100 ms of event time, 0 s to 10 s inclusive, in partition p.
+    let produce_partition = |p: i32| {
+        let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", BROKERS)
+            .create()
+            .expect("producer");
+        for i in 0..=100i64 {
+            let t = chrono::DateTime::from_timestamp_millis(BASE_MS + i * 100)
+                .unwrap()
+                .naive_utc();
+            let payload = format!(
+                r#"{{"k":"p{p}","seq":{i},"ts":"{}"}}"#,
+                t.format("%Y-%m-%dT%H:%M:%S%.3f")
+            );
+            producer
+                .send(BaseRecord::<(), String>::to(&input).payload(&payload).partition(p))
+                .expect("send");
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush");
+    };
+    produce_partition(0);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let file_path = out.path().join("windows");
+    let mut server = TestServer::start_in(tmp.path());
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "SET parallelism = 1;
+         SET checkpoint_interval = '500ms';
+         CREATE STREAM src (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+         WITH (connector = 'kafka', topic = '{input}', 'properties.bootstrap.servers' = '{BROKERS}', format = 'json',
+               'idle.timeout' = '10min');
+         CREATE SINK windows WITH (connector = 'file', path = '{}', format = 'jsonl') AS
+         SELECT window_start, count(*) AS c FROM TUMBLE(src, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end;",
+        file_path.display()
+    ))
+    .await
+    .expect("create pipeline");
+    // Every row of partition 0 read, then two more checkpoints (the second
+    // one started after the reads).
+    let base = format!("http://127.0.0.1:{}/api/v1/pipelines/windows", server.http_port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v: serde_json::Value = reqwest::get(&base).await.unwrap().json().await.unwrap();
+        let read: u64 = v["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["kind"] == "source")
+            .map(|t| t["rows_out"].as_u64().unwrap_or(0))
+            .sum();
+        if read == 101 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "partition 0 read within 60 s: {read} rows");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let count = |rows: Vec<tokio_postgres::SimpleQueryMessage>| {
+        rows.iter()
+            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+            .count()
+    };
+    let before = count(c.simple_query("SHOW CHECKPOINTS FOR windows").await.unwrap());
+    while count(c.simple_query("SHOW CHECKPOINTS FOR windows").await.unwrap()) < before + 2 {
+        assert!(Instant::now() < deadline, "checkpoints complete within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        read_files(&file_path).is_empty(),
+        "no window closed: partition 1 had no rows yet"
+    );
+    server.stop(); // SIGKILL
+    produce_partition(1);
+    server = TestServer::start_in(tmp.path());
+    // Windows 0..10 s close (window 10 s holds the last row of each
+    // partition and stays open): 10 rows of each partition per window.
+    let expected: BTreeMap<i64, i64> = (0..10).map(|w| (BASE_MS + w * 1000, 20)).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut got = BTreeMap::new();
+    while Instant::now() < deadline {
+        got = window_counts(&file_path);
+        if got.len() >= expected.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(got, expected, "windows after the restart (within 60 s)");
+    drop(server);
+}
+
+/// (window start in epoch ms, count) of every committed row of a file sink
+/// writing `window_start, c`.
+fn window_counts(dir: &Path) -> BTreeMap<i64, i64> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for path in entries.map(|e| e.unwrap().path()) {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with('.') || !name.ends_with(".jsonl") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let text = v["window_start"].as_str().unwrap();
+            let start = ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+                .iter()
+                .find_map(|f| chrono::NaiveDateTime::parse_from_str(text, f).ok())
+                .unwrap_or_else(|| panic!("window_start {text}"))
+                .and_utc()
+                .timestamp_millis();
+            assert!(
+                out.insert(start, v["c"].as_i64().unwrap()).is_none(),
+                "window {start} twice"
+            );
+        }
+    }
+    out
 }

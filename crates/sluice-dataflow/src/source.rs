@@ -25,6 +25,21 @@ use tokio_util::sync::CancellationToken;
 
 /// How often a held source instance adds to its held time while it waits.
 const HOLD_REPORT_INTERVAL: Duration = Duration::from_millis(100);
+/// The key of the generator's event-time state in a source's checkpoint
+/// (beside the reader's own keys).
+const WATERMARKS_KEY: &str = "source.watermarks";
+
+/// What a checkpoint keeps of a [`WatermarkGenerator`]: per partition, the
+/// largest event time read and the largest watermark the source provided
+/// before the barrier. Without it a restored instance forgot the event time
+/// of everything it read before the checkpoint: a partition whose rows
+/// were all read then contributes no watermark after a restart, and when
+/// every partition is in that state the windows downstream never close.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WatermarkState {
+    pub max_event_ms: Vec<Option<i64>>,
+    pub explicit: Vec<Option<i64>>,
+}
 
 /// What a reader produced.
 #[derive(Debug)]
@@ -93,6 +108,32 @@ impl WatermarkGenerator {
             idle: vec![false; partitions],
             emitted: Watermark::MIN,
             idle_emitted: false,
+        }
+    }
+
+    /// The event-time state a checkpoint keeps.
+    pub fn snapshot(&self) -> WatermarkState {
+        WatermarkState {
+            max_event_ms: self.max_event_ms.clone(),
+            explicit: self.explicit.iter().map(|w| w.map(|w| w.0)).collect(),
+        }
+    }
+
+    /// Starts from a checkpoint's event-time state: the next poll emits the
+    /// watermark it implies (once every partition has a time), without
+    /// waiting for new rows. Partitions keep their order (a reader numbers
+    /// them the same way on every run); more stored than the reader knows
+    /// widen the generator until the reader says otherwise.
+    pub fn restore(&mut self, state: &WatermarkState, now: Instant) {
+        let n = state.max_event_ms.len().max(state.explicit.len());
+        if n > self.idle.len() {
+            self.resize(n, now);
+        }
+        for (p, t) in state.max_event_ms.iter().enumerate() {
+            self.max_event_ms[p] = *t;
+        }
+        for (p, w) in state.explicit.iter().enumerate() {
+            self.explicit[p] = w.map(Watermark);
         }
     }
 
@@ -221,9 +262,11 @@ impl SourceTask {
     /// end-of-input), the pipeline is cancelled, or the reader fails.
     pub async fn run(mut self) -> Result<()> {
         let delay = self.watermark.as_ref().map_or(0, |w| w.delay_ms);
+        let mut restored_watermarks = None;
         if let Some(c) = &mut self.checkpoint {
             if let Some((_, state)) = &c.restored {
                 self.reader.restore(state)?;
+                restored_watermarks = state.json::<WatermarkState>(WATERMARKS_KEY)?;
             }
             c.handles.trigger.mark_unchanged();
         }
@@ -233,6 +276,11 @@ impl SourceTask {
             self.idle_timeout,
             Instant::now(),
         );
+        if let Some(state) = &restored_watermarks {
+            generator.restore(state, Instant::now());
+            // At once: the rows behind it may all have been read already.
+            self.emit_watermark(&mut generator).await?;
+        }
         let tick = (self.idle_timeout / 2).max(Duration::from_millis(10));
         let alignment = self.alignment.clone();
         let mut published = None;
@@ -245,7 +293,7 @@ impl SourceTask {
                     published = own;
                 }
                 if !group.may_read(me, own) {
-                    if !self.hold(group, me, own).await? {
+                    if !self.hold(group, me, own, &generator).await? {
                         return Ok(());
                     }
                     generator.touch(Instant::now());
@@ -260,7 +308,7 @@ impl SourceTask {
                     _ = self.paused.wait_for(|p| !*p) => None,
                 };
                 if let Some(id) = barrier {
-                    self.inject_barrier(id).await?;
+                    self.inject_barrier(id, &generator).await?;
                     continue;
                 }
             }
@@ -275,7 +323,7 @@ impl SourceTask {
             let event = match event {
                 Ok(event) => event,
                 Err(Some(id)) => {
-                    self.inject_barrier(id).await?;
+                    self.inject_barrier(id, &generator).await?;
                     continue;
                 }
                 Err(None) => continue,
@@ -298,19 +346,31 @@ impl SourceTask {
                     self.output.send_batch(batch).await?;
                 }
             }
-            if let Some(message) = generator.poll() {
-                if let Message::Watermark(w) = &message {
-                    self.metrics.watermark_ms.store(w.0, Ordering::Relaxed);
-                }
-                self.output.broadcast(message).await.map_err(|_| closed())?;
-            }
+            self.emit_watermark(&mut generator).await?;
         }
+    }
+
+    /// Sends the generator's news (a higher watermark, or idleness), if any.
+    async fn emit_watermark(&mut self, generator: &mut WatermarkGenerator) -> Result<()> {
+        if let Some(message) = generator.poll() {
+            if let Message::Watermark(w) = &message {
+                self.metrics.watermark_ms.store(w.0, Ordering::Relaxed);
+            }
+            self.output.broadcast(message).await.map_err(|_| closed())?;
+        }
+        Ok(())
     }
 
     /// Reads nothing while this instance is too far ahead of its siblings
     /// (see [`crate::alignment`]), still injecting barriers. Returns false
     /// when cancelled.
-    async fn hold(&mut self, group: &AlignmentGroup, me: usize, own: Option<i64>) -> Result<bool> {
+    async fn hold(
+        &mut self,
+        group: &AlignmentGroup,
+        me: usize,
+        own: Option<i64>,
+        generator: &WatermarkGenerator,
+    ) -> Result<bool> {
         let mut since = Instant::now();
         loop {
             let mut hold = group.hold();
@@ -331,15 +391,22 @@ impl SourceTask {
             self.metrics.alignment_held_us.fetch_add(held, Ordering::Relaxed);
             since = now;
             if let Some(id) = barrier {
-                self.inject_barrier(id).await?;
+                self.inject_barrier(id, generator).await?;
             }
         }
     }
 
-    /// Snapshots the reader's position (everything emitted so far is before
-    /// the barrier), acknowledges, and sends the barrier downstream.
-    async fn inject_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        let state = self.reader.snapshot()?;
+    /// Snapshots the reader's position and the event time read so far
+    /// (everything emitted so far is before the barrier), acknowledges, and
+    /// sends the barrier downstream.
+    async fn inject_barrier(&mut self, checkpoint_id: u64, generator: &WatermarkGenerator) -> Result<()> {
+        let mut state = self.reader.snapshot()?;
+        // A reader without a position starts over when restored: the event
+        // time it read must then be forgotten too, or its replayed rows
+        // would all be late.
+        if !state.is_empty() {
+            state.put_json(WATERMARKS_KEY, &generator.snapshot())?;
+        }
         if let Some(c) = &self.checkpoint {
             c.ack(checkpoint_id, state);
         }
@@ -432,5 +499,184 @@ mod tests {
         // Shrinking drops partition 1 (the lowest) from the minimum.
         g.resize(1, t0);
         assert!(matches!(g.poll(), Some(Message::Watermark(Watermark(10_000)))));
+    }
+
+    #[test]
+    fn a_restored_generator_emits_the_watermark_of_what_was_read_before_the_checkpoint() {
+        let t0 = Instant::now();
+        let mut g = WatermarkGenerator::new(2, 1_000, Duration::from_secs(5), t0);
+        g.on_data(0, Some(130_000), t0);
+        g.on_data(1, Some(119_000), t0);
+        g.on_source_watermark(1, Watermark(100_000), t0);
+        let state = g.snapshot();
+        // A reader that learns its partitions later starts with one.
+        let mut restored = WatermarkGenerator::new(1, 1_000, Duration::from_secs(5), t0);
+        restored.restore(&state, t0);
+        assert!(
+            matches!(restored.poll(), Some(Message::Watermark(Watermark(118_000)))),
+            "no new rows needed"
+        );
+        restored.on_data(1, Some(129_000), t0);
+        assert!(matches!(restored.poll(), Some(Message::Watermark(Watermark(128_000)))));
+        // A partition without a stored time still waits for rows or idleness.
+        let mut g = WatermarkGenerator::new(2, 0, Duration::from_secs(5), t0);
+        g.on_data(0, Some(5_000), t0);
+        let mut restored = WatermarkGenerator::new(2, 0, Duration::from_secs(5), t0);
+        restored.restore(&g.snapshot(), t0);
+        assert!(restored.poll().is_none());
+        restored.on_tick(t0 + Duration::from_secs(5));
+        assert!(matches!(restored.poll(), Some(Message::Idle)), "both idle: no new rows");
+    }
+
+    /// A reader that restores its position and then has nothing more to
+    /// read (everything was read before the checkpoint), or starts over.
+    struct ReadEverything {
+        restored: Arc<std::sync::atomic::AtomicBool>,
+        keeps_position: bool,
+    }
+
+    #[async_trait]
+    impl SourceReader for ReadEverything {
+        fn partitions(&self) -> usize {
+            2
+        }
+        async fn next(&mut self, _rows_max: usize) -> Result<SourceEvent> {
+            std::future::pending().await
+        }
+        fn snapshot(&mut self) -> Result<TaskState> {
+            let mut state = TaskState::default();
+            if self.keeps_position {
+                state.put_bytes("position", vec![1]);
+            }
+            Ok(state)
+        }
+        fn restore(&mut self, _state: &TaskState) -> Result<()> {
+            self.restored.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// Runs a source task restored from `state` and returns the first
+    /// message it sends within 2 s (its idle timeout is 60 s), if any.
+    async fn first_message_after_restore(state: TaskState, keeps_position: bool) -> Option<Message> {
+        let (handles, _coordinator) = crate::checkpoint::coordinator::channels(7);
+        let (tx, mut rx) = crate::channel::channel(64);
+        let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
+        let restored = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cancel = CancellationToken::new();
+        let (_paused_tx, paused) = tokio::sync::watch::channel(false);
+        let task = SourceTask {
+            reader: Box::new(ReadEverything {
+                restored: restored.clone(),
+                keeps_position,
+            }),
+            watermark: Some(WatermarkSpec {
+                column: 0,
+                delay_ms: 1_000,
+            }),
+            idle_timeout: Duration::from_secs(60),
+            batch_rows_max: 1024,
+            output: Output::new(
+                vec![crate::exchange::OutputEdge::new(
+                    sluice_plan::Partitioning::Forward,
+                    vec![tx],
+                    0,
+                )],
+                metrics.clone(),
+            ),
+            metrics,
+            cancel: cancel.clone(),
+            paused,
+            checkpoint: Some(TaskCheckpoint {
+                handles,
+                operator: sluice_types::OperatorId(0),
+                instance: 0,
+                restored: Some((7, state)),
+            }),
+            alignment: None,
+        };
+        let run = tokio::spawn(task.run());
+        let first = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+            .await
+            .ok()
+            .flatten();
+        assert!(restored.load(Ordering::SeqCst), "the reader was restored");
+        cancel.cancel();
+        run.await.unwrap().unwrap();
+        first
+    }
+
+    #[tokio::test]
+    async fn a_restored_source_with_nothing_left_to_read_still_closes_the_windows_it_read() {
+        // Before the checkpoint the instance read up to 130 s on one
+        // partition and 119 s on the other, all of both partitions.
+        let t0 = Instant::now();
+        let mut g = WatermarkGenerator::new(2, 1_000, Duration::from_secs(60), t0);
+        g.on_data(0, Some(130_000), t0);
+        g.on_data(1, Some(119_000), t0);
+        let mut state = TaskState::default();
+        state.put_bytes("position", vec![1]);
+        state.put_json(WATERMARKS_KEY, &g.snapshot()).unwrap();
+        let first = first_message_after_restore(state.clone(), true).await;
+        assert!(
+            matches!(first, Some(Message::Watermark(Watermark(118_000)))),
+            "the watermark of what was read before: {first:?}"
+        );
+        // Without the stored event time nothing would come until the
+        // partitions turned idle, and then only Idle.
+        state.entries.remove(WATERMARKS_KEY);
+        let first = first_message_after_restore(state, true).await;
+        assert!(first.is_none(), "{first:?}");
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_keeps_the_event_time_only_for_readers_that_keep_a_position() {
+        let (handles, mut coordinator) = crate::checkpoint::coordinator::channels(0);
+        let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
+        let (tx, _rx) = crate::channel::channel(64);
+        for keeps_position in [true, false] {
+            let (_paused_tx, paused) = tokio::sync::watch::channel(false);
+            let mut task = SourceTask {
+                reader: Box::new(ReadEverything {
+                    restored: Default::default(),
+                    keeps_position,
+                }),
+                watermark: Some(WatermarkSpec { column: 0, delay_ms: 0 }),
+                idle_timeout: Duration::from_secs(60),
+                batch_rows_max: 1024,
+                output: Output::new(
+                    vec![crate::exchange::OutputEdge::new(
+                        sluice_plan::Partitioning::Forward,
+                        vec![tx.clone()],
+                        0,
+                    )],
+                    metrics.clone(),
+                ),
+                metrics: metrics.clone(),
+                cancel: CancellationToken::new(),
+                paused,
+                checkpoint: Some(TaskCheckpoint {
+                    handles: handles.clone(),
+                    operator: sluice_types::OperatorId(0),
+                    instance: 0,
+                    restored: None,
+                }),
+                alignment: None,
+            };
+            let t0 = Instant::now();
+            let mut g = WatermarkGenerator::new(2, 0, Duration::from_secs(60), t0);
+            g.on_data(0, Some(42), t0);
+            task.inject_barrier(1, &g).await.unwrap();
+            let state = match coordinator.next_ack().await {
+                Some(crate::checkpoint::coordinator::AckEvent::Ack { state, .. }) => state,
+                other => panic!("{other:?}"),
+            };
+            let stored: Option<WatermarkState> = state.json(WATERMARKS_KEY).unwrap();
+            if keeps_position {
+                assert_eq!(stored, Some(g.snapshot()));
+            } else {
+                assert_eq!(stored, None, "a reader that starts over forgets the event time too");
+            }
+        }
     }
 }

@@ -231,6 +231,14 @@ pub struct CoordinatorChannels {
     completed: watch::Sender<u64>,
 }
 
+#[cfg(test)]
+impl CoordinatorChannels {
+    /// The next ack or finish notice a task sent (tests of a single task).
+    pub(crate) async fn next_ack(&mut self) -> Option<AckEvent> {
+        self.acks.recv().await
+    }
+}
+
 /// Channels between the coordinator and the tasks. `restored` is the id of
 /// the checkpoint restored (it counts as completed).
 pub fn channels(restored: u64) -> (CheckpointHandles, CoordinatorChannels) {
