@@ -163,6 +163,7 @@ async fn main() -> Result<()> {
             "measured_from": if window_ms > 0 { "window end" } else { "event creation" },
             "p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"], "max_ms": summary["max_ms"],
             "rows_measured": summary["rows"],
+            "worst_slots": summary["worst_slots"],
         });
     }
 

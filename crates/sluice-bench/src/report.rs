@@ -60,6 +60,22 @@ fn si(v: f64) -> String {
     }
 }
 
+/// The three worst latency slots of a run, as "at 3.1 s: 89.9 ms".
+fn worst_slots(slots: &Value) -> String {
+    let worst: Vec<String> = slots
+        .as_array()
+        .into_iter()
+        .flatten()
+        .take(3)
+        .map(|s| format!("{:.1}: {:.1}", f(&s["at_s"]), f(&s["max_ms"])))
+        .collect();
+    if worst.is_empty() {
+        "–".into()
+    } else {
+        worst.join(", ")
+    }
+}
+
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }
@@ -107,9 +123,9 @@ pub fn markdown(r: &Value) -> String {
         );
         let _ = writeln!(
             md,
-            "| query | paced events/s | measured from | rows measured | p50 | p99 | max |"
+            "| query | paced events/s | measured from | rows measured | p50 | p99 | max | worst 100-ms slots (s after warm-up: ms) |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
         for (q, v) in qs {
             let l = &v["latency"];
             if l.is_null() {
@@ -117,13 +133,14 @@ pub fn markdown(r: &Value) -> String {
             }
             let _ = writeln!(
                 md,
-                "| {q} | {} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+                "| {q} | {} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} |",
                 si(f(&l["events_per_s_paced"])),
                 l["measured_from"].as_str().unwrap_or(""),
                 l["rows_measured"],
                 f(&l["p50_ms"]),
                 f(&l["p99_ms"]),
-                f(&l["max_ms"])
+                f(&l["max_ms"]),
+                worst_slots(&l["worst_slots"])
             );
         }
     }

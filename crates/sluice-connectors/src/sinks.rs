@@ -85,6 +85,14 @@ impl Operator for BlackholeSink {
 pub const LATENCY_BUCKETS: usize = 600_000;
 /// Rows in the first seconds after the first row are warm-up, not measured.
 pub const LATENCY_WARMUP: std::time::Duration = std::time::Duration::from_secs(2);
+/// The measured time is also cut into slots of this length, each keeping
+/// its worst latency, so the report shows *when* rows were late (one stall
+/// or a steady tail).
+pub const LATENCY_SLOT: std::time::Duration = std::time::Duration::from_millis(100);
+/// Slots kept (one hour); later rows still count in the histogram.
+pub const LATENCY_SLOTS_MAX: usize = 36_000;
+/// The worst slots written to the report.
+const LATENCY_WORST_SLOTS: usize = 10;
 
 /// End-to-end latency of the rows reaching a blackhole sink.
 pub struct LatencyRecorder {
@@ -97,6 +105,8 @@ pub struct LatencyRecorder {
     rows_early: u64,
     max_us: u64,
     first_row: Option<std::time::Instant>,
+    /// Worst latency (µs) per [`LATENCY_SLOT`] since the warm-up ended.
+    slots: Vec<u64>,
 }
 
 impl LatencyRecorder {
@@ -131,17 +141,26 @@ impl LatencyRecorder {
             rows_early: 0,
             max_us: 0,
             first_row: None,
+            slots: Vec::new(),
         }))
     }
 
     fn record(&mut self, batch: &RecordBatch) -> Result<()> {
         let first = *self.first_row.get_or_insert_with(std::time::Instant::now);
-        if first.elapsed() < LATENCY_WARMUP {
+        let Some(measured) = first.elapsed().checked_sub(LATENCY_WARMUP) else {
             return Ok(());
-        }
+        };
         let now_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
+        self.record_at(batch, measured, now_us)
+    }
+
+    /// Records a batch arriving `measured` after the warm-up, at wall-clock
+    /// `now_us` (µs since the epoch).
+    fn record_at(&mut self, batch: &RecordBatch, measured: std::time::Duration, now_us: i64) -> Result<()> {
+        let slot = (measured.as_micros() / LATENCY_SLOT.as_micros()) as usize;
+        let mut batch_max_us = 0;
         for t in sluice_dataflow::time::timestamps_ms(batch.column(self.column))?
             .into_iter()
             .flatten()
@@ -159,10 +178,33 @@ impl LatencyRecorder {
             }
             let us = (now_us - t * 1000) as u64;
             self.buckets[((us / 100) as usize).min(LATENCY_BUCKETS - 1)] += 1;
-            self.max_us = self.max_us.max(us);
+            batch_max_us = batch_max_us.max(us);
             self.rows += 1;
         }
+        self.max_us = self.max_us.max(batch_max_us);
+        if slot < LATENCY_SLOTS_MAX {
+            if self.slots.len() <= slot {
+                self.slots.resize(slot + 1, 0);
+            }
+            self.slots[slot] = self.slots[slot].max(batch_max_us);
+        }
         Ok(())
+    }
+
+    /// The worst slots, worst first: (seconds after the warm-up, ms).
+    pub fn worst_slots(&self) -> Vec<(f64, f64)> {
+        let mut slots: Vec<(usize, u64)> = self.slots.iter().copied().enumerate().collect();
+        slots.sort_by_key(|(i, us)| (std::cmp::Reverse(*us), *i));
+        slots
+            .into_iter()
+            .take(LATENCY_WORST_SLOTS)
+            .map(|(i, us)| {
+                (
+                    (i as u128 * LATENCY_SLOT.as_millis()) as f64 / 1000.0,
+                    us as f64 / 1000.0,
+                )
+            })
+            .collect()
     }
 
     /// The latency (ms, bucket upper bound) below which `q` of the rows are.
@@ -185,8 +227,90 @@ impl LatencyRecorder {
             "p50_ms": self.quantile_ms(0.50),
             "p99_ms": self.quantile_ms(0.99),
             "max_ms": self.max_us as f64 / 1000.0,
+            "worst_slots": self.worst_slots().iter().map(|(at_s, ms)| serde_json::json!({ "at_s": at_s, "max_ms": ms })).collect::<Vec<_>>(),
         });
         std::fs::write(&self.path, summary.to_string())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::TimestampMillisecondArray;
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn recorder(window: Option<&str>) -> LatencyRecorder {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "t",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        )]));
+        let mut options = std::collections::BTreeMap::from([
+            ("latency.column".to_string(), "t".to_string()),
+            ("latency.file".to_string(), "/dev/null".to_string()),
+        ]);
+        if let Some(w) = window {
+            options.insert("latency.window".into(), w.into());
+        }
+        LatencyRecorder::from_options(&options, &schema).unwrap().unwrap()
+    }
+
+    fn batch(times_ms: &[i64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "t",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        )]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(TimestampMillisecondArray::from(times_ms.to_vec()))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn quantiles_and_the_worst_slots_come_from_the_rows() {
+        let mut r = recorder(None);
+        // 98 rows 1 ms late in slot 0, then one stall: 2 rows 50 and 80 ms
+        // late in slot 12 (1.2 s), and 1 row 5 ms late in slot 30.
+        let now_ms = 1_000_000;
+        r.record_at(&batch(&[now_ms - 1; 98]), Duration::ZERO, now_ms * 1000)
+            .unwrap();
+        r.record_at(
+            &batch(&[now_ms - 50, now_ms - 80]),
+            Duration::from_millis(1_250),
+            now_ms * 1000,
+        )
+        .unwrap();
+        r.record_at(&batch(&[now_ms - 5]), Duration::from_millis(3_010), now_ms * 1000)
+            .unwrap();
+        assert_eq!(r.rows, 101);
+        assert_eq!(r.quantile_ms(0.50), 1.1, "bucket upper bound of 1 ms");
+        assert_eq!(r.quantile_ms(0.99), 50.1);
+        assert_eq!(r.max_us, 80_000);
+        assert_eq!(r.worst_slots()[..3], [(1.2, 80.0), (3.0, 5.0), (0.0, 1.0)]);
+    }
+
+    #[test]
+    fn a_window_result_is_late_from_its_window_end_and_early_flushes_do_not_count() {
+        let mut r = recorder(Some("10s"));
+        let now_ms = 1_000_000;
+        // Row times inside the window [990 000, 1 000 000) end at 1 000 000:
+        // 0 ms late; one of the next window is flushed early.
+        r.record_at(&batch(&[990_001, 999_999, 1_000_001]), Duration::ZERO, now_ms * 1000)
+            .unwrap();
+        assert_eq!((r.rows, r.rows_early, r.max_us), (2, 1, 0));
+    }
+
+    #[test]
+    fn slots_past_the_bound_are_not_kept_but_rows_still_count() {
+        let mut r = recorder(None);
+        let past = LATENCY_SLOT * LATENCY_SLOTS_MAX as u32;
+        r.record_at(&batch(&[999_000]), past, 1_000_000 * 1000).unwrap();
+        assert_eq!(r.rows, 1);
+        assert!(r.slots.is_empty());
     }
 }
