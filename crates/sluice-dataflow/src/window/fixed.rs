@@ -15,14 +15,17 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, Rows};
 use async_trait::async_trait;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use hashbrown::HashMap;
 use sluice_plan::{WindowAggSpec, WindowKind};
 use sluice_types::{Error, Result, SqlCode, Watermark};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The groups of one open window.
 struct WindowGroups {
+    /// Row-encoded key → group. A window without keys has one group, 0,
+    /// whose key is empty: its rows skip the lookup.
     index: HashMap<Box<[u8]>, u32>,
     keys: Option<Rows>,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
@@ -70,10 +73,13 @@ impl FixedWindowOperator {
         })
     }
 
-    /// Rows of the batch per window start, skipping windows already fired.
-    /// Returns the assignment and the number of late rows.
-    fn assign(&self, times: &[Option<i64>], watermark: Watermark) -> (BTreeMap<i64, Vec<u32>>, u64) {
-        let mut per_window: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    /// Rows of the batch per window start (in start order), skipping
+    /// windows already fired. Returns the assignment and the number of
+    /// late rows. A batch's rows fall in a few windows: each row looks
+    /// them up in a short list (most recent first), not a map.
+    fn assign(&self, times: &[Option<i64>], watermark: Watermark) -> (Vec<(i64, Vec<u32>)>, u64) {
+        let mut per_window: Vec<(i64, Vec<u32>)> = Vec::new();
+        let mut position: HashMap<i64, usize> = HashMap::new();
         let mut late = 0;
         for (row, ts) in times.iter().enumerate() {
             let Some(ts) = *ts else {
@@ -83,7 +89,7 @@ impl FixedWindowOperator {
             let mut accepted = false;
             let mut accept = |start: i64| {
                 if start + self.size_ms > watermark.0 {
-                    per_window.entry(start).or_default().push(row as u32);
+                    window_rows(&mut per_window, &mut position, start).push(row as u32);
                     accepted = true;
                 }
             };
@@ -96,6 +102,7 @@ impl FixedWindowOperator {
                 late += 1;
             }
         }
+        per_window.sort_unstable_by_key(|(start, _)| *start);
         (per_window, late)
     }
 
@@ -126,27 +133,39 @@ impl FixedWindowOperator {
             }
             let window = self.windows.get_mut(&start).expect("inserted above");
             let mut group_indices = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let key: &[u8] = key_rows.as_ref().map_or(&[], |k| k.row(*row as usize).data());
-                let next = window.index.len() as u32;
-                let idx = match window.index.get(key) {
-                    Some(i) => *i,
-                    None => {
+            match &key_rows {
+                None => {
+                    // One group per window: no key to look up per row.
+                    if window.index.is_empty() {
                         if self.groups >= self.groups_max {
-                            return Err(Error::user(
-                                SqlCode::ConfigurationLimitExceeded,
-                                format!("window state limit reached: {} open groups", self.groups_max),
-                            ));
+                            return Err(groups_limit(self.groups_max));
                         }
                         self.groups += 1;
-                        window.index.insert(key.into(), next);
-                        if let (Some(keys), Some(k)) = (window.keys.as_mut(), key_rows.as_ref()) {
-                            keys.push(k.row(*row as usize));
-                        }
-                        next
+                        window.index.insert(Box::from(&[][..]), 0);
                     }
-                };
-                group_indices.push(idx as usize);
+                    group_indices.resize(rows.len(), 0);
+                }
+                Some(key_rows) => {
+                    for row in &rows {
+                        let key = key_rows.row(*row as usize);
+                        let next = window.index.len() as u32;
+                        let idx = match window.index.get(key.data()) {
+                            Some(i) => *i,
+                            None => {
+                                if self.groups >= self.groups_max {
+                                    return Err(groups_limit(self.groups_max));
+                                }
+                                self.groups += 1;
+                                window.index.insert(key.data().into(), next);
+                                if let Some(keys) = window.keys.as_mut() {
+                                    keys.push(key);
+                                }
+                                next
+                            }
+                        };
+                        group_indices.push(idx as usize);
+                    }
+                }
             }
             let total_groups = window.index.len();
             let whole = rows.len() == batch.num_rows();
@@ -192,6 +211,40 @@ impl FixedWindowOperator {
         }
         finish_batch(&self.output_schema, columns)
     }
+}
+
+fn groups_limit(groups_max: usize) -> Error {
+    Error::user(
+        SqlCode::ConfigurationLimitExceeded,
+        format!("window state limit reached: {groups_max} open groups"),
+    )
+}
+
+/// The rows of window `start` in `per_window` (added when new);
+/// `position` indexes the list once it is longer than a short scan.
+fn window_rows<'a>(
+    per_window: &'a mut Vec<(i64, Vec<u32>)>,
+    position: &mut HashMap<i64, usize>,
+    start: i64,
+) -> &'a mut Vec<u32> {
+    const SCANNED_MAX: usize = 8;
+    let found = if per_window.len() <= SCANNED_MAX {
+        per_window.iter().rposition(|(s, _)| *s == start)
+    } else {
+        position.get(&start).copied()
+    };
+    let at = found.unwrap_or_else(|| {
+        per_window.push((start, Vec::new()));
+        if per_window.len() > SCANNED_MAX {
+            if position.is_empty() {
+                position.extend(per_window.iter().enumerate().map(|(i, (s, _))| (*s, i)));
+            } else {
+                position.insert(start, per_window.len() - 1);
+            }
+        }
+        per_window.len() - 1
+    });
+    &mut per_window[at].1
 }
 
 /// Builds an output batch, casting columns whose types differ from the schema.

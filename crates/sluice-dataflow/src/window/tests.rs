@@ -219,21 +219,112 @@ fn a_session_snapshot_restores_open_sessions_and_the_original_keeps_going() {
     assert_eq!(out[1], expected, "the restored operator emits the same sessions");
 }
 
+/// The output schema without the key column (windows without GROUP BY keys).
+fn unkeyed_output_schema() -> SchemaRef {
+    let f = output_schema();
+    let fields: Vec<_> = f
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 2)
+        .map(|(_, f)| f.clone())
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// (start, end, count, sum) of unkeyed windows, sorted.
+fn collect_unkeyed(batches: &[RecordBatch]) -> Vec<(i64, i64, i64, i64)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let ts = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<TimestampMillisecondArray>()
+                .unwrap()
+                .clone()
+        };
+        let ints = |i: usize| b.column(i).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+        let (s, e, c, sum) = (ts(0), ts(1), ints(2), ints(3));
+        out.extend((0..b.num_rows()).map(|r| (s.value(r), e.value(r), c.value(r), sum.value(r))));
+    }
+    out.sort();
+    out
+}
+
+/// Rows spread over many windows in one batch, out of time order: each
+/// window's count and sum per key, worked out by brute force over every
+/// window start.
+fn brute_force(rows: &[(i64, i64, i64)], slide: i64, size: i64) -> Vec<(i64, i64, i64, i64, i64)> {
+    let mut out = std::collections::BTreeMap::new();
+    let max = rows.iter().map(|r| r.0).max().unwrap();
+    let mut start = -size;
+    while start <= max {
+        for (t, k, v) in rows {
+            if (start..start + size).contains(t) {
+                let e: &mut (i64, i64) = out.entry((start, start + size, *k)).or_default();
+                e.0 += 1;
+                e.1 += v;
+            }
+        }
+        start += slide;
+    }
+    out.into_iter().map(|((s, e, k), (c, sum))| (s, e, k, c, sum)).collect()
+}
+
+fn scattered_rows() -> Vec<(i64, i64, i64)> {
+    // 500 rows over t in [0, 1000), in a scrambled order, 3 keys.
+    (0..500i64).map(|i| ((i * 379) % 1000, i % 3, i)).collect()
+}
+
+#[test]
+fn a_batch_over_many_windows_puts_each_row_in_each_of_its_windows() {
+    let data = scattered_rows();
+    // Tumble: 100 windows of 10 ms in one batch.
+    let mut op = FixedWindowOperator::new(&spec(WindowKind::Tumble { size_ms: 10 }, 10_000), output_schema()).unwrap();
+    op.update(&rows(&data), Watermark::MIN).unwrap();
+    assert_eq!(collect(&op.fire(Watermark::MAX).unwrap()), brute_force(&data, 10, 10));
+    // Hop: every row in 15 windows, 515 windows in all.
+    let hop = WindowKind::Hop {
+        slide_ms: 2,
+        size_ms: 30,
+    };
+    let mut op = FixedWindowOperator::new(&spec(hop, 10_000), output_schema()).unwrap();
+    op.update(&rows(&data), Watermark::MIN).unwrap();
+    assert_eq!(collect(&op.fire(Watermark::MAX).unwrap()), brute_force(&data, 2, 30));
+}
+
+#[test]
+fn unkeyed_windows_have_one_group_each_and_count_against_the_bound() {
+    let mut s = spec(WindowKind::Tumble { size_ms: 100 }, 10);
+    s.key_columns.clear();
+    let data = scattered_rows();
+    let mut op = FixedWindowOperator::new(&s, unkeyed_output_schema()).unwrap();
+    op.update(&rows(&data), Watermark::MIN).unwrap();
+    // The same rows with every key the same: one group per window.
+    let one_key: Vec<_> = data.iter().map(|(t, _, v)| (*t, 0, *v)).collect();
+    let expected: Vec<_> = brute_force(&one_key, 100, 100)
+        .into_iter()
+        .map(|(s, e, _, c, sum)| (s, e, c, sum))
+        .collect();
+    assert_eq!(expected.len(), 10);
+    assert_eq!(collect_unkeyed(&op.fire(Watermark::MAX).unwrap()), expected);
+    // Ten windows open fill a bound of ten groups: an eleventh is refused.
+    let mut op = FixedWindowOperator::new(&s, unkeyed_output_schema()).unwrap();
+    op.update(&rows(&data), Watermark::MIN).unwrap();
+    let err = op.update(&rows(&[(1000, 0, 1)]), Watermark::MIN).unwrap_err();
+    assert_eq!(err.sqlstate(), "53400");
+    // A snapshot restores the one group of each window.
+    let snap = op.snapshot_batch().unwrap().unwrap();
+    let mut restored = FixedWindowOperator::new(&s, unkeyed_output_schema()).unwrap();
+    restored.restore_batch(&snap).unwrap();
+    assert_eq!(collect_unkeyed(&restored.fire(Watermark::MAX).unwrap()), expected);
+}
+
 #[test]
 fn an_unkeyed_session_snapshot_round_trips() {
     let mut s = spec(WindowKind::Session { gap_ms: 5 }, 100);
     s.key_columns.clear();
-    let out_schema = {
-        let f = output_schema();
-        let fields: Vec<_> = f
-            .fields()
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != 2)
-            .map(|(_, f)| f.clone())
-            .collect();
-        Arc::new(Schema::new(fields))
-    };
+    let out_schema = unkeyed_output_schema();
     let mut op = SessionWindowOperator::new(&s, 5, out_schema.clone()).unwrap();
     op.update(&rows(&[(0, 1, 1), (3, 2, 2)]), Watermark::MIN).unwrap();
     let snap = op.snapshot_batch().unwrap().unwrap();
