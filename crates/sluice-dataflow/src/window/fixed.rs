@@ -75,8 +75,8 @@ impl FixedWindowOperator {
 
     /// Rows of the batch per window start (in start order), skipping
     /// windows already fired. Returns the assignment and the number of
-    /// late rows. A batch's rows fall in a few windows: each row looks
-    /// them up in a short list (most recent first), not a map.
+    /// late rows. A batch's rows fall in a few windows: a row in the
+    /// window added last skips the lookup.
     fn assign(&self, times: &[Option<i64>], watermark: Watermark) -> (Vec<(i64, Vec<u32>)>, u64) {
         let mut per_window: Vec<(i64, Vec<u32>)> = Vec::new();
         let mut position: HashMap<i64, usize> = HashMap::new();
@@ -220,30 +220,21 @@ fn groups_limit(groups_max: usize) -> Error {
     )
 }
 
-/// The rows of window `start` in `per_window` (added when new);
-/// `position` indexes the list once it is longer than a short scan.
+/// The rows of window `start` in `per_window` (added when new). Rows in
+/// time order mostly fall in the window added last, checked first;
+/// `position` finds the others.
 fn window_rows<'a>(
     per_window: &'a mut Vec<(i64, Vec<u32>)>,
     position: &mut HashMap<i64, usize>,
     start: i64,
 ) -> &'a mut Vec<u32> {
-    const SCANNED_MAX: usize = 8;
-    let found = if per_window.len() <= SCANNED_MAX {
-        per_window.iter().rposition(|(s, _)| *s == start)
-    } else {
-        position.get(&start).copied()
+    let at = match per_window.last() {
+        Some((last, _)) if *last == start => per_window.len() - 1,
+        _ => *position.entry(start).or_insert_with(|| {
+            per_window.push((start, Vec::new()));
+            per_window.len() - 1
+        }),
     };
-    let at = found.unwrap_or_else(|| {
-        per_window.push((start, Vec::new()));
-        if per_window.len() > SCANNED_MAX {
-            if position.is_empty() {
-                position.extend(per_window.iter().enumerate().map(|(i, (s, _))| (*s, i)));
-            } else {
-                position.insert(start, per_window.len() - 1);
-            }
-        }
-        per_window.len() - 1
-    });
     &mut per_window[at].1
 }
 
