@@ -5,13 +5,15 @@
 #   scripts/bench.sh --queries q0,q7  # any sluice-bench option (--help lists them)
 # Results: benches/results/latest.{md,json} and throughput.svg.
 #
-# Builds release binaries (the dashboard included). The Flink peer harness
+# Installs what a fresh Debian machine lacks (scripts/install-deps.sh) and
+# builds release binaries (the dashboard included). The Flink peer harness
 # (../shared/peers/flink, read-only) is copied to ~/.cache/sluice-flink-peer,
 # where its .venv with apache-flink 2.3.0 from PyPI is created on first use
 # (Java 17 and python3 must be installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
+scripts/install-deps.sh
 cargo build --release -p sluice -p sluice-bench --bins
 
 FLINK_SRC="${FLINK_HARNESS:-$(pwd)/../shared/peers/flink}"

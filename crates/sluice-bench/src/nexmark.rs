@@ -134,18 +134,34 @@ pub async fn generator_only(binary: &Path, table: &str, parallelism: u32, events
     .await
 }
 
+/// One latency run's pacing and length.
+pub struct LatencyRun {
+    /// Global events per second.
+    pub events_per_second: u64,
+    /// How long the input lasts.
+    pub seconds: u64,
+    /// The query's window (0: none): latency is measured from its end.
+    pub window_ms: u64,
+    /// Seconds after the first row at the sink before measuring starts.
+    pub warmup_s: u64,
+}
+
 /// End-to-end latency at a fixed rate: event time is the event's creation
 /// time (wall clock), measured at the sink; for windowed queries from the
-/// end of the row's window (`window_ms`).
+/// end of the row's window.
 pub async fn latency(
     binary: &Path,
     dir: &Path,
     name: &str,
     parallelism: u32,
-    events_per_second: u64,
-    seconds: u64,
-    window_ms: u64,
+    run: LatencyRun,
 ) -> Result<(RunStats, Value)> {
+    let LatencyRun {
+        events_per_second,
+        seconds,
+        window_ms,
+        warmup_s,
+    } = run;
     let (sets, query) = read_query(dir, name)?;
     let server = Server::start(binary).await?;
     let setup = StreamSetup {
@@ -165,7 +181,7 @@ pub async fn latency(
         String::new()
     };
     let with = format!(
-        "connector = 'blackhole', 'latency.column' = 'date_time', 'latency.file' = '{}'{window}",
+        "connector = 'blackhole', 'latency.column' = 'date_time', 'latency.file' = '{}', 'latency.warmup' = '{warmup_s}s'{window}",
         file.display()
     );
     let stats = run_sink(&server, "bench_latency", &with, &query).await?;

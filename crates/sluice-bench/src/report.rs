@@ -123,9 +123,9 @@ pub fn markdown(r: &Value) -> String {
         );
         let _ = writeln!(
             md,
-            "| query | paced events/s | measured from | rows measured | p50 | p99 | max | worst 100-ms slots (s after warm-up: ms) |"
+            "| query | paced events/s | measured from | warm-up (worst row in it) | rows measured | p50 | p99 | max | worst 100-ms slots (s after warm-up: ms) |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
         for (q, v) in qs {
             let l = &v["latency"];
             if l.is_null() {
@@ -133,9 +133,11 @@ pub fn markdown(r: &Value) -> String {
             }
             let _ = writeln!(
                 md,
-                "| {q} | {} | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} |",
+                "| {q} | {} | {} | {:.0} s ({:.1} ms) | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} |",
                 si(f(&l["events_per_s_paced"])),
                 l["measured_from"].as_str().unwrap_or(""),
+                f(&l["warmup_s"]),
+                f(&l["warmup_max_ms"]),
                 l["rows_measured"],
                 f(&l["p50_ms"]),
                 f(&l["p99_ms"]),

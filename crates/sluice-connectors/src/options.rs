@@ -51,7 +51,13 @@ pub const FILE_SINK_OPTIONS: &[&str] = fs_sink_options!();
 pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
     match connector {
         "file" => Ok(FILE_SINK_OPTIONS),
-        "blackhole" => Ok(&["connector", "latency.column", "latency.window", "latency.file"]),
+        "blackhole" => Ok(&[
+            "connector",
+            "latency.column",
+            "latency.window",
+            "latency.warmup",
+            "latency.file",
+        ]),
         "kafka" => Ok(crate::kafka::SINK_OPTIONS),
         "hdfs" => Ok(HDFS_SINK_OPTIONS),
         other => Err(Error::unsupported(format!(

@@ -83,7 +83,8 @@ impl Operator for BlackholeSink {
 /// Latency histogram buckets: 100 µs each, up to [`LATENCY_BUCKETS`] × 100 µs
 /// (60 s); slower rows count in the last bucket.
 pub const LATENCY_BUCKETS: usize = 600_000;
-/// Rows in the first seconds after the first row are warm-up, not measured.
+/// Rows in the first seconds after the first row are warm-up, not measured
+/// (unless `'latency.warmup'` says how long).
 pub const LATENCY_WARMUP: std::time::Duration = std::time::Duration::from_secs(2);
 /// The measured time is also cut into slots of this length, each keeping
 /// its worst latency, so the report shows *when* rows were late (one stall
@@ -94,10 +95,37 @@ pub const LATENCY_SLOTS_MAX: usize = 36_000;
 /// The worst slots written to the report.
 const LATENCY_WORST_SLOTS: usize = 10;
 
-/// End-to-end latency of the rows reaching a blackhole sink.
-pub struct LatencyRecorder {
+/// Which column holds a row's time, and the window its result closes.
+#[derive(Clone, Copy)]
+struct LatencyWalk {
     column: usize,
     window_ms: i64,
+}
+
+impl LatencyWalk {
+    /// Calls `f` with each row's latency in µs at wall-clock `now_us`, or
+    /// `None` for a row whose (window-end) time is still ahead of the clock
+    /// (a window flushed before its end, at the end of input).
+    fn for_each(self, batch: &RecordBatch, now_us: i64, mut f: impl FnMut(Option<u64>)) -> Result<()> {
+        for t in sluice_dataflow::time::timestamps_ms(batch.column(self.column))?
+            .into_iter()
+            .flatten()
+        {
+            let w = self.window_ms;
+            let t = if w > 0 {
+                t.div_euclid(w) * w + if t % w == 0 { 0 } else { w }
+            } else {
+                t
+            };
+            f((t * 1000 <= now_us).then(|| (now_us - t * 1000) as u64));
+        }
+        Ok(())
+    }
+}
+
+/// End-to-end latency of the rows reaching a blackhole sink.
+pub struct LatencyRecorder {
+    walk: LatencyWalk,
     path: PathBuf,
     buckets: Vec<u64>,
     rows: u64,
@@ -105,6 +133,11 @@ pub struct LatencyRecorder {
     rows_early: u64,
     max_us: u64,
     first_row: Option<std::time::Instant>,
+    /// How long after the first row measuring starts.
+    warmup: std::time::Duration,
+    /// Worst latency (µs) of the rows during the warm-up: reported, so a
+    /// slow start is seen even though it is not measured.
+    warmup_max_us: u64,
     /// Worst latency (µs) per [`LATENCY_SLOT`] since the warm-up ended.
     slots: Vec<u64>,
 }
@@ -129,31 +162,51 @@ impl LatencyRecorder {
                 .ok_or_else(|| Error::invalid_option(format!("'latency.window' must be a duration, got '{v}'")))?
                 as i64,
         };
+        let warmup = match options.get("latency.warmup") {
+            None => LATENCY_WARMUP,
+            Some(v) => std::time::Duration::from_millis(
+                sluice_types::parse_duration_ms(v)
+                    .ok_or_else(|| Error::invalid_option(format!("'latency.warmup' must be a duration, got '{v}'")))?,
+            ),
+        };
         let path = options
             .get("latency.file")
             .ok_or_else(|| Error::invalid_option("'latency.column' needs 'latency.file'"))?;
         Ok(Some(LatencyRecorder {
-            column: index,
-            window_ms,
+            walk: LatencyWalk {
+                column: index,
+                window_ms,
+            },
             path: PathBuf::from(path),
             buckets: vec![0; LATENCY_BUCKETS],
             rows: 0,
             rows_early: 0,
             max_us: 0,
             first_row: None,
+            warmup,
+            warmup_max_us: 0,
             slots: Vec::new(),
         }))
     }
 
     fn record(&mut self, batch: &RecordBatch) -> Result<()> {
         let first = *self.first_row.get_or_insert_with(std::time::Instant::now);
-        let Some(measured) = first.elapsed().checked_sub(LATENCY_WARMUP) else {
-            return Ok(());
-        };
         let now_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
-        self.record_at(batch, measured, now_us)
+        match first.elapsed().checked_sub(self.warmup) {
+            Some(measured) => self.record_at(batch, measured, now_us),
+            None => self.record_warmup(batch, now_us),
+        }
+    }
+
+    /// Keeps only the worst latency of a batch arriving during the warm-up.
+    fn record_warmup(&mut self, batch: &RecordBatch, now_us: i64) -> Result<()> {
+        let mut worst = self.warmup_max_us;
+        self.walk
+            .for_each(batch, now_us, |us| worst = worst.max(us.unwrap_or(0)))?;
+        self.warmup_max_us = worst;
+        Ok(())
     }
 
     /// Records a batch arriving `measured` after the warm-up, at wall-clock
@@ -161,26 +214,19 @@ impl LatencyRecorder {
     fn record_at(&mut self, batch: &RecordBatch, measured: std::time::Duration, now_us: i64) -> Result<()> {
         let slot = (measured.as_micros() / LATENCY_SLOT.as_micros()) as usize;
         let mut batch_max_us = 0;
-        for t in sluice_dataflow::time::timestamps_ms(batch.column(self.column))?
-            .into_iter()
-            .flatten()
-        {
-            let t = if self.window_ms > 0 {
-                t.div_euclid(self.window_ms) * self.window_ms + if t % self.window_ms == 0 { 0 } else { self.window_ms }
-            } else {
-                t
-            };
-            if t * 1000 > now_us {
-                // A window flushed before its end (at the end of input): it
-                // has no latency to measure.
-                self.rows_early += 1;
-                continue;
+        let (mut rows, mut rows_early) = (0, 0);
+        let buckets = &mut self.buckets;
+        self.walk.for_each(batch, now_us, |us| match us {
+            // A window flushed before its end: no latency to measure.
+            None => rows_early += 1,
+            Some(us) => {
+                buckets[((us / 100) as usize).min(LATENCY_BUCKETS - 1)] += 1;
+                batch_max_us = batch_max_us.max(us);
+                rows += 1;
             }
-            let us = (now_us - t * 1000) as u64;
-            self.buckets[((us / 100) as usize).min(LATENCY_BUCKETS - 1)] += 1;
-            batch_max_us = batch_max_us.max(us);
-            self.rows += 1;
-        }
+        })?;
+        self.rows += rows;
+        self.rows_early += rows_early;
         self.max_us = self.max_us.max(batch_max_us);
         if slot < LATENCY_SLOTS_MAX {
             if self.slots.len() <= slot {
@@ -227,6 +273,8 @@ impl LatencyRecorder {
             "p50_ms": self.quantile_ms(0.50),
             "p99_ms": self.quantile_ms(0.99),
             "max_ms": self.max_us as f64 / 1000.0,
+            "warmup_s": self.warmup.as_secs_f64(),
+            "warmup_max_ms": self.warmup_max_us as f64 / 1000.0,
             "worst_slots": self.worst_slots().iter().map(|(at_s, ms)| serde_json::json!({ "at_s": at_s, "max_ms": ms })).collect::<Vec<_>>(),
         });
         std::fs::write(&self.path, summary.to_string())?;
@@ -242,30 +290,35 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    fn recorder(window: Option<&str>) -> LatencyRecorder {
-        let schema = Arc::new(Schema::new(vec![Field::new(
+    /// One millisecond timestamp column, `t`.
+    fn schema() -> arrow::datatypes::SchemaRef {
+        Arc::new(Schema::new(vec![Field::new(
             "t",
             DataType::Timestamp(TimeUnit::Millisecond, None),
             false,
-        )]));
+        )]))
+    }
+
+    /// A recorder's options over `t`, plus `extra`.
+    fn options(extra: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
         let mut options = std::collections::BTreeMap::from([
             ("latency.column".to_string(), "t".to_string()),
             ("latency.file".to_string(), "/dev/null".to_string()),
         ]);
-        if let Some(w) = window {
-            options.insert("latency.window".into(), w.into());
-        }
-        LatencyRecorder::from_options(&options, &schema).unwrap().unwrap()
+        options.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        options
+    }
+
+    fn recorder(window: Option<&str>) -> LatencyRecorder {
+        let extra: Vec<(&str, &str)> = window.map(|w| ("latency.window", w)).into_iter().collect();
+        LatencyRecorder::from_options(&options(&extra), &schema())
+            .unwrap()
+            .unwrap()
     }
 
     fn batch(times_ms: &[i64]) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "t",
-            DataType::Timestamp(TimeUnit::Millisecond, None),
-            false,
-        )]));
         RecordBatch::try_new(
-            schema,
+            schema(),
             vec![Arc::new(TimestampMillisecondArray::from(times_ms.to_vec()))],
         )
         .unwrap()
@@ -303,6 +356,25 @@ mod tests {
         r.record_at(&batch(&[990_001, 999_999, 1_000_001]), Duration::ZERO, now_ms * 1000)
             .unwrap();
         assert_eq!((r.rows, r.rows_early, r.max_us), (2, 1, 0));
+    }
+
+    #[test]
+    fn the_warm_up_is_an_option_and_its_worst_row_is_kept_apart() {
+        let mut r = LatencyRecorder::from_options(&options(&[("latency.warmup", "22s")]), &schema())
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.warmup, Duration::from_secs(22));
+        assert_eq!(recorder(None).warmup, LATENCY_WARMUP);
+        let now_ms = 1_000_000;
+        r.record_warmup(&batch(&[now_ms - 4_000, now_ms - 7, now_ms + 5]), now_ms * 1000)
+            .unwrap();
+        r.record_warmup(&batch(&[now_ms - 9]), now_ms * 1000).unwrap();
+        assert_eq!((r.warmup_max_us, r.rows, r.rows_early), (4_000_000, 0, 0));
+        assert_eq!(r.quantile_ms(0.99), 0.0, "no measured row");
+        let e = LatencyRecorder::from_options(&options(&[("latency.warmup", "soon")]), &schema())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("'latency.warmup' must be a duration"), "{e}");
     }
 
     #[test]
