@@ -1,6 +1,8 @@
 //! The `sluice` binary.
 
 use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 /// mimalloc instead of glibc's malloc: Arrow batches are allocated and freed
 /// on every hop, often from different threads; glibc spent ~15 % of a paced
@@ -23,8 +25,6 @@ const PURGE_DELAY_MS: std::ffi::c_long = 30_000;
 /// name no constant for it); `purge_delay_is_the_option_mimalloc_reads`
 /// checks the index against the library.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Streaming SQL and dataflow server")]

@@ -375,6 +375,12 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("'latency.warmup' must be a duration"), "{e}");
+        // CREATE SINK checks option names before the recorder reads them.
+        assert!(
+            crate::options::sink_options("blackhole")
+                .unwrap()
+                .contains(&"latency.warmup")
+        );
     }
 
     #[test]
