@@ -313,14 +313,28 @@ async fn a_running_pipeline_shows_rates_its_dag_with_metrics_history_and_version
             "rows_in_per_s",
             "rows_out_per_s",
             "backpressure_share",
+            "busy_share",
             "queued_rows",
             "state_groups",
         ] {
             assert!(op["metrics"][key].is_number(), "{key} in {op}");
         }
-        let share = op["metrics"]["backpressure_share"].as_f64().unwrap();
-        assert!((0.0..=1.0).contains(&share), "{op}");
+        for key in ["backpressure_share", "busy_share"] {
+            let share = op["metrics"][key].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&share), "{key} in {op}");
+        }
     }
+    // Busy time is measured per task: the sources ran; the chained
+    // projection's time is its host's, so it has none of its own.
+    let busy_us = |op: usize| -> Vec<u64> {
+        let instances = operators[op]["instances"].as_array().expect("instances");
+        instances
+            .iter()
+            .map(|i| i["busy_us"].as_u64().expect("busy_us"))
+            .collect()
+    };
+    assert!(busy_us(0).iter().all(|us| *us > 0), "{view}");
+    assert_eq!(busy_us(1), [0, 0], "{view}");
     assert!(operators[0]["metrics"]["rows_out_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(view["tasks"].as_array().map(Vec::len), Some(9));
     assert_eq!(view["errors"], json!([]));

@@ -40,6 +40,10 @@ export interface InstanceMetrics {
   rows_in_per_s: number;
   rows_out_per_s: number;
   backpressure_share: number;
+  /** Share of the last seconds the task ran on a worker (Flink's busy time). */
+  busy_share: number;
+  /** The longest single poll of the task since it started, µs. */
+  poll_max_us: number;
 }
 
 export interface OperatorMetrics {
@@ -51,6 +55,7 @@ export interface OperatorMetrics {
   rows_in_per_s: number;
   rows_out_per_s: number;
   backpressure_share: number;
+  busy_share: number;
   watermark_ms: number | null;
   watermark_lag_ms: number | null;
 }

@@ -79,7 +79,12 @@ impl Server {
                 "--data-dir",
             ])
             .arg(&data_dir)
-            .env("RUST_LOG", "error")
+            // Quiet by default; SLUICE_BENCH_LOG sets the servers' log filter
+            // (e.g. `sluice_dataflow::metrics=debug` logs polls over 5 ms).
+            .env(
+                "RUST_LOG",
+                std::env::var("SLUICE_BENCH_LOG").unwrap_or_else(|_| "error".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -31,7 +31,6 @@ pub mod memory;
 pub mod nexmark;
 pub mod nexmark_source;
 pub mod options;
-pub mod pacer;
 pub mod rolling;
 pub mod sinks;
 pub mod state_store;

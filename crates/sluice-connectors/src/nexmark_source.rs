@@ -48,9 +48,9 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
     })
 }
 
-/// How long a paced reader that has caught up lets events fall due before
-/// emitting them (its batching; tokio's timer ticks in milliseconds anyway).
-const PACED_LINGER: Duration = Duration::from_millis(1);
+/// A paced reader woken this much after its next event fell due logs it
+/// (debug level): its worker did not get to the timer in time.
+const WOKE_LATE: Duration = Duration::from_millis(5);
 
 /// One instance's reader.
 pub struct NexmarkReader {
@@ -60,8 +60,6 @@ pub struct NexmarkReader {
     /// Events owned by earlier instances are interleaved; pacing uses the
     /// global event number, so instances stay in step.
     first_position: u64,
-    /// The pacer's ticks (paced readers only).
-    ticks: Option<tokio::sync::watch::Receiver<()>>,
 }
 
 impl NexmarkReader {
@@ -85,7 +83,6 @@ impl NexmarkReader {
             events_per_second: options.events_per_second,
             started: Instant::now(),
             first_position,
-            ticks: (options.events_per_second > 0).then(crate::pacer::ticks),
         }
     }
 
@@ -129,18 +126,23 @@ impl SourceReader for NexmarkReader {
             });
         }
         // Paced: emit every one of this instance's events due by now, never
-        // one ahead of time. Once caught up, wait until the next event has
-        // been due for PACED_LINGER, so a batch holds that long's events
-        // rather than the few that fell due while the last one was sent.
+        // one ahead of time. Once caught up, sleep until the next event is
+        // due: tokio's timer ticks in milliseconds, so a batch holds about a
+        // millisecond of events. (A clock thread of its own, ticking every
+        // 0.5 ms, was tried: on two cores it is a third thread, and while
+        // both workers ran its wake-ups waited for the kernel's next tick —
+        // 5–9 ms late in q0 latency runs, every source waking late with it.
+        // A worker fires due timers whenever it runs out of tasks and every
+        // few dozen polls, and source polls are one batch long.)
         let Some(next) = self.generator.next_event() else {
             return Ok(SourceEvent::End);
         };
-        let wait = self.due_after(next) + PACED_LINGER.as_secs_f64() - self.started.elapsed().as_secs_f64();
-        if wait > 0.0 {
-            let deadline = Instant::now() + Duration::from_secs_f64(wait);
-            match &mut self.ticks {
-                Some(ticks) => crate::pacer::sleep_until(deadline, ticks).await,
-                None => tokio::time::sleep_until(deadline.into()).await,
+        let due = self.started + Duration::from_secs_f64(self.due_after(next));
+        if Instant::now() < due {
+            tokio::time::sleep_until(due.into()).await;
+            let late = due.elapsed();
+            if late >= WOKE_LATE {
+                tracing::debug!(late_us = late.as_micros() as u64, "paced nexmark reader woke late");
             }
         }
         let limit = self.due_limit().max(next + 1);

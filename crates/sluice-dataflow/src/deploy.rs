@@ -16,7 +16,7 @@ use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint, TaskCheckpoint};
 use crate::computed::ComputedColumnsReader;
 use crate::exchange::{Blame, Chained, Output, OutputEdge};
 use crate::join::JoinOperator;
-use crate::metrics::TaskMetrics;
+use crate::metrics::{TaskMetrics, Timed};
 use crate::operator::Operator;
 use crate::project::ProjectOperator;
 use crate::source::{SourceReader, SourceTask};
@@ -346,14 +346,14 @@ pub fn deploy_with(
                 config,
                 output,
                 task_inputs,
-                m,
+                m.clone(),
                 TaskControl {
                     alignment: alignment.get(&op.id).map(|g| (g.clone(), instance as usize)),
                     ..control.clone()
                 },
                 checkpoint,
             )?;
-            futures.push((op.id, instance, blame, fut));
+            futures.push((op.id, instance, blame, Box::pin(Timed::new(fut, m))));
         }
     }
     let status = Arc::new(Mutex::new(PipelineStatus::Running));

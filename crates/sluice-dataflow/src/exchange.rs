@@ -122,6 +122,11 @@ impl Output {
         }
     }
 
+    /// Whether anything is downstream (a sink has no edges).
+    pub fn has_downstream(&self) -> bool {
+        !self.edges.is_empty()
+    }
+
     /// Sends a batch downstream, routed per edge. Waits for credits. Fails
     /// when downstream went away or a chained operator's expression fails.
     pub async fn send_batch(&mut self, batch: RecordBatch) -> Result<()> {

@@ -33,11 +33,15 @@
 //!   against the low watermark) or, when a side has no event time, after
 //!   their arrival in processing time (checked on a timer).
 //!
-//! Expired rows never match (a probe skips rows older than the cutoff).
-//! Memory is freed in arrival order: the oldest stored rows go while they
-//! are expired, so a row that arrived out of time order is held until the
-//! rows that arrived before it have expired too — held at most as long as the
-//! side's disorder, and counted in `rows()` until then.
+//! Expired rows never match (a probe skips rows older than the cutoff) and
+//! snapshots leave them out. Memory is freed in arrival order: the oldest
+//! stored rows go while they are expired, so a row that arrived out of time
+//! order is held until the rows that arrived before it have expired too —
+//! held at most as long as the side's disorder, and counted in `rows()`
+//! until then. Freeing is done in steps of [`FREE_ROWS_STEP`] rows, one
+//! with each message: a window's end (or a processing-time TTL's timer) can
+//! expire millions of rows at once, and freeing them in one go would stall
+//! the task, and every task waiting for its thread.
 //!
 //! `state_rows_max` bounds the rows one instance holds over both sides; a
 //! batch that would exceed it fails the pipeline with a clear error.
@@ -65,6 +69,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Names of the sides in a snapshot's keys.
 const SIDE_NAMES: [&str; 2] = ["left", "right"];
+
+/// Expired rows freed with each message at most (whole stored batches, so
+/// a step may free one batch more): a few milliseconds of freeing.
+pub const FREE_ROWS_STEP: usize = 1 << 18;
 
 /// Rows gathered into one output batch at most.
 pub const OUTPUT_BATCH_ROWS_MAX: usize = 8192;
@@ -237,6 +245,9 @@ struct Zone {
     rows: usize,
     min: u64,
     max: u64,
+    /// The latest time of a stored row: a batch all expired is skipped
+    /// while it waits to be freed.
+    max_time: i64,
 }
 
 /// The first 8 bytes of a row-encoded key, big-endian (zero-padded).
@@ -248,7 +259,7 @@ fn key_prefix(key: &[u8]) -> u64 {
 }
 
 impl Zone {
-    fn of(first_tag: u64, keys: &Rows, stored: impl Fn(usize) -> bool) -> Zone {
+    fn of(first_tag: u64, keys: &Rows, max_time: i64, stored: impl Fn(usize) -> bool) -> Zone {
         let (min, max) = (0..keys.num_rows())
             .filter(|r| stored(*r))
             .map(|r| key_prefix(keys.row(r).data()))
@@ -258,6 +269,7 @@ impl Zone {
             rows: keys.num_rows(),
             min,
             max,
+            max_time,
         }
     }
 }
@@ -399,13 +411,18 @@ impl SideState {
         let number = self.next;
         let n = batch.num_rows();
         debug_assert!(n <= STORED_BATCH_ROWS_MAX, "callers slice larger batches");
+        let (min_time, max_time) = (0..n)
+            .filter(|r| stored[*r])
+            .map(|r| times[r])
+            .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
         let mut prev = Vec::new();
         let first_tag = self.tags_start + self.tags.len() as u64;
         if self.indexed {
             prev = vec![NO_ROW; n];
         } else {
             self.tags.extend(hashes.iter().map(|h| tag(*h)));
-            self.zones.push_back(Zone::of(first_tag, &keys, |r| stored[r]));
+            self.zones
+                .push_back(Zone::of(first_tag, &keys, max_time, |r| stored[r]));
         }
         let SideState {
             index, batches, freed, ..
@@ -420,10 +437,6 @@ impl SideState {
         for r in (0..n).filter(|r| indexed && stored[*r]) {
             prev[r] = index_row(index, hashes[r], keys.row(r).data(), seq(number, r), key_at);
         }
-        let (min_time, max_time) = (0..n)
-            .filter(|r| stored[*r])
-            .map(|r| times[r])
-            .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
         let times = Int64Array::from(times.to_vec());
         let stored = BooleanBuffer::from(stored);
         let schema = self
@@ -450,13 +463,17 @@ impl SideState {
     }
 
     /// Frees the oldest rows while they are expired (`time < cutoff`) or
-    /// were never stored; returns how many stored rows were freed. Index
-    /// heads of freed keys go stale (no lookup per freed row: each would be
-    /// a cache miss in a large index) and are swept shard by shard.
-    fn expire(&mut self, cutoff: i64) -> usize {
+    /// were never stored, whole batches until `budget` rows are freed;
+    /// returns how many stored rows were freed. Index heads of freed keys
+    /// go stale (no lookup per freed row: each would be a cache miss in a
+    /// large index) and are swept shard by shard.
+    fn free(&mut self, cutoff: i64, budget: usize) -> usize {
         let mut freed_rows = 0;
         let SideState { batches, freed, .. } = self;
         'batches: while let Some(front) = batches.front() {
+            if freed_rows >= budget {
+                break;
+            }
             if *freed == 0 && front.max_time < cutoff {
                 // Every stored row of the batch expired (the common case).
                 freed_rows += front.stored.count_set_bits();
@@ -573,7 +590,8 @@ impl SideState {
             }
         };
         let (front, back) = self.tags.as_slices();
-        for z in self.zones.iter().filter(|z| low <= z.max && high >= z.min) {
+        let wanted_zone = |z: &&Zone| low <= z.max && high >= z.min && z.max_time >= cutoff;
+        for z in self.zones.iter().filter(wanted_zone) {
             // The batch's tags: in the ring's front part, its back part, or
             // across the two.
             let from = (z.first_tag - self.tags_start) as usize;
@@ -601,11 +619,14 @@ impl SideState {
     /// turn out dearer than indexing goes back at once (bounded waste).
     fn choose_strategy(&mut self, hasher: &DefaultHashBuilder) {
         let index_cost = self.stored_lately * INDEX_ROW_COST;
+        let started = std::time::Instant::now();
         if !self.indexed && self.scanned_lately > index_cost.max(STRATEGY_WINDOW_ROWS * INDEX_ROW_COST) {
             self.build_index(hasher);
+            tracing::debug!(rows = self.rows, took = ?started.elapsed(), "join side indexed");
         } else if self.stored_lately >= STRATEGY_WINDOW_ROWS {
             if self.indexed && self.scanned_lately * 4 < index_cost {
                 self.drop_index(hasher);
+                tracing::debug!(rows = self.rows, took = ?started.elapsed(), "join side scanned");
             }
         } else {
             return;
@@ -664,7 +685,7 @@ impl SideState {
             b.prev = Vec::new();
             b.first_tag = *tags_start + tags.len() as u64;
             tags.extend((0..b.batch.num_rows()).map(|r| tag(hasher.hash_one(b.keys.row(r).data()))));
-            zones.push_back(Zone::of(b.first_tag, &b.keys, |r| b.stored.value(r)));
+            zones.push_back(Zone::of(b.first_tag, &b.keys, b.max_time, |r| b.stored.value(r)));
         }
         self.indexed = false;
     }
@@ -711,21 +732,37 @@ impl JoinState {
         self.sides[0].rows + self.sides[1].rows
     }
 
-    /// Expires rows older than `cutoff` on both sides; returns how many
-    /// were freed.
+    /// Expires rows older than `cutoff` on both sides and frees them all;
+    /// returns how many were freed.
     pub fn expire(&mut self, cutoff: i64) -> usize {
-        self.expire_sides([cutoff, cutoff])
+        self.advance([cutoff, cutoff]);
+        self.free(usize::MAX)
     }
 
-    /// Expires rows older than `cutoffs[s]` on side `s` (cutoffs never go
-    /// back); returns how many were freed.
-    pub fn expire_sides(&mut self, cutoffs: [i64; 2]) -> usize {
-        (0..2)
-            .map(|s| {
-                self.cutoffs[s] = self.cutoffs[s].max(cutoffs[s]);
-                self.sides[s].expire(self.cutoffs[s])
-            })
-            .sum()
+    /// Rows older than `cutoffs[s]` on side `s` expire (cutoffs never go
+    /// back): from now on they match nothing and snapshots leave them out.
+    /// Their memory is freed by [`Self::free`], a step at a time.
+    pub fn advance(&mut self, cutoffs: [i64; 2]) {
+        for (c, new) in self.cutoffs.iter_mut().zip(cutoffs) {
+            *c = (*c).max(new);
+        }
+    }
+
+    /// Frees expired rows, whole stored batches, until `budget` rows (or
+    /// all expired rows) are freed over both sides; returns how many were.
+    /// A watermark can expire a whole window of rows at once, so the
+    /// operator frees [`FREE_ROWS_STEP`] with each message and the task
+    /// stays responsive.
+    pub fn free(&mut self, budget: usize) -> usize {
+        let started = std::time::Instant::now();
+        let mut freed = 0;
+        for (side, cutoff) in self.sides.iter_mut().zip(self.cutoffs) {
+            freed += side.free(cutoff, budget.saturating_sub(freed));
+        }
+        if started.elapsed() >= crate::metrics::LONG_POLL {
+            tracing::debug!(freed, took = ?started.elapsed(), "join took long to free expired rows");
+        }
+        freed
     }
 
     /// The hash of each `store` row's key (0 for the others).
@@ -796,6 +833,10 @@ impl JoinState {
             return Ok(());
         }
         if self.rows() + count > self.rows_max {
+            // Expired rows waiting to be freed do not count.
+            self.free(usize::MAX);
+        }
+        if self.rows() + count > self.rows_max {
             return Err(Error::user(
                 SqlCode::ConfigurationLimitExceeded,
                 format!(
@@ -822,6 +863,8 @@ impl JoinState {
             .batches
             .iter()
             .enumerate()
+            // A batch whose stored rows all expired (waiting to be freed).
+            .filter(|(_, b)| b.max_time >= cutoff)
             .map(|(at, b)| {
                 if (at == 0 && state.freed > 0) || b.min_time < cutoff {
                     // Some rows expired: mark them dead.
@@ -958,6 +1001,8 @@ impl JoinOperator {
     /// [`STORED_BATCH_ROWS_MAX`] rows from `input`.
     async fn process_slice(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let side = usize::from(input >= self.left_inputs);
+        // Rows a watermark or the timer expired: freed a step at a time.
+        self.state.free(FREE_ROWS_STEP);
         let (keys, null) = self.keys(side, &batch)?;
         let times: Vec<i64> = match (self.processing_time, self.side(side).time_column) {
             (false, Some(c)) => event_times(batch.column(c))?,
@@ -1047,7 +1092,8 @@ impl Operator for JoinOperator {
                 (false, None) => ttl.map(|c| [c; 2]),
             };
             if let Some(cutoffs) = cutoffs {
-                self.state.expire_sides(cutoffs);
+                self.state.advance(cutoffs);
+                self.state.free(FREE_ROWS_STEP);
                 ctx.metrics
                     .state_groups
                     .store(self.state.rows() as u64, Ordering::Relaxed);
@@ -1126,7 +1172,9 @@ impl Operator for JoinOperator {
 
     async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
         if let Some(ttl) = self.spec.state_ttl_ms {
-            self.state.expire(Self::now_ms().saturating_sub(ttl));
+            let cutoff = Self::now_ms().saturating_sub(ttl);
+            self.state.advance([cutoff; 2]);
+            self.state.free(FREE_ROWS_STEP);
             ctx.metrics
                 .state_groups
                 .store(self.state.rows() as u64, Ordering::Relaxed);

@@ -338,17 +338,60 @@ fn a_key_chains_its_rows_and_expired_ones_never_match() {
     assert_eq!(left_times_matching(&s, 1), [100]);
     assert!(left_times_matching(&s, 2).is_empty());
     assert_eq!(s.rows(), 2);
-    // A snapshot marks the held but expired row dead, so restore skips it.
-    let live: Vec<Vec<bool>> = s
-        .snapshot_batches(0)
-        .unwrap()
-        .iter()
-        .map(|b| b.column(b.num_columns() - 1).as_boolean().values().iter().collect())
-        .collect();
-    assert_eq!(live, [vec![true], vec![false]]);
-    assert_eq!(s.expire(101), 2);
+    // A snapshot leaves out the held but expired row's batch.
+    let live = |s: &JoinState| -> Vec<Vec<bool>> {
+        s.snapshot_batches(0)
+            .unwrap()
+            .iter()
+            .map(|b| b.column(b.num_columns() - 1).as_boolean().values().iter().collect())
+            .collect()
+    };
+    assert_eq!(live(&s), [vec![true]]);
+    // A batch only partly expired is kept with its expired rows marked dead.
+    store_left(&mut s, &[(60, 3), (200, 3)]);
+    assert_eq!(live(&s), [vec![true], vec![false, true]]);
+    assert_eq!(
+        s.expire(81),
+        0,
+        "the t=80 row waits for the t=100 row that came before it"
+    );
+    assert_eq!(s.expire(201), 4);
     assert_eq!(s.rows(), 0);
     assert!(s.sides[0].keys() == 0 && s.sides[0].batches.is_empty());
+}
+
+#[test]
+fn expired_rows_are_freed_a_step_at_a_time_and_never_match_meanwhile() {
+    for indexed in [true, false] {
+        let mut s = JoinState::new(10_000);
+        // 40 batches of 100 rows, key = time % 10, times 0..4000.
+        let input: Vec<(i64, i64)> = (0..4_000).map(|t| (t, t % 10)).collect();
+        for chunk in input.chunks(100) {
+            store_left(&mut s, chunk);
+        }
+        let JoinState { sides, hasher, .. } = &mut s;
+        sides[0].force_strategy(indexed, hasher);
+        // Cutoff 3000 expires 30 batches; nothing is freed yet.
+        s.advance([3_000, i64::MIN]);
+        assert_eq!(s.rows(), 4_000);
+        let expected: Vec<i64> = (3_000..4_000).filter(|t| t % 10 == 3).collect();
+        assert_eq!(left_times_matching(&s, 3), expected, "indexed: {indexed}");
+        assert_eq!(s.snapshot_batches(0).unwrap().len(), 10, "expired batches are left out");
+        // Each step frees whole batches until its budget is reached.
+        assert_eq!(s.free(250), 300);
+        assert_eq!(s.free(250), 300);
+        assert_eq!(s.rows(), 3_400);
+        assert_eq!(left_times_matching(&s, 3), expected);
+        // The state limit counts only rows not yet expired: a batch that
+        // fits once the expired rows are freed is accepted (and frees them).
+        s.rows_max = 1_100;
+        store_left(&mut s, &[(5_000, 3)]);
+        assert_eq!(s.rows(), 1_001);
+        assert_eq!(s.free(usize::MAX), 0);
+        let mut with_new = expected.clone();
+        with_new.push(5_000);
+        assert_eq!(left_times_matching(&s, 3), with_new);
+    }
 }
 
 #[test]
@@ -725,7 +768,7 @@ fn key_prefixes_sort_as_the_keys_do() {
     }
     // A batch's zone spans its stored rows only.
     let keys = encoded(&[7, 1_000_000, 3]);
-    let zone = Zone::of(0, &keys, |r| r != 1);
+    let zone = Zone::of(0, &keys, 0, |r| r != 1);
     assert_eq!(
         (zone.min, zone.max),
         (key_prefix(keys.row(2).data()), key_prefix(keys.row(0).data()))

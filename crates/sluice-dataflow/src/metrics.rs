@@ -3,8 +3,12 @@
 //! data path without locks.
 
 use sluice_types::OperatorId;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
 
 /// Counters of one task instance.
 #[derive(Debug)]
@@ -20,6 +24,13 @@ pub struct TaskMetrics {
     pub watermark_ms: AtomicI64,
     /// Time spent waiting for credits to send downstream (backpressure), µs.
     pub backpressure_us: AtomicU64,
+    /// Time the task's future spent being polled (running on a worker,
+    /// chained operators included), µs: busy over elapsed is the share of a
+    /// core the task uses (Flink's busy time).
+    pub busy_us: AtomicU64,
+    /// The longest single poll of the task, µs: how long it held a worker
+    /// thread without yielding (every other task on that worker waited).
+    pub poll_max_us: AtomicU64,
     /// Time a source instance read nothing because it was ahead of its
     /// siblings by more than the alignment drift, µs.
     pub alignment_held_us: AtomicU64,
@@ -45,6 +56,8 @@ impl TaskMetrics {
             late_rows_dropped: AtomicU64::new(0),
             watermark_ms: AtomicI64::new(i64::MIN),
             backpressure_us: AtomicU64::new(0),
+            busy_us: AtomicU64::new(0),
+            poll_max_us: AtomicU64::new(0),
             alignment_held_us: AtomicU64::new(0),
             queued_rows: AtomicU64::new(0),
             state_groups: AtomicU64::new(0),
@@ -69,5 +82,66 @@ impl TaskMetrics {
     /// The transient problem reported last, if it has not passed.
     pub fn condition(&self) -> Option<String> {
         self.condition.lock().expect("condition lock").clone()
+    }
+}
+
+/// A poll longer than this is logged (at debug level): a task that holds a
+/// worker this long delays every task queued behind it on that worker.
+pub const LONG_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// A task's future, timed: each poll's duration adds to the task's busy
+/// time and the longest poll is kept (two clock reads per poll).
+pub struct Timed<F> {
+    future: F,
+    metrics: Arc<TaskMetrics>,
+}
+
+impl<F> Timed<F> {
+    pub fn new(future: F, metrics: Arc<TaskMetrics>) -> Self {
+        Timed { future, metrics }
+    }
+}
+
+impl<F: Future + Unpin> Future for Timed<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let started = Instant::now();
+        let outcome = Pin::new(&mut self.future).poll(cx);
+        let took = started.elapsed();
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let m = &self.metrics;
+        m.busy_us.fetch_add(us, Ordering::Relaxed);
+        m.poll_max_us.fetch_max(us, Ordering::Relaxed);
+        if took >= LONG_POLL {
+            tracing::debug!(operator = %m.operator, instance = m.instance, kind = m.kind, poll_us = us, "long poll");
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_types::OperatorId;
+
+    /// Busy time counts the time spent inside polls, not the time the task
+    /// waited between them; the longest poll is kept.
+    #[tokio::test]
+    async fn busy_time_counts_polls_not_waits() {
+        let m = TaskMetrics::new(OperatorId(1), 0, "test");
+        let task = Box::pin(async {
+            std::thread::sleep(std::time::Duration::from_millis(30)); // busy
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await; // waiting
+            std::thread::sleep(std::time::Duration::from_millis(10)); // busy
+        });
+        Timed::new(task, m.clone()).await;
+        let busy = m.busy_us.load(Ordering::Relaxed);
+        assert!((40_000..1_000_000).contains(&busy), "busy {busy} µs");
+        let longest = m.poll_max_us.load(Ordering::Relaxed);
+        assert!(
+            (30_000..busy).contains(&longest),
+            "longest poll {longest} µs, busy {busy} µs"
+        );
     }
 }

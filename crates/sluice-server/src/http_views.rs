@@ -118,6 +118,9 @@ fn instance_view(m: &sluice_dataflow::metrics::TaskMetrics, rates: Rates, now_ms
         "rows_in_per_s": rates.rows_in_per_s,
         "rows_out_per_s": rates.rows_out_per_s,
         "backpressure_share": rates.backpressure_share,
+        "busy_us": m.busy_us.load(std::sync::atomic::Ordering::Relaxed),
+        "busy_share": rates.busy_share,
+        "poll_max_us": m.poll_max_us.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
 
@@ -141,7 +144,7 @@ pub fn instance_views(runtime: &PipelineRuntime, history: Option<&PipelineHistor
 }
 
 /// Sums an operator's instances: counters and rates add up, the
-/// backpressure share is the mean, the watermark is the lowest.
+/// backpressure and busy shares are means, the watermark is the lowest.
 fn operator_metrics(instances: &[&Value], now_ms: i64) -> Value {
     let sum_u = |k: &str| instances.iter().filter_map(|i| i[k].as_u64()).sum::<u64>();
     let sum_f = |k: &str| instances.iter().filter_map(|i| i[k].as_f64()).sum::<f64>();
@@ -160,6 +163,7 @@ fn operator_metrics(instances: &[&Value], now_ms: i64) -> Value {
         "rows_in_per_s": sum_f("rows_in_per_s"),
         "rows_out_per_s": sum_f("rows_out_per_s"),
         "backpressure_share": sum_f("backpressure_share") / n,
+        "busy_share": sum_f("busy_share") / n,
         "watermark_ms": watermark,
         "watermark_lag_ms": watermark_lag_ms(watermark, now_ms),
     })

@@ -74,6 +74,7 @@ pub struct Sample {
     pub rows_out: u64,
     pub late_rows_dropped: u64,
     pub backpressure_us: u64,
+    pub busy_us: u64,
     pub queued_rows: u64,
     pub state_groups: u64,
     /// None before the task's first watermark.
@@ -90,6 +91,7 @@ impl Sample {
             rows_out: m.rows_out.load(Ordering::Relaxed),
             late_rows_dropped: m.late_rows_dropped.load(Ordering::Relaxed),
             backpressure_us: m.backpressure_us.load(Ordering::Relaxed),
+            busy_us: m.busy_us.load(Ordering::Relaxed),
             queued_rows: m.queued_rows.load(Ordering::Relaxed),
             state_groups: m.state_groups.load(Ordering::Relaxed),
             watermark_ms: (watermark != i64::MIN).then_some(watermark),
@@ -104,6 +106,9 @@ pub struct Rates {
     pub rows_out_per_s: f64,
     /// Share of the interval spent waiting for downstream credits, 0..=1.
     pub backpressure_share: f64,
+    /// Share of the interval the task ran on a worker (chained operators
+    /// included), 0..=1: near 1 the task is the bottleneck.
+    pub busy_share: f64,
 }
 
 /// Rates from `older` to `newer`; zero when no time passed. Counters only
@@ -114,11 +119,12 @@ pub fn rates(older: &Sample, newer: &Sample) -> Rates {
         return Rates::default();
     }
     let per_s = |a: u64, b: u64| b.saturating_sub(a) as f64 * 1000.0 / dt_ms as f64;
-    let bp_share = newer.backpressure_us.saturating_sub(older.backpressure_us) as f64 / (dt_ms as f64 * 1000.0);
+    let share = |a: u64, b: u64| (b.saturating_sub(a) as f64 / (dt_ms as f64 * 1000.0)).clamp(0.0, 1.0);
     Rates {
         rows_in_per_s: per_s(older.rows_in, newer.rows_in),
         rows_out_per_s: per_s(older.rows_out, newer.rows_out),
-        backpressure_share: bp_share.clamp(0.0, 1.0),
+        backpressure_share: share(older.backpressure_us, newer.backpressure_us),
+        busy_share: share(older.busy_us, newer.busy_us),
     }
 }
 
@@ -297,14 +303,23 @@ mod tests {
 
     #[test]
     fn rates_come_from_deltas_over_elapsed_time() {
-        // 2 s apart: 400 rows in, 100 out, 0.5 s of 2 s waiting for credits.
-        let r = rates(&sample(1_000, 100, 50, 0), &sample(3_000, 500, 150, 500_000));
+        // 2 s apart: 400 rows in, 100 out, 0.5 s of 2 s waiting for credits,
+        // 1.5 s of 2 s running.
+        let older = Sample {
+            busy_us: 1_000_000,
+            ..sample(1_000, 100, 50, 0)
+        };
+        let newer = Sample {
+            busy_us: 2_500_000,
+            ..sample(3_000, 500, 150, 500_000)
+        };
         assert_eq!(
-            r,
+            rates(&older, &newer),
             Rates {
                 rows_in_per_s: 200.0,
                 rows_out_per_s: 50.0,
-                backpressure_share: 0.25
+                backpressure_share: 0.25,
+                busy_share: 0.75,
             }
         );
         // No time passed, or counters that went backwards: no rate.

@@ -8,7 +8,7 @@ import { count, duration, el, percent, rate, timestamp } from "../format";
 import { navigate, poll, type Page } from "../poll";
 
 function instanceTable(instances: InstanceMetrics[]): HTMLElement {
-  const head = ["instance", "rows in", "in/s", "rows out", "out/s", "backpressure", "queued rows", "state groups", "watermark", "lag"];
+  const head = ["instance", "rows in", "in/s", "rows out", "out/s", "busy", "backpressure", "queued rows", "state groups", "watermark", "lag"];
   const rows = instances.map((i) =>
     el(
       "tr",
@@ -18,6 +18,7 @@ function instanceTable(instances: InstanceMetrics[]): HTMLElement {
       el("td", { class: "num" }, rate(i.rows_in_per_s)),
       el("td", { class: "num" }, count(i.rows_out)),
       el("td", { class: "num" }, rate(i.rows_out_per_s)),
+      el("td", { class: "num", title: `longest poll ${count(i.poll_max_us)} µs` }, percent(i.busy_share)),
       el("td", { class: "num" }, percent(i.backpressure_share)),
       el("td", { class: "num" }, count(i.queued_rows)),
       el("td", { class: "num" }, count(i.state_groups)),
