@@ -619,12 +619,13 @@ impl SideState {
     /// turn out dearer than indexing goes back at once (bounded waste).
     fn choose_strategy(&mut self, hasher: &DefaultHashBuilder) {
         let index_cost = self.stored_lately * INDEX_ROW_COST;
-        let started = std::time::Instant::now();
         if !self.indexed && self.scanned_lately > index_cost.max(STRATEGY_WINDOW_ROWS * INDEX_ROW_COST) {
+            let started = std::time::Instant::now();
             self.build_index(hasher);
             tracing::debug!(rows = self.rows, took = ?started.elapsed(), "join side indexed");
         } else if self.stored_lately >= STRATEGY_WINDOW_ROWS {
             if self.indexed && self.scanned_lately * 4 < index_cost {
+                let started = std::time::Instant::now();
                 self.drop_index(hasher);
                 tracing::debug!(rows = self.rows, took = ?started.elapsed(), "join side scanned");
             }
