@@ -67,6 +67,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod tag_ring;
+use tag_ring::TagRing;
+
 /// Names of the sides in a snapshot's keys.
 const SIDE_NAMES: [&str; 2] = ["left", "right"];
 
@@ -214,11 +217,10 @@ struct SideState {
     /// rows' hash tags (see [`SideState::choose_strategy`]).
     indexed: bool,
     /// While scanned: every held batch's rows' tags, in arrival order, in
-    /// one ring, so a scan reads one contiguous run of memory (not tens of
-    /// thousands of small arrays). Empty while indexed.
-    tags: VecDeque<Tag>,
-    /// The position of `tags[0]` counted from the side's first row ever.
-    tags_start: u64,
+    /// recycled chunks of 64 Ki, so a scan reads long runs of memory (not
+    /// tens of thousands of small arrays) and growing never copies. Empty
+    /// while indexed.
+    tags: TagRing,
     /// While scanned: one [`Zone`] per held batch, in the same order.
     zones: VecDeque<Zone>,
     /// Rows stored and rows a probe scanned (or would have scanned) lately,
@@ -329,8 +331,7 @@ impl Default for SideState {
             snapshot_schema: None,
             snapshot_times: true,
             indexed: true,
-            tags: VecDeque::new(),
-            tags_start: 0,
+            tags: TagRing::default(),
             zones: VecDeque::new(),
             stored_lately: 0,
             scanned_lately: 0,
@@ -404,7 +405,7 @@ impl SideState {
         batch: &RecordBatch,
         keys: Rows,
         hashes: Vec<u64>,
-        times: &[i64],
+        times: Vec<i64>,
         stored: &[bool],
         count: usize,
     ) -> Result<()> {
@@ -416,7 +417,7 @@ impl SideState {
             .map(|r| times[r])
             .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
         let mut prev = Vec::new();
-        let first_tag = self.tags_start + self.tags.len() as u64;
+        let first_tag = self.tags.end();
         if self.indexed {
             prev = vec![NO_ROW; n];
         } else {
@@ -437,7 +438,7 @@ impl SideState {
         for r in (0..n).filter(|r| indexed && stored[*r]) {
             prev[r] = index_row(index, hashes[r], keys.row(r).data(), seq(number, r), key_at);
         }
-        let times = Int64Array::from(times.to_vec());
+        let times = Int64Array::from(times);
         let stored = BooleanBuffer::from(stored);
         let schema = self
             .snapshot_schema
@@ -499,10 +500,8 @@ impl SideState {
             self.sweep();
         } else {
             // The freed batches' tags leave the ring.
-            let end = self.tags_start + self.tags.len() as u64;
-            let keep_from = self.batches.front().map_or(end, |b| b.first_tag);
-            self.tags.drain(..(keep_from - self.tags_start) as usize);
-            self.tags_start = keep_from;
+            let keep_from = self.batches.front().map_or(self.tags.end(), |b| b.first_tag);
+            self.tags.free_before(keep_from);
             let popped = self.zones.len() - self.batches.len();
             self.zones.drain(..popped);
         }
@@ -589,23 +588,12 @@ impl SideState {
                 }
             }
         };
-        let (front, back) = self.tags.as_slices();
         let wanted_zone = |z: &&Zone| low <= z.max && high >= z.min && z.max_time >= cutoff;
         for z in self.zones.iter().filter(wanted_zone) {
-            // The batch's tags: in the ring's front part, its back part, or
-            // across the two.
-            let from = (z.first_tag - self.tags_start) as usize;
-            let to = from + z.rows;
-            let split = front.len();
-            let (a, b) = if to <= split {
-                (&front[from..to], &[][..])
-            } else if from >= split {
-                (&back[from - split..to - split], &[][..])
-            } else {
-                (&front[from..], &back[..to - split])
-            };
-            scan_tags(z.first_tag, a);
-            scan_tags(z.first_tag + a.len() as u64, b);
+            // The batch's tags, in one run or two (across a chunk's end).
+            for (first, run) in self.tags.runs(z.first_tag, z.first_tag + z.rows as u64) {
+                scan_tags(first, run);
+            }
         }
         out[start..].sort_unstable_by_key(|(p, e)| (*p, e.batch, e.row));
     }
@@ -674,17 +662,13 @@ impl SideState {
         self.index = (0..INDEX_SHARDS).map(|_| HashTable::new()).collect();
         self.sweep_budget = 0;
         let SideState {
-            batches,
-            tags,
-            tags_start,
-            zones,
-            ..
+            batches, tags, zones, ..
         } = self;
         tags.clear();
         zones.clear();
         for b in batches {
             b.prev = Vec::new();
-            b.first_tag = *tags_start + tags.len() as u64;
+            b.first_tag = tags.end();
             tags.extend((0..b.batch.num_rows()).map(|r| tag(hasher.hash_one(b.keys.row(r).data()))));
             zones.push_back(Zone::of(b.first_tag, &b.keys, b.max_time, |r| b.stored.value(r)));
         }
@@ -788,17 +772,22 @@ impl JoinState {
         side: usize,
         batch: &RecordBatch,
         keys: Rows,
-        times: &[i64],
+        times: Vec<i64>,
         store: &[bool],
     ) -> Result<Matches> {
         let hashes = self.hashes(&keys, store);
-        let probing: Vec<(u64, u32)> = (0..batch.num_rows())
-            .filter(|r| store[*r])
-            .map(|r| (hashes[r], r as u32))
-            .collect();
         let other = &mut self.sides[1 - side];
         let mut matches = Vec::new();
-        if other.rows > 0 && !probing.is_empty() {
+        // (Built only when there is something to probe: q7's bids find the
+        // other side empty but for a moment each window.)
+        let probing: Vec<(u64, u32)> = match other.rows {
+            0 => Vec::new(),
+            _ => (0..batch.num_rows())
+                .filter(|r| store[*r])
+                .map(|r| (hashes[r], r as u32))
+                .collect(),
+        };
+        if !probing.is_empty() {
             // One pass over the held rows (a few times dearer per row with
             // many probing keys: a search per row).
             let per_row = if probing.len() == 1 { 1 } else { 4 };
@@ -826,7 +815,7 @@ impl JoinState {
         batch: &RecordBatch,
         keys: Rows,
         hashes: Vec<u64>,
-        times: &[i64],
+        times: Vec<i64>,
         store: &[bool],
     ) -> Result<()> {
         let count = store.iter().filter(|s| **s).count();
@@ -992,7 +981,7 @@ impl JoinOperator {
             let store: Vec<bool> = live[at..at + n].iter().zip(&null).map(|(l, n)| *l && !n).collect();
             let hashes = self.state.hashes(&keys, &store);
             self.state
-                .store(side, &slice, keys, hashes, &times[at..at + n], &store)?;
+                .store(side, &slice, keys, hashes, times[at..at + n].to_vec(), &store)?;
             at += n;
         }
         Ok(())
@@ -1020,7 +1009,7 @@ impl JoinOperator {
         } else {
             null.iter().map(|n| !n).collect()
         };
-        let matches = self.state.probe_and_store(side, &batch, keys, &times, &store)?;
+        let matches = self.state.probe_and_store(side, &batch, keys, times, &store)?;
         ctx.metrics
             .state_groups
             .store(self.state.rows() as u64, Ordering::Relaxed);

@@ -282,7 +282,7 @@ fn store_left_with(s: &mut JoinState, rows_in: &[(i64, i64)], encode: fn(&[i64])
     let b = rows("l", &rows_in.iter().map(|(t, k)| (*t, Some(*k), 0)).collect::<Vec<_>>());
     let keys = encode(&rows_in.iter().map(|r| r.1).collect::<Vec<_>>());
     let times: Vec<i64> = rows_in.iter().map(|r| r.0).collect();
-    s.probe_and_store(0, &b, keys, &times, &vec![true; rows_in.len()])
+    s.probe_and_store(0, &b, keys, times, &vec![true; rows_in.len()])
         .unwrap()
 }
 
@@ -707,7 +707,7 @@ fn a_side_stored_often_and_probed_rarely_is_scanned_and_goes_back_when_probed_of
     // probes it with one key per 8192 rows stored (a window's result).
     let probe_right = |s: &mut JoinState, k: i64| {
         let b = rows("r", &[(0, Some(k), 0)]);
-        s.probe_and_store(1, &b, encoded(&[k]), &[0], &[true]).unwrap().len()
+        s.probe_and_store(1, &b, encoded(&[k]), vec![0], &[true]).unwrap().len()
     };
     for t in (0..2 * window).step_by(512) {
         let batch: Vec<(i64, i64)> = (t..t + 512).map(|i| (i, i % 100)).collect();
@@ -729,7 +729,8 @@ fn a_side_stored_often_and_probed_rarely_is_scanned_and_goes_back_when_probed_of
     while !s.sides[0].indexed {
         let b = rows("r", &(0..64).map(|k| (0, Some(k), 0)).collect::<Vec<_>>());
         let keys: Vec<i64> = (0..64).collect();
-        s.probe_and_store(1, &b, encoded(&keys), &[0; 64], &[true; 64]).unwrap();
+        s.probe_and_store(1, &b, encoded(&keys), vec![0; 64], &[true; 64])
+            .unwrap();
         probes += 1;
         assert!(probes < 100, "never went back to the index");
     }
@@ -743,7 +744,7 @@ fn rows_not_stored_never_match_whether_indexed_or_scanned() {
         let mut s = JoinState::new(100);
         // The second row (late, say) is in the stored batch but not stored.
         let b = rows("l", &[(1, Some(5), 0), (2, Some(5), 0), (3, Some(6), 0)]);
-        s.probe_and_store(0, &b, encoded(&[5, 5, 6]), &[1, 2, 3], &[true, false, true])
+        s.probe_and_store(0, &b, encoded(&[5, 5, 6]), vec![1, 2, 3], &[true, false, true])
             .unwrap();
         // Flip away and back: the index or the tags are rebuilt from the
         // held batch, the unstored row included in it.

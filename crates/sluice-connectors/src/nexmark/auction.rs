@@ -51,7 +51,7 @@ fn auction_length_ms(n: u64, time_ms: i64, clock: &EventClock, rng: &mut EventRn
 }
 
 impl TableRows for AuctionRows {
-    fn with_capacity(rows: usize) -> Self {
+    fn with_capacity(rows: usize, context: &EventContext) -> Self {
         AuctionRows {
             id: Int64Builder::with_capacity(rows),
             item_name: StringBuilder::with_capacity(rows, rows * 11),
@@ -62,7 +62,7 @@ impl TableRows for AuctionRows {
             expires: TimestampMillisecondBuilder::with_capacity(rows),
             seller: Int64Builder::with_capacity(rows),
             category: Int64Builder::with_capacity(rows),
-            extra: StringBuilder::with_capacity(rows, rows * 400),
+            extra: StringBuilder::with_capacity(rows, if context.reads(AUCTION_EXTRA) { rows * 400 } else { 0 }),
         }
     }
 

@@ -33,15 +33,19 @@ pub(super) struct BidRows {
 }
 
 impl TableRows for BidRows {
-    fn with_capacity(rows: usize) -> Self {
+    fn with_capacity(rows: usize, context: &EventContext) -> Self {
+        // Room for values that are never written still costs: each batch's
+        // buffers are fresh allocations, faulted in when first touched.
+        let urls = context.reads(BID_CHANNEL) || context.reads(BID_URL);
+        let bytes = |read: bool, per_row: usize| if read { rows * per_row } else { 0 };
         BidRows {
             auction: Int64Builder::with_capacity(rows),
             bidder: Int64Builder::with_capacity(rows),
             price: Int64Builder::with_capacity(rows),
-            channel: StringBuilder::with_capacity(rows, rows * 10),
-            url: StringBuilder::with_capacity(rows, rows * 72),
+            channel: StringBuilder::with_capacity(rows, bytes(urls, 10)),
+            url: StringBuilder::with_capacity(rows, bytes(urls, 72)),
             date_time: TimestampMillisecondBuilder::with_capacity(rows),
-            extra: StringBuilder::with_capacity(rows, rows * 72),
+            extra: StringBuilder::with_capacity(rows, bytes(context.reads(BID_EXTRA), 72)),
         }
     }
 

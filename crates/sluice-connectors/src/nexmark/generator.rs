@@ -112,7 +112,7 @@ impl NexmarkGenerator {
             if n >= limit {
                 break;
             }
-            rows.get_or_insert_with(|| R::with_capacity(rows_max.min(BATCH_ROWS_PREALLOCATED_MAX)))
+            rows.get_or_insert_with(|| R::with_capacity(rows_max.min(BATCH_ROWS_PREALLOCATED_MAX), &self.context))
                 .append(n, &mut self.context);
             emitted += 1;
             next_position = n + 1;

@@ -51,7 +51,7 @@ pub(super) struct PersonRows {
 }
 
 impl TableRows for PersonRows {
-    fn with_capacity(rows: usize) -> Self {
+    fn with_capacity(rows: usize, context: &EventContext) -> Self {
         PersonRows {
             id: Int64Builder::with_capacity(rows),
             name: StringBuilder::with_capacity(rows, rows * 12),
@@ -60,7 +60,7 @@ impl TableRows for PersonRows {
             city: StringBuilder::with_capacity(rows, rows * 8),
             state: StringBuilder::with_capacity(rows, rows * 2),
             date_time: TimestampMillisecondBuilder::with_capacity(rows),
-            extra: StringBuilder::with_capacity(rows, rows * 150),
+            extra: StringBuilder::with_capacity(rows, if context.reads(PERSON_EXTRA) { rows * 150 } else { 0 }),
         }
     }
 

@@ -31,7 +31,9 @@ impl EventContext {
 
 /// The columns of one table's batch under construction.
 pub(super) trait TableRows: Sized {
-    fn with_capacity(rows: usize) -> Self;
+    /// Builders for `rows` rows; columns `context` does not read get no
+    /// room for values (their values are empty strings).
+    fn with_capacity(rows: usize, context: &EventContext) -> Self;
     /// Appends the row of event `n`, which must be of this table's kind.
     fn append(&mut self, n: u64, context: &mut EventContext);
     fn finish(self, schema: SchemaRef) -> RecordBatch;
