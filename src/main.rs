@@ -11,19 +11,33 @@ use std::path::PathBuf;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// How long mimalloc keeps freed memory before returning it to the OS,
-/// unless `MIMALLOC_PURGE_DELAY` says otherwise. Its default (1 s, arenas
-/// ten times that) returned the rows a window or join frees at each firing
-/// to the OS, and the next ten seconds of input faulted them back in:
-/// `perf` of a paced Nexmark q7 showed `clear_page_erms` (the kernel zeroing
-/// those pages) at 8.5 % of the server's CPU in steady state, and on this
-/// project's VM first-touching memory is slow enough to make a window
-/// seconds late. A state's memory is now reused for half a minute (arenas
-/// five) before it goes back, as a JVM keeps its heap committed.
+/// How long mimalloc waits, after memory is first freed, before it purges
+/// the free memory of an arena, unless `MIMALLOC_PURGE_DELAY` says
+/// otherwise. Its default (1 s) returned the rows a window or join frees at
+/// each firing to the OS, and the next seconds of input faulted them back.
+/// At most one purge per arena every 30 s now; each still purges
+/// everything free at that moment (mimalloc v3 keeps one deadline per
+/// arena), so how a purge returns memory matters too, see
+/// [`PURGE_DECOMMITS`].
 const PURGE_DELAY_MS: std::ffi::c_long = 30_000;
-/// `mi_option_purge_delay` in mimalloc v3's `mimalloc.h` (the Rust bindings
-/// name no constant for it); `purge_delay_is_the_option_mimalloc_reads`
-/// checks the index against the library.
+/// Whether a purge decommits (`MADV_DONTNEED`: the pages go back to the
+/// OS at once and the next use faults them in, zeroed) or resets
+/// (`MADV_FREE`: the kernel takes them back only when it runs short of
+/// memory; until then reusing them costs nothing). Reset, unless
+/// `MIMALLOC_PURGE_DECOMMITS` says otherwise: with decommit, a paced
+/// Nexmark q7 (a join holding 10 s of bids, freeing and storing ~300 MB/s)
+/// took 30–120 k page faults a second with a third of both CPUs in the
+/// kernel, and windows came out up to seconds late on this project's VM;
+/// with reset, 5 k a second (the baseline of the machine with nothing
+/// running is about that), 3 % of the CPUs in the kernel, every window
+/// under 8 ms. The memory still goes back when the machine needs it; it
+/// only stays counted in the RSS until then.
+const PURGE_DECOMMITS: std::ffi::c_long = 0;
+/// `mi_option_purge_decommits` and `mi_option_purge_delay` in mimalloc
+/// v3's `mimalloc.h` (the Rust bindings name no constants for them);
+/// `the_option_indices_are_the_ones_mimalloc_reads` checks them against
+/// the library.
+const MI_OPTION_PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = 5;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 #[derive(Parser)]
@@ -49,15 +63,21 @@ enum Command {
     },
 }
 
-/// Sets mimalloc's purge delay to [`PURGE_DELAY_MS`] unless the
-/// environment chose one. The crate's only `unsafe`: mimalloc's options
-/// have no safe Rust API.
+/// Sets mimalloc's purge delay and purge kind ([`PURGE_DELAY_MS`],
+/// [`PURGE_DECOMMITS`]) where the environment chose none. The crate's only
+/// `unsafe`: mimalloc's options have no safe Rust API.
 #[expect(unsafe_code, reason = "mi_option_set is mimalloc's C API; there is no safe wrapper")]
 fn keep_freed_memory() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: stores one option value (read on each purge); the index is
-        // valid (checked by `purge_delay_is_the_option_mimalloc_reads`).
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+    for (option, env, value) in [
+        (MI_OPTION_PURGE_DELAY, "MIMALLOC_PURGE_DELAY", PURGE_DELAY_MS),
+        (MI_OPTION_PURGE_DECOMMITS, "MIMALLOC_PURGE_DECOMMITS", PURGE_DECOMMITS),
+    ] {
+        if std::env::var_os(env).is_none() {
+            // SAFETY: stores one option value (read on each purge); the
+            // index is valid (checked by
+            // `the_option_indices_are_the_ones_mimalloc_reads`).
+            unsafe { libmimalloc_sys::mi_option_set(option, value) };
+        }
     }
 }
 
@@ -129,19 +149,45 @@ mod tests {
         assert_eq!(rustix::thread::transparent_huge_pages_are_disabled().ok(), Some(true));
     }
 
-    /// Index 15 is the purge delay: mimalloc v3's default for it is 1000 ms
-    /// (no other option of v3 defaults to 1000), read before anyone sets it.
+    /// mimalloc reads each option from its `MIMALLOC_…` variable when the
+    /// process starts: a copy of this test binary started with distinctive
+    /// values for the two variables reports them at the two indices.
+    #[test]
+    fn the_option_indices_are_the_ones_mimalloc_reads() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tests::print_purge_options",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("MIMALLOC_PURGE_DELAY", "12345")
+            .env("MIMALLOC_PURGE_DECOMMITS", "7")
+            .env("SLUICE_PRINT_PURGE_OPTIONS", "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("purge options: delay 12345 decommits 7"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Half of the test above (prints only when it starts this binary).
     #[test]
     #[expect(unsafe_code, reason = "mi_option_get is mimalloc's C API")]
-    fn purge_delay_is_the_option_mimalloc_reads() {
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+    fn print_purge_options() {
+        if std::env::var_os("SLUICE_PRINT_PURGE_OPTIONS").is_none() {
             return;
         }
-        // SAFETY: reads one option value; a valid index.
-        let value = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        assert_eq!(
-            value, 1000,
-            "option {MI_OPTION_PURGE_DELAY} is not mimalloc's purge delay"
-        );
+        // SAFETY: reads two option values; valid indices.
+        let (delay, decommits) = unsafe {
+            (
+                libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY),
+                libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DECOMMITS),
+            )
+        };
+        println!("purge options: delay {delay} decommits {decommits}");
     }
 }

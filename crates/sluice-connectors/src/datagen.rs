@@ -335,16 +335,13 @@ impl DatagenReader {
         if self.rows_per_second == 0 {
             return rows as usize;
         }
-        loop {
-            let due = (self.started.elapsed().as_secs_f64() * self.rows_per_second as f64) as u64;
-            let ahead = due.saturating_sub(self.produced);
-            if ahead > 0 {
-                return rows.min(ahead) as usize;
-            }
-            let next_due = (self.produced + 1) as f64 / self.rows_per_second as f64;
-            let wait = next_due - self.started.elapsed().as_secs_f64();
-            tokio::time::sleep(Duration::from_secs_f64(wait.max(0.0001))).await;
-        }
+        // Once the next row has waited `pacing::LINGER` or `rows` are due
+        // (see `pacing`), every row due by then, at most `rows`.
+        let at = |n: u64| self.started + Duration::from_secs_f64(n as f64 / self.rows_per_second as f64);
+        let emit = crate::pacing::emit_at(at(self.produced + 1), at(self.produced + rows));
+        tokio::time::sleep_until(emit.into()).await;
+        let due = (self.started.elapsed().as_secs_f64() * self.rows_per_second as f64) as u64;
+        rows.min(due.saturating_sub(self.produced).max(1)) as usize
     }
 }
 

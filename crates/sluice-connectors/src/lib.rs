@@ -31,6 +31,7 @@ pub mod memory;
 pub mod nexmark;
 pub mod nexmark_source;
 pub mod options;
+pub mod pacing;
 pub mod rolling;
 pub mod sinks;
 pub mod state_store;

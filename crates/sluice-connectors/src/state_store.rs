@@ -6,8 +6,11 @@
 
 use async_trait::async_trait;
 use hdfs_native::{Client, ClientBuilder, HdfsError, WriteOptions};
-use sluice_dataflow::checkpoint::{LocalStateStore, StateStore};
+use sluice_dataflow::checkpoint::state::{CHUNK_BYTES, FileSummary};
+use sluice_dataflow::checkpoint::store::FileWriter;
+use sluice_dataflow::checkpoint::{LocalStateStore, StateStore, background};
 use sluice_types::{Error, Result};
+use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +19,10 @@ use std::time::Duration;
 /// leave a call waiting); the coordinator then fails the pipeline, which
 /// restarts from its last checkpoint.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Chunks of a file on their way from the checkpoint thread to HDFS at
+/// most (each up to [`CHUNK_BYTES`]).
+const CHUNKS_IN_FLIGHT: usize = 4;
 
 /// Splits `hdfs://host:port/path` into the file system URL and the
 /// absolute path; `None` for a local directory.
@@ -111,23 +118,79 @@ impl HdfsStateStore {
     }
 }
 
+/// Hands each buffer of a file to the HDFS writing task.
+struct ChannelSink(tokio::sync::mpsc::Sender<bytes::Bytes>);
+
+impl std::io::Write for ChannelSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .blocking_send(bytes::Bytes::copy_from_slice(buf))
+            .map_err(|_| std::io::Error::other("the HDFS write stopped"))?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl StateStore for HdfsStateStore {
-    async fn put(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
+    /// The checkpoint thread writes the file into a channel of at most
+    /// [`CHUNKS_IN_FLIGHT`] chunks; this task writes them to HDFS, each
+    /// write with its own deadline (the encoding's pace is not HDFS's).
+    /// The file is renamed into place only when both sides succeeded.
+    async fn put_with(&self, path: &str, write: FileWriter) -> Result<FileSummary> {
         let target = self.path(path);
         let (dir, name) = target.rsplit_once('/').expect("an absolute path");
         let (dir, tmp) = (dir.to_string(), format!("{dir}/.{name}.tmp"));
-        self.call("put", async move |c: Arc<Client>| {
-            c.mkdirs(&dir, 0o755, true).await.map_err(hdfs)?;
-            let mut w = c
-                .create(&tmp, WriteOptions::default().overwrite(true))
-                .await
-                .map_err(hdfs)?;
-            w.write_bytes(bytes::Bytes::from(bytes)).await.map_err(hdfs)?;
-            w.close().await.map_err(hdfs)?;
-            c.rename(&tmp, &target, true).await.map_err(hdfs)
-        })
-        .await
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(CHUNKS_IN_FLIGHT);
+        let produce = background::run(move || {
+            let mut out = std::io::BufWriter::with_capacity(CHUNK_BYTES, ChannelSink(tx));
+            let summary = write(&mut out)?;
+            out.flush()?;
+            Ok::<_, Error>(summary)
+        });
+        let tmp_ = tmp.clone();
+        let consume = async {
+            let mut w = self
+                .call("create", async move |c: Arc<Client>| {
+                    c.mkdirs(&dir, 0o755, true).await.map_err(hdfs)?;
+                    c.create(&tmp_, WriteOptions::default().overwrite(true))
+                        .await
+                        .map_err(hdfs)
+                })
+                .await?;
+            while let Some(chunk) = rx.recv().await {
+                self.call("write", async |_| w.write_bytes(chunk).await.map(drop).map_err(hdfs))
+                    .await?;
+            }
+            Ok::<_, Error>(w)
+        };
+        let (produced, consumed) = tokio::join!(produce, consume);
+        let tmp_ = tmp.clone();
+        let result = async {
+            // HDFS's error first: the writer only saw its channel close.
+            let mut w = consumed?;
+            // Closed either way, so a failed file can be removed.
+            let closed = self.call("close", async |_| w.close().await.map_err(hdfs)).await;
+            let summary = produced??;
+            closed?;
+            self.call("rename", async move |c: Arc<Client>| {
+                c.rename(&tmp_, &target, true).await.map_err(hdfs)
+            })
+            .await?;
+            Ok(summary)
+        }
+        .await;
+        if result.is_err() {
+            // Best effort: a failed write leaves no temporary behind.
+            let _ = self
+                .call("delete", async move |c: Arc<Client>| {
+                    c.delete(&tmp, false).await.map(drop).map_err(hdfs)
+                })
+                .await;
+        }
+        result
     }
 
     async fn get(&self, path: &str) -> Result<Option<Vec<u8>>> {
@@ -223,6 +286,45 @@ mod tests {
             vec!["MANIFEST"],
             "no temporary file left"
         );
+        // Streamed: more chunks than the channel holds, in odd-sized writes.
+        let big: Vec<u8> = (0..CHUNK_BYTES * (CHUNKS_IN_FLIGHT + 3) + 12_345)
+            .map(|i| (i % 241) as u8)
+            .collect();
+        let (data, expected) = (big.clone(), big.clone());
+        let summary = store
+            .put_with(
+                "p1/chk-2/task-2-0.state",
+                Box::new(move |w| {
+                    for piece in data.chunks(333_333) {
+                        w.write_all(piece)?;
+                    }
+                    Ok(FileSummary {
+                        bytes: data.len() as u64,
+                        crc32: sluice_dataflow::checkpoint::state::crc32(&data),
+                    })
+                }),
+            )
+            .await
+            .unwrap();
+        assert_eq!(summary.bytes, expected.len() as u64);
+        let back = store.get("p1/chk-2/task-2-0.state").await.unwrap().unwrap();
+        assert!(back == expected, "the streamed file differs");
+        // A writer failing half way leaves no file and no temporary.
+        let e = store
+            .put_with(
+                "p1/chk-2/task-3-0.state",
+                Box::new(|w| {
+                    w.write_all(&vec![1; CHUNK_BYTES * 2])?;
+                    Err(Error::internal("encoding failed"))
+                }),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("encoding failed"), "{e}");
+        assert_eq!(store.get("p1/chk-2/task-3-0.state").await.unwrap(), None);
+        let mut files = store.list("p1/chk-2").await.unwrap();
+        files.sort();
+        assert_eq!(files, vec!["task-1-0.state", "task-2-0.state"]);
         store.delete_dir("p1/chk-1").await.unwrap();
         store.delete_dir("p1/chk-1").await.unwrap();
         assert_eq!(store.list("p1").await.unwrap(), vec!["chk-2"]);

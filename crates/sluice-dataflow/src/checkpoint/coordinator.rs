@@ -329,18 +329,22 @@ async fn on_event(
     let file = manifest::task_file(operator, instance);
     // Encoding (Arrow IPC + CRC) is CPU work proportional to the state: on
     // the low-priority checkpoint thread, so neither the tasks nor the
-    // runtime's workers wait for it or compete with it.
-    // The file's CRC comes out of the same pass (it was a second pass over
-    // the whole file on the coordinator's async task).
-    let (bytes, file_crc) = super::background::run(move || state.encode_with_crc()).await??;
+    // runtime's workers wait for it or compete with it. The file goes to
+    // the store as it is encoded, a buffer at a time, its length and CRC
+    // computed on the way (building it whole first touched hundreds of MB
+    // of fresh memory per checkpoint of a large join).
+    let path = format!("{dir}/{file}");
+    let summary = config
+        .store
+        .put_with(&path, Box::new(move |w| state.write_to(w)))
+        .await?;
     let entry = TaskEntry {
         operator: operator.0,
         instance,
         file: file.clone(),
-        bytes: bytes.len() as u64,
-        crc32: file_crc,
+        bytes: summary.bytes,
+        crc32: summary.crc32,
     };
-    config.store.put(&format!("{dir}/{file}"), bytes).await?;
     let Some(m) = book.on_ack(id, entry, pipeline, now_ms()) else {
         return Ok(());
     };

@@ -1,13 +1,20 @@
 //! A task's snapshot ([`TaskState`]) and its versioned, checksummed
 //! encoding.
 //!
-//! File layout (all integers little-endian):
+//! File layout (all integers little-endian), format version 2:
 //!
 //! ```text
 //! "SLST" | format_version u32 | entries u32 |
-//!   entries × ( kind u8 (0 bytes, 1 Arrow batch, 2 Arrow batches) | key_len u32 | key utf-8 | value_len u64 | value ) |
+//!   entries × ( kind u8 (0 bytes, 1 Arrow batch, 2 Arrow batches) | key_len u32 | key utf-8 |
+//!               chunks × ( len u32 (1..=CHUNK_BYTES) | bytes ) | 0u32 ) |
 //! crc32 u32 (CRC-32/ISO-HDLC of every byte before it)
 //! ```
+//!
+//! A value is cut into chunks so a file can be written front to back
+//! through a buffer of [`CHUNK_BYTES`] ([`TaskState::write_to`]): a join's
+//! state is hundreds of MB, and building it whole in memory first touched
+//! that much fresh memory on every checkpoint. Version 1 (one `u64` length
+//! before each value) is still read.
 //!
 //! A batch value is an Arrow IPC stream holding one record batch; a
 //! batches value an Arrow IPC stream holding any number (one schema).
@@ -16,10 +23,17 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use sluice_types::{Error, Result};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::io::Write;
 
-/// Version of the task state file format.
-pub const STATE_FORMAT_VERSION: u32 = 1;
+/// Version of the task state file format written.
+pub const STATE_FORMAT_VERSION: u32 = 2;
+/// The first format: one length-prefixed value per entry.
+const FORMAT_V1: u32 = 1;
+/// Largest chunk of a value in a version-2 file, and the most a writer
+/// buffers before passing bytes on.
+pub const CHUNK_BYTES: usize = 1 << 20;
 const MAGIC: &[u8; 4] = b"SLST";
 /// Slice-by-16 tables: checkpoint files are hundreds of MB for a large
 /// join, and the bytewise table ran at a fraction of memory speed.
@@ -107,58 +121,46 @@ impl TaskState {
 
     /// The file bytes (with the trailing CRC).
     pub fn encode(&self) -> Result<Vec<u8>> {
-        Ok(self.encode_with_crc()?.0)
+        let mut out = Vec::new();
+        self.write_to(&mut out)?;
+        Ok(out)
     }
 
-    /// The file bytes and the CRC-32 of the whole file (what the manifest
-    /// lists), computed in the same pass. Arrow values are written
-    /// (LZ4-compressed; runs of small batches gathered first, see
-    /// [`write_ipc`]) into one output sized up front for the uncompressed
-    /// state: no regrowth of a buffer of hundreds of MB (the unused part is
-    /// never touched, so it costs address space, not memory).
-    pub fn encode_with_crc(&self) -> Result<(Vec<u8>, u32)> {
-        let estimate: usize = self
-            .entries
-            .iter()
-            .map(|(k, v)| {
-                k.len()
-                    + 64
-                    + match v {
-                        StateValue::Bytes(b) => b.len(),
-                        StateValue::Batch(b) => b.get_array_memory_size() + 1024,
-                        StateValue::Batches(bs) => bs.iter().map(|b| b.get_array_memory_size() + 512).sum(),
-                    }
-            })
-            .sum();
-        let mut out = Vec::with_capacity(estimate + 16);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&STATE_FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+    /// Writes the file to `out` front to back, holding at most
+    /// [`CHUNK_BYTES`] of it (plus one gathered Arrow batch, see
+    /// [`write_ipc`]) at a time, and returns its length and the CRC-32 of
+    /// the whole file (what the manifest lists), computed in the same pass.
+    /// Arrow values are LZ4-compressed.
+    pub fn write_to(&self, out: &mut dyn Write) -> Result<FileSummary> {
+        let mut out = Checksummed::new(out);
+        out.write_all(MAGIC)?;
+        out.write_all(&STATE_FORMAT_VERSION.to_le_bytes())?;
+        out.write_all(&(self.entries.len() as u32).to_le_bytes())?;
+        let mut chunks = Chunked::new(CHUNK_BYTES);
         for (key, value) in &self.entries {
             let kind = match value {
                 StateValue::Bytes(_) => 0u8,
                 StateValue::Batch(_) => 1,
                 StateValue::Batches(_) => 2,
             };
-            out.push(kind);
-            out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-            out.extend_from_slice(key.as_bytes());
-            let len_at = out.len();
-            out.extend_from_slice(&0u64.to_le_bytes());
+            out.write_all(&[kind])?;
+            out.write_all(&(key.len() as u32).to_le_bytes())?;
+            out.write_all(key.as_bytes())?;
+            let mut w = chunks.writer(&mut out);
             match value {
-                StateValue::Bytes(b) => out.extend_from_slice(b),
-                StateValue::Batch(batch) => write_ipc(&mut out, std::slice::from_ref(batch))?,
-                StateValue::Batches(batches) => write_ipc(&mut out, batches)?,
+                StateValue::Bytes(b) => w.write_all(b)?,
+                StateValue::Batch(batch) => write_ipc(&mut w, std::slice::from_ref(batch))?,
+                StateValue::Batches(batches) => write_ipc(&mut w, batches)?,
             }
-            let len = (out.len() - len_at - 8) as u64;
-            out[len_at..len_at + 8].copy_from_slice(&len.to_le_bytes());
+            w.end()?;
         }
-        let mut digest = CRC.digest();
-        digest.update(&out);
-        let crc = digest.clone().finalize();
-        out.extend_from_slice(&crc.to_le_bytes());
-        digest.update(&crc.to_le_bytes());
-        Ok((out, digest.finalize()))
+        let crc = out.digest.clone().finalize();
+        out.write_all(&crc.to_le_bytes())?;
+        out.flush()?;
+        Ok(FileSummary {
+            bytes: out.bytes,
+            crc32: out.digest.finalize(),
+        })
     }
 
     /// Parses file bytes, checking the magic, version and CRC.
@@ -173,9 +175,9 @@ impl TaskState {
         }
         let mut r = Reader { bytes: body, at: 4 };
         let version = r.u32()?;
-        if version != STATE_FORMAT_VERSION {
+        if version != STATE_FORMAT_VERSION && version != FORMAT_V1 {
             return Err(corrupt(&format!(
-                "format version {version}, expected {STATE_FORMAT_VERSION}"
+                "format version {version}, expected {FORMAT_V1} or {STATE_FORMAT_VERSION}"
             )));
         }
         let n = r.u32()?;
@@ -184,17 +186,21 @@ impl TaskState {
             let kind = r.take(1)?[0];
             let key_len = r.u32()? as usize;
             let key = String::from_utf8(r.take(key_len)?.to_vec()).map_err(|_| corrupt("key"))?;
-            let len = r.u64()? as usize;
-            let value = r.take(len)?;
+            let value: Cow<'_, [u8]> = if version == FORMAT_V1 {
+                let len = r.u64()? as usize;
+                Cow::Borrowed(r.take(len)?)
+            } else {
+                r.chunks()?
+            };
             let value = match kind {
-                0 => StateValue::Bytes(value.to_vec()),
+                0 => StateValue::Bytes(value.into_owned()),
                 1 => {
-                    let mut reader = StreamReader::try_new(std::io::Cursor::new(value), None)?;
+                    let mut reader = StreamReader::try_new(std::io::Cursor::new(&value[..]), None)?;
                     let batch = reader.next().ok_or_else(|| corrupt("empty batch entry"))??;
                     StateValue::Batch(batch)
                 }
                 2 => {
-                    let reader = StreamReader::try_new(std::io::Cursor::new(value), None)?;
+                    let reader = StreamReader::try_new(std::io::Cursor::new(&value[..]), None)?;
                     StateValue::Batches(reader.collect::<std::result::Result<Vec<_>, _>>()?)
                 }
                 _ => return Err(corrupt("entry kind")),
@@ -217,7 +223,7 @@ const IPC_BATCH_ROWS: usize = 1 << 16;
 /// checkpoint was written). Runs of small batches are gathered into
 /// batches of up to [`IPC_BATCH_ROWS`] rows first (on the checkpoint
 /// thread; rows, their order and values are unchanged).
-fn write_ipc(out: &mut Vec<u8>, batches: &[RecordBatch]) -> Result<()> {
+fn write_ipc(out: &mut dyn Write, batches: &[RecordBatch]) -> Result<()> {
     let first = batches
         .first()
         .ok_or_else(|| Error::internal("state entry without batches"))?;
@@ -261,6 +267,122 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
+    /// A version-2 value: its chunks, borrowed when there is one.
+    fn chunks(&mut self) -> Result<Cow<'a, [u8]>> {
+        let mut value: Cow<'a, [u8]> = Cow::Borrowed(&[]);
+        loop {
+            let len = self.u32()? as usize;
+            if len == 0 {
+                return Ok(value);
+            }
+            if len > CHUNK_BYTES {
+                return Err(corrupt("chunk length"));
+            }
+            let chunk = self.take(len)?;
+            if value.is_empty() {
+                value = Cow::Borrowed(chunk);
+            } else {
+                value.to_mut().extend_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// A written file's length and CRC-32 (of every byte, the trailing CRC
+/// included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileSummary {
+    pub bytes: u64,
+    pub crc32: u32,
+}
+
+/// Counts and checksums what passes through to `inner`.
+struct Checksummed<'w> {
+    inner: &'w mut dyn Write,
+    digest: crc::Digest<'static, u32, crc::Table<16>>,
+    bytes: u64,
+}
+
+impl<'w> Checksummed<'w> {
+    fn new(inner: &'w mut dyn Write) -> Self {
+        Checksummed {
+            inner,
+            digest: CRC.digest(),
+            bytes: 0,
+        }
+    }
+}
+
+impl Write for Checksummed<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.digest.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The buffer that cuts values into chunks, kept across a file's entries.
+struct Chunked {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl Chunked {
+    fn new(max: usize) -> Self {
+        Chunked { buf: Vec::new(), max }
+    }
+
+    fn writer<'a>(&'a mut self, out: &'a mut dyn Write) -> ChunkWriter<'a> {
+        self.buf.clear();
+        ChunkWriter { chunks: self, out }
+    }
+}
+
+/// Writes one value as chunks of at most `max` bytes (each after its
+/// length) and, at [`ChunkWriter::end`], the empty chunk that ends it.
+struct ChunkWriter<'a> {
+    chunks: &'a mut Chunked,
+    out: &'a mut dyn Write,
+}
+
+impl ChunkWriter<'_> {
+    fn emit(&mut self) -> std::io::Result<()> {
+        let buf = &mut self.chunks.buf;
+        if !buf.is_empty() {
+            self.out.write_all(&(buf.len() as u32).to_le_bytes())?;
+            self.out.write_all(buf)?;
+            buf.clear();
+        }
+        Ok(())
+    }
+
+    fn end(mut self) -> std::io::Result<()> {
+        self.emit()?;
+        self.out.write_all(&0u32.to_le_bytes())
+    }
+}
+
+impl Write for ChunkWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let room = self.chunks.max - self.chunks.buf.len();
+        let n = data.len().min(room);
+        if self.chunks.buf.len() + n > self.chunks.buf.capacity() {
+            // Once per file at most: the buffer is kept across entries.
+            self.chunks.buf.reserve_exact(self.chunks.max - self.chunks.buf.len());
+        }
+        self.chunks.buf.extend_from_slice(&data[..n]);
+        if self.chunks.buf.len() == self.chunks.max {
+            self.emit()?;
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -303,9 +425,105 @@ mod tests {
         assert_eq!(stored.len(), 1);
         let rows = arrow::compute::concat_batches(&b.schema(), [b, &b.slice(1, 1)]).unwrap();
         assert_eq!(stored[0], rows);
-        let (again, file_crc) = state().encode_with_crc().unwrap();
-        assert_eq!((again.as_slice(), file_crc), (bytes.as_slice(), crc32(&bytes)));
+        let mut again = Vec::new();
+        let summary = state().write_to(&mut again).unwrap();
+        assert_eq!(again, bytes);
+        assert_eq!(
+            summary,
+            FileSummary {
+                bytes: bytes.len() as u64,
+                crc32: crc32(&bytes)
+            }
+        );
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926, "the standard CRC-32 check value");
+    }
+
+    /// Version 1 wrote each value after its u64 length; such files are
+    /// still read. Built here byte by byte, as that version laid them out.
+    #[test]
+    fn a_version_1_file_is_still_read() {
+        let batch = state().batch("windows").unwrap().clone();
+        let mut ipc = Vec::new();
+        let mut w = StreamWriter::try_new(&mut ipc, &batch.schema()).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        let mut file = b"SLST".to_vec();
+        file.extend_from_slice(&1u32.to_le_bytes());
+        file.extend_from_slice(&2u32.to_le_bytes());
+        for (kind, key, value) in [(0u8, "offsets", &b"{}"[..]), (1, "windows", &ipc[..])] {
+            file.push(kind);
+            file.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            file.extend_from_slice(key.as_bytes());
+            file.extend_from_slice(&(value.len() as u64).to_le_bytes());
+            file.extend_from_slice(value);
+        }
+        let crc = crc32(&file);
+        file.extend_from_slice(&crc.to_le_bytes());
+        let back = TaskState::decode(&file).unwrap();
+        assert_eq!(back.bytes("offsets").unwrap(), b"{}");
+        assert_eq!(back.batch("windows").unwrap(), &batch);
+        file[4] = 3;
+        assert!(TaskState::decode(&file).is_err());
+    }
+
+    /// At the chunk limit: a value of 2.5 chunks is written as chunks of
+    /// exactly CHUNK_BYTES, CHUNK_BYTES and the rest, each at most the
+    /// limit, and reads back whole.
+    #[test]
+    fn a_value_larger_than_a_chunk_is_cut_at_the_limit() {
+        let value: Vec<u8> = (0..CHUNK_BYTES * 5 / 2).map(|i| (i % 251) as u8).collect();
+        let mut s = TaskState::default();
+        s.put_bytes("big", value.clone());
+        let bytes = s.encode().unwrap();
+        // Header 12, kind 1, key 4 + 3, then the chunks.
+        let mut at = 12 + 1 + 4 + 3;
+        let mut lens = Vec::new();
+        loop {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            at += 4 + len;
+            if len == 0 {
+                break;
+            }
+            lens.push(len);
+        }
+        assert_eq!(lens, [CHUNK_BYTES, CHUNK_BYTES, CHUNK_BYTES / 2]);
+        assert_eq!(at + 4, bytes.len(), "only the CRC follows");
+        assert_eq!(TaskState::decode(&bytes).unwrap().bytes("big").unwrap(), &value[..]);
+        // A chunk claiming more than the limit is corrupt, whatever its CRC.
+        let mut bad = bytes.clone();
+        bad[20..24].copy_from_slice(&(CHUNK_BYTES as u32 + 1).to_le_bytes());
+        let n = bad.len() - 4;
+        let crc = crc32(&bad[..n]);
+        bad[n..].copy_from_slice(&crc.to_le_bytes());
+        let e = TaskState::decode(&bad).unwrap_err().to_string();
+        assert!(e.contains("chunk length"), "{e}");
+    }
+
+    /// A writer that fails part way (a full disk) fails the encoding; no
+    /// summary of a partial file comes back.
+    #[test]
+    fn a_failing_writer_fails_the_write() {
+        struct Full(usize);
+        impl Write for Full {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if self.0 == 0 {
+                    return Err(std::io::Error::other("disk full"));
+                }
+                let n = buf.len().min(self.0);
+                self.0 -= n;
+                Ok(n)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let len = state().encode().unwrap().len();
+        for room in [0, 5, 40, len - 1] {
+            let e = state().write_to(&mut Full(room)).unwrap_err().to_string();
+            assert!(e.contains("disk full"), "{room}: {e}");
+        }
+        assert!(state().write_to(&mut Full(len)).is_ok());
     }
 
     #[test]
