@@ -290,19 +290,11 @@ mod tests {
         let big: Vec<u8> = (0..CHUNK_BYTES * (CHUNKS_IN_FLIGHT + 3) + 12_345)
             .map(|i| (i % 241) as u8)
             .collect();
-        let (data, expected) = (big.clone(), big.clone());
+        let (data, expected) = (big.clone(), big);
         let summary = store
             .put_with(
                 "p1/chk-2/task-2-0.state",
-                Box::new(move |w| {
-                    for piece in data.chunks(333_333) {
-                        w.write_all(piece)?;
-                    }
-                    Ok(FileSummary {
-                        bytes: data.len() as u64,
-                        crc32: sluice_dataflow::checkpoint::state::crc32(&data),
-                    })
-                }),
+                sluice_dataflow::checkpoint::store::write_bytes(data, 333_333),
             )
             .await
             .unwrap();

@@ -12,6 +12,20 @@ use std::path::{Path, PathBuf};
 /// [`super::TaskState::write_to`]) and returns its summary.
 pub type FileWriter = Box<dyn FnOnce(&mut dyn Write) -> Result<FileSummary> + Send>;
 
+/// A [`FileWriter`] of `bytes`, handed over in writes of at most `piece`
+/// bytes.
+pub fn write_bytes(bytes: Vec<u8>, piece: usize) -> FileWriter {
+    Box::new(move |w| {
+        for part in bytes.chunks(piece.max(1)) {
+            w.write_all(part)?;
+        }
+        Ok(FileSummary {
+            bytes: bytes.len() as u64,
+            crc32: super::state::crc32(&bytes),
+        })
+    })
+}
+
 /// A local file written through [`put_with`](StateStore::put_with) is
 /// synced and dropped from the page cache every this many bytes, so a
 /// checkpoint of hundreds of MB holds at most this much of it there.
@@ -27,15 +41,7 @@ pub trait StateStore: Send + Sync {
     async fn put_with(&self, path: &str, write: FileWriter) -> Result<FileSummary>;
     /// Writes `bytes` to `path` as [`put_with`](StateStore::put_with) does.
     async fn put(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
-        let summary = FileSummary {
-            bytes: bytes.len() as u64,
-            crc32: super::state::crc32(&bytes),
-        };
-        let write: FileWriter = Box::new(move |w| {
-            w.write_all(&bytes)?;
-            Ok(summary)
-        });
-        self.put_with(path, write).await.map(drop)
+        self.put_with(path, write_bytes(bytes, usize::MAX)).await.map(drop)
     }
     /// The file's bytes, `None` when it does not exist.
     async fn get(&self, path: &str) -> Result<Option<Vec<u8>>>;
@@ -209,18 +215,7 @@ mod tests {
         let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
         let expected = data.clone();
         let summary = store
-            .put_with(
-                "p1/chk-1/task-1-0.state",
-                Box::new(move |w| {
-                    for piece in data.chunks(777_777) {
-                        w.write_all(piece)?;
-                    }
-                    Ok(FileSummary {
-                        bytes: data.len() as u64,
-                        crc32: super::super::state::crc32(&data),
-                    })
-                }),
-            )
+            .put_with("p1/chk-1/task-1-0.state", write_bytes(data, 777_777))
             .await
             .unwrap();
         let back = store.get("p1/chk-1/task-1-0.state").await.unwrap().unwrap();
