@@ -225,9 +225,9 @@ mod tests {
         }
         // 200 000 events, 92 % bids. A batch goes when 1024 events of the
         // stream are due (~940 of them bids, every ~0.5 ms) or at the timer
-        // tick after the linger, whichever first; emitted as they fell due
-        // it held a few dozen.
+        // tick after the linger (250 µs: 460 bids at least), whichever
+        // first; emitted as they fell due it held a few dozen.
         assert!(rows > 180_000, "{rows}");
-        assert!(rows / batches >= 500, "{rows} rows in {batches} batches");
+        assert!(rows / batches >= 256, "{rows} rows in {batches} batches");
     }
 }
