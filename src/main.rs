@@ -28,9 +28,9 @@ const PURGE_DELAY_MS: std::ffi::c_long = 30_000;
 /// Nexmark q7 (a join holding 10 s of bids, freeing and storing ~300 MB/s)
 /// took 30–120 k page faults a second with a third of both CPUs in the
 /// kernel, and windows came out up to seconds late on this project's VM;
-/// with reset, 5 k a second (the baseline of the machine with nothing
-/// running is about that), 3 % of the CPUs in the kernel, every window
-/// under 8 ms. The memory still goes back when the machine needs it; it
+/// with reset, 5–6 k a second (what the 100-ms sampling of `/proc/vmstat`
+/// causes on its own), 3 % of the CPUs in the kernel, every measured
+/// window under 8 ms. The memory still goes back when the machine needs it; it
 /// only stays counted in the RSS until then.
 const PURGE_DECOMMITS: std::ffi::c_long = 0;
 /// `mi_option_purge_decommits` and `mi_option_purge_delay` in mimalloc

@@ -136,7 +136,7 @@ impl TaskState {
         out.write_all(MAGIC)?;
         out.write_all(&STATE_FORMAT_VERSION.to_le_bytes())?;
         out.write_all(&(self.entries.len() as u32).to_le_bytes())?;
-        let mut chunks = Chunked::new(CHUNK_BYTES);
+        let mut chunk = Vec::new();
         for (key, value) in &self.entries {
             let kind = match value {
                 StateValue::Bytes(_) => 0u8,
@@ -146,7 +146,7 @@ impl TaskState {
             out.write_all(&[kind])?;
             out.write_all(&(key.len() as u32).to_le_bytes())?;
             out.write_all(key.as_bytes())?;
-            let mut w = chunks.writer(&mut out);
+            let mut w = ChunkWriter::new(&mut chunk, &mut out);
             match value {
                 StateValue::Bytes(b) => w.write_all(b)?,
                 StateValue::Batch(batch) => write_ipc(&mut w, std::slice::from_ref(batch))?,
@@ -325,37 +325,25 @@ impl Write for Checksummed<'_> {
     }
 }
 
-/// The buffer that cuts values into chunks, kept across a file's entries.
-struct Chunked {
-    buf: Vec<u8>,
-    max: usize,
-}
-
-impl Chunked {
-    fn new(max: usize) -> Self {
-        Chunked { buf: Vec::new(), max }
-    }
-
-    fn writer<'a>(&'a mut self, out: &'a mut dyn Write) -> ChunkWriter<'a> {
-        self.buf.clear();
-        ChunkWriter { chunks: self, out }
-    }
-}
-
-/// Writes one value as chunks of at most `max` bytes (each after its
+/// Writes one value as chunks of at most [`CHUNK_BYTES`] (each after its
 /// length) and, at [`ChunkWriter::end`], the empty chunk that ends it.
 struct ChunkWriter<'a> {
-    chunks: &'a mut Chunked,
+    /// Kept across a file's entries, so it is allocated once per file.
+    buf: &'a mut Vec<u8>,
     out: &'a mut dyn Write,
 }
 
-impl ChunkWriter<'_> {
+impl<'a> ChunkWriter<'a> {
+    fn new(buf: &'a mut Vec<u8>, out: &'a mut dyn Write) -> Self {
+        buf.clear();
+        ChunkWriter { buf, out }
+    }
+
     fn emit(&mut self) -> std::io::Result<()> {
-        let buf = &mut self.chunks.buf;
-        if !buf.is_empty() {
-            self.out.write_all(&(buf.len() as u32).to_le_bytes())?;
-            self.out.write_all(buf)?;
-            buf.clear();
+        if !self.buf.is_empty() {
+            self.out.write_all(&(self.buf.len() as u32).to_le_bytes())?;
+            self.out.write_all(self.buf)?;
+            self.buf.clear();
         }
         Ok(())
     }
@@ -368,14 +356,12 @@ impl ChunkWriter<'_> {
 
 impl Write for ChunkWriter<'_> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let room = self.chunks.max - self.chunks.buf.len();
-        let n = data.len().min(room);
-        if self.chunks.buf.len() + n > self.chunks.buf.capacity() {
-            // Once per file at most: the buffer is kept across entries.
-            self.chunks.buf.reserve_exact(self.chunks.max - self.chunks.buf.len());
+        let n = data.len().min(CHUNK_BYTES - self.buf.len());
+        if self.buf.len() + n > self.buf.capacity() {
+            self.buf.reserve_exact(CHUNK_BYTES - self.buf.len());
         }
-        self.chunks.buf.extend_from_slice(&data[..n]);
-        if self.chunks.buf.len() == self.chunks.max {
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == CHUNK_BYTES {
             self.emit()?;
         }
         Ok(n)
