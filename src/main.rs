@@ -98,8 +98,18 @@ fn avoid_transparent_huge_pages() {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// The runtime every statement and task runs on, with stacks sized for the
+/// statement limits ([`sluice_types::limits`]): tokio's default of 2 MiB
+/// overflowed on a 500-term `OR`, and an overflow aborts the process.
+fn main() -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(sluice_types::limits::WORKER_STACK_BYTES)
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     keep_freed_memory();
     avoid_transparent_huge_pages();
     tracing_subscriber::fmt()

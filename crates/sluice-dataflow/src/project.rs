@@ -32,7 +32,28 @@ pub fn compile_expr(sql: &str, schema: &SchemaRef) -> Result<Arc<dyn PhysicalExp
         .coerce(expr, &df_schema)
         .and_then(|e| simplifier.simplify(e))
         .map_err(df_error)?;
-    EXPR_CONTEXT.create_physical_expr(expr, &df_schema).map_err(df_error)
+    let physical = EXPR_CONTEXT.create_physical_expr(expr, &df_schema).map_err(df_error)?;
+    check_depth(&physical)?;
+    Ok(physical)
+}
+
+/// Refuses an expression nested deeper than the statement limit
+/// ([`sluice_types::limits::EXPRESSION_DEPTH_MAX`], `54001`), measured
+/// without recursion. The planner refuses such statements before they
+/// reach a DAG; this holds a stored DAG written before a limit was lowered
+/// to it too, so evaluating it can never overflow a task's stack.
+fn check_depth(expr: &Arc<dyn PhysicalExpr>) -> Result<()> {
+    use sluice_types::limits::EXPRESSION_DEPTH_MAX;
+    let mut pending = vec![(expr, 1usize)];
+    while let Some((node, depth)) = pending.pop() {
+        if depth > EXPRESSION_DEPTH_MAX {
+            return Err(Error::too_complex(format!(
+                "expression nested more than {EXPRESSION_DEPTH_MAX} levels deep"
+            )));
+        }
+        pending.extend(node.children().into_iter().map(|c| (c, depth + 1)));
+    }
+    Ok(())
 }
 
 /// DataFusion errors at run time are the data's fault (overflow, bad cast)
@@ -133,6 +154,18 @@ mod tests {
     use super::*;
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
+
+    #[test]
+    fn expressions_deeper_than_the_statement_limit_do_not_compile() {
+        use sluice_types::limits::EXPRESSION_DEPTH_MAX;
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        // `k + k + …`: one level per `+`, plus the leaf.
+        let at_limit = vec!["k"; EXPRESSION_DEPTH_MAX].join(" + ");
+        compile_expr(&at_limit, &schema).expect("at the limit");
+        let over = vec!["k"; EXPRESSION_DEPTH_MAX + 1].join(" + ");
+        let err = compile_expr(&over, &schema).err().expect("over the limit");
+        assert_eq!(err.sqlstate(), "54001", "{err}");
+    }
 
     #[test]
     fn filters_and_computes_with_datafusion_functions() {

@@ -9,11 +9,14 @@
 //! - [`hidden`]: connector metadata columns left out of `SELECT *`;
 //! - [`planner`]: binds a query with DataFusion (names, types, functions)
 //!   and turns the logical plan into a [`PhysicalDag`](sluice_plan::PhysicalDag);
+//! - [`complexity`]: the length, depth and plan-size limits every
+//!   statement is held to before anything recurses over it;
 //! - [`errors`]: DataFusion and parser errors as Sluice errors with the
 //!   right SQLSTATE.
 //!
 //! The crate knows nothing of the wire protocol or of the runtime.
 
+pub mod complexity;
 pub mod create;
 pub mod errors;
 pub mod hidden;

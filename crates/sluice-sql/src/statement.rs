@@ -4,6 +4,7 @@
 //! way DataFusion's `DFParser` extends it); everything else is sqlparser's
 //! PostgreSQL dialect.
 
+use crate::complexity;
 use crate::errors::parser_error;
 pub use crate::names::{normalize_ident, normalize_name};
 use crate::window_tvf::rewrite_flink_window_syntax;
@@ -80,8 +81,23 @@ pub enum SluiceStatement {
     Sql(Box<Statement>),
 }
 
-/// Parses every statement of `sql` (separated by semicolons).
+/// Parses every statement of `sql` (separated by semicolons), held to the
+/// limits of [`crate::complexity`]: `54000` for a text too long, `54001`
+/// for one nested too deeply. Parsing, and dropping what a refused text
+/// built, run on a stack sized for the text.
 pub fn parse_statements(sql: &str) -> Result<Vec<SluiceStatement>> {
+    complexity::check_length(sql)?;
+    complexity::with_stack_for(sql.len(), || {
+        let mut statements = parse_unchecked(sql)?;
+        for statement in &mut statements {
+            complexity::regroup_chains(statement);
+            complexity::check_depth(statement)?;
+        }
+        Ok(statements)
+    })
+}
+
+fn parse_unchecked(sql: &str) -> Result<Vec<SluiceStatement>> {
     let sql = rewrite_flink_window_syntax(sql)?;
     let dialect = PostgreSqlDialect {};
     let mut parser = Parser::new(&dialect).try_with_sql(&sql).map_err(parser_error)?;

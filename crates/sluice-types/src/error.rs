@@ -53,6 +53,11 @@ pub enum SqlCode {
     InFailedTransaction,
     /// `23502`: NULL into a NOT NULL column.
     NotNullViolation,
+    /// `54000`: a statement over a program limit (its length).
+    ProgramLimitExceeded,
+    /// `54001`: a statement nested too deeply or planned into too many
+    /// operators (see [`crate::limits`]).
+    StatementTooComplex,
 }
 
 impl SqlCode {
@@ -82,6 +87,8 @@ impl SqlCode {
             SqlCode::NoActiveTransaction => "25P01",
             SqlCode::InFailedTransaction => "25P02",
             SqlCode::NotNullViolation => "23502",
+            SqlCode::ProgramLimitExceeded => "54000",
+            SqlCode::StatementTooComplex => "54001",
         }
     }
 }
@@ -120,6 +127,10 @@ impl Error {
     /// `22023`
     pub fn invalid_option(message: impl Into<String>) -> Self {
         Self::user(SqlCode::InvalidParameterValue, message)
+    }
+    /// `54001`: over one of the [`crate::limits`].
+    pub fn too_complex(message: impl Into<String>) -> Self {
+        Self::user(SqlCode::StatementTooComplex, message)
     }
     /// An internal error.
     pub fn internal(message: impl Into<String>) -> Self {

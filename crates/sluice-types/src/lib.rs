@@ -7,6 +7,7 @@
 
 mod error;
 mod ids;
+pub mod limits;
 mod time;
 
 pub use error::{Error, Result, SqlCode};

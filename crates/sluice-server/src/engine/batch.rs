@@ -45,6 +45,7 @@ pub async fn describe(query: &Query) -> Result<(Vec<DataType>, SchemaRef)> {
     let ctx = context();
     let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Query(Box::new(query.clone()))));
     let plan = ctx.state().statement_to_plan(statement).await.map_err(plan_error)?;
+    sluice_sql::complexity::check_plan(&plan)?;
     let types = plan.get_parameter_types().map_err(plan_error)?;
     let mut params: Vec<(usize, DataType)> = types
         .into_iter()
@@ -67,6 +68,7 @@ pub async fn run(query: &Query) -> Result<RowStream> {
     let ctx = context();
     let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Query(Box::new(query.clone()))));
     let plan = ctx.state().statement_to_plan(statement).await.map_err(plan_error)?;
+    sluice_sql::complexity::check_plan(&plan)?;
     let df = ctx.execute_logical_plan(plan).await.map_err(plan_error)?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let stream = df.execute_stream().await.map_err(plan_error)?;

@@ -39,6 +39,44 @@ struct OpenCursor {
     hold: bool,
 }
 
+/// Runs the handling of statement text `sql`, turning a panic anywhere in
+/// it (a bug) into `XX000` for this statement: the session, its
+/// connection and everything else in the process go on. Session state a
+/// panic interrupted stays as it was when the panic hit; the transaction
+/// flags and cursors are plain data, never left half-written.
+async fn caught<T>(sql: &str, work: impl Future<Output = Result<T>>) -> Result<T> {
+    use futures::FutureExt;
+    let work = async {
+        injected_panic(sql);
+        work.await
+    };
+    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+        Ok(result) => result,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_string());
+            tracing::error!(panic = %what, "statement handling panicked; the session goes on");
+            Err(Error::internal(format!("statement handling failed: {what}")))
+        }
+    }
+}
+
+/// A test hook: with `SLUICE_FAULT_PANIC_STATEMENT=<marker>` set, handling
+/// a statement whose text contains the marker panics. Unset, it is one
+/// lookup per statement.
+fn injected_panic(sql: &str) {
+    static MARKER: std::sync::LazyLock<Option<String>> =
+        std::sync::LazyLock::new(|| std::env::var("SLUICE_FAULT_PANIC_STATEMENT").ok().filter(|m| !m.is_empty()));
+    if let Some(marker) = MARKER.as_deref()
+        && sql.contains(marker)
+    {
+        panic!("injected fault (SLUICE_FAULT_PANIC_STATEMENT={marker})");
+    }
+}
+
 fn command(tag: &str) -> Output {
     Output::Command {
         tag: tag.to_string(),
@@ -60,6 +98,13 @@ impl Session {
     /// Runs every statement of a simple-protocol query string in order,
     /// stopping at the first error (its `Err` is the last element).
     pub async fn execute(&mut self, sql: &str) -> Vec<Result<Output>> {
+        match caught(sql, async { Ok(self.execute_unguarded(sql).await) }).await {
+            Ok(outputs) => outputs,
+            Err(panicked) => vec![Err(panicked)],
+        }
+    }
+
+    async fn execute_unguarded(&mut self, sql: &str) -> Vec<Result<Output>> {
         if let Some(answer) = super::psql_catalog::answer(sql, || self.engine.master.streams()) {
             return vec![answer];
         }
@@ -83,6 +128,10 @@ impl Session {
     /// would run as, without running it: what the dashboard draws before a
     /// query runs. Anything but one query that reads streams is a user error.
     pub async fn plan_dag(&self, sql: &str) -> Result<sluice_plan::PhysicalDag> {
+        caught(sql, self.plan_dag_unguarded(sql)).await
+    }
+
+    async fn plan_dag_unguarded(&self, sql: &str) -> Result<sluice_plan::PhysicalDag> {
         let mut statements = parse_statements(sql)?;
         let query = match (statements.pop(), statements.is_empty()) {
             (Some(SluiceStatement::Explain(q)), true) => q,
@@ -107,6 +156,10 @@ impl Session {
 
     /// Parses and describes one statement for the extended protocol.
     pub async fn prepare(&mut self, sql: &str) -> Result<Prepared> {
+        caught(sql, self.prepare_unguarded(sql)).await
+    }
+
+    async fn prepare_unguarded(&mut self, sql: &str) -> Result<Prepared> {
         let mut statements = parse_statements(sql)?;
         if statements.len() > 1 {
             return Err(Error::syntax(
@@ -155,6 +208,10 @@ impl Session {
     /// Runs a prepared statement with parameter values, typed as
     /// `Prepared::param_types` says (typed nulls for NULL).
     pub async fn execute_prepared(&mut self, stmt: &Prepared, params: Vec<ScalarValue>) -> Result<Output> {
+        caught(&stmt.sql, self.execute_prepared_unguarded(stmt, params)).await
+    }
+
+    async fn execute_prepared_unguarded(&mut self, stmt: &Prepared, params: Vec<ScalarValue>) -> Result<Output> {
         let mut statements = parse_statements(&stmt.sql)?;
         let Some(mut statement) = statements.pop() else {
             return Ok(Output::Command {

@@ -153,6 +153,7 @@ impl<'a> Planner<'a> {
         let state = ctx.state();
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Query(Box::new(query))));
         let plan = state.statement_to_plan(statement).await.map_err(plan_error)?;
+        crate::complexity::check_plan(&plan)?;
         let plan = state
             .analyzer()
             .execute_and_check(plan, state.config_options(), |_, _| {})
