@@ -10,6 +10,7 @@ mod hdfs;
 mod http_api;
 mod kafka;
 mod lifecycle;
+mod limits;
 mod nexmark_queries;
 mod protocol;
 mod psql;

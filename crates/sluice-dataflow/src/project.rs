@@ -17,7 +17,13 @@ use std::sync::{Arc, LazyLock};
 
 /// One DataFusion context for compiling expressions (its function registry
 /// is read-only here).
-static EXPR_CONTEXT: LazyLock<SessionContext> = LazyLock::new(SessionContext::new);
+static EXPR_CONTEXT: LazyLock<SessionContext> = LazyLock::new(|| {
+    let config = datafusion::prelude::SessionConfig::new().set_usize(
+        "datafusion.sql_parser.recursion_limit",
+        sluice_types::limits::EXPRESSION_PARSE_RECURSION_MAX,
+    );
+    SessionContext::new_with_config(config)
+});
 
 /// Compiles SQL expression text over `schema` into a physical expression.
 pub fn compile_expr(sql: &str, schema: &SchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
@@ -163,7 +169,7 @@ mod tests {
         let at_limit = vec!["k"; EXPRESSION_DEPTH_MAX].join(" + ");
         compile_expr(&at_limit, &schema).expect("at the limit");
         let over = vec!["k"; EXPRESSION_DEPTH_MAX + 1].join(" + ");
-        let err = compile_expr(&over, &schema).err().expect("over the limit");
+        let err = compile_expr(&over, &schema).expect_err("over the limit");
         assert_eq!(err.sqlstate(), "54001", "{err}");
     }
 

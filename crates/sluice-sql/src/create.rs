@@ -76,7 +76,10 @@ fn with_computed_columns(
         return Ok((physical.clone(), Vec::new()));
     }
     let df_schema = DFSchema::try_from(physical.as_ref().clone()).map_err(plan_error)?;
-    let ctx = SessionContext::new();
+    let ctx = SessionContext::new_with_config(datafusion::prelude::SessionConfig::new().set_usize(
+        "datafusion.sql_parser.recursion_limit",
+        sluice_types::limits::EXPRESSION_PARSE_RECURSION_MAX,
+    ));
     let mut fields: Vec<Field> = physical.fields().iter().map(|f| f.as_ref().clone()).collect();
     let mut specs = Vec::new();
     for (position, name, expr) in computed {

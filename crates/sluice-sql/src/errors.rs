@@ -4,11 +4,17 @@ use datafusion::error::DataFusionError;
 use sluice_types::{Error, SqlCode};
 use sqlparser::parser::ParserError;
 
-/// A sqlparser error: `42601`.
+/// A sqlparser error: `42601`, or `54001` when the statement nests
+/// (parentheses, subqueries, prefix operators) deeper than sqlparser's
+/// recursion limit (50 levels).
 pub fn parser_error(e: ParserError) -> Error {
     let message = match e {
         ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
-        ParserError::RecursionLimitExceeded => "statement nested too deeply".to_string(),
+        ParserError::RecursionLimitExceeded => {
+            return Error::too_complex(
+                "statement too complex: parentheses, subqueries or prefix operators nested more than 50 levels deep",
+            );
+        }
     };
     Error::syntax(format!("syntax error: {message}"))
 }

@@ -41,3 +41,10 @@ pub const PLAN_NODES_MAX: usize = 1_000;
 /// stack on demand besides (their `recursive` protection). Threads touch
 /// only what they use: the rest is address space.
 pub const WORKER_STACK_BYTES: usize = 16 << 20;
+
+/// sqlparser's recursion limit when expression text from a plan is parsed
+/// again (the runtime compiles expressions from SQL text, written with a
+/// pair of parentheses per operator): room for [`EXPRESSION_DEPTH_MAX`]
+/// levels, each of which may recurse a few times. sqlparser's default of
+/// 50 refused any stored expression more than ~50 levels deep.
+pub const EXPRESSION_PARSE_RECURSION_MAX: usize = 4 * EXPRESSION_DEPTH_MAX;

@@ -40,18 +40,18 @@ struct OpenCursor {
 }
 
 /// Runs the handling of statement text `sql`, turning a panic anywhere in
-/// it (a bug) into `XX000` for this statement: the session, its
+/// it (a bug) into `Err(XX000)` for this statement: the session, its
 /// connection and everything else in the process go on. Session state a
 /// panic interrupted stays as it was when the panic hit; the transaction
 /// flags and cursors are plain data, never left half-written.
-async fn caught<T>(sql: &str, work: impl Future<Output = Result<T>>) -> Result<T> {
+async fn caught<T>(sql: &str, work: impl Future<Output = T>) -> std::result::Result<T, Error> {
     use futures::FutureExt;
     let work = async {
         injected_panic(sql);
         work.await
     };
     match std::panic::AssertUnwindSafe(work).catch_unwind().await {
-        Ok(result) => result,
+        Ok(result) => Ok(result),
         Err(payload) => {
             let what = payload
                 .downcast_ref::<&str>()
@@ -68,8 +68,11 @@ async fn caught<T>(sql: &str, work: impl Future<Output = Result<T>>) -> Result<T
 /// a statement whose text contains the marker panics. Unset, it is one
 /// lookup per statement.
 fn injected_panic(sql: &str) {
-    static MARKER: std::sync::LazyLock<Option<String>> =
-        std::sync::LazyLock::new(|| std::env::var("SLUICE_FAULT_PANIC_STATEMENT").ok().filter(|m| !m.is_empty()));
+    static MARKER: std::sync::LazyLock<Option<String>> = std::sync::LazyLock::new(|| {
+        std::env::var("SLUICE_FAULT_PANIC_STATEMENT")
+            .ok()
+            .filter(|m| !m.is_empty())
+    });
     if let Some(marker) = MARKER.as_deref()
         && sql.contains(marker)
     {
@@ -98,9 +101,9 @@ impl Session {
     /// Runs every statement of a simple-protocol query string in order,
     /// stopping at the first error (its `Err` is the last element).
     pub async fn execute(&mut self, sql: &str) -> Vec<Result<Output>> {
-        match caught(sql, async { Ok(self.execute_unguarded(sql).await) }).await {
+        match caught(sql, self.execute_unguarded(sql)).await {
             Ok(outputs) => outputs,
-            Err(panicked) => vec![Err(panicked)],
+            Err(panicked) => vec![Err(self.failed_by(panicked))],
         }
     }
 
@@ -128,7 +131,7 @@ impl Session {
     /// would run as, without running it: what the dashboard draws before a
     /// query runs. Anything but one query that reads streams is a user error.
     pub async fn plan_dag(&self, sql: &str) -> Result<sluice_plan::PhysicalDag> {
-        caught(sql, self.plan_dag_unguarded(sql)).await
+        caught(sql, self.plan_dag_unguarded(sql)).await?
     }
 
     async fn plan_dag_unguarded(&self, sql: &str) -> Result<sluice_plan::PhysicalDag> {
@@ -156,7 +159,9 @@ impl Session {
 
     /// Parses and describes one statement for the extended protocol.
     pub async fn prepare(&mut self, sql: &str) -> Result<Prepared> {
-        caught(sql, self.prepare_unguarded(sql)).await
+        caught(sql, self.prepare_unguarded(sql))
+            .await
+            .unwrap_or_else(|p| Err(self.failed_by(p)))
     }
 
     async fn prepare_unguarded(&mut self, sql: &str) -> Result<Prepared> {
@@ -208,7 +213,18 @@ impl Session {
     /// Runs a prepared statement with parameter values, typed as
     /// `Prepared::param_types` says (typed nulls for NULL).
     pub async fn execute_prepared(&mut self, stmt: &Prepared, params: Vec<ScalarValue>) -> Result<Output> {
-        caught(&stmt.sql, self.execute_prepared_unguarded(stmt, params)).await
+        caught(&stmt.sql, self.execute_prepared_unguarded(stmt, params))
+            .await
+            .unwrap_or_else(|p| Err(self.failed_by(p)))
+    }
+
+    /// A statement that panicked fails its transaction block like any
+    /// error (only COMMIT/ROLLBACK are accepted after it).
+    fn failed_by(&mut self, panicked: Error) -> Error {
+        if self.in_transaction {
+            self.transaction_failed = true;
+        }
+        panicked
     }
 
     async fn execute_prepared_unguarded(&mut self, stmt: &Prepared, params: Vec<ScalarValue>) -> Result<Output> {
