@@ -8,6 +8,7 @@
 use crate::common::TestServer;
 use crate::common::external::{Produce, consume, create_topic, produce, unique};
 use crate::support::{exec, simple_records, simple_rows, wait_for};
+use futures::StreamExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -376,4 +377,104 @@ async fn kafka_options_are_checked_when_the_stream_is_created() {
     let db = e.as_db_error().unwrap();
     assert!(db.message().contains("\"nope\""), "{}", db.message());
     assert!(simple_records(&client, "SHOW PIPELINES").await.is_empty());
+}
+
+/// How many times the replay race below is tried (fresh topic each time).
+const REPLAY_ROUNDS: usize = 15;
+
+/// Issue 22: replay from a timestamp right after the records were produced,
+/// over three partitions, repeated with fresh topics. Records are produced
+/// in time order; each round reads exactly as many rows as there are
+/// records at or after the start and compares them with those records, so
+/// a partition started before its first such record shows up as rows from
+/// before the start, one started after it as a missing row (a timeout).
+/// Odd rounds have a partition with no record at or after the start: it
+/// starts at its end as of the lookup, never at its beginning, and a
+/// record written to it while the query runs is read. Rounds vary the
+/// parallelism and set `auto.offset.reset` to `earliest` half of the time
+/// (where a partition whose lookup failed used to start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_from_a_timestamp_right_after_producing_never_starts_before_it() {
+    const BEFORE: i64 = 180;
+    const TOTAL: i64 = 360;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let base = base_ms();
+    for round in 0..REPLAY_ROUNDS {
+        let topic = unique("replay_race");
+        create_topic(&topic, 3).await;
+        // Record i: timestamp base + i s, the first BEFORE before the start.
+        // Record i goes to partition i % 3, except that in odd rounds the
+        // records after the start skip partition `empty`.
+        let empty = (round % 2 == 1).then_some((round % 3) as i32);
+        let partition_of = |i: i64| -> i32 {
+            let p = (i % 3) as i32;
+            match empty {
+                Some(e) if i >= BEFORE && p == e => (p + 1) % 3,
+                _ => p,
+            }
+        };
+        let records: Vec<Produce> = (0..TOTAL)
+            .map(|i| Produce::to(partition_of(i), format!(r#"{{"id": {i}}}"#)).at(base + i * 1000))
+            .collect();
+        produce(&topic, &records).await;
+        let stream = format!("replay_race_{round}");
+        let reset = if round % 4 >= 2 {
+            ", 'properties.auto.offset.reset' = 'earliest'"
+        } else {
+            ""
+        };
+        exec(
+            &client,
+            &format!(
+                "SET parallelism = {}; CREATE STREAM {stream} (id BIGINT NOT NULL) WITH ({}, \
+                 'scan.startup.mode' = 'timestamp', 'scan.startup.timestamp' = '{}'{reset})",
+                1 + round % 3,
+                kafka_options(&topic),
+                base + BEFORE * 1000
+            ),
+        )
+        .await;
+        // The marker: one more record, to the empty partition, written once
+        // every other record has been read (so after the lookups).
+        let marker = empty.map(|p| (TOTAL, p));
+        let mut expected: BTreeMap<i64, i32> = (BEFORE..TOTAL).map(|i| (i, partition_of(i))).collect();
+        expected.extend(marker);
+        let sql = format!("SELECT id, _kafka_partition FROM {stream} LIMIT {}", expected.len());
+        let what = format!("round {round} (empty partition {empty:?}): {sql} (records at or after the start missing?)");
+        let got = crate::support::within(&what, Duration::from_secs(60), async {
+            let rows = client
+                .query_raw(&sql, Vec::<i64>::new())
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut rows = std::pin::pin!(rows);
+            let mut got: BTreeMap<i64, i32> = BTreeMap::new();
+            while let Some(row) = rows.next().await {
+                let row = row.unwrap_or_else(|e| panic!("{what}: {e}"));
+                let id: i64 = row.get(0);
+                assert!(got.insert(id, row.get(1)).is_none(), "round {round}: record {id} twice");
+                if got.len() == (TOTAL - BEFORE) as usize
+                    && let Some((id, p)) = marker
+                {
+                    produce(
+                        &topic,
+                        &[Produce::to(p, format!(r#"{{"id": {id}}}"#)).at(base + id * 1000)],
+                    )
+                    .await;
+                }
+            }
+            got
+        })
+        .await;
+        let early: Vec<i64> = got.keys().copied().filter(|id| *id < BEFORE).collect();
+        assert!(
+            early.is_empty(),
+            "round {round} (empty partition {empty:?}): {} records from before the start: {early:?}",
+            early.len()
+        );
+        assert_eq!(
+            got, expected,
+            "round {round} (empty partition {empty:?}): (id, partition)"
+        );
+    }
 }

@@ -39,6 +39,9 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Broker requests (metadata, offsets) give up after this and are retried.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Looking up where each partition starts is retried for this long, then
+/// the source fails: a partition must never start somewhere else instead.
+const LOOKUP_DEADLINE: Duration = Duration::from_secs(60);
 /// Offsets handed to the pipeline are committed to a named group this often.
 const COMMIT_EVERY: Duration = Duration::from_secs(5);
 /// Malformed records logged one by one before the log goes quiet.
@@ -227,9 +230,10 @@ impl Worker {
         let consumer: Client = config
             .create_with_context(Reporting::new(self.metrics.clone()))
             .map_err(|e| Error::invalid_option(format!("Kafka consumer: {e}")))?;
-        let Some(all) = self.retry(&consumer, "read the topic's partitions", |c| {
+        let Some(all) = self.retry(&consumer, "read the topic's partitions", None, |c| {
             topic_partitions(c, &self.config.topic)
-        }) else {
+        })?
+        else {
             return Ok(());
         };
         let mine: Vec<i32> = all
@@ -246,12 +250,13 @@ impl Worker {
             .filter(|p| !self.restored.contains_key(p))
             .copied()
             .collect();
-        let Some(mut start) = self.retry(&consumer, "look up the start offsets", |c| {
+        let Some(mut start) = self.retry(&consumer, "look up the start offsets", Some(LOOKUP_DEADLINE), |c| {
             if fresh.is_empty() {
                 return Ok(TopicPartitionList::new());
             }
             start_offsets(c, &self.config, &fresh)
-        }) else {
+        })?
+        else {
             return Ok(());
         };
         for p in &mine {
@@ -409,23 +414,40 @@ impl Worker {
 
     /// Calls `f` until it succeeds (Some) or the reader stops (None), with
     /// backoff, reporting the failure as the task's condition meanwhile.
-    fn retry<T>(&self, consumer: &Client, what: &str, mut f: impl FnMut(&Client) -> KafkaResult<T>) -> Option<T> {
+    /// With a `deadline`, the last failure once it has passed is the
+    /// source's error.
+    fn retry<T, E: std::fmt::Display>(
+        &self,
+        consumer: &Client,
+        what: &str,
+        deadline: Option<Duration>,
+        mut f: impl FnMut(&Client) -> std::result::Result<T, E>,
+    ) -> Result<Option<T>> {
+        let started = Instant::now();
         let mut backoff = BACKOFF_MIN;
+        let mut attempts = 0;
         loop {
+            attempts += 1;
             if self.stopped() {
-                return None;
+                return Ok(None);
             }
             match f(consumer) {
                 Ok(v) => {
                     consumer.context().clear();
-                    return Some(v);
+                    return Ok(Some(v));
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %self.config.topic, error = %e, "kafka: cannot {what}; retrying");
-                    consumer.context().report(format!(
-                        "kafka: cannot {what} of topic {}: {e}; retrying",
-                        self.config.topic
-                    ));
+                    let topic = &self.config.topic;
+                    if deadline.is_some_and(|d| started.elapsed() + backoff >= d) {
+                        return Err(Error::external(format!(
+                            "Kafka: cannot {what} of topic {topic} ({attempts} attempts in {:.0?}): {e}",
+                            started.elapsed()
+                        )));
+                    }
+                    tracing::warn!(topic = %topic, error = %e, "kafka: cannot {what}; retrying");
+                    consumer
+                        .context()
+                        .report(format!("kafka: cannot {what} of topic {topic}: {e}; retrying"));
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                 }
@@ -472,8 +494,22 @@ fn topic_partitions(consumer: &Client, topic: &str) -> KafkaResult<Vec<i32>> {
     Ok(ids)
 }
 
-/// Where each of `partitions` starts, by the startup mode.
-fn start_offsets(consumer: &Client, config: &KafkaSourceConfig, partitions: &[i32]) -> KafkaResult<TopicPartitionList> {
+/// Where each of `partitions` starts, by the startup mode; an error (to
+/// retry) unless every partition's start is known.
+///
+/// librdkafka's lookups succeed as a whole even when a partition could not
+/// be looked up: the partition's element carries the error, and its
+/// offset is whatever was there (the timestamp itself when its leader was
+/// unknown; -1, read as "the end", from an error answer that librdkafka
+/// then retried successfully — it keeps the first answer). Such an offset
+/// handed to `assign` starts the partition at its end, or — the timestamp
+/// being out of range — wherever `auto.offset.reset` says, its beginning
+/// with `earliest`. So every element's error is checked.
+fn start_offsets(
+    consumer: &Client,
+    config: &KafkaSourceConfig,
+    partitions: &[i32],
+) -> std::result::Result<TopicPartitionList, String> {
     let topic = &config.topic;
     let with = |offset: Offset| -> KafkaResult<TopicPartitionList> {
         let mut tpl = TopicPartitionList::new();
@@ -482,30 +518,105 @@ fn start_offsets(consumer: &Client, config: &KafkaSourceConfig, partitions: &[i3
         }
         Ok(tpl)
     };
+    let kafka = |e: rdkafka::error::KafkaError| e.to_string();
     match config.startup {
-        StartupMode::Earliest => with(Offset::Beginning),
-        StartupMode::Latest => with(Offset::End),
+        StartupMode::Earliest => with(Offset::Beginning).map_err(kafka),
+        StartupMode::Latest => with(Offset::End).map_err(kafka),
         StartupMode::Timestamp(ms) => {
-            // Offsets-for-times: the first record at or after `ms`, or the
-            // end of the partition when there is none (Offset::End).
-            consumer.offsets_for_times(with(Offset::Offset(ms))?, REQUEST_TIMEOUT)
+            // Flink's rule: the first record at or after `ms`, else the
+            // partition's end as of the lookup. The ends are read first,
+            // so a record written in between is found by the lookup.
+            let mut watermarks = BTreeMap::new();
+            for &p in partitions {
+                let w = consumer
+                    .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
+                    .map_err(|e| format!("partition {p}: reading its end offset: {e}"))?;
+                watermarks.insert(p, w);
+            }
+            let found = consumer
+                .offsets_for_times(with(Offset::Offset(ms)).map_err(kafka)?, REQUEST_TIMEOUT)
+                .map_err(|e| format!("offsets for time {ms}: {e}"))?;
+            let mut tpl = TopicPartitionList::new();
+            for &p in partitions {
+                let e = found
+                    .find_partition(topic, p)
+                    .ok_or_else(|| format!("partition {p}: missing from the offsets for time {ms}"))?;
+                let start = match timestamp_start(p, e.offset(), e.error(), watermarks[&p])? {
+                    TimestampStart::At(o) => o,
+                    TimestampStart::IfBelowEnd(o) => {
+                        // A record written after the ends were read: it
+                        // must be below the end now.
+                        let (_, high) = consumer
+                            .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
+                            .map_err(|e| format!("partition {p}: reading its end offset: {e}"))?;
+                        if o >= high {
+                            return Err(format!(
+                                "partition {p}: offsets for time {ms} answered offset {o}, past its end ({high})"
+                            ));
+                        }
+                        o
+                    }
+                };
+                tpl.add_partition_offset(topic, p, Offset::Offset(start))
+                    .map_err(kafka)?;
+            }
+            Ok(tpl)
         }
         StartupMode::GroupOffsets => {
-            let committed = consumer.committed_offsets(with(Offset::Invalid)?, REQUEST_TIMEOUT)?;
+            let committed = consumer
+                .committed_offsets(with(Offset::Invalid).map_err(kafka)?, REQUEST_TIMEOUT)
+                .map_err(kafka)?;
             let reset = match config.properties.get("auto.offset.reset").map(String::as_str) {
                 Some("latest" | "largest" | "end") => Offset::End,
                 _ => Offset::Beginning,
             };
             let mut tpl = TopicPartitionList::new();
             for e in committed.elements() {
+                // An error is not "no committed offset" (that is -1
+                // without an error): it must not send the partition to
+                // `reset`.
+                e.error()
+                    .map_err(|err| format!("partition {}: committed offset: {err}", e.partition()))?;
                 let offset = match e.offset() {
                     Offset::Offset(o) => Offset::Offset(o),
                     _ => reset,
                 };
-                tpl.add_partition_offset(topic, e.partition(), offset)?;
+                tpl.add_partition_offset(topic, e.partition(), offset).map_err(kafka)?;
             }
             Ok(tpl)
         }
+    }
+}
+
+/// Where a partition starts in `timestamp` mode.
+#[derive(Debug, PartialEq, Eq)]
+enum TimestampStart {
+    At(i64),
+    /// At this offset, found past the end read before the lookup: valid
+    /// only if it is below the partition's end now.
+    IfBelowEnd(i64),
+}
+
+/// A partition's start from its offsets-for-times answer (`offset`,
+/// `error`) and its `(low, high)` watermarks read before the lookup; an
+/// error for any answer that is not a found record or "none" (the end).
+fn timestamp_start(
+    partition: i32,
+    offset: Offset,
+    error: KafkaResult<()>,
+    (low, high): (i64, i64),
+) -> std::result::Result<TimestampStart, String> {
+    if let Err(e) = error {
+        return Err(format!("partition {partition}: {e}"));
+    }
+    match offset {
+        // No record at or after the time (yet): the end as it was.
+        Offset::End => Ok(TimestampStart::At(high)),
+        Offset::Offset(o) if o >= low && o < high => Ok(TimestampStart::At(o)),
+        Offset::Offset(o) if o >= high => Ok(TimestampStart::IfBelowEnd(o)),
+        other => Err(format!(
+            "partition {partition}: unexpected offsets-for-times answer {other:?} (offsets {low}..{high})"
+        )),
     }
 }
 
@@ -585,5 +696,62 @@ impl DeadLetters {
             return Err(Error::external(format!("Kafka: dead-letter topic {}: {e}", self.topic)));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    #[test]
+    fn a_found_record_inside_the_partition_is_the_start() {
+        assert_eq!(
+            timestamp_start(0, Offset::Offset(60), Ok(()), (0, 120)),
+            Ok(TimestampStart::At(60))
+        );
+        assert_eq!(
+            timestamp_start(0, Offset::Offset(5), Ok(()), (5, 6)),
+            Ok(TimestampStart::At(5))
+        );
+        // Written after the ends were read: checked against the end again.
+        assert_eq!(
+            timestamp_start(0, Offset::Offset(120), Ok(()), (0, 120)),
+            Ok(TimestampStart::IfBelowEnd(120))
+        );
+    }
+
+    #[test]
+    fn no_record_at_or_after_the_time_starts_at_the_end_read_before() {
+        assert_eq!(
+            timestamp_start(2, Offset::End, Ok(()), (10, 120)),
+            Ok(TimestampStart::At(120))
+        );
+        assert_eq!(
+            timestamp_start(2, Offset::End, Ok(()), (0, 0)),
+            Ok(TimestampStart::At(0))
+        );
+    }
+
+    #[test]
+    fn a_partition_that_was_not_looked_up_never_gets_a_start() {
+        // What librdkafka leaves in an element it could not look up: the
+        // timestamp itself (its leader unknown) or -1 from an error answer.
+        let ts = 1_796_241_615_000;
+        for (offset, code) in [
+            (Offset::Offset(ts), RDKafkaErrorCode::UnknownPartition),
+            (Offset::End, RDKafkaErrorCode::LeaderNotAvailable),
+            (Offset::Offset(30), RDKafkaErrorCode::RequestTimedOut),
+        ] {
+            let e = timestamp_start(1, offset, Err(KafkaError::OffsetFetch(code)), (0, 120)).unwrap_err();
+            assert!(e.starts_with("partition 1: "), "{e}");
+            assert!(e.contains(&code.to_string()), "{e}");
+        }
+        // The beginning, or anything below the log start, is never an answer.
+        for offset in [Offset::Beginning, Offset::Invalid, Offset::Stored, Offset::Offset(3)] {
+            let e = timestamp_start(1, offset, Ok(()), (4, 120)).unwrap_err();
+            assert!(e.contains("unexpected offsets-for-times answer"), "{offset:?}: {e}");
+        }
     }
 }
