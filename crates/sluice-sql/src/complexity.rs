@@ -100,61 +100,42 @@ pub fn check_plan(plan: &LogicalPlan) -> Result<()> {
     Ok(())
 }
 
-fn visit_statement<V: Visitor>(statement: &SluiceStatement, v: &mut V) -> ControlFlow<V::Break> {
-    match statement {
-        SluiceStatement::CreateStream(c) => {
-            c.columns.visit(v)?;
-            if let Some((_, e)) = &c.watermark {
-                e.visit(v)?;
+/// `visit_statement` (sqlparser's `Visit`) and `visit_statement_mut`
+/// (`VisitMut`): every expression and query a statement holds.
+macro_rules! statement_walk {
+    ($name:ident, $visitor:ident, $visit:ident, $($ref:tt)+) => {
+        fn $name<V: $visitor>(statement: $($ref)+ SluiceStatement, v: &mut V) -> ControlFlow<V::Break> {
+            match statement {
+                SluiceStatement::CreateStream(c) => {
+                    $visit::visit($($ref)+ c.columns, v)?;
+                    if let Some((_, e)) = $($ref)+ c.watermark {
+                        $visit::visit(e, v)?;
+                    }
+                    for (_, _, e) in $($ref)+ c.computed {
+                        $visit::visit(e, v)?;
+                    }
+                }
+                SluiceStatement::CreateStreamAs { query, .. }
+                | SluiceStatement::CreateSink { query, .. }
+                | SluiceStatement::Explain(query) => $visit::visit(query, v)?,
+                SluiceStatement::Sql(s) => $visit::visit(s, v)?,
+                SluiceStatement::Drop { .. }
+                | SluiceStatement::ShowStreams
+                | SluiceStatement::ShowPipelines
+                | SluiceStatement::ShowCheckpoints(_)
+                | SluiceStatement::ShowVariable(_)
+                | SluiceStatement::ShowAll
+                | SluiceStatement::Describe(_)
+                | SluiceStatement::ExplainPipeline(_)
+                | SluiceStatement::AlterPipelinePause { .. } => {}
             }
-            for (_, _, e) in &c.computed {
-                e.visit(v)?;
-            }
+            ControlFlow::Continue(())
         }
-        SluiceStatement::CreateStreamAs { query, .. }
-        | SluiceStatement::CreateSink { query, .. }
-        | SluiceStatement::Explain(query) => query.visit(v)?,
-        SluiceStatement::Sql(s) => s.visit(v)?,
-        SluiceStatement::Drop { .. }
-        | SluiceStatement::ShowStreams
-        | SluiceStatement::ShowPipelines
-        | SluiceStatement::ShowCheckpoints(_)
-        | SluiceStatement::ShowVariable(_)
-        | SluiceStatement::ShowAll
-        | SluiceStatement::Describe(_)
-        | SluiceStatement::ExplainPipeline(_)
-        | SluiceStatement::AlterPipelinePause { .. } => {}
-    }
-    ControlFlow::Continue(())
+    };
 }
 
-fn visit_statement_mut<V: VisitorMut>(statement: &mut SluiceStatement, v: &mut V) -> ControlFlow<V::Break> {
-    match statement {
-        SluiceStatement::CreateStream(c) => {
-            VisitMut::visit(&mut c.columns, v)?;
-            if let Some((_, e)) = &mut c.watermark {
-                VisitMut::visit(e, v)?;
-            }
-            for (_, _, e) in &mut c.computed {
-                VisitMut::visit(e, v)?;
-            }
-        }
-        SluiceStatement::CreateStreamAs { query, .. }
-        | SluiceStatement::CreateSink { query, .. }
-        | SluiceStatement::Explain(query) => VisitMut::visit(query, v)?,
-        SluiceStatement::Sql(s) => VisitMut::visit(s, v)?,
-        SluiceStatement::Drop { .. }
-        | SluiceStatement::ShowStreams
-        | SluiceStatement::ShowPipelines
-        | SluiceStatement::ShowCheckpoints(_)
-        | SluiceStatement::ShowVariable(_)
-        | SluiceStatement::ShowAll
-        | SluiceStatement::Describe(_)
-        | SluiceStatement::ExplainPipeline(_)
-        | SluiceStatement::AlterPipelinePause { .. } => {}
-    }
-    ControlFlow::Continue(())
-}
+statement_walk!(visit_statement, Visitor, Visit, &);
+statement_walk!(visit_statement_mut, VisitorMut, VisitMut, &mut);
 
 /// The depth walk: one level per expression, per query and per level of
 /// set operations in a query's body.
