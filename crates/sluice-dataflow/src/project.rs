@@ -163,7 +163,7 @@ mod tests {
         let at_limit = vec!["k"; EXPRESSION_DEPTH_MAX].join(" + ");
         compile_expr(&at_limit, &schema).expect("at the limit");
         let over = vec!["k"; EXPRESSION_DEPTH_MAX + 1].join(" + ");
-        let err = compile_expr(&over, &schema).err().expect("over the limit");
+        let err = compile_expr(&over, &schema).expect_err("over the limit");
         assert_eq!(err.sqlstate(), "54001", "{err}");
     }
 
