@@ -111,7 +111,7 @@ pub struct PipelineRuntime {
     pub metrics: Vec<Arc<TaskMetrics>>,
     /// Tasks running the pipeline (operator instances not chained into another's task).
     pub tasks: usize,
-    status: Arc<Mutex<PipelineStatus>>,
+    status: Arc<StatusCell>,
     cancel: CancellationToken,
     done: watch::Receiver<bool>,
     paused: watch::Sender<bool>,
@@ -119,7 +119,7 @@ pub struct PipelineRuntime {
 
 impl PipelineRuntime {
     pub fn status(&self) -> PipelineStatus {
-        self.status.lock().expect("status lock").clone()
+        self.status.get()
     }
 
     /// Pauses (true) or resumes (false) the pipeline's sources; the rest of
@@ -146,33 +146,97 @@ impl PipelineRuntime {
     }
 }
 
-pub use crate::channel::DOWNSTREAM_CLOSED;
+/// Why a task (or the checkpoint coordinator) failed, as its supervisor
+/// records it.
+#[derive(Debug, Clone)]
+struct Failure {
+    error: String,
+    /// The SQLSTATE class of a user error.
+    code: Option<SqlCode>,
+    /// The task's downstream went away ([`Error::DownstreamClosed`]): the
+    /// consequence of a failure downstream, which replaces it when it comes.
+    consequence: bool,
+}
 
-fn mark_failed(
-    status: &Mutex<PipelineStatus>,
-    operator: OperatorId,
-    instance: u32,
-    (error, code): (String, Option<SqlCode>),
-    after_cancel: bool,
-) {
-    let mut s = status.lock().expect("status lock");
-    // A task whose downstream went away fails as a consequence of the
-    // downstream task's failure: the cause, when it comes, replaces it.
-    let consequence = |e: &str| e.ends_with(DOWNSTREAM_CLOSED);
-    let replace = match &*s {
-        // After a cancel only a cause replaces a consequence: a stop on
-        // request is not a failure.
-        PipelineStatus::Running => !after_cancel,
-        PipelineStatus::Failed { error: first, .. } => consequence(first) && !consequence(&error),
-        _ => false,
-    };
-    if replace {
-        *s = PipelineStatus::Failed {
-            operator,
-            instance,
-            error,
-            code,
+impl Failure {
+    fn of(e: &Error) -> Self {
+        Failure {
+            error: e.to_string(),
+            code: match e {
+                Error::User { code, .. } => Some(*code),
+                _ => None,
+            },
+            consequence: matches!(e, Error::DownstreamClosed),
+        }
+    }
+
+    fn panic(panic: &Box<dyn std::any::Any + Send>) -> Self {
+        Failure {
+            error: format!("task panicked: {}", panic_message(panic)),
+            code: None,
+            consequence: false,
+        }
+    }
+}
+
+/// A pipeline's status, shared by its tasks' supervisors and its
+/// [`PipelineRuntime`].
+#[derive(Debug)]
+struct StatusCell(Mutex<Recorded>);
+
+#[derive(Debug)]
+struct Recorded {
+    status: PipelineStatus,
+    /// The failure in `status` is a consequence ([`Failure::consequence`]).
+    consequence: bool,
+}
+
+impl StatusCell {
+    fn new() -> Self {
+        StatusCell(Mutex::new(Recorded {
+            status: PipelineStatus::Running,
+            consequence: false,
+        }))
+    }
+
+    fn get(&self) -> PipelineStatus {
+        self.0.lock().expect("status lock").status.clone()
+    }
+
+    /// Records a failure of instance `instance` of `operator`. The first
+    /// failure is kept, except that a cause replaces a consequence (a task
+    /// whose downstream went away usually notices before the failed
+    /// downstream task reports). After a cancel only a cause replaces a
+    /// consequence: a stop on request is not a failure.
+    fn fail(&self, operator: OperatorId, instance: u32, failure: Failure, after_cancel: bool) {
+        let mut r = self.0.lock().expect("status lock");
+        let replace = match r.status {
+            PipelineStatus::Running => !after_cancel,
+            PipelineStatus::Failed { .. } => r.consequence && !failure.consequence,
+            _ => false,
         };
+        if replace {
+            r.consequence = failure.consequence;
+            r.status = PipelineStatus::Failed {
+                operator,
+                instance,
+                error: failure.error,
+                code: failure.code,
+            };
+        }
+    }
+
+    /// Every task exited: a running pipeline stopped (when cancelled) or
+    /// finished.
+    fn settle(&self, cancelled: bool) {
+        let mut r = self.0.lock().expect("status lock");
+        if r.status == PipelineStatus::Running {
+            r.status = if cancelled {
+                PipelineStatus::Stopped
+            } else {
+                PipelineStatus::Finished
+            };
+        }
     }
 }
 
@@ -356,7 +420,7 @@ pub fn deploy_with(
             futures.push((op.id, instance, blame, Box::pin(Timed::new(fut, m))));
         }
     }
-    let status = Arc::new(Mutex::new(PipelineStatus::Running));
+    let status = Arc::new(StatusCell::new());
     let (done_tx, done_rx) = watch::channel(false);
     let done_tx = Arc::new(done_tx);
     let remaining = Arc::new(AtomicUsize::new(futures.len()));
@@ -372,7 +436,12 @@ pub fn deploy_with(
         let (status, cancel) = (status.clone(), cancel.clone());
         let fail = move |error: String| {
             tracing::warn!(pipeline = %id, %error, "checkpoint failed");
-            mark_failed(&status, OperatorId(0), 0, (error, None), false);
+            let failure = Failure {
+                error,
+                code: None,
+                consequence: false,
+            };
+            status.fail(OperatorId(0), 0, failure, false);
             cancel.cancel();
         };
         tokio::spawn(coordinator::run(
@@ -392,36 +461,22 @@ pub fn deploy_with(
             let outcome = AssertUnwindSafe(fut).catch_unwind().await;
             let failure = match outcome {
                 Ok(Ok(())) => None,
-                Ok(Err(e)) => {
-                    let code = match &e {
-                        sluice_types::Error::User { code, .. } => Some(*code),
-                        _ => None,
-                    };
-                    Some((e.to_string(), code))
-                }
-                Err(panic) => Some((format!("task panicked: {}", panic_message(&panic)), None)),
+                Ok(Err(e)) => Some(Failure::of(&e)),
+                Err(panic) => Some(Failure::panic(&panic)),
             };
-            if let Some(error) = failure {
+            if let Some(failure) = failure {
                 // An operator chained into this task may be the one that failed.
                 let (operator, instance) = blame.get().copied().unwrap_or((operator, instance));
                 let after_cancel = cancel.is_cancelled();
                 if !after_cancel {
-                    tracing::warn!(pipeline = %id, operator = %operator, instance, error = %error.0, "task failed");
+                    tracing::warn!(pipeline = %id, operator = %operator, instance, error = %failure.error, "task failed");
                 }
-                mark_failed(&status, operator, instance, error, after_cancel);
+                status.fail(operator, instance, failure, after_cancel);
                 cancel.cancel();
             }
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 coordinator_stop.cancel();
-                let mut s = status.lock().expect("status lock");
-                if *s == PipelineStatus::Running {
-                    *s = if cancel.is_cancelled() {
-                        PipelineStatus::Stopped
-                    } else {
-                        PipelineStatus::Finished
-                    };
-                }
-                drop(s);
+                status.settle(cancel.is_cancelled());
                 let _ = done_tx.send(true);
             }
         });

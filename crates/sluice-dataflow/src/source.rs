@@ -363,7 +363,7 @@ impl SourceTask {
             if let Message::Watermark(w) = &message {
                 self.metrics.watermark_ms.store(w.0, Ordering::Relaxed);
             }
-            self.output.broadcast(message).await.map_err(|_| closed())?;
+            self.output.broadcast(message).await?;
         }
         Ok(())
     }
@@ -420,7 +420,7 @@ impl SourceTask {
         self.output
             .broadcast(Message::Barrier(Barrier { checkpoint_id }))
             .await
-            .map_err(|_| closed())
+            .map_err(Error::from)
     }
 
     async fn finish(mut self) -> Result<()> {
@@ -435,10 +435,6 @@ impl SourceTask {
         let _ = self.output.broadcast(Message::EndOfInput).await;
         Ok(())
     }
-}
-
-fn closed() -> Error {
-    Error::internal(crate::channel::DOWNSTREAM_CLOSED)
 }
 
 #[cfg(test)]

@@ -317,7 +317,7 @@ fn sluice_error(e: &sluice_types::Error) -> Response {
             _ => StatusCode::BAD_REQUEST,
         },
         sluice_types::Error::External(_) => StatusCode::BAD_GATEWAY,
-        sluice_types::Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        sluice_types::Error::Internal(_) | sluice_types::Error::DownstreamClosed => StatusCode::INTERNAL_SERVER_ERROR,
     };
     (
         status,

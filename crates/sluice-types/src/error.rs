@@ -3,6 +3,9 @@
 //! Variants say whose fault an error is: the user's input ([`Error::User`],
 //! which carries the SQLSTATE class the front end reports), an external
 //! system (retrying may help), or a bug in Sluice ([`Error::Internal`]).
+//! [`Error::DownstreamClosed`] is apart: a task fails with it when its
+//! downstream went away, the consequence of another task's failure (or of
+//! a stop), never the cause; the supervisor tells the two apart by it.
 
 /// Postgres SQLSTATE codes Sluice reports for user errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +109,11 @@ pub enum Error {
     /// A bug in Sluice: an invariant broke.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A task's downstream channel closed: the pipeline is being torn down,
+    /// or a task downstream failed. A consequence, not a cause; reported
+    /// like an internal error (`XX000`).
+    #[error("internal error: downstream channel closed")]
+    DownstreamClosed,
 }
 
 impl Error {
@@ -145,7 +153,7 @@ impl Error {
         match self {
             Error::User { code, .. } => code.sqlstate(),
             Error::External(_) => "58000",
-            Error::Internal(_) => "XX000",
+            Error::Internal(_) | Error::DownstreamClosed => "XX000",
         }
     }
 }
@@ -183,6 +191,11 @@ mod tests {
         assert_eq!(Error::unsupported("x").sqlstate(), "0A000");
         assert_eq!(Error::external("broker down").sqlstate(), "58000");
         assert_eq!(Error::internal("bug").sqlstate(), "XX000");
+        assert_eq!(Error::DownstreamClosed.sqlstate(), "XX000");
+        assert_eq!(
+            Error::DownstreamClosed.to_string(),
+            "internal error: downstream channel closed"
+        );
         assert_eq!(Error::from(arrow::error::ArrowError::DivideByZero).sqlstate(), "22012");
         assert_eq!(
             Error::from(arrow::error::ArrowError::CastError("no".into())).sqlstate(),
