@@ -18,8 +18,10 @@ pub enum SqlCode {
     UndefinedColumn,
     /// `42704`: any other unknown name (a setting, a cursor option, …).
     UndefinedObject,
-    /// `34000`: a cursor that does not exist.
+    /// `34000`: a cursor (or portal) that does not exist.
     InvalidCursorName,
+    /// `26000`: a prepared statement that does not exist.
+    InvalidSqlStatementName,
     /// `42804`: an expression of the wrong type.
     DatatypeMismatch,
     /// `22P02`: text that does not convert to the needed type.
@@ -72,6 +74,7 @@ impl SqlCode {
             SqlCode::UndefinedColumn => "42703",
             SqlCode::UndefinedObject => "42704",
             SqlCode::InvalidCursorName => "34000",
+            SqlCode::InvalidSqlStatementName => "26000",
             SqlCode::DatatypeMismatch => "42804",
             SqlCode::InvalidTextRepresentation => "22P02",
             SqlCode::InvalidParameterValue => "22023",
@@ -92,6 +95,48 @@ impl SqlCode {
             SqlCode::NotNullViolation => "23502",
             SqlCode::ProgramLimitExceeded => "54000",
             SqlCode::StatementTooComplex => "54001",
+        }
+    }
+}
+
+/// A kind of named object a statement or request may name that does not
+/// exist: what the message calls it and the SQLSTATE Postgres reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// `42P01`, as a missing table.
+    Stream,
+    /// `42704`
+    Pipeline,
+    /// `42704`: a pipeline in the catalog that is not running.
+    RunningPipeline,
+    /// `34000`
+    Cursor,
+    /// `34000` (the extended protocol's cursors).
+    Portal,
+    /// `26000`
+    PreparedStatement,
+}
+
+impl ObjectKind {
+    /// How a message names the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectKind::Stream => "stream",
+            ObjectKind::Pipeline => "pipeline",
+            ObjectKind::RunningPipeline => "running pipeline",
+            ObjectKind::Cursor => "cursor",
+            ObjectKind::Portal => "portal",
+            ObjectKind::PreparedStatement => "prepared statement",
+        }
+    }
+
+    /// The SQLSTATE of a missing object of this kind.
+    pub fn code(self) -> SqlCode {
+        match self {
+            ObjectKind::Stream => SqlCode::UndefinedTable,
+            ObjectKind::Pipeline | ObjectKind::RunningPipeline => SqlCode::UndefinedObject,
+            ObjectKind::Cursor | ObjectKind::Portal => SqlCode::InvalidCursorName,
+            ObjectKind::PreparedStatement => SqlCode::InvalidSqlStatementName,
         }
     }
 }
@@ -135,6 +180,10 @@ impl Error {
     /// `22023`
     pub fn invalid_option(message: impl Into<String>) -> Self {
         Self::user(SqlCode::InvalidParameterValue, message)
+    }
+    /// `{kind} "{name}" does not exist`, with the kind's SQLSTATE.
+    pub fn not_found(kind: ObjectKind, name: &str) -> Self {
+        Self::user(kind.code(), format!("{} \"{name}\" does not exist", kind.name()))
     }
     /// `54001`: over one of the [`crate::limits`].
     pub fn too_complex(message: impl Into<String>) -> Self {
@@ -186,12 +235,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn missing_objects_are_named_with_their_kind() {
+        assert_eq!(
+            Error::not_found(ObjectKind::RunningPipeline, "q7").to_string(),
+            "running pipeline \"q7\" does not exist"
+        );
+        assert_eq!(
+            Error::not_found(ObjectKind::Portal, "").to_string(),
+            "portal \"\" does not exist"
+        );
+    }
+
+    #[test]
     fn sqlstates_by_kind() {
         assert_eq!(Error::syntax("x").sqlstate(), "42601");
         assert_eq!(Error::unsupported("x").sqlstate(), "0A000");
         assert_eq!(Error::external("broker down").sqlstate(), "58000");
         assert_eq!(Error::internal("bug").sqlstate(), "XX000");
         assert_eq!(Error::DownstreamClosed.sqlstate(), "XX000");
+        assert_eq!(Error::not_found(ObjectKind::Stream, "bids").sqlstate(), "42P01");
+        assert_eq!(Error::not_found(ObjectKind::Pipeline, "p").sqlstate(), "42704");
+        assert_eq!(Error::not_found(ObjectKind::Cursor, "c").sqlstate(), "34000");
+        assert_eq!(Error::not_found(ObjectKind::PreparedStatement, "s").sqlstate(), "26000");
         assert_eq!(
             Error::DownstreamClosed.to_string(),
             "internal error: downstream channel closed"
