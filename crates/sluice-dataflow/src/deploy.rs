@@ -9,7 +9,6 @@
 //! error) and stops the pipeline's other tasks. Nothing outside the pipeline
 //! is affected.
 
-use crate::alignment::AlignmentGroup;
 use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
 use crate::checkpoint::coordinator::{self, CheckpointHandles, PendingCheckpoints};
 use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint, TaskCheckpoint};
@@ -21,6 +20,7 @@ use crate::operator::Operator;
 use crate::project::ProjectOperator;
 use crate::source::{SourceReader, SourceTask};
 use crate::task::Task;
+use crate::watermark_alignment::AlignmentGroup;
 use crate::window::build_window_operator;
 use arrow::datatypes::SchemaRef;
 use futures::FutureExt;
@@ -362,7 +362,7 @@ pub fn deploy_with(
         paused: paused_rx,
         alignment: None,
     };
-    // One alignment group per aligned source operator, shared by its instances.
+    // One watermark alignment group per aligned source operator, shared by its instances.
     let alignment: HashMap<OperatorId, Arc<AlignmentGroup>> = dag
         .operators
         .iter()
@@ -638,5 +638,5 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 mod tests;
 
 #[cfg(test)]
-#[path = "alignment_tests.rs"]
-mod alignment_tests;
+#[path = "watermark_alignment_tests.rs"]
+mod watermark_alignment_tests;

@@ -6,7 +6,7 @@
 //! async shell around it.
 
 use crate::channel::ChannelReceiver;
-use crate::checkpoint::align::BarrierAligner;
+use crate::checkpoint::barrier_alignment::BarrierAligner;
 use crate::checkpoint::{LOW_WATERMARK_KEY, TaskCheckpoint};
 use crate::exchange::Output;
 use crate::message::Message;
