@@ -12,7 +12,7 @@ use sluice_dataflow::deploy::PipelineRuntime;
 use sluice_plan::OperatorKind;
 use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
-use sluice_types::{Error, PipelineId, Result, SqlCode, now_ms};
+use sluice_types::{Error, ObjectKind, PipelineId, Result, SqlCode, now_ms};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,15 +37,6 @@ pub struct Master {
     next_query_id: AtomicU64,
     /// Where checkpoints go unless a pipeline says otherwise.
     checkpoint_root: PathBuf,
-}
-
-fn not_found(kind: &str, name: &str) -> Error {
-    let code = if kind == "stream" {
-        SqlCode::UndefinedTable
-    } else {
-        SqlCode::UndefinedObject
-    };
-    Error::user(code, format!("{kind} \"{name}\" does not exist"))
 }
 
 /// Refuses to drop `what` while pipelines read `stream`.
@@ -133,7 +124,7 @@ impl Master {
             return if if_exists {
                 Ok(false)
             } else {
-                Err(not_found("stream", name))
+                Err(Error::not_found(ObjectKind::Stream, name))
             };
         };
         ensure_unread(&state, name, &format!("stream \"{name}\""))?;
@@ -245,7 +236,7 @@ impl Master {
             return if if_exists {
                 Ok(false)
             } else {
-                Err(not_found("pipeline", name))
+                Err(Error::not_found(ObjectKind::Pipeline, name))
             };
         }
         let derived: Vec<String> = state
@@ -328,8 +319,13 @@ impl Master {
     /// restarted server runs every pipeline).
     pub fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
         let running = self.running.lock().expect("running lock");
-        let r = running.get(name).ok_or_else(|| not_found("pipeline", name))?;
-        let runtime = r.slot.runtime().ok_or_else(|| not_found("running pipeline", name))?;
+        let r = running
+            .get(name)
+            .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, name))?;
+        let runtime = r
+            .slot
+            .runtime()
+            .ok_or_else(|| Error::not_found(ObjectKind::RunningPipeline, name))?;
         runtime.set_paused(paused);
         Ok(())
     }

@@ -150,7 +150,7 @@ impl ConnectorFactory for Connectors {
             }
             "file" => Ok(Box::new(fs_sink(FileSystem::Local, &spec.options, schema, ctx)?)),
             "blackhole" => Ok(Box::new(BlackholeSink {
-                latency: crate::sinks::LatencyRecorder::from_options(&spec.options, schema)?,
+                latency: crate::latency_probe::LatencyRecorder::from_options(&spec.options, schema)?,
             })),
             "kafka" => Ok(Box::new(KafkaSink::open(&spec.options, schema, ctx)?)),
             "hdfs" => Ok(Box::new(fs_sink(FileSystem::Hdfs, &spec.options, schema, ctx)?)),

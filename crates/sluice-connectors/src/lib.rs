@@ -15,6 +15,8 @@
 //! - [`format`]: record formats (json / csv / raw) of message connectors;
 //! - [`sinks`]: the `client` sink that feeds a session's result stream,
 //!   `memory`, `blackhole`;
+//! - [`latency_probe`]: the benchmark's end-to-end latency recorder that a
+//!   `blackhole` sink with `'latency.column'` feeds (not a product feature);
 //! - [`options`]: the options each connector accepts, so unknown options are
 //!   rejected with the list of known ones;
 //! - [`state_store`]: where checkpoints go (`'checkpoint.dir'`: a local
@@ -26,6 +28,7 @@ pub mod format;
 pub mod fs_sink;
 pub mod hdfs;
 pub mod kafka;
+pub mod latency_probe;
 pub mod local_files;
 pub mod memory;
 pub mod nexmark;

@@ -8,7 +8,7 @@
 //! and a slow consumer slows its producers all the way to the source.
 
 use crate::message::Message;
-use sluice_types::{EdgeId, InstanceId, PipelineId};
+use sluice_types::{EdgeId, Error, InstanceId, PipelineId};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::{Semaphore, mpsc};
@@ -74,12 +74,18 @@ pub struct ChannelReceiver {
     credits_max: u32,
 }
 
-/// The error of a task whose downstream channel closed.
-pub const DOWNSTREAM_CLOSED: &str = "downstream channel closed";
-
 /// The other end of the channel is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Closed;
+
+/// A task whose downstream channel closed fails with
+/// [`Error::DownstreamClosed`]: the consequence of a failure (or a stop)
+/// downstream, which the supervisor does not take for the cause.
+impl From<Closed> for Error {
+    fn from(_: Closed) -> Self {
+        Error::DownstreamClosed
+    }
+}
 
 /// A channel with `credits_max` credits.
 pub fn channel(credits_max: u32) -> (ChannelSender, ChannelReceiver) {

@@ -9,9 +9,8 @@
 //! error) and stops the pipeline's other tasks. Nothing outside the pipeline
 //! is affected.
 
-use crate::alignment::AlignmentGroup;
 use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
-use crate::checkpoint::coordinator::{self, CheckpointHandles, PendingCheckpoints};
+use crate::checkpoint::coordinator::{self, CheckpointHandles, CoordinatorChannels, PendingCheckpoints};
 use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint, TaskCheckpoint};
 use crate::computed::ComputedColumnsReader;
 use crate::exchange::{Blame, Chained, Output, OutputEdge};
@@ -21,6 +20,7 @@ use crate::operator::Operator;
 use crate::project::ProjectOperator;
 use crate::source::{SourceReader, SourceTask};
 use crate::task::Task;
+use crate::watermark_alignment::AlignmentGroup;
 use crate::window::build_window_operator;
 use arrow::datatypes::SchemaRef;
 use futures::FutureExt;
@@ -111,7 +111,7 @@ pub struct PipelineRuntime {
     pub metrics: Vec<Arc<TaskMetrics>>,
     /// Tasks running the pipeline (operator instances not chained into another's task).
     pub tasks: usize,
-    status: Arc<Mutex<PipelineStatus>>,
+    status: Arc<StatusCell>,
     cancel: CancellationToken,
     done: watch::Receiver<bool>,
     paused: watch::Sender<bool>,
@@ -119,7 +119,7 @@ pub struct PipelineRuntime {
 
 impl PipelineRuntime {
     pub fn status(&self) -> PipelineStatus {
-        self.status.lock().expect("status lock").clone()
+        self.status.get()
     }
 
     /// Pauses (true) or resumes (false) the pipeline's sources; the rest of
@@ -146,33 +146,97 @@ impl PipelineRuntime {
     }
 }
 
-pub use crate::channel::DOWNSTREAM_CLOSED;
+/// Why a task (or the checkpoint coordinator) failed, as its supervisor
+/// records it.
+#[derive(Debug, Clone)]
+struct Failure {
+    error: String,
+    /// The SQLSTATE class of a user error.
+    code: Option<SqlCode>,
+    /// The task's downstream went away ([`Error::DownstreamClosed`]): the
+    /// consequence of a failure downstream, which replaces it when it comes.
+    consequence: bool,
+}
 
-fn mark_failed(
-    status: &Mutex<PipelineStatus>,
-    operator: OperatorId,
-    instance: u32,
-    (error, code): (String, Option<SqlCode>),
-    after_cancel: bool,
-) {
-    let mut s = status.lock().expect("status lock");
-    // A task whose downstream went away fails as a consequence of the
-    // downstream task's failure: the cause, when it comes, replaces it.
-    let consequence = |e: &str| e.ends_with(DOWNSTREAM_CLOSED);
-    let replace = match &*s {
-        // After a cancel only a cause replaces a consequence: a stop on
-        // request is not a failure.
-        PipelineStatus::Running => !after_cancel,
-        PipelineStatus::Failed { error: first, .. } => consequence(first) && !consequence(&error),
-        _ => false,
-    };
-    if replace {
-        *s = PipelineStatus::Failed {
-            operator,
-            instance,
-            error,
-            code,
+impl Failure {
+    fn of(e: &Error) -> Self {
+        Failure {
+            error: e.to_string(),
+            code: match e {
+                Error::User { code, .. } => Some(*code),
+                _ => None,
+            },
+            consequence: matches!(e, Error::DownstreamClosed),
+        }
+    }
+
+    fn panic(panic: &Box<dyn std::any::Any + Send>) -> Self {
+        Failure {
+            error: format!("task panicked: {}", panic_message(panic)),
+            code: None,
+            consequence: false,
+        }
+    }
+}
+
+/// A pipeline's status, shared by its tasks' supervisors and its
+/// [`PipelineRuntime`].
+#[derive(Debug)]
+struct StatusCell(Mutex<Recorded>);
+
+#[derive(Debug)]
+struct Recorded {
+    status: PipelineStatus,
+    /// The failure in `status` is a consequence ([`Failure::consequence`]).
+    consequence: bool,
+}
+
+impl StatusCell {
+    fn new() -> Self {
+        StatusCell(Mutex::new(Recorded {
+            status: PipelineStatus::Running,
+            consequence: false,
+        }))
+    }
+
+    fn get(&self) -> PipelineStatus {
+        self.0.lock().expect("status lock").status.clone()
+    }
+
+    /// Records a failure of instance `instance` of `operator`. The first
+    /// failure is kept, except that a cause replaces a consequence (a task
+    /// whose downstream went away usually notices before the failed
+    /// downstream task reports). After a cancel only a cause replaces a
+    /// consequence: a stop on request is not a failure.
+    fn fail(&self, operator: OperatorId, instance: u32, failure: Failure, after_cancel: bool) {
+        let mut r = self.0.lock().expect("status lock");
+        let replace = match r.status {
+            PipelineStatus::Running => !after_cancel,
+            PipelineStatus::Failed { .. } => r.consequence && !failure.consequence,
+            _ => false,
         };
+        if replace {
+            r.consequence = failure.consequence;
+            r.status = PipelineStatus::Failed {
+                operator,
+                instance,
+                error: failure.error,
+                code: failure.code,
+            };
+        }
+    }
+
+    /// Every task exited: a running pipeline stopped (when cancelled) or
+    /// finished.
+    fn settle(&self, cancelled: bool) {
+        let mut r = self.0.lock().expect("status lock");
+        if r.status == PipelineStatus::Running {
+            r.status = if cancelled {
+                PipelineStatus::Stopped
+            } else {
+                PipelineStatus::Finished
+            };
+        }
     }
 }
 
@@ -273,6 +337,10 @@ pub fn deploy(
 
 /// Deploys `dag` as pipeline `id`, checkpointing by `plan` and restoring
 /// every task from its restored checkpoint.
+///
+/// Every task is built before anything starts, so a connector that cannot
+/// open leaves nothing running; then the checkpoint coordinator starts, and
+/// the tasks, each under its supervisor.
 pub fn deploy_with(
     id: PipelineId,
     dag: &PhysicalDag,
@@ -282,35 +350,52 @@ pub fn deploy_with(
     plan: Option<CheckpointPlan>,
 ) -> Result<PipelineRuntime> {
     let chained = |op: OperatorId| config.chain_operators && dag.chained_into(op).is_some();
-    let (mut outputs, mut inputs) = open_channels(id, dag, transport, &chained)?;
-    let restored_id = plan
-        .as_ref()
-        .and_then(|p| p.restored.as_ref().map(|r| r.id))
-        .unwrap_or(0);
-    let checkpoints = plan.map(|p| {
-        let (handles, ends) = coordinator::channels(restored_id);
-        (p, handles, ends)
-    });
+    let channels = open_channels(id, dag, transport, &chained)?;
+    let checkpointing = plan.map(Checkpointing::new);
     let cancel = CancellationToken::new();
     let (paused, paused_rx) = watch::channel(false);
-    let control = TaskControl {
-        cancel: cancel.clone(),
-        paused: paused_rx,
-        alignment: None,
+    let (metrics, metrics_of) = instance_metrics(dag);
+    let builder = TaskBuilder {
+        id,
+        dag,
+        connectors,
+        config,
+        chained: &chained,
+        metrics: &metrics_of,
+        control: TaskControl {
+            cancel: cancel.clone(),
+            paused: paused_rx,
+            alignment: None,
+        },
+        alignment: watermark_alignment_groups(dag),
+        checkpointing: checkpointing.as_ref(),
     };
-    // One alignment group per aligned source operator, shared by its instances.
-    let alignment: HashMap<OperatorId, Arc<AlignmentGroup>> = dag
-        .operators
-        .iter()
-        .filter_map(|op| match &op.kind {
-            OperatorKind::Source(spec) if op.parallelism > 1 => spec.alignment_max_drift_ms.map(|ms| {
-                let group = AlignmentGroup::new(op.parallelism as usize, Duration::from_millis(ms));
-                (op.id, group)
-            }),
-            _ => None,
-        })
-        .collect();
-    let mut futures: Vec<(OperatorId, u32, Blame, TaskFuture)> = Vec::new();
+    let tasks = builder.build_all(channels)?;
+    let status = Arc::new(StatusCell::new());
+    let coordinator_stop = cancel.child_token();
+    if let Some(checkpointing) = checkpointing {
+        let task_ids = tasks.iter().map(|t| (t.operator, t.instance)).collect();
+        checkpointing.start_coordinator(id, task_ids, &status, &cancel, coordinator_stop.clone());
+    }
+    let task_count = tasks.len();
+    let done = supervise(id, tasks, &status, &cancel, &coordinator_stop);
+    Ok(PipelineRuntime {
+        id,
+        metrics,
+        tasks: task_count,
+        status,
+        cancel,
+        done,
+        paused,
+    })
+}
+
+/// Each operator instance's metrics.
+type MetricsByInstance = HashMap<(OperatorId, u32), Arc<TaskMetrics>>;
+
+/// Every operator instance's metrics, chained ones included: in the DAG's
+/// order, and by (operator, instance).
+fn instance_metrics(dag: &PhysicalDag) -> (Vec<Arc<TaskMetrics>>, MetricsByInstance) {
     let mut metrics = Vec::new();
     let mut metrics_of = HashMap::new();
     for op in &dag.operators {
@@ -320,128 +405,220 @@ pub fn deploy_with(
             metrics_of.insert((op.id, instance), m);
         }
     }
-    for op in dag.operators.iter().filter(|o| !chained(o.id)) {
-        for instance in 0..op.parallelism {
-            let m = metrics_of[&(op.id, instance)].clone();
-            let blame = Blame::default();
-            let chain = TaskChain {
-                dag,
-                chained: &chained,
-                metrics: &metrics_of,
-                blame: &blame,
-            };
-            let output = chain.output(op.id, instance, &mut outputs)?;
-            let task_inputs = inputs.remove(&(op.id, instance)).unwrap_or_default();
-            let checkpoint = checkpoints.as_ref().map(|(p, handles, _)| TaskCheckpoint {
-                handles: CheckpointHandles::clone(handles),
-                operator: op.id,
-                instance,
-                restored: p.restored.as_ref().map(|r| (r.id, r.task(op.id, instance))),
-            });
-            let fut = build_task(
-                id,
-                op,
-                (instance, left_inputs(dag, op)),
-                connectors,
-                config,
-                output,
-                task_inputs,
-                m.clone(),
-                TaskControl {
-                    alignment: alignment.get(&op.id).map(|g| (g.clone(), instance as usize)),
-                    ..control.clone()
-                },
-                checkpoint,
-            )?;
-            futures.push((op.id, instance, blame, Box::pin(Timed::new(fut, m))));
+    (metrics, metrics_of)
+}
+
+/// One watermark alignment group per aligned source operator (more than
+/// one instance and `alignment_max_drift_ms` set), shared by its instances.
+fn watermark_alignment_groups(dag: &PhysicalDag) -> HashMap<OperatorId, Arc<AlignmentGroup>> {
+    dag.operators
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OperatorKind::Source(spec) if op.parallelism > 1 => spec.alignment_max_drift_ms.map(|ms| {
+                let group = AlignmentGroup::new(op.parallelism as usize, Duration::from_millis(ms));
+                (op.id, group)
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A checkpointed deployment: its plan and the coordinator's channels.
+struct Checkpointing {
+    plan: CheckpointPlan,
+    handles: CheckpointHandles,
+    coordinator: CoordinatorChannels,
+    /// The restored checkpoint's id (0: a fresh start).
+    restored_id: u64,
+}
+
+impl Checkpointing {
+    fn new(plan: CheckpointPlan) -> Self {
+        let restored_id = plan.restored.as_ref().map_or(0, |r| r.id);
+        let (handles, coordinator) = coordinator::channels(restored_id);
+        Checkpointing {
+            plan,
+            handles,
+            coordinator,
+            restored_id,
         }
     }
-    let status = Arc::new(Mutex::new(PipelineStatus::Running));
-    let (done_tx, done_rx) = watch::channel(false);
-    let done_tx = Arc::new(done_tx);
-    let remaining = Arc::new(AtomicUsize::new(futures.len()));
-    let coordinator_stop = cancel.child_token();
-    if let Some((plan, _, ends)) = checkpoints {
-        let tasks: Vec<(OperatorId, u32)> = dag
-            .operators
-            .iter()
-            .filter(|o| !chained(o.id))
-            .flat_map(|o| (0..o.parallelism).map(move |i| (o.id, i)))
-            .collect();
-        let book = PendingCheckpoints::new(tasks, plan.highest_id.max(restored_id) + 1);
+
+    /// What instance `instance` of `operator` needs to take part, with its
+    /// restored state.
+    fn task(&self, operator: OperatorId, instance: u32) -> TaskCheckpoint {
+        TaskCheckpoint {
+            handles: CheckpointHandles::clone(&self.handles),
+            operator,
+            instance,
+            restored: self.plan.restored.as_ref().map(|r| (r.id, r.task(operator, instance))),
+        }
+    }
+
+    /// Spawns the coordinator of `tasks` (the running task instances): a
+    /// checkpoint that fails fails the pipeline.
+    fn start_coordinator(
+        self,
+        id: PipelineId,
+        tasks: Vec<(OperatorId, u32)>,
+        status: &Arc<StatusCell>,
+        cancel: &CancellationToken,
+        stop: CancellationToken,
+    ) {
+        let book = PendingCheckpoints::new(tasks, self.plan.highest_id.max(self.restored_id) + 1);
         let (status, cancel) = (status.clone(), cancel.clone());
         let fail = move |error: String| {
             tracing::warn!(pipeline = %id, %error, "checkpoint failed");
-            mark_failed(&status, OperatorId(0), 0, (error, None), false);
+            let failure = Failure {
+                error,
+                code: None,
+                consequence: false,
+            };
+            status.fail(OperatorId(0), 0, failure, false);
             cancel.cancel();
         };
         tokio::spawn(coordinator::run(
             id,
-            plan.config,
+            self.plan.config,
             book,
-            ends,
-            coordinator_stop.clone(),
+            self.coordinator,
+            stop,
             fail,
         ));
     }
-    let tasks = futures.len();
-    for (operator, instance, blame, fut) in futures {
+}
+
+/// A built task, not yet spawned.
+struct SupervisedTask {
+    operator: OperatorId,
+    instance: u32,
+    /// Set by a chained operator that fails inside the task.
+    blame: Blame,
+    future: TaskFuture,
+}
+
+/// What building each of a pipeline's tasks needs.
+struct TaskBuilder<'a> {
+    id: PipelineId,
+    dag: &'a PhysicalDag,
+    connectors: &'a dyn ConnectorFactory,
+    config: &'a DeployConfig,
+    chained: &'a dyn Fn(OperatorId) -> bool,
+    metrics: &'a MetricsByInstance,
+    /// Shared by every task (`alignment` is set per source instance).
+    control: TaskControl,
+    alignment: HashMap<OperatorId, Arc<AlignmentGroup>>,
+    checkpointing: Option<&'a Checkpointing>,
+}
+
+impl TaskBuilder<'_> {
+    /// One task per instance of every operator not chained into another's
+    /// task, taking their ends of `channels`.
+    fn build_all(&self, (mut outputs, mut inputs): Channels) -> Result<Vec<SupervisedTask>> {
+        let mut tasks = Vec::new();
+        for op in self.dag.operators.iter().filter(|o| !(self.chained)(o.id)) {
+            for instance in 0..op.parallelism {
+                tasks.push(self.build(op, instance, &mut outputs, &mut inputs)?);
+            }
+        }
+        Ok(tasks)
+    }
+
+    fn build(
+        &self,
+        op: &OperatorSpec,
+        instance: u32,
+        outputs: &mut HashMap<(OperatorId, u32), Vec<OutputEdge>>,
+        inputs: &mut HashMap<(OperatorId, u32), Vec<ChannelReceiver>>,
+    ) -> Result<SupervisedTask> {
+        let m = self.metrics[&(op.id, instance)].clone();
+        let blame = Blame::default();
+        let chain = TaskChain {
+            dag: self.dag,
+            chained: self.chained,
+            metrics: self.metrics,
+            blame: &blame,
+        };
+        let output = chain.output(op.id, instance, outputs)?;
+        let task_inputs = inputs.remove(&(op.id, instance)).unwrap_or_default();
+        let control = TaskControl {
+            alignment: self.alignment.get(&op.id).map(|g| (g.clone(), instance as usize)),
+            ..self.control.clone()
+        };
+        let checkpoint = self.checkpointing.map(|c| c.task(op.id, instance));
+        let future = build_task(
+            self.id,
+            op,
+            (instance, left_inputs(self.dag, op)),
+            self.connectors,
+            self.config,
+            output,
+            task_inputs,
+            m.clone(),
+            control,
+            checkpoint,
+        )?;
+        Ok(SupervisedTask {
+            operator: op.id,
+            instance,
+            blame,
+            future: Box::pin(Timed::new(future, m)),
+        })
+    }
+}
+
+/// Spawns every task under a supervisor; the receiver turns true when the
+/// last task has exited (the coordinator is then stopped and the status
+/// settled).
+fn supervise(
+    id: PipelineId,
+    tasks: Vec<SupervisedTask>,
+    status: &Arc<StatusCell>,
+    cancel: &CancellationToken,
+    coordinator_stop: &CancellationToken,
+) -> watch::Receiver<bool> {
+    let (done_tx, done_rx) = watch::channel(false);
+    let done_tx = Arc::new(done_tx);
+    let remaining = Arc::new(AtomicUsize::new(tasks.len()));
+    for task in tasks {
         let (status, cancel, remaining, done_tx) = (status.clone(), cancel.clone(), remaining.clone(), done_tx.clone());
         let coordinator_stop = coordinator_stop.clone();
         tokio::spawn(async move {
-            let outcome = AssertUnwindSafe(fut).catch_unwind().await;
-            let failure = match outcome {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => {
-                    let code = match &e {
-                        sluice_types::Error::User { code, .. } => Some(*code),
-                        _ => None,
-                    };
-                    Some((e.to_string(), code))
-                }
-                Err(panic) => Some((format!("task panicked: {}", panic_message(&panic)), None)),
-            };
-            if let Some(error) = failure {
-                // An operator chained into this task may be the one that failed.
-                let (operator, instance) = blame.get().copied().unwrap_or((operator, instance));
-                let after_cancel = cancel.is_cancelled();
-                if !after_cancel {
-                    tracing::warn!(pipeline = %id, operator = %operator, instance, error = %error.0, "task failed");
-                }
-                mark_failed(&status, operator, instance, error, after_cancel);
-                cancel.cancel();
-            }
+            run_supervised(id, task, &status, &cancel).await;
             if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 coordinator_stop.cancel();
-                let mut s = status.lock().expect("status lock");
-                if *s == PipelineStatus::Running {
-                    *s = if cancel.is_cancelled() {
-                        PipelineStatus::Stopped
-                    } else {
-                        PipelineStatus::Finished
-                    };
-                }
-                drop(s);
+                status.settle(cancel.is_cancelled());
                 let _ = done_tx.send(true);
             }
         });
     }
-    Ok(PipelineRuntime {
-        id,
-        metrics,
-        tasks,
-        status,
-        cancel,
-        done: done_rx,
-        paused,
-    })
+    done_rx
+}
+
+/// Runs one task to its end; an error or a panic fails the pipeline
+/// (recorded in `status`) and cancels its other tasks.
+async fn run_supervised(id: PipelineId, task: SupervisedTask, status: &StatusCell, cancel: &CancellationToken) {
+    let outcome = AssertUnwindSafe(task.future).catch_unwind().await;
+    let failure = match outcome {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => Failure::of(&e),
+        Err(panic) => Failure::panic(&panic),
+    };
+    // An operator chained into this task may be the one that failed.
+    let (operator, instance) = task.blame.get().copied().unwrap_or((task.operator, task.instance));
+    let after_cancel = cancel.is_cancelled();
+    if !after_cancel {
+        tracing::warn!(pipeline = %id, operator = %operator, instance, error = %failure.error, "task failed");
+    }
+    status.fail(operator, instance, failure, after_cancel);
+    cancel.cancel();
 }
 
 /// Builds a task's [`Output`] with the operators chained into it.
 struct TaskChain<'a> {
     dag: &'a PhysicalDag,
     chained: &'a dyn Fn(OperatorId) -> bool,
-    metrics: &'a HashMap<(OperatorId, u32), Arc<TaskMetrics>>,
+    metrics: &'a MetricsByInstance,
     blame: &'a Blame,
 }
 
@@ -583,5 +760,5 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 mod tests;
 
 #[cfg(test)]
-#[path = "alignment_tests.rs"]
-mod alignment_tests;
+#[path = "watermark_alignment_tests.rs"]
+mod watermark_alignment_tests;

@@ -224,28 +224,41 @@ async fn a_panicking_task_fails_its_pipeline_only() {
 
 #[test]
 fn the_failing_task_is_reported_not_its_upstream_that_lost_its_downstream() {
-    let failed = |s: &Mutex<PipelineStatus>| match &*s.lock().unwrap() {
-        PipelineStatus::Failed { operator, error, .. } => Some((operator.0, error.clone())),
+    let failed = |s: &StatusCell| match s.get() {
+        PipelineStatus::Failed { operator, error, .. } => Some((operator.0, error)),
         _ => None,
     };
-    let consequence = (format!("internal error: {DOWNSTREAM_CLOSED}"), None);
-    let cause = ("a Kafka transaction would hold more than 100 rows".to_string(), None);
+    let consequence = Failure::of(&Error::DownstreamClosed);
+    assert_eq!(consequence.error, "internal error: downstream channel closed");
+    let cause = Failure::of(&Error::user(
+        SqlCode::ConfigurationLimitExceeded,
+        "a Kafka transaction would hold more than 100 rows",
+    ));
+    let other = Failure::of(&Error::internal("other"));
     // The upstream task notices first, then the sink's cause arrives
     // (after the pipeline was cancelled): the cause wins.
-    let s = Mutex::new(PipelineStatus::Running);
-    mark_failed(&s, OperatorId(1), 0, consequence.clone(), false);
-    mark_failed(&s, OperatorId(3), 0, cause.clone(), true);
-    assert_eq!(failed(&s), Some((3, cause.0.clone())));
+    let s = StatusCell::new();
+    s.fail(OperatorId(1), 0, consequence.clone(), false);
+    assert_eq!(failed(&s), Some((1, consequence.error.clone())));
+    s.fail(OperatorId(3), 0, cause.clone(), true);
+    assert_eq!(failed(&s), Some((3, cause.error.clone())));
     // A later consequence does not replace the cause.
-    mark_failed(&s, OperatorId(2), 0, consequence.clone(), true);
-    assert_eq!(failed(&s), Some((3, cause.0.clone())));
+    s.fail(OperatorId(2), 0, consequence.clone(), true);
+    assert_eq!(failed(&s), Some((3, cause.error.clone())));
     // Nor does a second cause replace the first.
-    mark_failed(&s, OperatorId(2), 0, ("other".into(), None), true);
-    assert_eq!(failed(&s), Some((3, cause.0.clone())));
+    s.fail(OperatorId(2), 0, other, true);
+    assert_eq!(failed(&s), Some((3, cause.error.clone())));
     // Errors after a stop on request are no failure.
-    let s = Mutex::new(PipelineStatus::Running);
-    mark_failed(&s, OperatorId(3), 0, cause, true);
-    assert_eq!(*s.lock().unwrap(), PipelineStatus::Running);
+    let s = StatusCell::new();
+    s.fail(OperatorId(3), 0, cause, true);
+    assert_eq!(s.get(), PipelineStatus::Running);
+}
+
+#[test]
+fn only_a_closed_downstream_is_a_consequence() {
+    assert!(Failure::of(&Error::from(crate::channel::Closed)).consequence);
+    // An internal error that merely says so is a cause.
+    assert!(!Failure::of(&Error::internal("downstream channel closed")).consequence);
 }
 
 /// A sink that keeps every value of its first column.

@@ -8,7 +8,7 @@
 //! crosses one channel (and one task wake-up) less, and the chained
 //! operator costs no task of its own. It keeps its metrics.
 
-use crate::channel::{ChannelSender, Closed, DOWNSTREAM_CLOSED};
+use crate::channel::{ChannelSender, Closed};
 use crate::message::Message;
 use crate::metrics::TaskMetrics;
 use arrow::array::UInt32Array;
@@ -135,7 +135,7 @@ impl Output {
         }
         self.metrics.add_rows_out(batch.num_rows());
         let started = Instant::now();
-        self.send_on_edges(&batch).await.map_err(|_| downstream_gone())?;
+        self.send_on_edges(&batch).await?;
         let waited = started.elapsed().as_micros() as u64;
         self.metrics.backpressure_us.fetch_add(waited, Ordering::Relaxed);
         for c in &mut self.chained {
@@ -207,10 +207,6 @@ impl Output {
         }
         Ok(())
     }
-}
-
-fn downstream_gone() -> Error {
-    Error::internal(DOWNSTREAM_CLOSED)
 }
 
 #[cfg(test)]

@@ -13,8 +13,10 @@
 //! - [`task`]: the actor loop around an operator — input merging, low
 //!   watermark = min over inputs (idle inputs excluded), supervision.
 //! - [`source`]: the loop around a [`SourceReader`](source::SourceReader),
-//!   per-partition watermark generation and idle detection; [`alignment`]
-//!   keeps a source's instances within a bounded event-time drift.
+//!   per-partition watermark generation and idle detection;
+//!   [`watermark_alignment`] keeps a source's instances within a bounded
+//!   event-time drift (not to be confused with barrier alignment at a
+//!   multi-input task, [`checkpoint::barrier_alignment`]).
 //! - [`join`]: inner equi-join of two streams (windowed, or with a state TTL).
 //! - [`window`]: event-time window aggregates (TUMBLE, HOP, SESSION).
 //! - [`checkpoint`]: barriers, aligned snapshots, the coordinator, the
@@ -27,7 +29,6 @@
 //! only `sluice-plan` specs and the [`ConnectorFactory`](deploy::ConnectorFactory)
 //! that builds sources and sinks.
 
-pub mod alignment;
 pub mod channel;
 pub mod checkpoint;
 pub mod computed;
@@ -42,6 +43,7 @@ pub mod project;
 pub mod source;
 pub mod task;
 pub mod time;
+pub mod watermark_alignment;
 pub mod window;
 
 pub use message::Message;

@@ -19,11 +19,6 @@ pub struct OperatorContext<'a> {
     pub watermark: Watermark,
 }
 
-/// Downstream went away (the pipeline is being torn down).
-fn downstream_gone() -> Error {
-    Error::internal(crate::channel::DOWNSTREAM_CLOSED)
-}
-
 impl OperatorContext<'_> {
     /// Emits rows downstream (waits for credits: backpressure). Fails when
     /// downstream went away or an operator chained into this task fails.
@@ -36,7 +31,7 @@ impl OperatorContext<'_> {
         self.output
             .broadcast(Message::Watermark(watermark))
             .await
-            .map_err(|_| downstream_gone())
+            .map_err(Error::from)
     }
 }
 

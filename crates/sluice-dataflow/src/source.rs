@@ -6,7 +6,6 @@
 //! the async shell around it. With an [`AlignmentGroup`] the loop also holds
 //! back an instance that runs too far ahead of its siblings in event time.
 
-use crate::alignment::AlignmentGroup;
 use crate::checkpoint::TaskCheckpoint;
 use crate::checkpoint::TaskState;
 use crate::exchange::Output;
@@ -14,6 +13,7 @@ use crate::message::Barrier;
 use crate::message::Message;
 use crate::metrics::TaskMetrics;
 use crate::time::max_timestamp_ms;
+use crate::watermark_alignment::AlignmentGroup;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use sluice_plan::WatermarkSpec;
@@ -363,13 +363,13 @@ impl SourceTask {
             if let Message::Watermark(w) = &message {
                 self.metrics.watermark_ms.store(w.0, Ordering::Relaxed);
             }
-            self.output.broadcast(message).await.map_err(|_| closed())?;
+            self.output.broadcast(message).await?;
         }
         Ok(())
     }
 
     /// Reads nothing while this instance is too far ahead of its siblings
-    /// (see [`crate::alignment`]), still injecting barriers. Returns false
+    /// (see [`crate::watermark_alignment`]), still injecting barriers. Returns false
     /// when cancelled.
     async fn hold(
         &mut self,
@@ -420,7 +420,7 @@ impl SourceTask {
         self.output
             .broadcast(Message::Barrier(Barrier { checkpoint_id }))
             .await
-            .map_err(|_| closed())
+            .map_err(Error::from)
     }
 
     async fn finish(mut self) -> Result<()> {
@@ -435,10 +435,6 @@ impl SourceTask {
         let _ = self.output.broadcast(Message::EndOfInput).await;
         Ok(())
     }
-}
-
-fn closed() -> Error {
-    Error::internal(crate::channel::DOWNSTREAM_CLOSED)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! async shell around it.
 
 use crate::channel::ChannelReceiver;
-use crate::checkpoint::align::BarrierAligner;
+use crate::checkpoint::barrier_alignment::BarrierAligner;
 use crate::checkpoint::{LOW_WATERMARK_KEY, TaskCheckpoint};
 use crate::exchange::Output;
 use crate::message::Message;
@@ -251,7 +251,7 @@ impl Task {
                 self.operator.process_watermark(w, &mut ctx).await?;
             }
             FrontierChange::AllIdle => {
-                self.output.broadcast(Message::Idle).await.map_err(|_| closed())?;
+                self.output.broadcast(Message::Idle).await?;
             }
             FrontierChange::None => {}
         }
@@ -278,10 +278,6 @@ async fn tick(timer: &mut Option<tokio::time::Interval>) {
         }
         None => std::future::pending().await,
     }
-}
-
-fn closed() -> Error {
-    Error::internal(crate::channel::DOWNSTREAM_CLOSED)
 }
 
 /// The next message from any input that has not ended, polling fairly

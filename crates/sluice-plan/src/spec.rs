@@ -70,14 +70,20 @@ pub enum OperatorKind {
 }
 
 impl OperatorKind {
+    /// Every kind's [`name`](Self::name): the variant's name in snake case,
+    /// in declaration order (a test checks both against the enum). What
+    /// the HTTP API's OpenAPI document lists as an operator's `kind`.
+    pub const NAMES: [&'static str; 5] = ["source", "project", "window_aggregate", "join", "sink"];
+
     /// Short name for EXPLAIN and metrics.
     pub fn name(&self) -> &'static str {
+        let [source, project, window_aggregate, join, sink] = Self::NAMES;
         match self {
-            OperatorKind::Source(_) => "source",
-            OperatorKind::Project(_) => "project",
-            OperatorKind::WindowAggregate(_) => "window_aggregate",
-            OperatorKind::Join(_) => "join",
-            OperatorKind::Sink(_) => "sink",
+            OperatorKind::Source(_) => source,
+            OperatorKind::Project(_) => project,
+            OperatorKind::WindowAggregate(_) => window_aggregate,
+            OperatorKind::Join(_) => join,
+            OperatorKind::Sink(_) => sink,
         }
     }
 }
@@ -331,4 +337,56 @@ pub struct EdgeSpec {
 /// An empty schema, for operators that emit nothing.
 pub fn empty_schema() -> SchemaRef {
     Arc::new(Schema::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::{self, Deserializer, Visitor};
+
+    /// The variant names serde's derive gives `T`'s `deserialize_enum`, in
+    /// declaration order: the enum's own list, so a new variant shows up.
+    fn enum_variants<T: de::DeserializeOwned>() -> &'static [&'static str] {
+        struct Probe(Option<&'static [&'static str]>);
+        impl<'de> Deserializer<'de> for &mut Probe {
+            type Error = de::value::Error;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+                Err(de::Error::custom("not an enum"))
+            }
+            fn deserialize_enum<V: Visitor<'de>>(
+                self,
+                _name: &'static str,
+                variants: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                self.0 = Some(variants);
+                Err(de::Error::custom("variants read"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+                option unit unit_struct newtype_struct seq tuple tuple_struct map struct identifier
+                ignored_any
+            }
+        }
+        let mut probe = Probe(None);
+        let _ = T::deserialize(&mut probe);
+        probe.0.expect("an enum")
+    }
+
+    fn snake_case(name: &str) -> String {
+        let mut out = String::new();
+        for (i, c) in name.chars().enumerate() {
+            if c.is_uppercase() && i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        out
+    }
+
+    #[test]
+    fn operator_kind_names_are_every_variant_in_order() {
+        let variants: Vec<String> = enum_variants::<OperatorKind>().iter().map(|v| snake_case(v)).collect();
+        assert_eq!(variants, OperatorKind::NAMES);
+    }
 }

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use sluice_cluster::worker::Worker;
-use sluice_types::now_ms;
+use sluice_types::{ObjectKind, now_ms};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -80,7 +80,10 @@ async fn pipelines(State(s): St) -> Json<serde_json::Value> {
 }
 
 fn pipeline_not_found(name: &str) -> Response {
-    error(StatusCode::NOT_FOUND, &format!("pipeline \"{name}\" does not exist"))
+    error(
+        StatusCode::NOT_FOUND,
+        &sluice_types::Error::not_found(ObjectKind::Pipeline, name).to_string(),
+    )
 }
 
 async fn pipeline(State(s): St, Path(name): Path<String>) -> Response {
@@ -131,7 +134,10 @@ async fn streams(State(s): St) -> Json<serde_json::Value> {
 async fn stream(State(s): St, Path(name): Path<String>) -> Response {
     match s.engine.master.stream(&name) {
         Some(def) => Json(stream_view(&def)).into_response(),
-        None => error(StatusCode::NOT_FOUND, &format!("stream \"{name}\" does not exist")),
+        None => error(
+            StatusCode::NOT_FOUND,
+            &sluice_types::Error::not_found(ObjectKind::Stream, &name).to_string(),
+        ),
     }
 }
 
@@ -317,7 +323,7 @@ fn sluice_error(e: &sluice_types::Error) -> Response {
             _ => StatusCode::BAD_REQUEST,
         },
         sluice_types::Error::External(_) => StatusCode::BAD_GATEWAY,
-        sluice_types::Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        sluice_types::Error::Internal(_) | sluice_types::Error::DownstreamClosed => StatusCode::INTERNAL_SERVER_ERROR,
     };
     (
         status,

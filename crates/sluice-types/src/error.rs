@@ -3,6 +3,9 @@
 //! Variants say whose fault an error is: the user's input ([`Error::User`],
 //! which carries the SQLSTATE class the front end reports), an external
 //! system (retrying may help), or a bug in Sluice ([`Error::Internal`]).
+//! [`Error::DownstreamClosed`] is apart: a task fails with it when its
+//! downstream went away, the consequence of another task's failure (or of
+//! a stop), never the cause; the supervisor tells the two apart by it.
 
 /// Postgres SQLSTATE codes Sluice reports for user errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,8 +18,10 @@ pub enum SqlCode {
     UndefinedColumn,
     /// `42704`: any other unknown name (a setting, a cursor option, …).
     UndefinedObject,
-    /// `34000`: a cursor that does not exist.
+    /// `34000`: a cursor (or portal) that does not exist.
     InvalidCursorName,
+    /// `26000`: a prepared statement that does not exist.
+    InvalidSqlStatementName,
     /// `42804`: an expression of the wrong type.
     DatatypeMismatch,
     /// `22P02`: text that does not convert to the needed type.
@@ -69,6 +74,7 @@ impl SqlCode {
             SqlCode::UndefinedColumn => "42703",
             SqlCode::UndefinedObject => "42704",
             SqlCode::InvalidCursorName => "34000",
+            SqlCode::InvalidSqlStatementName => "26000",
             SqlCode::DatatypeMismatch => "42804",
             SqlCode::InvalidTextRepresentation => "22P02",
             SqlCode::InvalidParameterValue => "22023",
@@ -93,6 +99,48 @@ impl SqlCode {
     }
 }
 
+/// A kind of named object a statement or request may name that does not
+/// exist: what the message calls it and the SQLSTATE Postgres reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// `42P01`, as a missing table.
+    Stream,
+    /// `42704`
+    Pipeline,
+    /// `42704`: a pipeline in the catalog that is not running.
+    RunningPipeline,
+    /// `34000`
+    Cursor,
+    /// `34000` (the extended protocol's cursors).
+    Portal,
+    /// `26000`
+    PreparedStatement,
+}
+
+impl ObjectKind {
+    /// How a message names the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectKind::Stream => "stream",
+            ObjectKind::Pipeline => "pipeline",
+            ObjectKind::RunningPipeline => "running pipeline",
+            ObjectKind::Cursor => "cursor",
+            ObjectKind::Portal => "portal",
+            ObjectKind::PreparedStatement => "prepared statement",
+        }
+    }
+
+    /// The SQLSTATE of a missing object of this kind.
+    pub fn code(self) -> SqlCode {
+        match self {
+            ObjectKind::Stream => SqlCode::UndefinedTable,
+            ObjectKind::Pipeline | ObjectKind::RunningPipeline => SqlCode::UndefinedObject,
+            ObjectKind::Cursor | ObjectKind::Portal => SqlCode::InvalidCursorName,
+            ObjectKind::PreparedStatement => SqlCode::InvalidSqlStatementName,
+        }
+    }
+}
+
 /// Sluice's error. Convert to a Postgres ErrorResponse, an HTTP status or a
 /// gRPC status only at the edge.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -106,6 +154,11 @@ pub enum Error {
     /// A bug in Sluice: an invariant broke.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A task's downstream channel closed: the pipeline is being torn down,
+    /// or a task downstream failed. A consequence, not a cause; reported
+    /// like an internal error (`XX000`).
+    #[error("internal error: downstream channel closed")]
+    DownstreamClosed,
 }
 
 impl Error {
@@ -128,6 +181,10 @@ impl Error {
     pub fn invalid_option(message: impl Into<String>) -> Self {
         Self::user(SqlCode::InvalidParameterValue, message)
     }
+    /// `{kind} "{name}" does not exist`, with the kind's SQLSTATE.
+    pub fn not_found(kind: ObjectKind, name: &str) -> Self {
+        Self::user(kind.code(), format!("{} \"{name}\" does not exist", kind.name()))
+    }
     /// `54001`: over one of the [`crate::limits`].
     pub fn too_complex(message: impl Into<String>) -> Self {
         Self::user(SqlCode::StatementTooComplex, message)
@@ -145,7 +202,7 @@ impl Error {
         match self {
             Error::User { code, .. } => code.sqlstate(),
             Error::External(_) => "58000",
-            Error::Internal(_) => "XX000",
+            Error::Internal(_) | Error::DownstreamClosed => "XX000",
         }
     }
 }
@@ -178,11 +235,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn missing_objects_are_named_with_their_kind() {
+        assert_eq!(
+            Error::not_found(ObjectKind::RunningPipeline, "q7").to_string(),
+            "running pipeline \"q7\" does not exist"
+        );
+        assert_eq!(
+            Error::not_found(ObjectKind::Portal, "").to_string(),
+            "portal \"\" does not exist"
+        );
+    }
+
+    #[test]
     fn sqlstates_by_kind() {
         assert_eq!(Error::syntax("x").sqlstate(), "42601");
         assert_eq!(Error::unsupported("x").sqlstate(), "0A000");
         assert_eq!(Error::external("broker down").sqlstate(), "58000");
         assert_eq!(Error::internal("bug").sqlstate(), "XX000");
+        assert_eq!(Error::DownstreamClosed.sqlstate(), "XX000");
+        assert_eq!(Error::not_found(ObjectKind::Stream, "bids").sqlstate(), "42P01");
+        assert_eq!(Error::not_found(ObjectKind::Pipeline, "p").sqlstate(), "42704");
+        assert_eq!(Error::not_found(ObjectKind::Cursor, "c").sqlstate(), "34000");
+        assert_eq!(Error::not_found(ObjectKind::PreparedStatement, "s").sqlstate(), "26000");
+        assert_eq!(
+            Error::DownstreamClosed.to_string(),
+            "internal error: downstream channel closed"
+        );
         assert_eq!(Error::from(arrow::error::ArrowError::DivideByZero).sqlstate(), "22012");
         assert_eq!(
             Error::from(arrow::error::ArrowError::CastError("no".into())).sqlstate(),

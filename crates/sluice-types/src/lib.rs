@@ -10,6 +10,6 @@ mod ids;
 pub mod limits;
 mod time;
 
-pub use error::{Error, Result, SqlCode};
+pub use error::{Error, ObjectKind, Result, SqlCode};
 pub use ids::{EdgeId, InstanceId, OperatorId, PipelineId, TaskId};
 pub use time::{Watermark, now_ms, parse_duration_ms, ts_ms_to_string};

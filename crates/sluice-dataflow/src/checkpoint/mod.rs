@@ -1,5 +1,5 @@
 //! Checkpoints: barriers injected at the sources travel in-band, are
-//! aligned at multi-input tasks ([`align`]), and make every task snapshot
+//! aligned at multi-input tasks ([`barrier_alignment`]), and make every task snapshot
 //! its state ([`state`]); the [`coordinator`] stores the snapshots in a
 //! [`store`] and completes a checkpoint with its [`manifest`] once every
 //! task acknowledged. Two-phase-commit sinks pre-commit at the barrier and
@@ -7,8 +7,8 @@
 //! the newest complete, intact checkpoint and replays the sources from its
 //! positions.
 
-pub mod align;
 pub mod background;
+pub mod barrier_alignment;
 pub mod coordinator;
 pub mod manifest;
 pub mod state;

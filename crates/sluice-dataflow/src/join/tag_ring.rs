@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use super::Tag;
+use super::side::Tag;
 
 /// Tags per chunk: 64 Ki (128 KiB), long enough runs for a scan to stream
 /// (64 in unit tests, so they cross chunks).

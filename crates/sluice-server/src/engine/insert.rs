@@ -10,7 +10,7 @@ use datafusion::prelude::SessionContext;
 use sluice_cluster::Master;
 use sluice_sql::errors::plan_error;
 use sluice_sql::statement::normalize_name;
-use sluice_types::{Error, Result, SqlCode};
+use sluice_types::{Error, ObjectKind, Result, SqlCode};
 use sqlparser::ast::{Insert, Statement, TableObject};
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ pub async fn insert(master: &Master, insert: &Insert) -> Result<u64> {
     let name = normalize_name(name);
     let def = master
         .stream(&name)
-        .ok_or_else(|| Error::user(SqlCode::UndefinedTable, format!("stream \"{name}\" does not exist")))?;
+        .ok_or_else(|| Error::not_found(ObjectKind::Stream, &name))?;
     if def.connector != "memory" || def.pipeline.is_some() {
         return Err(Error::unsupported(format!(
             "INSERT works on memory streams; \"{name}\" is written by its {} connector",

@@ -14,7 +14,7 @@ use sluice_sql::create::stream_def;
 use sluice_sql::planner::sink_spec;
 use sluice_sql::statement::{CreateStream, DropKind, SluiceStatement, normalize_ident, parse_statements};
 use sluice_sql::{PlannedQuery, Planner, PlannerSettings};
-use sluice_types::{Error, Result, SqlCode};
+use sluice_types::{Error, ObjectKind, Result, SqlCode};
 use sqlparser::ast::{CloseCursor, CopySource, CopyTarget, FetchDirection, Query, Set, Statement, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -444,13 +444,17 @@ impl Session {
             SluiceStatement::ShowStreams => show::streams(&master.streams()).output("SHOW"),
             SluiceStatement::ShowPipelines => show::pipelines(&master.pipelines()).output("SHOW"),
             SluiceStatement::ShowCheckpoints(name) => {
-                let info = master.pipelines().into_iter().find(|p| p.name == name).ok_or_else(|| {
-                    Error::user(SqlCode::UndefinedObject, format!("pipeline \"{name}\" does not exist"))
-                })?;
+                let info = master
+                    .pipelines()
+                    .into_iter()
+                    .find(|p| p.name == name)
+                    .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, &name))?;
                 show::checkpoints(&info).output("SHOW")
             }
             SluiceStatement::Describe(name) => {
-                let def = master.stream(&name).ok_or_else(|| stream_not_found(&name))?;
+                let def = master
+                    .stream(&name)
+                    .ok_or_else(|| Error::not_found(ObjectKind::Stream, &name))?;
                 show::describe(&def).output("SHOW")
             }
             SluiceStatement::Explain(q) => {
@@ -458,9 +462,9 @@ impl Session {
                 show::explain(&planned.dag).output("EXPLAIN")
             }
             SluiceStatement::ExplainPipeline(name) => {
-                let def = master.pipeline(&name).ok_or_else(|| {
-                    Error::user(SqlCode::UndefinedObject, format!("pipeline \"{name}\" does not exist"))
-                })?;
+                let def = master
+                    .pipeline(&name)
+                    .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, &name))?;
                 show::explain(&def.dag).output("EXPLAIN")
             }
             SluiceStatement::AlterPipelinePause { name, paused } => {
@@ -547,7 +551,9 @@ impl Session {
                     CloseCursor::All => self.cursors.clear(),
                     CloseCursor::Specific { name } => {
                         let name = normalize_ident(&name);
-                        self.cursors.remove(&name).ok_or_else(|| cursor_not_found(&name))?;
+                        self.cursors
+                            .remove(&name)
+                            .ok_or_else(|| Error::not_found(ObjectKind::Cursor, &name))?;
                     }
                 }
                 Ok(command("CLOSE CURSOR"))
@@ -646,7 +652,7 @@ impl Session {
         self.cursors
             .get(name)
             .map(|c| c.cursor.clone())
-            .ok_or_else(|| cursor_not_found(name))
+            .ok_or_else(|| Error::not_found(ObjectKind::Cursor, name))
     }
 
     async fn fetch(&mut self, name: &str, direction: FetchDirection) -> Result<Output> {
@@ -690,12 +696,4 @@ fn fetch_count(v: &Value) -> Result<usize> {
             .map_err(|_| Error::syntax(format!("FETCH count must be a number, got {n}"))),
         other => Err(Error::syntax(format!("FETCH count must be a number, got {other}"))),
     }
-}
-
-fn stream_not_found(name: &str) -> Error {
-    Error::user(SqlCode::UndefinedTable, format!("stream \"{name}\" does not exist"))
-}
-
-fn cursor_not_found(name: &str) -> Error {
-    Error::user(SqlCode::InvalidCursorName, format!("cursor \"{name}\" does not exist"))
 }

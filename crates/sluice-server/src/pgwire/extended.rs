@@ -38,6 +38,7 @@ use pgwire::messages::extendedquery::{
     TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionStatus};
+use sluice_types::{Error, ObjectKind};
 
 use super::connection::{Connection, QueryWatch, SessionSlot, lock_session, user_error};
 use super::delivery::{
@@ -133,14 +134,16 @@ fn bind_portal(stored: &StoredStatement<Statement>, bind: &Bind) -> PgWireResult
 }
 
 fn no_statement(name: Option<&str>) -> PgWireError {
-    user_error(
-        "26000",
-        format!("prepared statement \"{}\" does not exist", name.unwrap_or("")),
-    )
+    not_found(ObjectKind::PreparedStatement, name)
 }
 
 fn no_portal(name: Option<&str>) -> PgWireError {
-    user_error("34000", format!("portal \"{}\" does not exist", name.unwrap_or("")))
+    not_found(ObjectKind::Portal, name)
+}
+
+fn not_found(kind: ObjectKind, name: Option<&str>) -> PgWireError {
+    let e = Error::not_found(kind, name.unwrap_or(""));
+    user_error(e.sqlstate(), e.to_string())
 }
 
 /// Sends up to `max_rows` rows of a started portal, then `{tag} n` or

@@ -22,7 +22,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use sluice_plan::catalog::StreamDef;
 use sluice_plan::{PhysicalDag, SinkSpec};
-use sluice_types::{Error, Result, SqlCode};
+use sluice_types::{Error, ObjectKind, Result, SqlCode};
 use sqlparser::ast::{Query, Statement, Visit};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
@@ -98,10 +98,7 @@ impl<'a> Planner<'a> {
         names.retain(|n| !n.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) && !ctes.contains(n));
         names.extend(windows.into_iter().map(|w| w.stream));
         if let Some(unknown) = names.iter().find(|n| self.catalog.stream(n).is_none()) {
-            return Err(Error::user(
-                SqlCode::UndefinedTable,
-                format!("stream \"{unknown}\" does not exist"),
-            ));
+            return Err(Error::not_found(ObjectKind::Stream, unknown));
         }
         Ok(!names.is_empty())
     }
@@ -125,17 +122,15 @@ impl<'a> Planner<'a> {
             let def = self
                 .catalog
                 .stream(&name)
-                .ok_or_else(|| Error::user(SqlCode::UndefinedTable, format!("stream \"{name}\" does not exist")))?;
+                .ok_or_else(|| Error::not_found(ObjectKind::Stream, &name))?;
             register(&ctx, &name, def.schema.clone())?;
             streams.insert(name, def);
         }
         for w in &windows {
-            let def = self.catalog.stream(&w.stream).ok_or_else(|| {
-                Error::user(
-                    SqlCode::UndefinedTable,
-                    format!("stream \"{}\" does not exist", w.stream),
-                )
-            })?;
+            let def = self
+                .catalog
+                .stream(&w.stream)
+                .ok_or_else(|| Error::not_found(ObjectKind::Stream, &w.stream))?;
             check_window_time(&def, w)?;
             register(&ctx, &w.table, window_table_schema(&def, w))?;
             streams.insert(w.stream.clone(), def);

@@ -1,15 +1,19 @@
 //! The join operator driven directly; expected rows come from a nested loop
 //! over the same inputs or are worked out by hand in the comments.
 
+use super::side::*;
 use super::*;
 use crate::exchange::{Output, OutputEdge};
 use crate::message::Message;
 use crate::metrics::TaskMetrics;
-use arrow::array::TimestampMillisecondArray;
+use crate::operator::{Operator, OperatorContext};
+use arrow::array::{AsArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use sluice_plan::Partitioning;
-use sluice_types::OperatorId;
+use arrow::row::{RowConverter, SortField};
+use sluice_plan::{JoinSide, JoinSpec, Partitioning};
+use sluice_types::{OperatorId, Watermark};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// A side's rows: (time ms, key, value); output columns: time, value.
 fn side_schema(prefix: &str) -> SchemaRef {
@@ -42,6 +46,29 @@ fn spec(windowed: bool, ttl: Option<i64>, rows_max: usize) -> JoinSpec {
         state_ttl_ms: ttl,
         state_rows_max: rows_max,
     }
+}
+
+#[test]
+fn a_watermark_sets_each_kind_of_joins_cutoffs() {
+    use super::expiry::watermark_cutoffs;
+    let w = Watermark(10_000);
+    // Windowed: everything before the watermark, on both sides.
+    assert_eq!(watermark_cutoffs(&spec(true, None, 10), w), Some([10_000; 2]));
+    // TTL only: the watermark minus the TTL.
+    assert_eq!(watermark_cutoffs(&spec(false, Some(3_000), 10), w), Some([7_000; 2]));
+    assert_eq!(watermark_cutoffs(&spec(false, None, 10), w), None);
+    // Interval: per side, the watermark minus that side's interval; a
+    // TTL frees earlier where it is shorter.
+    let interval = JoinSpec {
+        interval_ms: Some([1_000, 5_000]),
+        ..spec(false, None, 10)
+    };
+    assert_eq!(watermark_cutoffs(&interval, w), Some([9_000, 5_000]));
+    let both = JoinSpec {
+        state_ttl_ms: Some(2_000),
+        ..interval
+    };
+    assert_eq!(watermark_cutoffs(&both, w), Some([9_000, 8_000]));
 }
 
 fn output_schema() -> SchemaRef {

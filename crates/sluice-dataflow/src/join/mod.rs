@@ -1,0 +1,248 @@
+//! Inner equi-join of two streams: a symmetric hash join.
+//!
+//! Each side keeps the rows it has seen in the batches they arrived in
+//! (immutable, shared with the output and with snapshots), numbered in
+//! arrival order. A hash table maps each join key to its newest stored row,
+//! and every stored row points to the previous row with the same key, so a
+//! key's rows form a chain from newest to oldest: no per-key allocation;
+//! short keys are kept in the index entry, longer ones are read from the
+//! stored batches' row-encoded keys. A batch
+//! from one side probes the other side's chains, emits the matches (left
+//! columns, then right columns; output gathered with `take` and
+//! `interleave`, no per-row copies of values) and is then stored.
+//!
+//! A side that is stored often and probed rarely — a stream joined to a
+//! window's results, like Nexmark q7's bids to each window's highest price
+//! — drops its index: inserting tens of millions of rows into a large hash
+//! table costs a cache miss or two per row, while a rare probe can read
+//! every held row's 2-byte hash tag in order instead (skipping batches whose
+//! key range excludes the probing keys). Each side weighs the
+//! two by what it lately stored and was probed with and switches when the
+//! other way is clearly cheaper (`SideState::choose_strategy`); either way
+//! a probe finds the same rows in the same order.
+//!
+//! Rows expire by time and are freed a step at a time (`expiry.rs`).
+//! `state_rows_max` bounds the rows one instance holds over both sides; a
+//! batch that would exceed it fails the pipeline with a clear error.
+//!
+//! The files:
+//! - this one: [`JoinState`], both sides, the probe of one side by a batch
+//!   of the other, the bound on held rows, and the snapshot's layout;
+//! - `side.rs`: one side's store — its stored batches, the key index or
+//!   the hash tags scans read, and the choice between the two;
+//! - `expiry.rs`: when rows expire (windowed, interval, TTL) and how their
+//!   memory is freed; pure bookkeeping;
+//! - `operator.rs`: [`JoinOperator`], the [`Operator`](crate::Operator)
+//!   around the state: keys, times, output batches, watermarks and timers,
+//!   snapshot and restore;
+//! - `tag_ring.rs`: the recycled chunks of a scanned side's hash tags.
+
+use crate::time::timestamps_ms;
+use arrow::array::{ArrayRef, BooleanArray, Int64Array};
+use arrow::buffer::BooleanBuffer;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::Rows;
+use hashbrown::DefaultHashBuilder;
+use sluice_types::{Error, Result, SqlCode};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+mod expiry;
+mod operator;
+mod side;
+mod tag_ring;
+
+pub use expiry::FREE_ROWS_STEP;
+pub use operator::{JoinOperator, OUTPUT_BATCH_ROWS_MAX};
+pub use side::STORED_BATCH_ROWS_MAX;
+use side::{Entry, SideState};
+
+/// Names of the sides in a snapshot's keys.
+const SIDE_NAMES: [&str; 2] = ["left", "right"];
+
+/// Both sides' state and the rules that free it; no I/O.
+pub struct JoinState {
+    sides: [SideState; 2],
+    rows_max: usize,
+    /// Per side: rows older than this have expired (the latest expiry's
+    /// cutoff; an interval join's sides expire at different times).
+    cutoffs: [i64; 2],
+    hasher: DefaultHashBuilder,
+}
+
+/// The probe of one batch: (probing row, stored entry) pairs.
+type Matches = Vec<(u32, Entry)>;
+
+impl JoinState {
+    pub fn new(rows_max: usize) -> Self {
+        JoinState {
+            sides: [SideState::default(), SideState::default()],
+            rows_max,
+            cutoffs: [i64::MIN; 2],
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
+    /// Rows held over both sides.
+    pub fn rows(&self) -> usize {
+        self.sides[0].rows + self.sides[1].rows
+    }
+
+    /// The hash of each `store` row's key (0 for the others).
+    fn hashes(&self, keys: &Rows, store: &[bool]) -> Vec<u64> {
+        store
+            .iter()
+            .enumerate()
+            .map(|(r, s)| {
+                if *s {
+                    self.hasher.hash_one(keys.row(r).data())
+                } else {
+                    0
+                }
+            })
+            .collect()
+    }
+
+    /// Probes `side`'s opposite with the `store` rows of `batch` (their
+    /// row-encoded `keys`), then stores those rows with their times.
+    fn probe_and_store(
+        &mut self,
+        side: usize,
+        batch: &RecordBatch,
+        keys: Rows,
+        times: Vec<i64>,
+        store: &[bool],
+    ) -> Result<Matches> {
+        let hashes = self.hashes(&keys, store);
+        let other = &mut self.sides[1 - side];
+        let mut matches = Vec::new();
+        // (Built only when there is something to probe: q7's bids find the
+        // other side empty but for a moment each window.)
+        let probing: Vec<(u64, u32)> = match other.rows {
+            0 => Vec::new(),
+            _ => (0..batch.num_rows())
+                .filter(|r| store[*r])
+                .map(|r| (hashes[r], r as u32))
+                .collect(),
+        };
+        if !probing.is_empty() {
+            // One pass over the held rows (a few times dearer per row with
+            // many probing keys: a search per row).
+            let per_row = if probing.len() == 1 { 1 } else { 4 };
+            other.scanned_lately = other.scanned_lately.saturating_add(per_row * other.rows as u64);
+            other.choose_strategy(&self.hasher);
+            let cutoff = self.cutoffs[1 - side];
+            if other.indexed {
+                for (hash, r) in &probing {
+                    other.probe(keys.row(*r as usize).data(), *hash, cutoff, *r, &mut matches);
+                }
+            } else {
+                let started = std::time::Instant::now();
+                other.scan(&keys, &probing, cutoff, &mut matches);
+                tracing::debug!(rows = other.rows, keys = probing.len(), took = ?started.elapsed(), "join scan");
+            }
+        }
+        self.store(side, batch, keys, hashes, times, store)?;
+        Ok(matches)
+    }
+
+    /// Stores the rows of `batch` marked in `store` on `side`.
+    fn store(
+        &mut self,
+        side: usize,
+        batch: &RecordBatch,
+        keys: Rows,
+        hashes: Vec<u64>,
+        times: Vec<i64>,
+        store: &[bool],
+    ) -> Result<()> {
+        let count = store.iter().filter(|s| **s).count();
+        if count == 0 {
+            return Ok(());
+        }
+        if self.rows() + count > self.rows_max {
+            // Expired rows waiting to be freed do not count.
+            self.free(usize::MAX);
+        }
+        if self.rows() + count > self.rows_max {
+            return Err(Error::user(
+                SqlCode::ConfigurationLimitExceeded,
+                format!(
+                    "join state limit reached: {} rows held (join_state_rows_max); use a window, a shorter join_state_ttl, or more parallelism",
+                    self.rows_max
+                ),
+            ));
+        }
+        let hasher = &self.hasher;
+        let state = &mut self.sides[side];
+        state.store(batch, keys, hashes, times, store, count)?;
+        state.choose_strategy(hasher);
+        Ok(())
+    }
+
+    /// `side`'s stored batches as they are (shared arrays, no copy of
+    /// values), each with two more columns: the rows' times and whether a
+    /// row is live. O(stored batches) plus one bit per row; empty when the
+    /// side holds nothing.
+    fn snapshot_batches(&self, side: usize) -> Result<Vec<RecordBatch>> {
+        let state = &self.sides[side];
+        let cutoff = self.cutoffs[side];
+        state
+            .batches
+            .iter()
+            .enumerate()
+            // A batch whose stored rows all expired (waiting to be freed).
+            .filter(|(_, b)| b.max_time >= cutoff)
+            .map(|(at, b)| {
+                if (at == 0 && state.freed > 0) || b.min_time < cutoff {
+                    // Some rows expired: mark them dead.
+                    let times = state.snapshot_times.then_some(&b.times);
+                    snapshot_batch(b.snapshot.schema(), &b.batch, times, state.live(at, cutoff))
+                } else {
+                    Ok(b.snapshot.clone())
+                }
+            })
+            .collect()
+    }
+}
+
+/// Column names a join snapshot adds to a side's stored batches.
+const SNAPSHOT_TIME: &str = "__sluice_join_time";
+const SNAPSHOT_LIVE: &str = "__sluice_join_live";
+
+/// A row's event time in ms (a null time is the earliest: it expires first).
+fn event_times(column: &ArrayRef) -> Result<Vec<i64>> {
+    Ok(timestamps_ms(column)?
+        .into_iter()
+        .map(|t| t.unwrap_or(i64::MIN))
+        .collect())
+}
+
+/// A stored batch with its rows' times and liveness (shared arrays).
+fn snapshot_batch(
+    schema: SchemaRef,
+    batch: &RecordBatch,
+    times: Option<&Int64Array>,
+    live: BooleanBuffer,
+) -> Result<RecordBatch> {
+    let mut columns = batch.columns().to_vec();
+    if let Some(times) = times {
+        columns.push(Arc::new(times.clone()));
+    }
+    columns.push(Arc::new(BooleanArray::new(live, None)));
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// A side's schema plus the snapshot's time and live columns.
+fn snapshot_schema(side: &SchemaRef, with_times: bool) -> SchemaRef {
+    let mut fields: Vec<Arc<Field>> = side.fields().iter().cloned().collect();
+    if with_times {
+        fields.push(Arc::new(Field::new(SNAPSHOT_TIME, DataType::Int64, false)));
+    }
+    fields.push(Arc::new(Field::new(SNAPSHOT_LIVE, DataType::Boolean, false)));
+    Arc::new(Schema::new(fields))
+}
+
+#[cfg(test)]
+mod tests;

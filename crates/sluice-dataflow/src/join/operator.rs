@@ -1,0 +1,282 @@
+//! The join operator: the [`Operator`] around [`JoinState`] — row-encoded
+//! keys and row times of each input batch, the output gathered from the
+//! matches, expiry driven by watermarks (or a processing-time timer), and
+//! snapshot and restore of both sides.
+
+use super::expiry::{self, FREE_ROWS_STEP};
+use super::side::{Entry, STORED_BATCH_ROWS_MAX};
+use super::{JoinState, SIDE_NAMES, SNAPSHOT_TIME, event_times};
+use crate::checkpoint::TaskState;
+use crate::operator::{Operator, OperatorContext};
+use arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
+use arrow::compute::{interleave, take};
+use arrow::datatypes::{Int64Type, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, Rows, SortField};
+use async_trait::async_trait;
+use datafusion::common::HashMap;
+use sluice_plan::{JoinSide, JoinSpec};
+use sluice_types::{Error, Result, Watermark};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Rows gathered into one output batch at most.
+pub const OUTPUT_BATCH_ROWS_MAX: usize = 8192;
+
+/// The operator around [`JoinState`].
+pub struct JoinOperator {
+    spec: JoinSpec,
+    output_schema: SchemaRef,
+    /// Inputs `0..left_inputs` are the left side's channels.
+    left_inputs: usize,
+    converters: [RowConverter; 2],
+    pub(super) state: JoinState,
+    /// Event-time TTL needs both sides' event time; else processing time.
+    processing_time: bool,
+}
+
+impl JoinOperator {
+    pub fn new(spec: &JoinSpec, output_schema: SchemaRef, left_inputs: usize) -> Result<Self> {
+        let converter = |side: &JoinSide| {
+            RowConverter::new(
+                side.keys
+                    .iter()
+                    .map(|k| SortField::new(side.schema.field(*k).data_type().clone()))
+                    .collect(),
+            )
+        };
+        let (l, r) = (converter(&spec.left)?, converter(&spec.right)?);
+        let event_time_bound = spec.windowed || spec.interval_ms.is_some();
+        let processing_time =
+            !event_time_bound && (spec.left.time_column.is_none() || spec.right.time_column.is_none());
+        if event_time_bound && (spec.left.time_column.is_none() || spec.right.time_column.is_none()) {
+            return Err(Error::internal("windowed or interval join without event time"));
+        }
+        Ok(JoinOperator {
+            spec: spec.clone(),
+            output_schema,
+            left_inputs,
+            converters: [l, r],
+            state: {
+                let mut state = JoinState::new(spec.state_rows_max);
+                for side in &mut state.sides {
+                    side.snapshot_times = processing_time;
+                }
+                state
+            },
+            processing_time,
+        })
+    }
+
+    fn side(&self, side: usize) -> &JoinSide {
+        if side == 0 { &self.spec.left } else { &self.spec.right }
+    }
+
+    /// The row-encoded join keys of `batch` from `side` (`None` for a null key).
+    fn keys(&self, side: usize, batch: &RecordBatch) -> Result<(Rows, Vec<bool>)> {
+        let key_arrays: Vec<ArrayRef> = self.side(side).keys.iter().map(|k| batch.column(*k).clone()).collect();
+        let rows = self.converters[side].convert_columns(&key_arrays)?;
+        let null = (0..batch.num_rows())
+            .map(|r| key_arrays.iter().any(|a| a.is_null(r)))
+            .collect();
+        Ok((rows, null))
+    }
+
+    fn now_ms() -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+
+    /// Stores the rows of `batch` marked in `live` with their times (restore).
+    /// (An old checkpoint's gathered rows may exceed a stored batch: sliced.)
+    fn restore_rows(&mut self, side: usize, batch: &RecordBatch, times: &[i64], live: &[bool]) -> Result<()> {
+        let mut at = 0;
+        while at < batch.num_rows() {
+            let n = STORED_BATCH_ROWS_MAX.min(batch.num_rows() - at);
+            let slice = batch.slice(at, n);
+            let (keys, null) = self.keys(side, &slice)?;
+            let store: Vec<bool> = live[at..at + n].iter().zip(&null).map(|(l, n)| *l && !n).collect();
+            let hashes = self.state.hashes(&keys, &store);
+            self.state
+                .store(side, &slice, keys, hashes, times[at..at + n].to_vec(), &store)?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Probes with and stores one batch of at most
+    /// [`STORED_BATCH_ROWS_MAX`] rows from `input`.
+    async fn process_slice(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let side = usize::from(input >= self.left_inputs);
+        // Rows a watermark or the timer expired: freed a step at a time.
+        self.state.free(FREE_ROWS_STEP);
+        let (keys, null) = self.keys(side, &batch)?;
+        let times: Vec<i64> = match (self.processing_time, self.side(side).time_column) {
+            (false, Some(c)) => event_times(batch.column(c))?,
+            _ => vec![Self::now_ms(); batch.num_rows()],
+        };
+        let low = ctx.watermark.0;
+        // Rows with a null key never match and are not stored.
+        let store: Vec<bool> = if self.spec.windowed || self.spec.interval_ms.is_some() {
+            // Behind the watermark: the other side's rows it could match may
+            // be gone (as in a window, late rows are dropped and counted).
+            let late = times.iter().filter(|t| **t < low).count();
+            ctx.metrics.late_rows_dropped.fetch_add(late as u64, Ordering::Relaxed);
+            times.iter().zip(&null).map(|(t, n)| *t >= low && !n).collect()
+        } else {
+            null.iter().map(|n| !n).collect()
+        };
+        let matches = self.state.probe_and_store(side, &batch, keys, times, &store)?;
+        ctx.metrics
+            .state_groups
+            .store(self.state.rows() as u64, Ordering::Relaxed);
+        for out in self.gather(side, &batch, &matches)? {
+            ctx.emit(out).await?;
+        }
+        Ok(())
+    }
+
+    /// Output batches for the matches of a batch from `side`.
+    fn gather(&self, side: usize, batch: &RecordBatch, matches: &[(u32, Entry)]) -> Result<Vec<RecordBatch>> {
+        let stored = &self.state.sides[1 - side];
+        let mut out = Vec::new();
+        for chunk in matches.chunks(OUTPUT_BATCH_ROWS_MAX) {
+            let probe_rows = UInt32Array::from_iter_values(chunk.iter().map(|(r, _)| *r));
+            let probe: Vec<ArrayRef> = (0..self.side(side).output_columns)
+                .map(|c| take(batch.column(c), &probe_rows, None))
+                .collect::<std::result::Result<_, _>>()?;
+            let mut sources: Vec<u64> = chunk.iter().map(|(_, e)| e.batch).collect();
+            sources.sort_unstable();
+            sources.dedup();
+            let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+            let indices: Vec<(usize, usize)> = chunk.iter().map(|(_, e)| (slot[&e.batch], e.row as usize)).collect();
+            let batches = sources
+                .iter()
+                .map(|b| stored.batch(*b).map(|s| &s.batch))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::internal("join: a match refers to a freed batch"))?;
+            let mut other = Vec::new();
+            for c in 0..self.side(1 - side).output_columns {
+                let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+                other.push(interleave(&arrays, &indices)?);
+            }
+            let columns = if side == 0 {
+                probe.into_iter().chain(other).collect()
+            } else {
+                other.into_iter().chain(probe).collect()
+            };
+            out.push(RecordBatch::try_new(self.output_schema.clone(), columns)?);
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Operator for JoinOperator {
+    async fn process_batch(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        if batch.num_rows() > STORED_BATCH_ROWS_MAX {
+            let mut at = 0;
+            while at < batch.num_rows() {
+                let n = STORED_BATCH_ROWS_MAX.min(batch.num_rows() - at);
+                self.process_slice(batch.slice(at, n), input, ctx).await?;
+                at += n;
+            }
+            return Ok(());
+        }
+        self.process_slice(batch, input, ctx).await
+    }
+
+    async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        if !self.processing_time
+            && let Some(cutoffs) = expiry::watermark_cutoffs(&self.spec, watermark)
+        {
+            self.state.advance(cutoffs);
+            self.state.free(FREE_ROWS_STEP);
+            ctx.metrics
+                .state_groups
+                .store(self.state.rows() as u64, Ordering::Relaxed);
+        }
+        ctx.emit_watermark(watermark).await
+    }
+
+    /// Both sides' stored batches, shared with the state (zero-copy: the
+    /// coordinator encodes them off the task loop), with each row's time
+    /// and liveness, so a restored join matches what the original would.
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        for (side, name) in SIDE_NAMES.iter().enumerate() {
+            let batches = self.state.snapshot_batches(side)?;
+            if !batches.is_empty() {
+                state.put_batches(&format!("join.{name}.batches"), batches);
+            }
+        }
+        Ok(state)
+    }
+
+    async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        let Some((_, state)) = checkpoint else {
+            return Ok(());
+        };
+        for (side, name) in SIDE_NAMES.iter().enumerate() {
+            for stored in state.batches(&format!("join.{name}.batches")).unwrap_or_default() {
+                let bad = || Error::internal(format!("join snapshot: bad {name} batch"));
+                let last = stored.num_columns().checked_sub(1).ok_or_else(bad)?;
+                // Times are stored for arrival times (and by checkpoints
+                // from before event times were read back from the batch).
+                let stored_times = last > 0 && stored.schema().field(last - 1).name() == SNAPSHOT_TIME;
+                let n = if stored_times { last - 1 } else { last };
+                let times: Vec<i64> = if stored_times {
+                    stored
+                        .column(n)
+                        .as_primitive_opt::<Int64Type>()
+                        .ok_or_else(bad)?
+                        .values()
+                        .to_vec()
+                } else {
+                    let c = self.side(side).time_column.filter(|c| *c < n).ok_or_else(bad)?;
+                    event_times(stored.column(c))?
+                };
+                let live: Vec<bool> = stored
+                    .column(last)
+                    .as_boolean_opt()
+                    .ok_or_else(bad)?
+                    .values()
+                    .iter()
+                    .collect();
+                let batch = stored.project(&(0..n).collect::<Vec<_>>())?;
+                self.restore_rows(side, &batch, &times, &live)?;
+            }
+            // Checkpoints taken before stored batches were snapshotted whole:
+            // the live rows gathered into one batch, the times beside it.
+            if let Some(batch) = state.batch(&format!("join.{name}.rows")) {
+                let times: Vec<i64> = state
+                    .bytes(&format!("join.{name}.times"))
+                    .filter(|b| b.len() == batch.num_rows() * 8)
+                    .ok_or_else(|| Error::internal(format!("join snapshot: {name} times do not match its rows")))?
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect();
+                self.restore_rows(side, batch, &times, &vec![true; batch.num_rows()])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn timer_interval(&self) -> Option<Duration> {
+        let ttl = self.spec.state_ttl_ms.filter(|_| self.processing_time)?;
+        Some(Duration::from_millis((ttl / 4).clamp(10, 1000) as u64))
+    }
+
+    async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        if let Some(ttl) = self.spec.state_ttl_ms {
+            let cutoff = expiry::processing_time_cutoff(ttl, Self::now_ms());
+            self.state.advance([cutoff; 2]);
+            self.state.free(FREE_ROWS_STEP);
+            ctx.metrics
+                .state_groups
+                .store(self.state.rows() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
