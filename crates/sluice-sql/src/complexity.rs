@@ -21,7 +21,6 @@
 //!    ([`check_depth`]); the walk stops at the limit, so it never goes
 //!    deeper than that itself.
 
-use crate::statement::SluiceStatement;
 use datafusion::logical_expr::LogicalPlan;
 use sluice_types::limits::{EXPRESSION_DEPTH_MAX, PLAN_NODES_MAX, STATEMENT_BYTES_MAX};
 use sluice_types::{Error, Result, SqlCode};
@@ -62,18 +61,18 @@ pub fn with_stack_for<T>(bytes: usize, f: impl FnOnce() -> T) -> T {
     stacker::maybe_grow(need, need, f)
 }
 
-/// Regroups every long `AND` / `OR` chain of `statement` into a balanced
-/// tree. Call it on a stack sized by [`with_stack_for`]: the walk recurses
-/// once per level of the tree as parsed.
-pub fn regroup_chains(statement: &mut SluiceStatement) {
-    let _ = visit_statement_mut(statement, &mut Regroup);
+/// Regroups every long `AND` / `OR` chain of `node` (a statement) into a
+/// balanced tree. Call it on a stack sized by [`with_stack_for`]: the walk
+/// recurses once per level of the tree as parsed.
+pub fn regroup_chains(node: &mut impl VisitMut) {
+    let _ = node.visit(&mut Regroup);
 }
 
 /// Refuses a statement nested deeper than [`EXPRESSION_DEPTH_MAX`]
 /// (`54001`). The walk stops at the limit.
-pub fn check_depth(statement: &SluiceStatement) -> Result<()> {
+pub fn check_depth(node: &impl Visit) -> Result<()> {
     let mut gauge = Gauge::default();
-    match visit_statement(statement, &mut gauge) {
+    match node.visit(&mut gauge) {
         ControlFlow::Continue(()) => Ok(()),
         ControlFlow::Break(()) => Err(Error::too_complex(format!(
             "statement too complex: expressions nested more than {EXPRESSION_DEPTH_MAX} levels deep \
@@ -99,43 +98,6 @@ pub fn check_plan(plan: &LogicalPlan) -> Result<()> {
     }
     Ok(())
 }
-
-/// `visit_statement` (sqlparser's `Visit`) and `visit_statement_mut`
-/// (`VisitMut`): every expression and query a statement holds.
-macro_rules! statement_walk {
-    ($name:ident, $visitor:ident, $visit:ident, $($ref:tt)+) => {
-        fn $name<V: $visitor>(statement: $($ref)+ SluiceStatement, v: &mut V) -> ControlFlow<V::Break> {
-            match statement {
-                SluiceStatement::CreateStream(c) => {
-                    $visit::visit($($ref)+ c.columns, v)?;
-                    if let Some((_, e)) = $($ref)+ c.watermark {
-                        $visit::visit(e, v)?;
-                    }
-                    for (_, _, e) in $($ref)+ c.computed {
-                        $visit::visit(e, v)?;
-                    }
-                }
-                SluiceStatement::CreateStreamAs { query, .. }
-                | SluiceStatement::CreateSink { query, .. }
-                | SluiceStatement::Explain(query) => $visit::visit(query, v)?,
-                SluiceStatement::Sql(s) => $visit::visit(s, v)?,
-                SluiceStatement::Drop { .. }
-                | SluiceStatement::ShowStreams
-                | SluiceStatement::ShowPipelines
-                | SluiceStatement::ShowCheckpoints(_)
-                | SluiceStatement::ShowVariable(_)
-                | SluiceStatement::ShowAll
-                | SluiceStatement::Describe(_)
-                | SluiceStatement::ExplainPipeline(_)
-                | SluiceStatement::AlterPipelinePause { .. } => {}
-            }
-            ControlFlow::Continue(())
-        }
-    };
-}
-
-statement_walk!(visit_statement, Visitor, Visit, &);
-statement_walk!(visit_statement_mut, VisitorMut, VisitMut, &mut);
 
 /// The depth walk: one level per expression, per query and per level of
 /// set operations in a query's body.
@@ -257,107 +219,5 @@ fn balanced(mut operands: Vec<Expr>, op: &BinaryOperator) -> Expr {
         left: Box::new(balanced(operands, op)),
         op: op.clone(),
         right: Box::new(balanced(right, op)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::statement::parse_statements;
-
-    fn chain(op: &str, n: usize) -> String {
-        (0..n)
-            .map(|i| format!("k = {i}"))
-            .collect::<Vec<_>>()
-            .join(&format!(" {op} "))
-    }
-
-    fn where_expr(statement: &SluiceStatement) -> &Expr {
-        let SluiceStatement::Sql(s) = statement else {
-            panic!("not a query")
-        };
-        let sqlparser::ast::Statement::Query(q) = s.as_ref() else {
-            panic!("not a query")
-        };
-        let SetExpr::Select(select) = q.body.as_ref() else {
-            panic!("not a select")
-        };
-        select.selection.as_ref().expect("a WHERE")
-    }
-
-    fn depth(e: &Expr) -> usize {
-        match e {
-            Expr::BinaryOp { left, right, .. } => 1 + depth(left).max(depth(right)),
-            _ => 1,
-        }
-    }
-
-    #[test]
-    fn long_or_chains_become_balanced_with_their_operands_in_order() {
-        let sql = format!("SELECT k FROM s WHERE {}", chain("OR", 5000));
-        let statements = parse_statements(&sql).unwrap();
-        let e = where_expr(&statements[0]);
-        // 5000 operands: 13 levels of OR above each `k = i` (2 levels).
-        assert_eq!(depth(e), 13 + 2);
-        let mut values = Vec::new();
-        let mut pending = vec![e];
-        while let Some(node) = pending.pop() {
-            match node {
-                Expr::BinaryOp {
-                    left,
-                    op: BinaryOperator::Or,
-                    right,
-                } => {
-                    pending.push(right);
-                    pending.push(left);
-                }
-                Expr::BinaryOp { right, .. } => values.push(right.to_string()),
-                other => panic!("unexpected operand {other}"),
-            }
-        }
-        let expected: Vec<String> = (0..5000).map(|i| i.to_string()).collect();
-        assert_eq!(values, expected);
-    }
-
-    #[test]
-    fn short_chains_keep_their_written_shape() {
-        let sql = format!("SELECT k FROM s WHERE {}", chain("AND", REGROUP_OPERANDS_MIN - 1));
-        let statements = parse_statements(&sql).unwrap();
-        assert_eq!(depth(where_expr(&statements[0])), REGROUP_OPERANDS_MIN - 2 + 2);
-    }
-
-    #[test]
-    fn the_depth_limit_is_exact() {
-        // `1 + 1 + … + 1` with n terms: n - 1 operators over leaves, plus the
-        // query: depth n + 1 counting the query and the leaf.
-        let ok = format!("SELECT {}", vec!["1"; EXPRESSION_DEPTH_MAX - 1].join(" + "));
-        parse_statements(&ok).expect("at the limit");
-        let over = format!("SELECT {}", vec!["1"; EXPRESSION_DEPTH_MAX].join(" + "));
-        let err = parse_statements(&over).unwrap_err();
-        assert_eq!(err.sqlstate(), "54001", "{err}");
-    }
-
-    #[test]
-    fn a_deep_chain_far_over_the_limit_is_refused_without_overflowing() {
-        // 200 000 levels: parsed and dropped on a stack sized for its text.
-        let sql = format!("SELECT {}", vec!["1"; 200_000].join("+"));
-        let err = parse_statements(&sql).unwrap_err();
-        assert_eq!(err.sqlstate(), "54001");
-    }
-
-    #[test]
-    fn the_length_limit_is_exact() {
-        let pad = |n: usize| format!("SELECT 1{}", " ".repeat(n - "SELECT 1".len()));
-        parse_statements(&pad(STATEMENT_BYTES_MAX)).expect("at the limit");
-        let err = parse_statements(&pad(STATEMENT_BYTES_MAX + 1)).unwrap_err();
-        assert_eq!(err.sqlstate(), "54000");
-    }
-
-    #[test]
-    fn union_chains_count_towards_the_depth() {
-        let over = vec!["SELECT 1"; EXPRESSION_DEPTH_MAX + 1].join(" UNION ALL ");
-        assert_eq!(parse_statements(&over).unwrap_err().sqlstate(), "54001");
-        let ok = vec!["SELECT 1"; 100].join(" UNION ALL ");
-        parse_statements(&ok).expect("100 unions");
     }
 }

@@ -9,12 +9,13 @@ use crate::errors::parser_error;
 pub use crate::names::{normalize_ident, normalize_name};
 use crate::window_tvf::rewrite_flink_window_syntax;
 use sluice_types::{Error, Result};
-use sqlparser::ast::{ColumnDef, Expr, Query, Statement};
+use sqlparser::ast::{ColumnDef, Expr, Query, Statement, Visit, VisitMut, Visitor, VisitorMut};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::Token;
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 
 /// `CREATE STREAM name (columns, WATERMARK FOR …) WITH (…)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +81,45 @@ pub enum SluiceStatement {
     /// DECLARE/FETCH/CLOSE, COPY, …
     Sql(Box<Statement>),
 }
+
+/// sqlparser's `Visit` and `VisitMut` for a statement: every expression
+/// and query it holds (the limits of [`crate::complexity`] walk them).
+macro_rules! statement_walk {
+    ($visitor:ident, $visit:ident, $($ref:tt)+) => {
+        impl $visit for SluiceStatement {
+            fn visit<V: $visitor>($($ref)+ self, v: &mut V) -> ControlFlow<V::Break> {
+            match self {
+                SluiceStatement::CreateStream(c) => {
+                    $visit::visit($($ref)+ c.columns, v)?;
+                    if let Some((_, e)) = $($ref)+ c.watermark {
+                        $visit::visit(e, v)?;
+                    }
+                    for (_, _, e) in $($ref)+ c.computed {
+                        $visit::visit(e, v)?;
+                    }
+                }
+                SluiceStatement::CreateStreamAs { query, .. }
+                | SluiceStatement::CreateSink { query, .. }
+                | SluiceStatement::Explain(query) => $visit::visit(query, v)?,
+                SluiceStatement::Sql(s) => $visit::visit(s, v)?,
+                SluiceStatement::Drop { .. }
+                | SluiceStatement::ShowStreams
+                | SluiceStatement::ShowPipelines
+                | SluiceStatement::ShowCheckpoints(_)
+                | SluiceStatement::ShowVariable(_)
+                | SluiceStatement::ShowAll
+                | SluiceStatement::Describe(_)
+                | SluiceStatement::ExplainPipeline(_)
+                | SluiceStatement::AlterPipelinePause { .. } => {}
+            }
+            ControlFlow::Continue(())
+            }
+        }
+    };
+}
+
+statement_walk!(Visitor, Visit, &);
+statement_walk!(VisitorMut, VisitMut, &mut);
 
 /// Parses every statement of `sql` (separated by semicolons), held to the
 /// limits of [`crate::complexity`]: `54000` for a text too long, `54001`
@@ -353,6 +393,10 @@ fn parse_show(p: &mut Parser) -> Result<SluiceStatement> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "statement_limits_tests.rs"]
+mod limits_tests;
 
 #[cfg(test)]
 mod tests {

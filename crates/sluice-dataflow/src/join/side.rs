@@ -7,7 +7,7 @@
 
 use super::snapshot_batch;
 use super::snapshot_schema;
-use super::tag_ring::TagRing;
+use super::tag_ring::{Tag, TagRing};
 use arrow::array::Int64Array;
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::SchemaRef;
@@ -213,11 +213,6 @@ impl Zone {
         }
     }
 }
-
-/// 16 bits of a key's hash that scans compare: 2 bytes a row to read
-/// (the scan is bound by memory bandwidth); one row in 65 536 matches a
-/// tag by chance and has its key compared in vain.
-pub(super) type Tag = u16;
 
 pub(super) fn tag(hash: u64) -> Tag {
     (hash >> 40) as Tag

@@ -12,7 +12,10 @@
 
 use std::collections::VecDeque;
 
-use super::side::Tag;
+/// 16 bits of a key's hash that scans compare: 2 bytes a row to read
+/// (the scan is bound by memory bandwidth); one row in 65 536 matches a
+/// tag by chance and has its key compared in vain.
+pub(super) type Tag = u16;
 
 /// Tags per chunk: 64 Ki (128 KiB), long enough runs for a scan to stream
 /// (64 in unit tests, so they cross chunks).
