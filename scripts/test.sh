@@ -19,6 +19,14 @@ echo "== lint"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== build"
 cargo build --workspace --all-targets
+echo "== no-op build"
+# Nothing changed, so nothing may compile (a build script that always reruns,
+# e.g. for a rerun-if-changed path that does not exist, relinks every binary).
+noop="$(cargo build --workspace --all-targets 2>&1)"
+if grep -E '^ *(Compiling|Running) ' <<<"$noop"; then
+    echo "FAIL: a second build with nothing changed compiled the above" >&2
+    exit 1
+fi
 echo "== services"
 # Real Kafka and HDFS (Maven Central, Java 17) for the connector tests. Stop
 # them at the end only if this run started them.

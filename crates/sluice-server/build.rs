@@ -10,14 +10,19 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const UI_INPUTS: [&str; 7] = [
+/// What the dashboard's build reads, each a file or directory under `ui/`
+/// that exists: Cargo treats a `rerun-if-changed` path that does not exist as
+/// always changed, so one missing entry (there was a `public`) reran npm and
+/// relinked the server and every binary on each build. The build fails if an
+/// entry is missing; a new input (e.g. Vite's `public/`) belongs here.
+/// Not `ui/` as a whole: Cargo would scan `node_modules`, which `npm ci` rewrites.
+const UI_INPUTS: [&str; 6] = [
     "src",
     "index.html",
     "package.json",
     "package-lock.json",
     "vite.config.ts",
     "tsconfig.json",
-    "public",
 ];
 
 fn main() {
@@ -26,7 +31,13 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let dist = out.join("ui-dist");
     for input in UI_INPUTS {
-        println!("cargo:rerun-if-changed={}", ui.join(input).display());
+        let path = ui.join(input);
+        assert!(
+            path.exists(),
+            "{} is listed in UI_INPUTS but does not exist; Cargo would rerun this script on every build",
+            path.display()
+        );
+        println!("cargo:rerun-if-changed={}", path.display());
     }
     println!("cargo:rerun-if-env-changed=SLUICE_UI_SKIP_BUILD");
     if std::env::var_os("SLUICE_UI_SKIP_BUILD").is_some_and(|v| v != "0") {

@@ -2,7 +2,7 @@
 --
 -- Needs Kafka on localhost:9092 and HDFS on hdfs://localhost:9000
 -- (`scripts/services.sh start all`) and a running Sluice
--- (`cargo run -- playground`); see README.md next to this file.
+-- (`scripts/playground.sh`); see README.md next to this file.
 --
 -- Each record of the `clicks` topic is a JSON object like
 --   {"uid": "u3", "url": "/cart", "ts": "2026-11-30 12:00:01.250"}
