@@ -285,13 +285,22 @@ mod tests {
     use crate::statement::parse_statements;
 
     fn chain(op: &str, n: usize) -> String {
-        (0..n).map(|i| format!("k = {i}")).collect::<Vec<_>>().join(&format!(" {op} "))
+        (0..n)
+            .map(|i| format!("k = {i}"))
+            .collect::<Vec<_>>()
+            .join(&format!(" {op} "))
     }
 
     fn where_expr(statement: &SluiceStatement) -> &Expr {
-        let SluiceStatement::Sql(s) = statement else { panic!("not a query") };
-        let sqlparser::ast::Statement::Query(q) = s.as_ref() else { panic!("not a query") };
-        let SetExpr::Select(select) = q.body.as_ref() else { panic!("not a select") };
+        let SluiceStatement::Sql(s) = statement else {
+            panic!("not a query")
+        };
+        let sqlparser::ast::Statement::Query(q) = s.as_ref() else {
+            panic!("not a query")
+        };
+        let SetExpr::Select(select) = q.body.as_ref() else {
+            panic!("not a select")
+        };
         select.selection.as_ref().expect("a WHERE")
     }
 
