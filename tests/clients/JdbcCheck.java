@@ -4,6 +4,8 @@
 // Usage: java -cp postgresql.jar JdbcCheck.java PORT
 //
 // Exercises what a Java application does through JDBC: connect, DDL,
+// DatabaseMetaData (getTables, getColumns, getSchemas, getCatalogs: what
+// DBeaver, DataGrip and Metabase call first),
 // PreparedStatement INSERTs (single and batched, past the driver's
 // prepareThreshold so it switches to named server-side statements and
 // binary transfer), a parameterised continuous query with LIMIT, result

@@ -46,7 +46,9 @@ pub fn answer(sql: &str, snapshot: impl FnOnce() -> Snapshot) -> Option<Result<O
         let rows = by_oid(sql, streams).map(|_| row.clone()).into_iter().collect();
         return Some(Table::text(&columns, rows).output("SELECT"));
     }
-    if sql.trim_start().starts_with("SELECT a.attname,") {
+    if sql.trim_start().starts_with(
+        "SELECT a.attname,\n  pg_catalog.format_type(a.atttypid, a.atttypmod),\n  (SELECT pg_catalog.pg_get_expr(",
+    ) {
         // The columns psql asks for, in its order (`\d+` adds storage,
         // compression, statistics target and description).
         let wanted: Vec<&str> = [

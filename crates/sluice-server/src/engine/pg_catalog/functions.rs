@@ -20,6 +20,10 @@ pub const REGTYPE_NAME: &str = "__sluice_regtype_name";
 /// Name of the internal function `x::regnamespace::text` is rewritten to.
 pub const REGNAMESPACE_NAME: &str = "__sluice_regnamespace_name";
 
+/// Name of the internal function a non-literal `x::regclass` (or other
+/// `reg…` cast) is rewritten to: the oid as bigint.
+pub const OID_FUNCTION: &str = "__sluice_oid";
+
 /// The version string `version()` returns.
 pub fn version_string() -> String {
     format!(
@@ -233,6 +237,12 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
                 Some(s) => text(quote_ident(&s)),
                 None => NULL_TEXT,
             }),
+        },
+        Def {
+            name: OID_FUNCTION,
+            arities: &[1],
+            ret: DataType::Int64,
+            f: Arc::new(|a: &[ScalarValue]| ScalarValue::Int64(int_arg(a.first()))),
         },
         Def {
             name: REGTYPE_NAME,

@@ -166,6 +166,7 @@ const EMPTY_TABLES: &[&str] = &[
     "pg_statistic_ext",
     "pg_publication",
     "pg_publication_rel",
+    "pg_publication_namespace",
     "pg_inherits",
     "pg_trigger",
     "pg_rewrite",
@@ -192,21 +193,29 @@ pub fn has_no_rows(query: &Query) -> bool {
                     return false;
                 };
                 let table = sluice_sql::names::normalize_name(name);
+                // An aggregate over no rows still has a row.
                 let aggregates = select.projection.iter().any(|item| {
-                    let text = item.to_string().to_lowercase();
+                    let expr = match item {
+                        sqlparser::ast::SelectItem::UnnamedExpr(e)
+                        | sqlparser::ast::SelectItem::ExprWithAlias { expr: e, .. } => e,
+                        _ => return false,
+                    };
+                    let sqlparser::ast::Expr::Function(f) = expr else {
+                        return false;
+                    };
+                    let name = sluice_sql::names::normalize_name(&f.name);
                     [
-                        "count(",
-                        "sum(",
-                        "max(",
-                        "min(",
-                        "avg(",
-                        "string_agg(",
-                        "array_agg(",
-                        "bool_and(",
-                        "bool_or(",
+                        "count",
+                        "sum",
+                        "max",
+                        "min",
+                        "avg",
+                        "string_agg",
+                        "array_agg",
+                        "bool_and",
+                        "bool_or",
                     ]
-                    .iter()
-                    .any(|f| text.contains(f))
+                    .contains(&name.as_str())
                 });
                 EMPTY_TABLES.contains(&table.as_str())
                     && !aggregates
@@ -223,10 +232,10 @@ pub fn has_no_rows(query: &Query) -> bool {
 /// `pg_attribute.attstorage` of a column of `data_type`: plain for fixed
 /// width, extended for variable width.
 pub fn attribute_storage(data_type: &arrow::datatypes::DataType) -> &'static str {
-    if sluice_sql::types::pg_type(data_type).len() > 0 {
-        "p"
-    } else {
-        "x"
+    match sluice_sql::types::pg_type(data_type) {
+        sluice_sql::types::PgType::Numeric => "m",
+        t if t.len() > 0 => "p",
+        _ => "x",
     }
 }
 

@@ -12,12 +12,12 @@
 //!   → `x IN (…)`; `x <> ALL(…)` → `x NOT IN (…)`;
 //! - `current_schemas(b)[n]` → its `n`th schema.
 
-use super::functions::{REGCLASS_NAME, REGNAMESPACE_NAME, REGTYPE_NAME};
+use super::functions::{OID_FUNCTION, REGCLASS_NAME, REGNAMESPACE_NAME, REGTYPE_NAME};
 use super::{PG_CATALOG_OID, PUBLIC_OID, ROLE_NAME, ROLE_OID, Snapshot, tables};
 use sluice_types::{Error, Result, SqlCode};
 use sqlparser::ast::{
-    AccessExpr, BinaryOperator, CastKind, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr,
-    FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, Subscript, Value, VisitMut, VisitorMut,
+    AccessExpr, BinaryOperator, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments,
+    Ident, ObjectName, ObjectNamePart, Query, Subscript, Value, VisitMut, VisitorMut,
 };
 use std::ops::ControlFlow;
 
@@ -293,10 +293,7 @@ fn post_rewrite(expr: &mut Expr, snapshot: &Snapshot) -> Result<()> {
             }
         }
         Expr::Cast {
-            kind,
-            expr: inner,
-            data_type,
-            ..
+            expr: inner, data_type, ..
         } => {
             let name = type_name(data_type);
             if is_reg_type(&name)
@@ -306,8 +303,13 @@ fn post_rewrite(expr: &mut Expr, snapshot: &Snapshot) -> Result<()> {
                 *expr = number(reg_oid(&name, text, snapshot)?);
                 return Ok(());
             }
+            if is_reg_type(&name) {
+                // The oid under another name than the column's (`c.oid,
+                // c.oid::regclass` are two columns).
+                *expr = function_call(OID_FUNCTION, (**inner).clone());
+                return Ok(());
+            }
             let target = match name.as_str() {
-                n if is_reg_type(n) => Some(SqlType::BigInt(None)),
                 "oid" | "xid" | "xid8" | "cid" | "tid" => Some(SqlType::BigInt(None)),
                 "name" | "\"char\"" | "char" | "bpchar" | "int2vector" | "oidvector" | "aclitem" | "pg_node_tree" => {
                     Some(SqlType::Text)
@@ -316,9 +318,6 @@ fn post_rewrite(expr: &mut Expr, snapshot: &Snapshot) -> Result<()> {
             };
             if let Some(target) = target {
                 *data_type = target;
-                if *kind == CastKind::DoubleColon || *kind == CastKind::Cast {
-                    *kind = CastKind::Cast;
-                }
             }
         }
         _ => {}

@@ -259,6 +259,13 @@ const TABLES: &[TableDef] = &[
     ),
     t(
         PG,
+        "pg_publication_namespace",
+        6237,
+        'r',
+        "oid oid, pnpubid oid, pnnspid oid",
+    ),
+    t(
+        PG,
         "pg_policy",
         3256,
         'r',
@@ -444,6 +451,7 @@ pub const CATALOG_TABLE_NAMES: &[&str] = &[
     "pg_statistic_ext",
     "pg_publication",
     "pg_publication_rel",
+    "pg_publication_namespace",
     "pg_policy",
     "pg_foreign_table",
     "pg_partitioned_table",
@@ -850,6 +858,7 @@ fn pg_type_rows() -> Vec<Row> {
         .into_iter()
         .map(|(oid, name, len, category, array, elem, pseudo)| {
             let (byval, align, storage) = storage(len);
+            let storage = if name == "numeric" { "m" } else { storage };
             let text_like = matches!(name.as_str(), "text" | "varchar" | "bpchar" | "name");
             vec![
                 ("oid", o(oid)),

@@ -203,3 +203,24 @@ async fn any_and_all_over_array_literals() {
     let sql = "SELECT relname FROM pg_class WHERE relkind = ANY('{r}') AND relname <> ALL (ARRAY['bids']) AND relnamespace = 2200";
     assert_eq!(rows(sql).await, strings(&[&["clicks"]]));
 }
+
+#[test]
+fn every_pg_catalog_table_resolves_unqualified() {
+    let tables: Vec<String> = super::tables::catalog_relations()
+        .into_iter()
+        .filter(|r| r.schema_name == "pg_catalog")
+        .map(|r| r.name)
+        .collect();
+    let mut names: Vec<String> = super::CATALOG_TABLE_NAMES.iter().map(|s| s.to_string()).collect();
+    let mut sorted = tables.clone();
+    sorted.sort();
+    names.sort();
+    assert_eq!(sorted, names);
+}
+
+/// psql 15's publication footer of `\d name`: planned or not, no rows.
+#[tokio::test]
+async fn psql_publication_footer_has_no_rows() {
+    let sql = "SELECT pubname\n     , NULL\n     , NULL\nFROM pg_catalog.pg_publication p\n     JOIN pg_catalog.pg_publication_namespace pn ON p.oid = pn.pnpubid\n     JOIN pg_catalog.pg_class pc ON pc.relnamespace = pn.pnnspid\nWHERE pc.oid ='16385' and pg_catalog.pg_relation_is_publishable('16385')\nUNION\nSELECT pubname\n     , pg_get_expr(pr.prqual, c.oid)\n     , (CASE WHEN pr.prattrs IS NOT NULL THEN\n         (SELECT string_agg(attname, ', ')\n           FROM pg_catalog.generate_series(0, pg_catalog.array_upper(pr.prattrs::pg_catalog.int2[], 1)) s,\n                pg_catalog.pg_attribute\n          WHERE attrelid = pr.prrelid AND attnum = prattrs[s])\n        ELSE NULL END) FROM pg_catalog.pg_publication p\n     JOIN pg_catalog.pg_publication_rel pr ON p.oid = pr.prpubid\n     JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid\nWHERE pr.prrelid = '16385'\nUNION\nSELECT pubname\n     , NULL\n     , NULL\nFROM pg_catalog.pg_publication p\nWHERE p.puballtables AND pg_catalog.pg_relation_is_publishable('16385')\nORDER BY 1;";
+    assert_eq!(rows(sql).await, Vec::<Vec<String>>::new());
+}
