@@ -4,6 +4,8 @@
 // Usage: java -cp postgresql.jar JdbcCheck.java PORT
 //
 // Exercises what a Java application does through JDBC: connect, DDL,
+// DatabaseMetaData (getTables, getColumns, getSchemas, getCatalogs: what
+// DBeaver, DataGrip and Metabase call first),
 // PreparedStatement INSERTs (single and batched, past the driver's
 // prepareThreshold so it switches to named server-side statements and
 // binary transfer), a parameterised continuous query with LIMIT, result
@@ -156,6 +158,7 @@ public class JdbcCheck {
         }
         step("server version", this::serverVersion);
         step("create streams, INSERT literal rows", this::createStreams);
+        step("DatabaseMetaData getTables, getColumns, getSchemas", this::metaData);
         step("PreparedStatement INSERT, 7 executions (past prepareThreshold)", this::preparedInsert);
         step("PreparedStatement INSERT batch", this::batchInsert);
         step("read back the prepared INSERTs", this::readBackInserts);
@@ -221,6 +224,63 @@ public class JdbcCheck {
             }
             int n = st.executeUpdate("INSERT INTO " + stream + " VALUES " + values);
             expectEq(n, 8, "update count of the literal INSERT");
+        }
+    }
+
+    /**
+     * What DBeaver, DataGrip and Metabase call first. Expected rows follow
+     * from the CREATE STREAM statements above: `stream` has columns id
+     * BIGINT, name VARCHAR, price DOUBLE, ts TIMESTAMP (Postgres int8, text,
+     * float8, timestamp), all nullable.
+     */
+    void metaData() throws SQLException {
+        java.sql.DatabaseMetaData md = conn.getMetaData();
+        try (ResultSet rs = md.getTables(null, "public", stream, new String[] {"TABLE"})) {
+            expect(rs.next(), "getTables found no table " + stream);
+            expectEq(rs.getString("TABLE_SCHEM"), "public", "TABLE_SCHEM");
+            expectEq(rs.getString("TABLE_NAME"), stream, "TABLE_NAME");
+            expectEq(rs.getString("TABLE_TYPE"), "TABLE", "TABLE_TYPE");
+            expect(!rs.next(), "getTables found more than " + stream);
+        }
+        List<String> tables = new ArrayList<>();
+        try (ResultSet rs = md.getTables(null, null, "jdbc%", null)) {
+            while (rs.next()) {
+                tables.add(rs.getString("TABLE_NAME"));
+            }
+        }
+        List<String> created = new ArrayList<>(List.of(stream, inserted, bids));
+        java.util.Collections.sort(created);
+        // Ordered by type, schema, name: all tables of public.
+        expectEq(tables, created, "getTables(null, null, \"jdbc%\", null)");
+
+        String[] names = {"id", "name", "price", "ts"};
+        int[] types = {Types.BIGINT, Types.VARCHAR, Types.DOUBLE, Types.TIMESTAMP};
+        String[] typeNames = {"int8", "text", "float8", "timestamp"};
+        try (ResultSet rs = md.getColumns(null, "public", stream, "%")) {
+            for (int c = 0; c < names.length; c++) {
+                expect(rs.next(), "getColumns returned " + c + " columns, expected " + names.length);
+                String what = "column " + names[c];
+                expectEq(rs.getString("TABLE_NAME"), stream, "TABLE_NAME of " + what);
+                expectEq(rs.getString("COLUMN_NAME"), names[c], "COLUMN_NAME of " + what);
+                expectEq(rs.getInt("DATA_TYPE"), types[c], "DATA_TYPE of " + what);
+                expectEq(rs.getString("TYPE_NAME"), typeNames[c], "TYPE_NAME of " + what);
+                expectEq(rs.getInt("ORDINAL_POSITION"), c + 1, "ORDINAL_POSITION of " + what);
+                expectEq(rs.getInt("NULLABLE"), java.sql.DatabaseMetaData.columnNullable, "NULLABLE of " + what);
+                expectEq(rs.getString("IS_NULLABLE"), "YES", "IS_NULLABLE of " + what);
+            }
+            expect(!rs.next(), "getColumns returned more than " + names.length + " columns");
+        }
+
+        List<String> schemas = new ArrayList<>();
+        try (ResultSet rs = md.getSchemas()) {
+            while (rs.next()) {
+                schemas.add(rs.getString("TABLE_SCHEM"));
+            }
+        }
+        expectEq(schemas, List.of("information_schema", "pg_catalog", "public"), "getSchemas()");
+        try (ResultSet rs = md.getCatalogs()) {
+            expect(rs.next(), "getCatalogs returned nothing");
+            expectEq(rs.getString("TABLE_CAT"), "sluice", "getCatalogs()");
         }
     }
 

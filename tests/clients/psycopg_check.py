@@ -23,6 +23,7 @@ import uuid
 
 import psycopg
 import psycopg.errors
+import psycopg.types
 from psycopg.pq import TransactionStatus
 
 BASE = datetime.datetime(2024, 1, 1, 12, 0, 0)
@@ -115,6 +116,37 @@ class Check:
         )
         cur = self.conn.execute(f"INSERT INTO {self.stream} VALUES {values}")
         expect(cur.statusmessage == "INSERT 0 8", f"status {cur.statusmessage!r}, expected 'INSERT 0 8'")
+
+    def catalog(self):
+        # What psycopg itself and Python tools (SQLAlchemy's inspector,
+        # pandas) read. Expected rows follow from create_streams: `stream`
+        # has id BIGINT, name VARCHAR, price DOUBLE, ts TIMESTAMP.
+        types = dict(self.conn.execute("SELECT oid, typname FROM pg_type").fetchall())
+        for oid, name in ((16, "bool"), (20, "int8"), (25, "text"), (701, "float8"), (1114, "timestamp")):
+            expect(types.get(oid) == name, f"pg_type oid {oid} is {types.get(oid)!r}, expected {name!r}")
+        info = psycopg.types.TypeInfo.fetch(self.conn, "numeric")
+        expect(info is not None and (info.oid, info.array_oid) == (1700, 1231), f"TypeInfo.fetch('numeric'): {info}")
+        columns = self.conn.execute(
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+            (self.stream,),
+        ).fetchall()
+        want = [
+            ("id", "bigint", "YES"),
+            ("name", "text", "YES"),
+            ("price", "double precision", "YES"),
+            ("ts", "timestamp without time zone", "YES"),
+        ]
+        expect(columns == want, f"information_schema.columns: {columns}, expected {want}")
+        tables = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r' ORDER BY 1"
+            )
+        ]
+        want = sorted([self.stream, self.inserted, self.bids])
+        expect(tables == want, f"pg_class tables of public: {tables}, expected {want}")
 
     def executemany_insert(self):
         # psycopg sends these in pipeline mode: Parse, then Bind/Describe/
@@ -294,6 +326,7 @@ class Check:
 STEPS = [
     ("server version", Check.server_version),
     ("create streams, INSERT literal rows", Check.create_streams),
+    ("catalog: pg_type, TypeInfo.fetch, information_schema, pg_class", Check.catalog),
     ("executemany INSERT with datetime params", Check.executemany_insert),
     ("multi-row INSERT with %s params", Check.multirow_insert),
     ("INSERT with a timestamp given as a string", Check.text_timestamp_insert),

@@ -42,7 +42,7 @@ async fn sql_over_http_runs_statements_and_reports_errors_with_sqlstates() {
     let results = body["results"].as_array().expect("results");
     assert_eq!(results[0]["tag"], "CREATE STREAM");
     assert_eq!(results[1]["rows_affected"], 2);
-    assert_eq!(results[2]["columns"][1], json!({"name": "note", "type": "varchar"}));
+    assert_eq!(results[2]["columns"][1], json!({"name": "note", "type": "text"}));
     assert_eq!(results[2]["rows"], json!([["10", "x"], ["20", null]]));
     assert_eq!(results[2]["truncated"], false);
 

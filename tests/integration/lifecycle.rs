@@ -142,7 +142,7 @@ async fn catalog_survives_a_clean_restart() {
         .collect();
     assert_eq!(
         columns,
-        vec![("id".into(), "bigint".into()), ("msg".into(), "varchar".into())]
+        vec![("id".into(), "bigint".into()), ("msg".into(), "text".into())]
     );
 
     exec(&client, "INSERT INTO events VALUES (4, 'd')").await;
@@ -300,7 +300,7 @@ async fn http_api_answers_json() {
     let s = s.unwrap_or_else(|| panic!("s not listed: {body}"));
     assert_eq!(s["columns"][0]["name"], "x");
     assert_eq!(s["columns"][0]["type"], "bigint");
-    assert_eq!(s["columns"][1]["type"], "varchar");
+    assert_eq!(s["columns"][1]["type"], "text");
 
     let (status, body) = get(&format!("{base}/api/v1/no-such-thing")).await;
     assert_eq!(status, 404);

@@ -221,3 +221,55 @@ fn describe_meta_commands_list_streams_and_columns() {
     // \d, \dt read* and \d readings each name it.
     assert!(after_list.matches("readings").count() >= 3, "{stdout}");
 }
+
+/// `psql -A -t -c <meta-command>`'s output.
+fn meta(server: &TestServer, command: &str) -> String {
+    let out = psql(server, &["-v", "ON_ERROR_STOP=1", "-A", "-t", "-c", command]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{command}: {}\n{stdout}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "{command}: no errors or notices expected");
+    stdout
+}
+
+/// `\d`, `\dt`, `\d+`, `\d name` and `\d+ name` against the catalog tables,
+/// in psql's unaligned, tuples-only form. Expected rows follow from the
+/// streams created: tables of `public` owned by `sluice`, columns with
+/// Postgres' names for their types (VARCHAR is text).
+#[test]
+fn describe_meta_commands_show_what_postgres_would() {
+    let server = TestServer::start();
+    let out = psql(
+        &server,
+        &[
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            "CREATE STREAM readings (sensor VARCHAR NOT NULL, celsius DOUBLE PRECISION, at TIMESTAMP); \
+             CREATE STREAM alerts (level INT, amount DECIMAL(10,2))",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let tables = "public|alerts|table|sluice\npublic|readings|table|sluice\n";
+    assert_eq!(meta(&server, "\\d"), tables);
+    assert_eq!(meta(&server, "\\dt"), tables);
+    assert_eq!(meta(&server, "\\dt read*"), "public|readings|table|sluice\n");
+    // \d+ adds persistence, access method, size and description.
+    assert_eq!(
+        meta(&server, "\\d+"),
+        "public|alerts|table|sluice|permanent|heap|0 bytes|\npublic|readings|table|sluice|permanent|heap|0 bytes|\n"
+    );
+    // Column | Type | Collation | Nullable | Default
+    assert_eq!(
+        meta(&server, "\\d readings"),
+        "sensor|text||not null|\ncelsius|double precision|||\nat|timestamp without time zone|||\n"
+    );
+    // … | Storage | Compression | Stats target | Description (Postgres'
+    // storage of integer is plain, of numeric main).
+    assert_eq!(
+        meta(&server, "\\d+ alerts"),
+        "level|integer||||plain|||\namount|numeric(10,2)||||main|||\n"
+    );
+    // \dn lists the schemas that are not the system's.
+    assert_eq!(meta(&server, "\\dn"), "public|sluice\n");
+}

@@ -110,7 +110,7 @@ fn assignment_rules(insert: &mut Insert, schema: &arrow::datatypes::SchemaRef) -
                     format!(
                         "column \"{}\" is of type {} but expression is of type {kind}",
                         field.name(),
-                        super::show::pg_type_name(field.data_type())
+                        sluice_sql::types::pg_type_name(field.data_type())
                     ),
                 )
             };

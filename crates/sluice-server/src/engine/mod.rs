@@ -55,14 +55,17 @@ mod batch;
 mod catalog;
 mod insert;
 mod params;
+mod pg_catalog;
 mod psql_catalog;
 mod query;
 mod session;
 mod settings;
 mod show;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 pub use settings::Settings;
-pub use show::pg_type_name;
+pub use sluice_sql::types::pg_type_name;
 
 /// The shared statement engine of one Sluice server: catalog access through
 /// the master, query execution through the worker(s). One per process.

@@ -1,43 +1,26 @@
-//! Answers to the catalog queries psql sends for its `\d` meta-commands.
-//!
-//! psql describes relations with `pg_catalog` queries (joins, regclass
-//! casts, array subqueries) that a streaming engine has no tables for.
-//! Sluice recognises those queries by their shape and answers them from its
-//! own catalog: streams appear as tables of schema `public`, with oids from
-//! `STREAM_OID_BASE` in name order. Other `pg_catalog` queries psql sends
-//! while describing (publications, statistics, inheritance, …) get an empty
-//! result.
+//! Answers to the two catalog queries of psql's `\d name` that DataFusion
+//! cannot plan: the relation's flags (`array_to_string(c.reloptions ||
+//! array(select …))`) and its columns (correlated scalar subqueries for
+//! defaults and collations). Sluice recognises them by their shape and
+//! answers them from the same catalog and type map as the `pg_catalog`
+//! tables, which answer every other query psql sends (`\d`, `\dt`, `\d+`,
+//! the oid lookup of `\d name`, its footers).
 
 use super::Output;
-use super::show::{Table, pg_type_name};
+use super::pg_catalog::Snapshot;
+use super::show::Table;
 use sluice_plan::catalog::StreamDef;
+use sluice_sql::types::pg_type_name;
 use sluice_types::Result;
 
-/// Oid of the first stream (Postgres' first user oid).
-pub const STREAM_OID_BASE: u32 = 16384;
-
 /// The answer to `sql` if it is one of psql's catalog queries.
-/// `streams` is asked only for a `pg_catalog` query.
-pub fn answer(sql: &str, streams: impl FnOnce() -> Vec<StreamDef>) -> Option<Result<Output>> {
+/// `snapshot` is asked only for a `pg_catalog` query.
+pub fn answer(sql: &str, snapshot: impl FnOnce() -> Snapshot) -> Option<Result<Output>> {
     if !sql.contains("pg_catalog.") {
         return None;
     }
-    let streams = streams();
-    let streams = streams.as_slice();
-    let oid = |i: usize| (STREAM_OID_BASE + i as u32).to_string();
-    if sql.contains("pg_catalog.pg_get_userbyid(c.relowner) as \"Owner\"") {
-        // \d, \dt: Schema | Name | Type | Owner
-        let rows = matching(sql, streams)
-            .map(|(_, s)| vec!["public".into(), s.name.clone(), "table".into(), "sluice".into()])
-            .collect();
-        return Some(Table::text(&["Schema", "Name", "Type", "Owner"], rows).output("SELECT"));
-    }
-    if sql.trim_start().starts_with("SELECT c.oid,\n  n.nspname,\n  c.relname") {
-        let rows = matching(sql, streams)
-            .map(|(i, s)| vec![oid(i), "public".into(), s.name.clone()])
-            .collect();
-        return Some(Table::text(&["oid", "nspname", "relname"], rows).output("SELECT"));
-    }
+    let snapshot = snapshot();
+    let streams = snapshot.streams.as_slice();
     if sql.trim_start().starts_with("SELECT c.relchecks, c.relkind") {
         let columns = [
             "relchecks",
@@ -63,69 +46,64 @@ pub fn answer(sql: &str, streams: impl FnOnce() -> Vec<StreamDef>) -> Option<Res
         let rows = by_oid(sql, streams).map(|_| row.clone()).into_iter().collect();
         return Some(Table::text(&columns, rows).output("SELECT"));
     }
-    if sql.trim_start().starts_with("SELECT a.attname,") {
-        let Some(def) = by_oid(sql, streams) else {
-            return Some(Table::text(&["attname"], vec![]).output("SELECT"));
-        };
-        let rows = def
-            .schema
-            .fields()
+    if sql.trim_start().starts_with(
+        "SELECT a.attname,\n  pg_catalog.format_type(a.atttypid, a.atttypmod),\n  (SELECT pg_catalog.pg_get_expr(",
+    ) {
+        // The columns psql asks for, in its order (`\d+` adds storage,
+        // compression, statistics target and description).
+        let wanted: Vec<&str> = [
+            ("attname", ""),
+            ("format_type", ""),
+            ("default", ""),
+            ("attnotnull", ""),
+            ("attcollation", "AS attcollation"),
+            ("attidentity", "a.attidentity"),
+            ("attgenerated", "a.attgenerated"),
+            ("attstorage", "a.attstorage"),
+            ("attcompression", "AS attcompression"),
+            ("attstattarget", "AS attstattarget"),
+            ("col_description", "col_description("),
+        ]
+        .into_iter()
+        .filter(|(_, marker)| sql.contains(marker))
+        .map(|(column, _)| column)
+        .collect();
+        let def = by_oid(sql, streams);
+        let fields = def.map(|d| d.schema.fields().to_vec()).unwrap_or_default();
+        let rows = fields
             .iter()
             .map(|f| {
-                let not_null = if f.is_nullable() { "f" } else { "t" };
-                vec![
-                    f.name().clone(),
-                    pg_type_name(f.data_type()),
-                    String::new(),
-                    not_null.into(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                ]
+                wanted
+                    .iter()
+                    .map(|column| {
+                        super::show::Cell::Text(match *column {
+                            "attname" => Some(f.name().clone()),
+                            "format_type" => Some(pg_type_name(f.data_type())),
+                            "attnotnull" => Some(if f.is_nullable() { "f" } else { "t" }.into()),
+                            "attidentity" | "attgenerated" | "attcompression" => Some(String::new()),
+                            "attstorage" => Some(super::pg_catalog::attribute_storage(f.data_type()).into()),
+                            // No default, no collation of its own, no
+                            // statistics target, no comment: NULL.
+                            _ => None,
+                        })
+                    })
+                    .collect()
             })
             .collect();
-        let columns = [
-            "attname",
-            "format_type",
-            "default",
-            "attnotnull",
-            "attcollation",
-            "attidentity",
-            "attgenerated",
-        ];
-        let mut table = Table::text(&columns, rows);
-        // Postgres sends NULL for "no default" and "no collation".
-        for row in &mut table.rows {
-            row[2] = super::show::Cell::Text(None);
-            row[4] = super::show::Cell::Text(None);
-        }
-        return Some(table.output("SELECT"));
+        let schema = Table::text(&wanted, vec![]).schema;
+        return Some(Table { schema, rows }.output("SELECT"));
     }
-    // Footers psql asks for (publications, statistics, inheritance, …): none.
-    Some(Table::text(&["none"], vec![]).output("SELECT"))
-}
-
-/// Streams whose names match the `OPERATOR(pg_catalog.~) '^(…)$'` pattern
-/// psql adds for `\d name` / `\dt pattern` (all streams without one).
-fn matching<'a>(sql: &str, streams: &'a [StreamDef]) -> impl Iterator<Item = (usize, &'a StreamDef)> {
-    let pattern = sql
-        .split("OPERATOR(pg_catalog.~) '")
-        .nth(1)
-        .and_then(|rest| rest.split('\'').next())
-        .map(|p| p.to_string());
-    let re = pattern.and_then(|p| regex::Regex::new(&p).ok());
-    streams
-        .iter()
-        .enumerate()
-        .filter(move |(_, s)| re.as_ref().is_none_or(|r| r.is_match(&s.name)))
+    // Anything else (psql's footers, other clients' queries) reads the
+    // catalog tables.
+    None
 }
 
 /// The stream named by `WHERE c.oid = '16384'` / `a.attrelid = '16384'`.
 fn by_oid<'a>(sql: &str, streams: &'a [StreamDef]) -> Option<&'a StreamDef> {
-    let oid: u32 = ["c.oid = '", "a.attrelid = '"]
+    let oid: i64 = ["c.oid = '", "a.attrelid = '"]
         .iter()
         .find_map(|marker| sql.split(marker).nth(1))
         .and_then(|rest| rest.split('\'').next())
         .and_then(|n| n.parse().ok())?;
-    streams.get(oid.checked_sub(STREAM_OID_BASE)? as usize)
+    streams.get(usize::try_from(oid.checked_sub(Snapshot::stream_oid(0))?).ok()?)
 }

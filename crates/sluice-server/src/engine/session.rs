@@ -4,7 +4,7 @@ use super::catalog::MasterCatalog;
 use super::query::{Cursor, SharedCursor, fetch};
 use super::settings::Settings;
 use super::show::{self, Table};
-use super::{Engine, Output, Prepared, RowStream, batch, insert, params, query};
+use super::{Engine, Output, Prepared, RowStream, batch, insert, params, pg_catalog, query};
 use datafusion::scalar::ScalarValue;
 use sluice_cluster::catalog::PipelineKind;
 use sluice_connectors::factory::{validate_sink, validate_sink_output, validate_source};
@@ -108,7 +108,7 @@ impl Session {
     }
 
     async fn execute_unguarded(&mut self, sql: &str) -> Vec<Result<Output>> {
-        if let Some(answer) = super::psql_catalog::answer(sql, || self.engine.master.streams()) {
+        if let Some(answer) = super::psql_catalog::answer(sql, || self.catalog_snapshot()) {
             return vec![answer];
         }
         let statements = match parse_statements(sql) {
@@ -303,11 +303,22 @@ impl Session {
     ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        if !planner.reads_streams(q)? {
-            batch::describe(q).await
+        if self.reads_catalog(q) || !planner.reads_streams(q)? {
+            batch::describe(q, self.catalog_snapshot()).await
         } else {
             planner.describe(q).await
         }
+    }
+
+    /// Whether `q` reads `pg_catalog` or `information_schema` (it then runs
+    /// as a batch query over the catalog, not as a stream query).
+    fn reads_catalog(&self, q: &Query) -> bool {
+        pg_catalog::reads_catalog(q, |name| self.engine.master.stream(name).is_some())
+    }
+
+    /// What the catalog tables show this session now.
+    fn catalog_snapshot(&self) -> pg_catalog::Snapshot {
+        pg_catalog::Snapshot::new(self.engine.master.streams(), self.settings.all())
     }
 
     async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
@@ -319,8 +330,8 @@ impl Session {
     async fn rows(&self, q: &Query) -> Result<RowStream> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        if !planner.reads_streams(q)? {
-            return batch::run(q).await;
+        if self.reads_catalog(q) || !planner.reads_streams(q)? {
+            return batch::run(q, self.catalog_snapshot()).await;
         }
         let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
         query::start(&self.engine.master, &planned)

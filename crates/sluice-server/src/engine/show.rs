@@ -8,6 +8,7 @@ use sluice_cluster::status::PipelineInfo;
 use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
 use sluice_plan::explain::{EXPLAIN_COLUMNS, explain_rows};
+use sluice_sql::types::pg_type_name;
 use sluice_types::{Result, Watermark, ts_ms_to_string};
 use std::sync::Arc;
 
@@ -110,25 +111,6 @@ pub fn streams(defs: &[StreamDef]) -> Table {
         })
         .collect();
     Table::text(&["name", "connector", "columns", "event_time", "pipeline"], rows)
-}
-
-/// Postgres' name for an Arrow type, as DESCRIBE shows it.
-pub fn pg_type_name(t: &DataType) -> String {
-    match t {
-        DataType::Boolean => "boolean".into(),
-        DataType::Int8 | DataType::Int16 => "smallint".into(),
-        DataType::Int32 => "integer".into(),
-        DataType::Int64 => "bigint".into(),
-        DataType::Float32 => "real".into(),
-        DataType::Float64 => "double precision".into(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "varchar".into(),
-        DataType::Binary | DataType::LargeBinary => "bytea".into(),
-        DataType::Date32 => "date".into(),
-        DataType::Timestamp(_, None) => "timestamp".into(),
-        DataType::Timestamp(_, Some(_)) => "timestamptz".into(),
-        DataType::Decimal128(p, s) => format!("numeric({p},{s})"),
-        other => other.to_string().to_lowercase(),
-    }
 }
 
 /// `DESCRIBE name`.

@@ -29,6 +29,8 @@ mod format;
 mod params;
 mod simple;
 mod startup;
+#[cfg(test)]
+mod type_agreement_tests;
 mod types;
 
 use std::future::Future;

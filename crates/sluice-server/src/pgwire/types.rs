@@ -1,125 +1,65 @@
-//! Arrow ↔ Postgres type mapping.
+//! Arrow ↔ Postgres types on the wire.
 //!
 //! A result column of Arrow type `T` is sent as the Postgres type
-//! [`pg_type`]`(T)`, whose wire form (text and binary) [`super::encode`]
-//! writes. A bound parameter of Postgres type `P` decodes to the Arrow type
+//! [`sluice_sql::types::pg_type`]`(T)` — the one map that DESCRIBE, psql's
+//! `\d`, the `pg_catalog` tables and the REST API name types by — in the
+//! wire form (text and binary) that [`super::encode`] writes. A bound
+//! parameter of Postgres type `P` decodes to the Arrow type
 //! [`param_data_type`]`(P)` before it is cast to the type the engine expects.
-//!
-//! | Arrow                                   | Postgres                  |
-//! |-----------------------------------------|---------------------------|
-//! | Boolean                                 | bool                      |
-//! | Int8, Int16, UInt8                      | int2                      |
-//! | Int32, UInt16                           | int4                      |
-//! | Int64, UInt32                           | int8                      |
-//! | UInt64, Decimal*                        | numeric                   |
-//! | Float16, Float32 / Float64              | float4 / float8           |
-//! | Utf8, LargeUtf8, Utf8View               | text                      |
-//! | Binary, LargeBinary, BinaryView, FixedSizeBinary | bytea            |
-//! | Date32, Date64                          | date                      |
-//! | Time32, Time64                          | time                      |
-//! | Timestamp(_, None) / Timestamp(_, tz)   | timestamp / timestamptz   |
-//! | Interval, Duration                      | interval                  |
-//! | anything else                           | text (Arrow's display)    |
 
 use arrow::datatypes::{DataType, Schema, TimeUnit};
 use pgwire::api::Type;
 use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldFormat, FieldInfo};
+use sluice_sql::types::{PgType, pg_sent_as_display};
 
 /// The Postgres representation a column is sent in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PgKind {
-    Bool,
-    Int2,
-    Int4,
-    Int8,
-    Float4,
-    Float8,
-    Numeric,
-    Text,
-    Bytea,
-    Date,
-    Time,
-    Timestamp,
-    TimestampTz,
-    Interval,
-    /// No native mapping: sent as `text`, formatted by Arrow's display.
+    /// The value's own Postgres form.
+    Native(PgType),
+    /// No native form: sent as `text`, formatted by Arrow's display.
     Display,
 }
 
 /// The representation a column of `data_type` is sent in.
 pub(crate) fn pg_kind(data_type: &DataType) -> PgKind {
-    use DataType as D;
-    match data_type {
-        D::Boolean => PgKind::Bool,
-        D::Int8 | D::Int16 | D::UInt8 => PgKind::Int2,
-        D::Int32 | D::UInt16 => PgKind::Int4,
-        D::Int64 | D::UInt32 => PgKind::Int8,
-        D::UInt64 | D::Decimal32(..) | D::Decimal64(..) | D::Decimal128(..) | D::Decimal256(..) => PgKind::Numeric,
-        D::Float16 | D::Float32 => PgKind::Float4,
-        D::Float64 => PgKind::Float8,
-        D::Utf8 | D::LargeUtf8 | D::Utf8View => PgKind::Text,
-        D::Binary | D::LargeBinary | D::BinaryView | D::FixedSizeBinary(_) => PgKind::Bytea,
-        D::Date32 | D::Date64 => PgKind::Date,
-        D::Time32(_) | D::Time64(_) => PgKind::Time,
-        D::Timestamp(_, None) => PgKind::Timestamp,
-        D::Timestamp(_, Some(_)) => PgKind::TimestampTz,
-        D::Interval(_) | D::Duration(_) => PgKind::Interval,
-        _ => PgKind::Display,
+    if pg_sent_as_display(data_type) {
+        PgKind::Display
+    } else {
+        PgKind::Native(sluice_sql::types::pg_type(data_type))
     }
 }
 
 impl PgKind {
-    /// The Postgres type (and so the OID) of this representation.
-    pub(crate) fn pg_type(self) -> Type {
+    /// The Postgres type of this representation.
+    pub(crate) fn pg_type(self) -> PgType {
         match self {
-            PgKind::Bool => Type::BOOL,
-            PgKind::Int2 => Type::INT2,
-            PgKind::Int4 => Type::INT4,
-            PgKind::Int8 => Type::INT8,
-            PgKind::Float4 => Type::FLOAT4,
-            PgKind::Float8 => Type::FLOAT8,
-            PgKind::Numeric => Type::NUMERIC,
-            PgKind::Text | PgKind::Display => Type::TEXT,
-            PgKind::Bytea => Type::BYTEA,
-            PgKind::Date => Type::DATE,
-            PgKind::Time => Type::TIME,
-            PgKind::Timestamp => Type::TIMESTAMP,
-            PgKind::TimestampTz => Type::TIMESTAMPTZ,
-            PgKind::Interval => Type::INTERVAL,
+            PgKind::Native(t) => t,
+            PgKind::Display => PgType::Text,
         }
+    }
+
+    /// The pgwire type (and so the OID) of this representation.
+    pub(crate) fn wire_type(self) -> Type {
+        let t = self.pg_type();
+        Type::from_oid(t.oid()).unwrap_or_else(|| panic!("pgwire knows no type of oid {} ({t:?})", t.oid()))
     }
 
     /// `pg_type.typlen`: the fixed width in bytes, or -1 for variable width.
     pub(crate) fn type_size(self) -> i16 {
-        match self {
-            PgKind::Bool => 1,
-            PgKind::Int2 => 2,
-            PgKind::Int4 | PgKind::Float4 | PgKind::Date => 4,
-            PgKind::Int8 | PgKind::Float8 | PgKind::Time | PgKind::Timestamp | PgKind::TimestampTz => 8,
-            PgKind::Interval => 16,
-            PgKind::Numeric | PgKind::Text | PgKind::Bytea | PgKind::Display => -1,
-        }
+        self.pg_type().typlen()
     }
 }
 
 /// The Postgres type a column of `data_type` is sent as.
 pub(crate) fn pg_type(data_type: &DataType) -> Type {
-    pg_kind(data_type).pg_type()
+    pg_kind(data_type).wire_type()
 }
 
-/// `atttypmod` for a column: `numeric(p, s)` packs precision and scale as
-/// Postgres does (`(p << 16 | s) + 4`); everything else has none (-1).
+/// `atttypmod` for a column (see [`sluice_sql::types::pg_type_modifier`]).
 pub(crate) fn type_modifier(data_type: &DataType) -> i32 {
-    let (precision, scale) = match data_type {
-        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => (*p, *s),
-        DataType::Decimal256(p, s) => (*p, *s),
-        _ => return -1,
-    };
-    if scale < 0 || i32::from(scale) > i32::from(precision) {
-        return -1;
-    }
-    ((i32::from(precision) << 16) | i32::from(scale)) + 4
+    sluice_sql::types::pg_type_modifier(data_type)
 }
 
 /// Row description fields for `schema`, each column in the given format.
@@ -131,7 +71,7 @@ pub(crate) fn field_infos(schema: &Schema, formats: &[FieldFormat]) -> Vec<Field
         .map(|(idx, field)| {
             let kind = pg_kind(field.data_type());
             let format = formats.get(idx).copied().unwrap_or(FieldFormat::Text);
-            FieldInfo::new(field.name().clone(), None, None, kind.pg_type(), format)
+            FieldInfo::new(field.name().clone(), None, None, kind.wire_type(), format)
                 .with_type_size(kind.type_size())
                 .with_type_modifier(type_modifier(field.data_type()))
         })

@@ -1,0 +1,299 @@
+//! `pg_catalog` and `information_schema` as tables over Sluice's stream
+//! catalog, so that drivers and tools (pgJDBC's `DatabaseMetaData`,
+//! psycopg, Grafana, DBeaver) can read what exists with their own queries.
+//!
+//! A query that reads a catalog relation runs once as a DataFusion batch
+//! query (`engine/batch.rs`). Each catalog table is built when a query names
+//! it, from a [`Snapshot`] of the streams and the session's settings taken
+//! for that query. Streams are tables (`relkind` `'r'`) of schema `public`
+//! with oids from [`STREAM_OID_BASE`] in name order; their columns are
+//! named by the one Arrow → Postgres type map
+//! ([`sluice_sql::types::pg_type`]), so `pg_attribute.atttypid` is the oid
+//! a client receives for the column. Before planning, [`rewrite`] turns the
+//! Postgres-only syntax these queries use (`'pg_class'::regclass`,
+//! `OPERATOR(pg_catalog.~)`, `COLLATE`, `= ANY('{…}')`, `pg_catalog.`
+//! function names, `oid`/`name` casts) into what DataFusion plans.
+//!
+//! Why streams are tables (`'r'`) and not views (`'v'`): memory streams take
+//! `INSERT`, every stream is read by `SELECT` like a table, and tools list
+//! tables by default (pgJDBC's `getTables(…, {"TABLE"})`, psql's `\dt`).
+
+mod functions;
+pub mod rewrite;
+mod tables;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::{MemorySchemaProvider, SchemaProvider, TableProvider};
+use datafusion::datasource::MemTable;
+use datafusion::error::Result as DfResult;
+use datafusion::prelude::SessionContext;
+use sluice_plan::catalog::StreamDef;
+use sqlparser::ast::{ObjectName, Query, Visit, Visitor};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+pub use tables::CATALOG_TABLE_NAMES;
+
+/// Oid of the first stream (Postgres' first user oid).
+pub const STREAM_OID_BASE: u32 = 16384;
+/// `pg_namespace` oids, as in Postgres (`information_schema`'s varies there).
+pub const PG_CATALOG_OID: i64 = 11;
+pub const PUBLIC_OID: i64 = 2200;
+pub const INFORMATION_SCHEMA_OID: i64 = 13_000;
+/// The one role, `sluice` (Postgres' bootstrap superuser oid).
+pub const ROLE_OID: i64 = 10;
+pub const ROLE_NAME: &str = "sluice";
+/// The one database.
+pub const DATABASE_NAME: &str = "sluice";
+pub const DATABASE_OID: i64 = 5;
+
+/// What the catalog tables show, taken once per query.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Every stream, in name order (a stream's oid is its position).
+    pub streams: Vec<StreamDef>,
+    /// The session's settings: (name, value, description).
+    pub settings: Vec<(String, String, String)>,
+}
+
+impl Snapshot {
+    pub fn new(mut streams: Vec<StreamDef>, settings: Vec<(String, String, String)>) -> Self {
+        streams.sort_by(|a, b| a.name.cmp(&b.name));
+        Snapshot { streams, settings }
+    }
+
+    /// The oid of the stream at `index`.
+    pub fn stream_oid(index: usize) -> i64 {
+        i64::from(STREAM_OID_BASE) + index as i64
+    }
+
+    /// Every relation: streams, then the catalog's own tables and views.
+    pub fn relations(&self) -> Vec<Relation> {
+        let mut out: Vec<Relation> = self
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Relation {
+                oid: Self::stream_oid(i),
+                namespace: PUBLIC_OID,
+                schema_name: "public",
+                name: s.name.clone(),
+                kind: 'r',
+                schema: s.schema.clone(),
+                stream: Some(i),
+            })
+            .collect();
+        out.extend(tables::catalog_relations());
+        out
+    }
+
+    /// The oid of relation `name` (optionally schema-qualified), as
+    /// `'name'::regclass` resolves it: unqualified names look in `public`
+    /// (a stream) first, then `pg_catalog`.
+    pub fn relation_oid(&self, schema: Option<&str>, name: &str) -> Option<i64> {
+        let relations = self.relations();
+        let find = |schema_name: &str| {
+            relations
+                .iter()
+                .find(|r| r.schema_name == schema_name && r.name == name)
+                .map(|r| r.oid)
+        };
+        match schema {
+            Some(s) => find(s),
+            None => find("public").or_else(|| find("pg_catalog")),
+        }
+    }
+
+    /// The value of setting `name` in this session, if it has one.
+    pub fn setting(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.settings
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, v, _)| v.as_str())
+    }
+}
+
+/// A relation as `pg_class` lists it.
+#[derive(Debug, Clone)]
+pub struct Relation {
+    pub oid: i64,
+    pub namespace: i64,
+    pub schema_name: &'static str,
+    pub name: String,
+    /// `relkind`: `'r'` table, `'v'` view.
+    pub kind: char,
+    pub schema: SchemaRef,
+    /// Index of the stream in [`Snapshot::streams`], for streams.
+    pub stream: Option<usize>,
+}
+
+/// Whether `query` reads a catalog relation: a `pg_catalog.` or
+/// `information_schema.` name, or an unqualified `pg_catalog` table name
+/// (Postgres searches `pg_catalog` first) that `is_stream` does not claim.
+pub fn reads_catalog(query: &Query, is_stream: impl Fn(&str) -> bool) -> bool {
+    struct Names(Vec<ObjectName>);
+    impl Visitor for Names {
+        type Break = ();
+        fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<()> {
+            self.0.push(relation.clone());
+            ControlFlow::Continue(())
+        }
+    }
+    let mut names = Names(Vec::new());
+    let _ = query.visit(&mut names);
+    names.0.iter().any(|name| {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|p| p.as_ident())
+            .map(sluice_sql::names::normalize_ident)
+            .collect();
+        match parts.as_slice() {
+            [.., schema, _] => schema == "pg_catalog" || schema == "information_schema",
+            [table] => CATALOG_TABLE_NAMES.contains(&table.as_str()) && !is_stream(table),
+            [] => false,
+        }
+    })
+}
+
+/// Catalog tables that never have rows in Sluice (no policies, statistics
+/// objects, publications, inheritance, triggers, rules, constraints,
+/// indexes, partitions, foreign tables, sequences).
+const EMPTY_TABLES: &[&str] = &[
+    "pg_policy",
+    "pg_statistic_ext",
+    "pg_publication",
+    "pg_publication_rel",
+    "pg_publication_namespace",
+    "pg_inherits",
+    "pg_trigger",
+    "pg_rewrite",
+    "pg_constraint",
+    "pg_index",
+    "pg_partitioned_table",
+    "pg_foreign_table",
+    "pg_sequence",
+    "pg_event_trigger",
+];
+
+/// Whether `query` has no rows whatever it computes: every `SELECT` of it
+/// reads first (its driving relation) a catalog table that has no rows, and
+/// aggregates nothing. psql's `\d name` footers are such queries, some
+/// with Postgres-only syntax (`ARRAY(…)`, `= any(column)`) that DataFusion
+/// cannot plan; they are answered with no rows rather than an error.
+pub fn has_no_rows(query: &Query) -> bool {
+    use sqlparser::ast::{SetExpr, TableFactor};
+    fn select_is_empty(body: &SetExpr) -> bool {
+        match body {
+            SetExpr::Select(select) => {
+                let Some(first) = select.from.first() else { return false };
+                let TableFactor::Table { name, .. } = &first.relation else {
+                    return false;
+                };
+                let table = sluice_sql::names::normalize_name(name);
+                // An aggregate over no rows still has a row.
+                let aggregates = select.projection.iter().any(|item| {
+                    let expr = match item {
+                        sqlparser::ast::SelectItem::UnnamedExpr(e)
+                        | sqlparser::ast::SelectItem::ExprWithAlias { expr: e, .. } => e,
+                        _ => return false,
+                    };
+                    let sqlparser::ast::Expr::Function(f) = expr else {
+                        return false;
+                    };
+                    let name = sluice_sql::names::normalize_name(&f.name);
+                    [
+                        "count",
+                        "sum",
+                        "max",
+                        "min",
+                        "avg",
+                        "string_agg",
+                        "array_agg",
+                        "bool_and",
+                        "bool_or",
+                    ]
+                    .contains(&name.as_str())
+                });
+                EMPTY_TABLES.contains(&table.as_str())
+                    && !aggregates
+                    && matches!(&select.group_by, sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty())
+            }
+            SetExpr::SetOperation { left, right, .. } => select_is_empty(left) && select_is_empty(right),
+            SetExpr::Query(q) => select_is_empty(&q.body),
+            _ => false,
+        }
+    }
+    select_is_empty(&query.body)
+}
+
+/// `pg_attribute.attstorage` of a column of `data_type`: plain for fixed
+/// width, extended for variable width.
+pub fn attribute_storage(data_type: &arrow::datatypes::DataType) -> &'static str {
+    match sluice_sql::types::pg_type(data_type) {
+        sluice_sql::types::PgType::Numeric => "m",
+        t if t.typlen() > 0 => "p",
+        _ => "x",
+    }
+}
+
+/// Registers `pg_catalog` (also the default schema, so unqualified
+/// `pg_class` resolves as in Postgres), `information_schema` and an empty
+/// `public`, and the catalog functions, in `ctx` (whose default catalog is
+/// [`DATABASE_NAME`]).
+pub fn register(ctx: &SessionContext, snapshot: Arc<Snapshot>) {
+    let catalog = ctx
+        .catalog(DATABASE_NAME)
+        .expect("the batch context's default catalog is registered");
+    for schema in ["pg_catalog", "information_schema"] {
+        let provider = Arc::new(CatalogSchema {
+            schema,
+            snapshot: snapshot.clone(),
+        });
+        catalog
+            .register_schema(schema, provider)
+            .expect("registering a schema in a memory catalog cannot fail");
+    }
+    catalog
+        .register_schema("public", Arc::new(MemorySchemaProvider::new()))
+        .expect("registering a schema in a memory catalog cannot fail");
+    functions::register(ctx, snapshot);
+}
+
+/// One catalog schema: its tables are built from the snapshot when a query
+/// names them.
+#[derive(Debug)]
+struct CatalogSchema {
+    schema: &'static str,
+    snapshot: Arc<Snapshot>,
+}
+
+#[async_trait]
+impl SchemaProvider for CatalogSchema {
+    fn table_names(&self) -> Vec<String> {
+        tables::catalog_relations()
+            .into_iter()
+            .filter(|r| r.schema_name == self.schema)
+            .map(|r| r.name)
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(batch) = tables::build(self.schema, name, &self.snapshot)? else {
+            return Ok(None);
+        };
+        let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+        Ok(Some(Arc::new(table)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        tables::catalog_relations()
+            .iter()
+            .any(|r| r.schema_name == self.schema && r.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests;
