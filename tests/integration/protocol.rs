@@ -507,3 +507,55 @@ async fn cancel_stops_an_unbounded_query_and_session_goes_on() {
     let rows = query(&client, "SELECT x FROM m LIMIT 4").await;
     assert_eq!(rows.len(), 4);
 }
+
+/// Unaliased result columns are named as Postgres 15 names them (the
+/// expected names are what Postgres answers for the same statements), over
+/// both protocols and for a continuous query as well as a batch one.
+#[tokio::test]
+async fn result_columns_are_named_as_postgres_names_them() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(
+        &client,
+        "CREATE STREAM named (k BIGINT, page TEXT); INSERT INTO named VALUES (1, 'a')",
+    )
+    .await;
+    let names = |columns: &[tokio_postgres::Column]| columns.iter().map(|c| c.name().to_string()).collect::<Vec<_>>();
+    // Extended protocol: the Describe of the prepared statement.
+    let batch = client
+        .prepare("SELECT 1, 2 AS two, 1 + 1, 3::int, upper('x'), CASE WHEN true THEN 1 END")
+        .await
+        .unwrap();
+    assert_eq!(
+        names(batch.columns()),
+        ["?column?", "two", "?column?", "int4", "upper", "case"]
+    );
+    let rows = client.query(&batch, &[]).await.unwrap();
+    assert_eq!(names(rows[0].columns()), names(batch.columns()));
+    let continuous = client
+        .prepare("SELECT k, k + 1, upper(page) AS up FROM named LIMIT 1")
+        .await
+        .unwrap();
+    assert_eq!(names(continuous.columns()), ["k", "?column?", "up"]);
+    let rows = within(
+        "LIMIT 1 over a memory stream",
+        STATEMENT_TIMEOUT,
+        client.query(&continuous, &[]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(names(rows[0].columns()), ["k", "?column?", "up"]);
+    assert_eq!(rows[0].get::<_, i64>(1), 2);
+    // Simple protocol: the RowDescription of `SELECT 1`.
+    let messages = client.simple_query("SELECT 1").await.unwrap();
+    let columns = messages
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::RowDescription(c) => {
+                Some(c.iter().map(|c| c.name().to_string()).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .expect("a RowDescription");
+    assert_eq!(columns, ["?column?"]);
+}

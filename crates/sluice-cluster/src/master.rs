@@ -1,12 +1,16 @@
-//! The master: owns the catalog, starts and stops pipelines through the
-//! scheduler, and answers status questions.
+//! The master: owns the catalog, applies [`CatalogCommand`]s to it, starts
+//! and stops pipelines through the scheduler, and answers status questions.
+//!
+//! It holds no data-plane object: memory streams' logs and session result
+//! channels belong to the connectors of the process that runs the tasks
+//! (the worker); the master reaches them only through the [`Scheduler`]
+//! (`release_stream` when a memory stream is dropped).
 
 use crate::catalog::{CatalogState, CatalogStore, PipelineDef, PipelineKind};
+use crate::command::{Applied, CatalogCommand};
 use crate::scheduler::Scheduler;
 use crate::status::{PipelineInfo, describe_status, totals};
 use crate::supervisor::{Slot, supervise};
-use arrow::record_batch::RecordBatch;
-use sluice_connectors::{Connectors, MemoryLog};
 use sluice_dataflow::checkpoint::StateStore;
 use sluice_dataflow::deploy::PipelineRuntime;
 use sluice_plan::OperatorKind;
@@ -17,7 +21,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
 
 /// Session query ids start here, apart from named pipelines' ids.
 const SESSION_QUERY_ID_BASE: u64 = 1 << 40;
@@ -32,7 +35,6 @@ pub struct Master {
     store: CatalogStore,
     state: Mutex<CatalogState>,
     scheduler: Arc<dyn Scheduler>,
-    connectors: Connectors,
     running: Mutex<HashMap<String, Running>>,
     next_query_id: AtomicU64,
     /// Where checkpoints go unless a pipeline says otherwise.
@@ -61,7 +63,7 @@ fn ensure_unread(state: &CatalogState, stream: &str, what: &str) -> Result<()> {
 
 impl Master {
     /// Opens the catalog in `data_dir` and restarts its pipelines.
-    pub fn open(data_dir: &Path, scheduler: Arc<dyn Scheduler>, connectors: Connectors) -> Result<Self> {
+    pub fn open(data_dir: &Path, scheduler: Arc<dyn Scheduler>) -> Result<Self> {
         let store = CatalogStore::new(data_dir);
         let state = store.load()?;
         let master = Master {
@@ -69,7 +71,6 @@ impl Master {
             store,
             state: Mutex::new(state),
             scheduler,
-            connectors,
             running: Mutex::new(HashMap::new()),
             next_query_id: AtomicU64::new(SESSION_QUERY_ID_BASE),
         };
@@ -86,9 +87,27 @@ impl Master {
         self.state.lock().expect("catalog lock")
     }
 
-    /// The connectors of this process (memory logs, client sinks).
-    pub fn connectors(&self) -> &Connectors {
-        &self.connectors
+    /// Applies one catalog command: the only way the catalog changes.
+    pub fn apply(&self, command: CatalogCommand) -> Result<Applied> {
+        let changed = match command {
+            CatalogCommand::CreateStream { def, if_not_exists } => self.create_stream(def, if_not_exists)?,
+            CatalogCommand::CreatePipeline {
+                name,
+                kind,
+                sql,
+                dag,
+                derived,
+                if_not_exists,
+                created_ms,
+            } => self.create_pipeline(&name, kind, &sql, dag, derived, if_not_exists, created_ms)?,
+            CatalogCommand::DropStream { name, if_exists } => self.drop_stream(&name, if_exists)?,
+            CatalogCommand::DropPipeline { name, if_exists, only } => self.drop_pipeline(&name, if_exists, only)?,
+            CatalogCommand::SetPaused { name, paused } => {
+                self.set_paused(&name, paused)?;
+                true
+            }
+        };
+        Ok(if changed { Applied::Changed } else { Applied::Unchanged })
     }
 
     pub fn stream(&self, name: &str) -> Option<StreamDef> {
@@ -100,7 +119,7 @@ impl Master {
     }
 
     /// Adds a stream; `Ok(false)` when it exists and `if_not_exists`.
-    pub fn create_stream(&self, def: StreamDef, if_not_exists: bool) -> Result<bool> {
+    fn create_stream(&self, def: StreamDef, if_not_exists: bool) -> Result<bool> {
         let mut state = self.lock();
         if state.streams.contains_key(&def.name) {
             if if_not_exists {
@@ -118,7 +137,7 @@ impl Master {
 
     /// Drops a stream. A derived stream's pipeline is dropped with it; a
     /// stream other pipelines read cannot be dropped.
-    pub fn drop_stream(&self, name: &str, if_exists: bool) -> Result<bool> {
+    fn drop_stream(&self, name: &str, if_exists: bool) -> Result<bool> {
         let mut state = self.lock();
         let Some(def) = state.streams.get(name).cloned() else {
             return if if_exists {
@@ -135,12 +154,13 @@ impl Master {
         state.streams.remove(name);
         self.store.save(&state)?;
         drop(state);
-        self.connectors.memory.remove(name);
+        self.scheduler.release_stream(name);
         Ok(true)
     }
 
     /// Registers and starts a named pipeline (and its derived stream).
-    pub fn create_pipeline(
+    #[allow(clippy::too_many_arguments)]
+    fn create_pipeline(
         &self,
         name: &str,
         kind: PipelineKind,
@@ -148,6 +168,7 @@ impl Master {
         dag: PhysicalDag,
         derived: Option<StreamDef>,
         if_not_exists: bool,
+        created_ms: i64,
     ) -> Result<bool> {
         let def = {
             let mut state = self.lock();
@@ -168,7 +189,7 @@ impl Master {
                 kind,
                 sql: sql.to_string(),
                 dag,
-                created_ms: now_ms(),
+                created_ms,
                 earlier_versions: Vec::new(),
             };
             state.pipelines.insert(name.to_string(), def.clone());
@@ -229,15 +250,22 @@ impl Master {
         }
     }
 
-    /// Stops and forgets a pipeline (and its derived stream, if no one reads it).
-    pub fn drop_pipeline(&self, name: &str, if_exists: bool) -> Result<bool> {
+    /// Stops and forgets a pipeline (and its derived stream, if no one
+    /// reads it). With `only`, a pipeline of another kind is refused.
+    fn drop_pipeline(&self, name: &str, if_exists: bool, only: Option<PipelineKind>) -> Result<bool> {
         let mut state = self.lock();
-        if !state.pipelines.contains_key(name) {
+        let Some(kind) = state.pipelines.get(name).map(|p| p.kind) else {
             return if if_exists {
                 Ok(false)
             } else {
                 Err(Error::not_found(ObjectKind::Pipeline, name))
             };
+        };
+        if only == Some(PipelineKind::Sink) && kind != PipelineKind::Sink {
+            return Err(Error::user(
+                SqlCode::WrongObjectType,
+                format!("\"{name}\" is a stream, not a sink: use DROP STREAM {name}"),
+            ));
         }
         let derived: Vec<String> = state
             .streams
@@ -256,7 +284,7 @@ impl Master {
         drop(state);
         self.stop(name);
         for stream in &derived {
-            self.connectors.memory.remove(stream);
+            self.scheduler.release_stream(stream);
         }
         Ok(true)
     }
@@ -317,7 +345,7 @@ impl Master {
 
     /// Pauses or resumes a named pipeline's sources (not persisted: a
     /// restarted server runs every pipeline).
-    pub fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
+    fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
         let running = self.running.lock().expect("running lock");
         let r = running
             .get(name)
@@ -354,16 +382,16 @@ impl Master {
             .and_then(|r| r.slot.runtime())
     }
 
-    /// Runs a session's query; its rows arrive on `results`.
-    pub fn run_query(&self, dag: &PhysicalDag, results: mpsc::Sender<RecordBatch>) -> Result<Arc<PipelineRuntime>> {
-        let id = PipelineId(self.next_query_id.fetch_add(1, Ordering::Relaxed));
-        self.connectors.clients.register(id, results);
-        self.scheduler.deploy(id, dag)
+    /// A new id for a session's query (apart from named pipelines' ids):
+    /// its `client` sink's result channel is registered under it before
+    /// [`Master::run_query`] deploys it.
+    pub fn new_query_id(&self) -> PipelineId {
+        PipelineId(self.next_query_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// The memory log of a `memory` stream.
-    pub fn memory_log(&self, def: &StreamDef) -> Result<Arc<MemoryLog>> {
-        self.connectors.memory.get_or_create(&def.name, &def.options)
+    /// Runs a session's query as pipeline `id`.
+    pub fn run_query(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
+        self.scheduler.deploy(id, dag)
     }
 }
 

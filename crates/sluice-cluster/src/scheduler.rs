@@ -17,6 +17,9 @@ pub trait Scheduler: Send + Sync {
         plan: CheckpointPlan,
     ) -> Result<Arc<PipelineRuntime>>;
     fn stop(&self, id: PipelineId);
+    /// Frees what the workers hold for a dropped stream (a memory stream's
+    /// log). Called after the catalog forgot the stream.
+    fn release_stream(&self, stream: &str);
 }
 
 /// Everything on the one local worker (the playground).
@@ -38,5 +41,8 @@ impl Scheduler for LocalScheduler {
     }
     fn stop(&self, id: PipelineId) {
         self.worker.stop(id)
+    }
+    fn release_stream(&self, stream: &str) {
+        self.worker.connectors.memory.remove(stream);
     }
 }

@@ -89,6 +89,10 @@ impl ClientSinks {
     fn take(&self, pipeline: PipelineId) -> Option<mpsc::Sender<RecordBatch>> {
         self.channels.lock().expect("client sinks lock").remove(&pipeline)
     }
+    /// Drops the channel of a query that did not deploy.
+    pub fn forget(&self, pipeline: PipelineId) {
+        self.take(pipeline);
+    }
 }
 
 /// Every connector of this process.

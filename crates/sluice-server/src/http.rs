@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
+use sluice_cluster::CatalogCommand;
 use sluice_cluster::worker::Worker;
 use sluice_types::{ObjectKind, now_ms};
 use std::sync::Arc;
@@ -169,7 +170,12 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
 }
 
 async fn drop_pipeline(State(s): St, Path(name): Path<String>) -> Response {
-    match s.engine.master.drop_pipeline(&name, false) {
+    let command = CatalogCommand::DropPipeline {
+        name,
+        if_exists: false,
+        only: None,
+    };
+    match s.engine.master.apply(command) {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => sluice_error(&e),
     }
@@ -184,8 +190,12 @@ async fn resume(State(s): St, Path(name): Path<String>) -> Response {
 }
 
 fn set_paused(engine: &Engine, name: &str, paused: bool) -> Response {
-    match engine.master.set_paused(name, paused) {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+    let command = CatalogCommand::SetPaused {
+        name: name.to_string(),
+        paused,
+    };
+    match engine.master.apply(command) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => sluice_error(&e),
     }
 }

@@ -52,8 +52,8 @@ pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
         DeployConfig::default(),
     ));
     let scheduler = Arc::new(LocalScheduler { worker: worker.clone() });
-    let master = Arc::new(Master::open(&config.data_dir, scheduler, connectors)?);
-    let engine = Engine::new(master);
+    let master = Arc::new(Master::open(&config.data_dir, scheduler)?);
+    let engine = Engine::new(master, connectors);
     let pg = tokio::net::TcpListener::bind(config.pg_addr).await?;
     let http = tokio::net::TcpListener::bind(config.http_addr).await?;
     let (pg_addr, http_addr) = (pg.local_addr()?, http.local_addr()?);

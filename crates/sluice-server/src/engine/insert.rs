@@ -8,14 +8,15 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use sluice_cluster::Master;
+use sluice_connectors::MemoryLogs;
 use sluice_sql::errors::plan_error;
 use sluice_sql::statement::normalize_name;
 use sluice_types::{Error, ObjectKind, Result, SqlCode};
 use sqlparser::ast::{Insert, Statement, TableObject};
 use std::sync::Arc;
 
-/// Appends the rows of `insert`; returns how many.
-pub async fn insert(master: &Master, insert: &Insert) -> Result<u64> {
+/// Appends the rows of `insert` to its stream's log in `logs`; returns how many.
+pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Result<u64> {
     let TableObject::TableName(name) = &insert.table else {
         return Err(Error::unsupported("INSERT INTO a table function is not supported"));
     };
@@ -70,7 +71,7 @@ pub async fn insert(master: &Master, insert: &Insert) -> Result<u64> {
     for b in batches {
         rows.push(conform(&b, &def.schema)?);
     }
-    master.memory_log(&def)?.append(rows)
+    logs.get_or_create(&def.name, &def.options)?.append(rows)
 }
 
 /// Postgres' assignment rules for literal VALUES, where DataFusion's casts

@@ -53,6 +53,8 @@ pub use self::session::Session;
 
 mod batch;
 mod catalog;
+mod column_names;
+mod handler;
 mod insert;
 mod params;
 mod pg_catalog;
@@ -71,14 +73,22 @@ pub use sluice_sql::types::pg_type_name;
 /// the master, query execution through the worker(s). One per process.
 pub struct Engine {
     pub master: std::sync::Arc<sluice_cluster::Master>,
+    /// The data plane the engine reaches directly: memory streams' logs
+    /// (`INSERT` appends there) and the result channels of session queries.
+    /// The master never holds these.
+    pub data: sluice_connectors::Connectors,
     /// When the server started (epoch ms).
     pub started_ms: i64,
 }
 
 impl Engine {
-    pub fn new(master: std::sync::Arc<sluice_cluster::Master>) -> std::sync::Arc<Self> {
+    pub fn new(
+        master: std::sync::Arc<sluice_cluster::Master>,
+        data: sluice_connectors::Connectors,
+    ) -> std::sync::Arc<Self> {
         std::sync::Arc::new(Engine {
             master,
+            data,
             started_ms: sluice_types::now_ms(),
         })
     }

@@ -6,6 +6,7 @@ use arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use sluice_cluster::Master;
+use sluice_connectors::ClientSinks;
 use sluice_dataflow::deploy::{PipelineRuntime, PipelineStatus};
 use sluice_sql::PlannedQuery;
 use sluice_types::{Error, Result, SqlCode};
@@ -31,10 +32,13 @@ struct QueryState {
     done: bool,
 }
 
-/// Starts `planned` and returns its rows as a stream.
-pub fn start(master: &Master, planned: &PlannedQuery) -> Result<RowStream> {
+/// Starts `planned` and returns its rows as a stream. Its `client` sink
+/// finds the result channel registered in `clients` under the query's id.
+pub fn start(master: &Master, clients: &ClientSinks, planned: &PlannedQuery) -> Result<RowStream> {
     let (tx, rx) = mpsc::channel(RESULT_BATCHES_MAX);
-    let runtime = master.run_query(&planned.dag, tx)?;
+    let id = master.new_query_id();
+    clients.register(id, tx);
+    let runtime = master.run_query(id, &planned.dag).inspect_err(|_| clients.forget(id))?;
     let state = QueryState {
         rx,
         remaining: planned.limit,

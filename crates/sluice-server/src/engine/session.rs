@@ -1,42 +1,28 @@
-//! A client session: settings, cursors, and statement execution.
+//! A client session: its settings, cursors and transaction block, and the
+//! entry points the wire protocols call (`execute`, `prepare`,
+//! `execute_prepared`, `plan_dag`). Each statement goes to the handler of
+//! its family (`super::handler`); the session only dispatches, keeps the
+//! failed-transaction rule, and turns a panic into this statement's error.
 
-use super::catalog::MasterCatalog;
-use super::query::{Cursor, SharedCursor, fetch};
+use super::handler::cursor::Cursors;
+use super::handler::transaction::Transaction;
+use super::handler::{Ctx, command, ddl, inspect, variable};
 use super::settings::Settings;
-use super::show::{self, Table};
-use super::{Engine, Output, Prepared, RowStream, batch, insert, params, pg_catalog, query};
+use super::{Engine, Output, Prepared, insert, params};
 use datafusion::scalar::ScalarValue;
-use sluice_cluster::catalog::PipelineKind;
-use sluice_connectors::factory::{validate_sink, validate_sink_output, validate_source};
-use sluice_connectors::nexmark::{NexmarkTable, nexmark_schema};
-use sluice_plan::catalog::{EventTime, StreamDef};
-use sluice_sql::create::stream_def;
 use sluice_sql::planner::sink_spec;
-use sluice_sql::statement::{CreateStream, DropKind, SluiceStatement, normalize_ident, parse_statements};
-use sluice_sql::{PlannedQuery, Planner, PlannerSettings};
-use sluice_types::{Error, ObjectKind, Result, SqlCode};
-use sqlparser::ast::{CloseCursor, CopySource, CopyTarget, FetchDirection, Query, Set, Statement, Value};
-use std::collections::{BTreeMap, HashMap};
+use sluice_sql::statement::{SluiceStatement, normalize_ident, parse_statements};
+use sluice_types::{Error, Result, SqlCode};
+use sqlparser::ast::{CopySource, CopyTarget, Statement, Value};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Open cursors per session.
-pub const CURSORS_MAX: usize = 64;
 
 /// One client's session. Not shared between connections.
 pub struct Session {
     engine: Arc<Engine>,
     settings: Settings,
-    cursors: HashMap<String, OpenCursor>,
-    /// Inside BEGIN … COMMIT/ROLLBACK.
-    in_transaction: bool,
-    /// A statement failed inside the transaction: only its end is accepted.
-    transaction_failed: bool,
-}
-
-/// A cursor and whether it outlives its transaction (`WITH HOLD`).
-struct OpenCursor {
-    cursor: SharedCursor,
-    hold: bool,
+    cursors: Cursors,
+    transaction: Transaction,
 }
 
 /// Runs the handling of statement text `sql`, turning a panic anywhere in
@@ -80,21 +66,20 @@ fn injected_panic(sql: &str) {
     }
 }
 
-fn command(tag: &str) -> Output {
-    Output::Command {
-        tag: tag.to_string(),
-        rows: None,
-    }
-}
-
 impl Session {
     pub(crate) fn new(engine: Arc<Engine>) -> Self {
         Session {
             engine,
             settings: Settings::default(),
-            cursors: HashMap::new(),
-            in_transaction: false,
-            transaction_failed: false,
+            cursors: Cursors::default(),
+            transaction: Transaction::default(),
+        }
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            engine: &self.engine,
+            settings: &self.settings,
         }
     }
 
@@ -108,7 +93,7 @@ impl Session {
     }
 
     async fn execute_unguarded(&mut self, sql: &str) -> Vec<Result<Output>> {
-        if let Some(answer) = super::psql_catalog::answer(sql, || self.catalog_snapshot()) {
+        if let Some(answer) = super::psql_catalog::answer(sql, || self.ctx().catalog_snapshot()) {
             return vec![answer];
         }
         let statements = match parse_statements(sql) {
@@ -154,7 +139,7 @@ impl Session {
                 ));
             }
         };
-        Ok(self.plan(&query, sink_spec("client", BTreeMap::new())).await?.dag)
+        Ok(self.ctx().plan(&query, sink_spec("client", BTreeMap::new())).await?.dag)
     }
 
     /// Parses and describes one statement for the extended protocol.
@@ -181,27 +166,20 @@ impl Session {
         let (param_types, schema) = match &statement {
             SluiceStatement::Sql(s) => match s.as_ref() {
                 Statement::Query(q) => {
-                    let (p, s) = self.describe_query(q).await?;
+                    let (p, s) = self.ctx().describe_query(q).await?;
                     (p, Some(s))
                 }
                 Statement::Insert(insert) => (self.insert_param_types(insert), None),
                 Statement::Fetch { name, .. } => {
-                    let cursor = self.cursor(&normalize_ident(name))?;
+                    let cursor = self.cursors.get(&normalize_ident(name))?;
                     let schema = cursor.lock().await.schema.clone();
                     (vec![], Some(schema))
                 }
                 _ => (vec![], None),
             },
-            SluiceStatement::ShowStreams => (vec![], Some(show::schema_of("streams"))),
-            SluiceStatement::ShowPipelines => (vec![], Some(show::schema_of("pipelines"))),
-            SluiceStatement::ShowCheckpoints(_) => (vec![], Some(show::schema_of("checkpoints"))),
-            SluiceStatement::Describe(_) => (vec![], Some(show::schema_of("describe"))),
-            SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => {
-                (vec![], Some(show::schema_of("explain")))
-            }
-            SluiceStatement::ShowAll => (vec![], Some(show::schema_of("show_all"))),
-            SluiceStatement::ShowVariable(name) => (vec![], Some(show::schema_of(name))),
-            _ => (vec![], None),
+            SluiceStatement::ShowAll => (vec![], Some(variable::schema(None))),
+            SluiceStatement::ShowVariable(name) => (vec![], Some(variable::schema(Some(name)))),
+            other => (vec![], inspect::schema(other)),
         };
         Ok(Prepared {
             sql: sql.to_string(),
@@ -221,9 +199,7 @@ impl Session {
     /// A statement that panicked fails its transaction block like any
     /// error (only COMMIT/ROLLBACK are accepted after it).
     fn failed_by(&mut self, panicked: Error) -> Error {
-        if self.in_transaction {
-            self.transaction_failed = true;
-        }
+        self.transaction.statement_failed();
         panicked
     }
 
@@ -288,260 +264,54 @@ impl Session {
         types
     }
 
-    fn planner_settings(&self) -> PlannerSettings {
-        PlannerSettings {
-            parallelism: self.settings.parallelism(),
-            join_state_ttl_ms: self.settings.join_state_ttl_ms(),
-            join_state_rows_max: self.settings.join_state_rows_max(),
-            ..PlannerSettings::default()
-        }
-    }
-
-    async fn describe_query(
-        &self,
-        q: &Query,
-    ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
-        let catalog = MasterCatalog(&self.engine.master);
-        let planner = Planner::new(&catalog, self.planner_settings());
-        if self.reads_catalog(q) || !planner.reads_streams(q)? {
-            batch::describe(q, self.catalog_snapshot()).await
-        } else {
-            planner.describe(q).await
-        }
-    }
-
-    /// Whether `q` reads `pg_catalog` or `information_schema` (it then runs
-    /// as a batch query over the catalog, not as a stream query).
-    fn reads_catalog(&self, q: &Query) -> bool {
-        pg_catalog::reads_catalog(q, |name| self.engine.master.stream(name).is_some())
-    }
-
-    /// What the catalog tables show this session now.
-    fn catalog_snapshot(&self) -> pg_catalog::Snapshot {
-        pg_catalog::Snapshot::new(self.engine.master.streams(), self.settings.all())
-    }
-
-    async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
-        let catalog = MasterCatalog(&self.engine.master);
-        Planner::new(&catalog, self.planner_settings()).plan(q, sink).await
-    }
-
-    /// Rows of a query: continuous if it reads a stream, batch otherwise.
-    async fn rows(&self, q: &Query) -> Result<RowStream> {
-        let catalog = MasterCatalog(&self.engine.master);
-        let planner = Planner::new(&catalog, self.planner_settings());
-        if self.reads_catalog(q) || !planner.reads_streams(q)? {
-            return batch::run(q, self.catalog_snapshot()).await;
-        }
-        let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
-        query::start(&self.engine.master, &planned)
-    }
-
-    /// Runs one statement, keeping Postgres' failed-transaction rule: after
-    /// an error inside BEGIN … only COMMIT/ROLLBACK are accepted (25P02),
-    /// and COMMIT then rolls back.
+    /// Runs one statement under the failed-transaction rule (see
+    /// `handler::transaction`).
     async fn run(&mut self, statement: SluiceStatement) -> Result<Output> {
-        let ends_transaction = matches!(
-            &statement,
-            SluiceStatement::Sql(s) if matches!(s.as_ref(), Statement::Commit { .. } | Statement::Rollback { .. })
-        );
-        if self.transaction_failed {
-            if !ends_transaction {
-                return Err(Error::user(
-                    SqlCode::InFailedTransaction,
-                    "current transaction is aborted, commands ignored until end of transaction block",
-                ));
+        if let Some(answer) = self.transaction.refuse_in_failed_block(&statement) {
+            if answer.is_ok() {
+                self.end_transaction();
             }
-            self.end_transaction();
-            return Ok(command("ROLLBACK"));
+            return answer;
         }
-        let result = self.run_statement(statement).await;
-        if result.is_err() && self.in_transaction {
-            self.transaction_failed = true;
+        let result = self.dispatch(statement).await;
+        if result.is_err() {
+            self.transaction.statement_failed();
         }
         result
     }
 
-    async fn run_statement(&mut self, statement: SluiceStatement) -> Result<Output> {
-        let master = self.engine.master.clone();
+    /// Hands a statement to its family's handler.
+    async fn dispatch(&mut self, statement: SluiceStatement) -> Result<Output> {
+        if let Some(command) = ddl::command_for(self.ctx(), &statement).await? {
+            return ddl::apply(self.ctx(), command).await;
+        }
+        let statement = match inspect::handle(self.ctx(), statement).await {
+            Ok(output) => return output,
+            Err(other) => other,
+        };
         match statement {
-            SluiceStatement::CreateStream(c) => self.create_stream(&c).map(|_| command("CREATE STREAM")),
-            SluiceStatement::CreateStreamAs {
-                name,
-                if_not_exists,
-                query,
-            } => {
-                let sink = sink_spec(
-                    "memory",
-                    BTreeMap::from([
-                        ("stream".to_string(), name.clone()),
-                        // Memory logs live in memory only; derived streams do
-                        // not checkpoint (yet).
-                        ("checkpoint.interval".to_string(), "off".to_string()),
-                    ]),
-                );
-                let planned = self.plan(&query, sink).await?;
-                let event_time = planned.event_time_column.filter(|c| {
-                    matches!(
-                        planned.schema.field(*c).data_type(),
-                        arrow::datatypes::DataType::Timestamp(_, _)
-                    )
-                });
-                let def = StreamDef {
-                    name: name.clone(),
-                    schema: planned.schema.clone(),
-                    event_time: event_time.map(|column| EventTime {
-                        column,
-                        delay_ms: 0,
-                        from_upstream: true,
-                    }),
-                    connector: "memory".into(),
-                    options: BTreeMap::new(),
-                    pipeline: Some(name.clone()),
-                    computed: Vec::new(),
-                };
-                let text = format!("CREATE STREAM {name} AS {query}");
-                master.create_pipeline(
-                    &name,
-                    PipelineKind::DerivedStream,
-                    &text,
-                    planned.dag,
-                    Some(def),
-                    if_not_exists,
-                )?;
-                Ok(command("CREATE STREAM"))
-            }
-            SluiceStatement::CreateSink {
-                name,
-                if_not_exists,
-                options,
-                query,
-            } => {
-                let connector = options.get("connector").cloned().ok_or_else(|| {
-                    Error::invalid_option(
-                        "CREATE SINK needs WITH (connector = 'kafka' | 'hdfs' | 'file' | 'blackhole', …)",
-                    )
-                })?;
-                let mut options = options;
-                options
-                    .entry("checkpoint.interval".to_string())
-                    .or_insert(self.settings.get("checkpoint_interval")?);
-                validate_sink(&connector, &options)?;
-                let listed: Vec<String> = options
-                    .iter()
-                    .map(|(k, v)| format!("'{k}' = '{}'", v.replace('\'', "''")))
-                    .collect();
-                let text = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
-                let planned = self.plan(&query, sink_spec(&connector, options.clone())).await?;
-                validate_sink_output(&connector, &options, &planned.schema)?;
-                master.create_pipeline(&name, PipelineKind::Sink, &text, planned.dag, None, if_not_exists)?;
-                master.wait_started(&name).await;
-                Ok(command("CREATE SINK"))
-            }
-            SluiceStatement::Drop { kind, name, if_exists } => match kind {
-                DropKind::Stream => master.drop_stream(&name, if_exists).map(|_| command("DROP STREAM")),
-                DropKind::Sink => {
-                    let is_stream = master.pipeline(&name).is_some_and(|p| p.kind != PipelineKind::Sink);
-                    if is_stream {
-                        return Err(Error::user(
-                            SqlCode::WrongObjectType,
-                            format!("\"{name}\" is a stream, not a sink: use DROP STREAM {name}"),
-                        ));
-                    }
-                    master.drop_pipeline(&name, if_exists).map(|_| command("DROP SINK"))
-                }
-                DropKind::Pipeline => master.drop_pipeline(&name, if_exists).map(|_| command("DROP PIPELINE")),
-            },
-            SluiceStatement::ShowStreams => show::streams(&master.streams()).output("SHOW"),
-            SluiceStatement::ShowPipelines => show::pipelines(&master.pipelines()).output("SHOW"),
-            SluiceStatement::ShowCheckpoints(name) => {
-                let info = master
-                    .pipelines()
-                    .into_iter()
-                    .find(|p| p.name == name)
-                    .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, &name))?;
-                show::checkpoints(&info).output("SHOW")
-            }
-            SluiceStatement::Describe(name) => {
-                let def = master
-                    .stream(&name)
-                    .ok_or_else(|| Error::not_found(ObjectKind::Stream, &name))?;
-                show::describe(&def).output("SHOW")
-            }
-            SluiceStatement::Explain(q) => {
-                let planned = self.plan(&q, sink_spec("client", BTreeMap::new())).await?;
-                show::explain(&planned.dag).output("EXPLAIN")
-            }
-            SluiceStatement::ExplainPipeline(name) => {
-                let def = master
-                    .pipeline(&name)
-                    .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, &name))?;
-                show::explain(&def.dag).output("EXPLAIN")
-            }
-            SluiceStatement::AlterPipelinePause { name, paused } => {
-                master.set_paused(&name, paused)?;
-                Ok(command("ALTER PIPELINE"))
-            }
-            SluiceStatement::ShowVariable(name) => {
-                let value = self.settings.get(&name)?;
-                Table::text(&[name.as_str()], vec![vec![value]]).output("SHOW")
-            }
-            SluiceStatement::ShowAll => {
-                let rows = self.settings.all().into_iter().map(|(n, v, d)| vec![n, v, d]).collect();
-                Table::text(&["name", "setting", "description"], rows).output("SHOW")
-            }
+            SluiceStatement::ShowVariable(name) => variable::show(&self.settings, &name),
+            SluiceStatement::ShowAll => variable::show_all(&self.settings),
             SluiceStatement::Sql(s) => self.run_sql(*s).await,
+            other => Err(Error::internal(format!("no handler for {other:?}"))),
         }
-    }
-
-    fn create_stream(&self, c: &CreateStream) -> Result<()> {
-        let connector = c
-            .options
-            .get("connector")
-            .cloned()
-            .unwrap_or_else(|| "memory".to_string());
-        validate_source(&connector, &c.options)?;
-        let fixed = match connector.as_str() {
-            "nexmark" => {
-                let table = c.options.get("table").map(String::as_str).unwrap_or_default();
-                Some(nexmark_schema(NexmarkTable::parse(table)?))
-            }
-            _ => None,
-        };
-        let metadata = match connector.as_str() {
-            "kafka" => sluice_connectors::kafka::metadata_fields(),
-            _ => Vec::new(),
-        };
-        let def = stream_def(c, &connector, fixed, metadata)?;
-        if connector == "datagen" {
-            let columns = sluice_plan::without_computed(&def.schema, &def.computed);
-            sluice_connectors::datagen::check_schema(&def.options, &columns)?;
-        }
-        let master = &self.engine.master;
-        if master.create_stream(def.clone(), c.if_not_exists)? && def.connector == "memory" {
-            master.memory_log(&def)?;
-        }
-        Ok(())
     }
 
     async fn run_sql(&mut self, statement: Statement) -> Result<Output> {
         match statement {
             Statement::Query(q) => Ok(Output::Rows {
                 tag: "SELECT".into(),
-                rows: self.rows(&q).await?,
+                rows: self.ctx().rows(&q).await?,
             }),
             Statement::Insert(i) => {
-                let n = insert::insert(&self.engine.master, &i).await?;
+                let n = insert::insert(&self.engine.master, &self.engine.data.memory, &i).await?;
                 Ok(Output::Command {
                     tag: "INSERT".into(),
                     rows: Some(n as usize),
                 })
             }
-            Statement::Set(set) => self.set(set),
-            Statement::StartTransaction { .. } => {
-                self.in_transaction = true;
-                Ok(command("BEGIN"))
-            }
+            Statement::Set(set) => variable::set(&mut self.settings, set),
+            Statement::StartTransaction { .. } => Ok(self.transaction.begin()),
             Statement::Commit { .. } => {
                 self.end_transaction();
                 Ok(command("COMMIT"))
@@ -555,26 +325,21 @@ impl Session {
                 Ok(command("DISCARD ALL"))
             }
             Statement::Deallocate { .. } => Ok(command("DEALLOCATE")),
-            Statement::Declare { stmts } => self.declare(stmts).await,
-            Statement::Fetch { name, direction, .. } => self.fetch(&normalize_ident(&name), direction).await,
-            Statement::Close { cursor } => {
-                match cursor {
-                    CloseCursor::All => self.cursors.clear(),
-                    CloseCursor::Specific { name } => {
-                        let name = normalize_ident(&name);
-                        self.cursors
-                            .remove(&name)
-                            .ok_or_else(|| Error::not_found(ObjectKind::Cursor, &name))?;
-                    }
-                }
-                Ok(command("CLOSE CURSOR"))
+            Statement::Declare { stmts } => {
+                let ctx = Ctx {
+                    engine: &self.engine,
+                    settings: &self.settings,
+                };
+                self.cursors.declare(ctx, stmts, self.transaction.in_block()).await
             }
+            Statement::Fetch { name, direction, .. } => self.cursors.fetch(&normalize_ident(&name), direction).await,
+            Statement::Close { cursor } => self.cursors.close(cursor),
             Statement::Copy {
                 source: CopySource::Query(q),
                 to: true,
                 target: CopyTarget::Stdout,
                 ..
-            } => Ok(Output::CopyOut(self.rows(&q).await?)),
+            } => Ok(Output::CopyOut(self.ctx().rows(&q).await?)),
             Statement::Copy { .. } => Err(Error::unsupported("COPY is supported as COPY (query) TO STDOUT")),
             other => Err(Error::unsupported(format!(
                 "statement not supported: {}",
@@ -590,121 +355,12 @@ impl Session {
 
     /// A transaction's end closes its cursors, except those declared WITH HOLD.
     fn end_transaction(&mut self) {
-        self.in_transaction = false;
-        self.transaction_failed = false;
-        self.cursors.retain(|_, c| c.hold);
-    }
-
-    fn set(&mut self, set: Set) -> Result<Output> {
-        match set {
-            Set::SingleAssignment { variable, values, .. } => {
-                let name = variable.to_string().to_ascii_lowercase();
-                let value = values.iter().map(setting_value).collect::<Vec<_>>().join(", ");
-                self.settings.set(&name, &value)?;
-            }
-            Set::SetTimeZone { value, .. } => self.settings.set("timezone", &setting_value(&value))?,
-            Set::SetNames { charset_name, .. } => self.settings.set("client_encoding", &charset_name.to_string())?,
-            other => return Err(Error::unsupported(format!("{other} is not supported"))),
-        }
-        Ok(command("SET"))
-    }
-
-    async fn declare(&mut self, stmts: Vec<sqlparser::ast::Declare>) -> Result<Output> {
-        for d in stmts {
-            let Some(q) = d.for_query else {
-                return Err(Error::unsupported(
-                    "DECLARE is supported for cursors: DECLARE c CURSOR FOR query",
-                ));
-            };
-            let name = d
-                .names
-                .first()
-                .map(normalize_ident)
-                .ok_or_else(|| Error::syntax("DECLARE needs a name"))?;
-            let hold = d.hold.unwrap_or(false);
-            if !hold && !self.in_transaction {
-                return Err(Error::user(
-                    SqlCode::NoActiveTransaction,
-                    "DECLARE CURSOR can only be used in transaction blocks (or declare it WITH HOLD)",
-                ));
-            }
-            if self.cursors.contains_key(&name) {
-                return Err(Error::user(
-                    SqlCode::DuplicateCursor,
-                    format!("cursor \"{name}\" already exists"),
-                ));
-            }
-            if self.cursors.len() >= CURSORS_MAX {
-                return Err(Error::user(
-                    SqlCode::ConfigurationLimitExceeded,
-                    format!("too many open cursors (limit {CURSORS_MAX}); CLOSE some first"),
-                ));
-            }
-            let rows = self.rows(&q).await?;
-            self.cursors.insert(
-                name,
-                OpenCursor {
-                    cursor: Cursor::new(rows),
-                    hold,
-                },
-            );
-        }
-        Ok(command("DECLARE CURSOR"))
+        self.transaction.end();
+        self.cursors.end_of_block();
     }
 
     /// The columns of an open cursor (the pgwire layer describes cursors as portals).
     pub async fn cursor_schema(&self, name: &str) -> Option<arrow::datatypes::SchemaRef> {
-        let cursor = self.cursors.get(name)?.cursor.clone();
-        let schema = cursor.lock().await.schema.clone();
-        Some(schema)
-    }
-
-    fn cursor(&self, name: &str) -> Result<SharedCursor> {
-        self.cursors
-            .get(name)
-            .map(|c| c.cursor.clone())
-            .ok_or_else(|| Error::not_found(ObjectKind::Cursor, name))
-    }
-
-    async fn fetch(&mut self, name: &str, direction: FetchDirection) -> Result<Output> {
-        let count = match direction {
-            FetchDirection::Next => Some(1),
-            FetchDirection::Count { limit } | FetchDirection::Forward { limit: Some(limit) } => {
-                Some(fetch_count(&limit.value)?)
-            }
-            FetchDirection::Forward { limit: None } => Some(1),
-            FetchDirection::All | FetchDirection::ForwardAll => None,
-            _ => {
-                return Err(Error::unsupported(
-                    "cursors move forward only: FETCH [FORWARD] n | NEXT | ALL",
-                ));
-            }
-        };
-        let cursor = self.cursor(name)?;
-        let schema = cursor.lock().await.schema.clone();
-        Ok(Output::Rows {
-            tag: "FETCH".into(),
-            rows: fetch(cursor, count, schema),
-        })
-    }
-}
-
-fn setting_value(e: &sqlparser::ast::Expr) -> String {
-    match e {
-        sqlparser::ast::Expr::Value(v) => match &v.value {
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
-            other => other.to_string(),
-        },
-        sqlparser::ast::Expr::Identifier(i) => i.value.clone(),
-        other => other.to_string(),
-    }
-}
-
-fn fetch_count(v: &Value) -> Result<usize> {
-    match v {
-        Value::Number(n, _) => n
-            .parse()
-            .map_err(|_| Error::syntax(format!("FETCH count must be a number, got {n}"))),
-        other => Err(Error::syntax(format!("FETCH count must be a number, got {other}"))),
+        self.cursors.schema(name).await
     }
 }

@@ -138,3 +138,39 @@ pub async fn catalog_rows(schema: &SchemaRef) -> Vec<CatalogRow> {
     }
     out
 }
+
+/// An engine over a master and one local worker, its catalog in a fresh
+/// directory under the system's temporary directory (removed by the
+/// returned guard).
+pub fn engine(label: &str) -> (std::sync::Arc<super::Engine>, TempDir) {
+    use sluice_cluster::scheduler::LocalScheduler;
+    use sluice_cluster::worker::Worker;
+    use sluice_connectors::Connectors;
+    use sluice_dataflow::channel::InProcessTransport;
+    use sluice_dataflow::deploy::DeployConfig;
+    use std::sync::Arc;
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "sluice-engine-{label}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    let connectors = Connectors::default();
+    let worker = Arc::new(Worker::new(
+        connectors.clone(),
+        InProcessTransport::default(),
+        DeployConfig::default(),
+    ));
+    let master = sluice_cluster::Master::open(&dir, Arc::new(LocalScheduler { worker })).expect("master");
+    (super::Engine::new(Arc::new(master), connectors), TempDir(dir))
+}
+
+/// Removes its directory when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

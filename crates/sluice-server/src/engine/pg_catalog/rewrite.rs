@@ -200,6 +200,19 @@ fn array_elements(expr: &Expr) -> Option<Vec<Expr>> {
 /// Rewrites that must see an expression before its children change.
 fn pre_rewrite(expr: &mut Expr) {
     match expr {
+        // `current_catalog`, an SQL value function without parentheses
+        // (pgJDBC's getTables/getColumns name TABLE_CAT with it): the
+        // database's name.
+        // sqlparser reads it as a call without an argument list.
+        Expr::Identifier(id) if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("current_catalog") => {
+            *expr = string(super::DATABASE_NAME);
+        }
+        Expr::Function(f)
+            if matches!(f.args, FunctionArguments::None)
+                && last_part(&f.name).is_some_and(|n| n.eq_ignore_ascii_case("current_catalog")) =>
+        {
+            *expr = string(super::DATABASE_NAME);
+        }
         // x::regclass::text → the name, not the oid's digits.
         Expr::Cast {
             expr: inner, data_type, ..

@@ -224,3 +224,11 @@ async fn psql_publication_footer_has_no_rows() {
     let sql = "SELECT pubname\n     , NULL\n     , NULL\nFROM pg_catalog.pg_publication p\n     JOIN pg_catalog.pg_publication_namespace pn ON p.oid = pn.pnpubid\n     JOIN pg_catalog.pg_class pc ON pc.relnamespace = pn.pnnspid\nWHERE pc.oid ='16385' and pg_catalog.pg_relation_is_publishable('16385')\nUNION\nSELECT pubname\n     , pg_get_expr(pr.prqual, c.oid)\n     , (CASE WHEN pr.prattrs IS NOT NULL THEN\n         (SELECT string_agg(attname, ', ')\n           FROM pg_catalog.generate_series(0, pg_catalog.array_upper(pr.prattrs::pg_catalog.int2[], 1)) s,\n                pg_catalog.pg_attribute\n          WHERE attrelid = pr.prrelid AND attnum = prattrs[s])\n        ELSE NULL END) FROM pg_catalog.pg_publication p\n     JOIN pg_catalog.pg_publication_rel pr ON p.oid = pr.prpubid\n     JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid\nWHERE pr.prrelid = '16385'\nUNION\nSELECT pubname\n     , NULL\n     , NULL\nFROM pg_catalog.pg_publication p\nWHERE p.puballtables AND pg_catalog.pg_relation_is_publishable('16385')\nORDER BY 1;";
     assert_eq!(rows(sql).await, Vec::<Vec<String>>::new());
 }
+
+/// `current_catalog` (an SQL value function written without parentheses,
+/// as pgJDBC 42.7.14's getTables/getColumns use it) is the database's name.
+#[tokio::test]
+async fn current_catalog_is_the_database_name() {
+    let sql = r#"SELECT current_catalog AS "TABLE_CAT", c.relname FROM pg_catalog.pg_class c WHERE c.relname = 'bids'"#;
+    assert_eq!(rows(sql).await, strings(&[&["sluice", "bids"]]));
+}

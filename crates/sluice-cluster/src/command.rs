@@ -1,0 +1,70 @@
+//! Catalog commands: every change a statement makes to the catalog, as a
+//! value the master applies with [`Master::apply`](crate::Master::apply).
+//!
+//! Statement handlers (the SQL engine's `handler` modules) do the planning
+//! and validation and produce one of these; the master only checks it
+//! against the catalog (names taken, readers of a dropped stream) and
+//! applies it. A command is plain data — serialisable, self-contained
+//! (it carries its creation time; the master derives pipeline ids from its
+//! own state), and deterministic to apply — so a master quorum can
+//! replicate the sequence of commands and every replica ends with the same
+//! catalog.
+
+use crate::catalog::PipelineKind;
+use serde::{Deserialize, Serialize};
+use sluice_plan::PhysicalDag;
+use sluice_plan::catalog::StreamDef;
+
+/// One change to the catalog or to a pipeline's run state.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum CatalogCommand {
+    /// `CREATE STREAM` over a connector.
+    CreateStream { def: StreamDef, if_not_exists: bool },
+    /// `CREATE SINK … AS` (`derived: None`) or `CREATE STREAM … AS`
+    /// (`derived`: the stream its pipeline writes).
+    CreatePipeline {
+        name: String,
+        kind: PipelineKind,
+        /// The statement, as shown by `SHOW PIPELINES` and stored.
+        sql: String,
+        dag: PhysicalDag,
+        derived: Option<StreamDef>,
+        if_not_exists: bool,
+        /// When the statement ran (epoch ms).
+        created_ms: i64,
+    },
+    /// `DROP STREAM`: a derived stream's pipeline goes with it.
+    DropStream { name: String, if_exists: bool },
+    /// `DROP PIPELINE` / `DROP SINK`. With `only: Some(kind)`, a pipeline of
+    /// another kind is refused (`DROP SINK` on a derived stream).
+    DropPipeline {
+        name: String,
+        if_exists: bool,
+        only: Option<PipelineKind>,
+    },
+    /// `ALTER PIPELINE … PAUSE | RESUME`: run state, not persisted.
+    SetPaused { name: String, paused: bool },
+}
+
+/// What applying a command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The catalog changed (or the pipeline's run state).
+    Changed,
+    /// Nothing to do: `IF NOT EXISTS` on an existing object, `IF EXISTS`
+    /// on a missing one.
+    Unchanged,
+}
+
+impl CatalogCommand {
+    /// The object the command names.
+    pub fn name(&self) -> &str {
+        match self {
+            CatalogCommand::CreateStream { def, .. } => &def.name,
+            CatalogCommand::CreatePipeline { name, .. }
+            | CatalogCommand::DropStream { name, .. }
+            | CatalogCommand::DropPipeline { name, .. }
+            | CatalogCommand::SetPaused { name, .. } => name,
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! DDL: `CREATE STREAM [AS]`, `CREATE SINK`, `DROP …`, `ALTER PIPELINE …
+//! PAUSE | RESUME`. Each statement is validated and planned here, in the
+//! session, and becomes one [`CatalogCommand`]; the master only checks it
+//! against the catalog and applies it ([`apply`]). The command is the unit
+//! a master quorum replicates: everything it needs — the physical DAG, the
+//! stream definition, the statement text, the time — is in it.
+
+use super::{Ctx, command};
+use crate::engine::Output;
+use sluice_cluster::catalog::PipelineKind;
+use sluice_cluster::{Applied, CatalogCommand};
+use sluice_connectors::factory::{validate_sink, validate_sink_output, validate_source};
+use sluice_connectors::nexmark::{NexmarkTable, nexmark_schema};
+use sluice_plan::catalog::{EventTime, StreamDef};
+use sluice_sql::create::stream_def;
+use sluice_sql::planner::sink_spec;
+use sluice_sql::statement::{CreateStream, DropKind, SluiceStatement};
+use sluice_types::{Error, Result, now_ms};
+use std::collections::BTreeMap;
+
+/// The catalog command a DDL statement stands for; `None` for any
+/// statement that is not DDL.
+pub async fn command_for(ctx: Ctx<'_>, statement: &SluiceStatement) -> Result<Option<CatalogCommand>> {
+    let command = match statement {
+        SluiceStatement::CreateStream(c) => create_stream(c)?,
+        SluiceStatement::CreateStreamAs {
+            name,
+            if_not_exists,
+            query,
+        } => create_stream_as(ctx, name, *if_not_exists, query).await?,
+        SluiceStatement::CreateSink {
+            name,
+            if_not_exists,
+            options,
+            query,
+        } => create_sink(ctx, name, *if_not_exists, options.clone(), query).await?,
+        SluiceStatement::Drop { kind, name, if_exists } => {
+            let (name, if_exists) = (name.clone(), *if_exists);
+            match kind {
+                DropKind::Stream => CatalogCommand::DropStream { name, if_exists },
+                DropKind::Sink => CatalogCommand::DropPipeline {
+                    name,
+                    if_exists,
+                    only: Some(PipelineKind::Sink),
+                },
+                DropKind::Pipeline => CatalogCommand::DropPipeline {
+                    name,
+                    if_exists,
+                    only: None,
+                },
+            }
+        }
+        SluiceStatement::AlterPipelinePause { name, paused } => CatalogCommand::SetPaused {
+            name: name.clone(),
+            paused: *paused,
+        },
+        _ => return Ok(None),
+    };
+    Ok(Some(command))
+}
+
+/// The command tag a client sees for `command`.
+pub fn tag(command: &CatalogCommand) -> &'static str {
+    match command {
+        CatalogCommand::CreateStream { .. } => "CREATE STREAM",
+        CatalogCommand::CreatePipeline { kind, .. } => match kind {
+            PipelineKind::Sink => "CREATE SINK",
+            PipelineKind::DerivedStream => "CREATE STREAM",
+        },
+        CatalogCommand::DropStream { .. } => "DROP STREAM",
+        CatalogCommand::DropPipeline { only, .. } => match only {
+            Some(PipelineKind::Sink) => "DROP SINK",
+            _ => "DROP PIPELINE",
+        },
+        CatalogCommand::SetPaused { .. } => "ALTER PIPELINE",
+    }
+}
+
+/// Has the master apply `command`. A new sink's statement returns once
+/// its pipeline's first deployment was attempted (a checkpointed one
+/// restores first), so a failure to start shows in `SHOW PIPELINES` at once.
+pub async fn apply(ctx: Ctx<'_>, cmd: CatalogCommand) -> Result<Output> {
+    let tag = tag(&cmd);
+    let started = match &cmd {
+        CatalogCommand::CreatePipeline {
+            name,
+            kind: PipelineKind::Sink,
+            ..
+        } => Some(name.clone()),
+        _ => None,
+    };
+    let applied = ctx.engine.master.apply(cmd)?;
+    if let (Some(name), Applied::Changed) = (started, applied) {
+        ctx.engine.master.wait_started(&name).await;
+    }
+    Ok(command(tag))
+}
+
+/// `CREATE STREAM name (…) WITH (connector = …)`: the definition, with the
+/// connector's own rules (fixed schemas, metadata columns, schema checks).
+fn create_stream(c: &CreateStream) -> Result<CatalogCommand> {
+    let connector = c
+        .options
+        .get("connector")
+        .cloned()
+        .unwrap_or_else(|| "memory".to_string());
+    validate_source(&connector, &c.options)?;
+    let fixed = match connector.as_str() {
+        "nexmark" => {
+            let table = c.options.get("table").map(String::as_str).unwrap_or_default();
+            Some(nexmark_schema(NexmarkTable::parse(table)?))
+        }
+        _ => None,
+    };
+    let metadata = match connector.as_str() {
+        "kafka" => sluice_connectors::kafka::metadata_fields(),
+        _ => Vec::new(),
+    };
+    let def = stream_def(c, &connector, fixed, metadata)?;
+    if connector == "datagen" {
+        let columns = sluice_plan::without_computed(&def.schema, &def.computed);
+        sluice_connectors::datagen::check_schema(&def.options, &columns)?;
+    }
+    Ok(CatalogCommand::CreateStream {
+        def,
+        if_not_exists: c.if_not_exists,
+    })
+}
+
+/// `CREATE STREAM name AS query`: a pipeline writing a memory log, and the
+/// stream that reads it.
+async fn create_stream_as(
+    ctx: Ctx<'_>,
+    name: &str,
+    if_not_exists: bool,
+    query: &sqlparser::ast::Query,
+) -> Result<CatalogCommand> {
+    let sink = sink_spec(
+        "memory",
+        BTreeMap::from([
+            ("stream".to_string(), name.to_string()),
+            // Memory logs live in memory only; derived streams do not
+            // checkpoint (yet).
+            ("checkpoint.interval".to_string(), "off".to_string()),
+        ]),
+    );
+    let planned = ctx.plan(query, sink).await?;
+    let event_time = planned.event_time_column.filter(|c| {
+        matches!(
+            planned.schema.field(*c).data_type(),
+            arrow::datatypes::DataType::Timestamp(_, _)
+        )
+    });
+    let def = StreamDef {
+        name: name.to_string(),
+        schema: planned.schema.clone(),
+        event_time: event_time.map(|column| EventTime {
+            column,
+            delay_ms: 0,
+            from_upstream: true,
+        }),
+        connector: "memory".into(),
+        options: BTreeMap::new(),
+        pipeline: Some(name.to_string()),
+        computed: Vec::new(),
+    };
+    Ok(CatalogCommand::CreatePipeline {
+        name: name.to_string(),
+        kind: PipelineKind::DerivedStream,
+        sql: format!("CREATE STREAM {name} AS {query}"),
+        dag: planned.dag,
+        derived: Some(def),
+        if_not_exists,
+        created_ms: now_ms(),
+    })
+}
+
+/// `CREATE SINK name WITH (connector = …) AS query`. The session's
+/// `checkpoint_interval` is written into the options when they do not say.
+async fn create_sink(
+    ctx: Ctx<'_>,
+    name: &str,
+    if_not_exists: bool,
+    mut options: BTreeMap<String, String>,
+    query: &sqlparser::ast::Query,
+) -> Result<CatalogCommand> {
+    let connector = options.get("connector").cloned().ok_or_else(|| {
+        Error::invalid_option("CREATE SINK needs WITH (connector = 'kafka' | 'hdfs' | 'file' | 'blackhole', …)")
+    })?;
+    options
+        .entry("checkpoint.interval".to_string())
+        .or_insert(ctx.settings.get("checkpoint_interval")?);
+    validate_sink(&connector, &options)?;
+    let listed: Vec<String> = options
+        .iter()
+        .map(|(k, v)| format!("'{k}' = '{}'", v.replace('\'', "''")))
+        .collect();
+    let sql = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
+    let planned = ctx.plan(query, sink_spec(&connector, options.clone())).await?;
+    validate_sink_output(&connector, &options, &planned.schema)?;
+    Ok(CatalogCommand::CreatePipeline {
+        name: name.to_string(),
+        kind: PipelineKind::Sink,
+        sql,
+        dag: planned.dag,
+        derived: None,
+        if_not_exists,
+        created_ms: now_ms(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::settings::Settings;
+    use crate::engine::test_support::engine;
+    use sluice_sql::statement::parse_statements;
+
+    /// Every DDL statement becomes a command that survives serialisation,
+    /// and applying the decoded commands to a second, empty master gives
+    /// it the same catalog as the first (same definitions, pipeline ids,
+    /// times and DAGs): what a master quorum replicating commands relies on.
+    #[tokio::test]
+    async fn ddl_commands_serialise_and_replay_to_the_same_catalog() {
+        let (first, _dir1) = engine("ddl-first");
+        let (second, _dir2) = engine("ddl-second");
+        let settings = Settings::default();
+        let ctx = Ctx {
+            engine: &first,
+            settings: &settings,
+        };
+        let script = [
+            "CREATE STREAM clicks (user_id BIGINT, page TEXT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)",
+            "CREATE STREAM IF NOT EXISTS clicks (x BIGINT)",
+            "CREATE STREAM big_users AS SELECT user_id, ts FROM clicks WHERE user_id > 10",
+            "CREATE SINK counts WITH (connector = 'blackhole') AS SELECT user_id, count(*) AS n FROM TUMBLE(clicks, ts, INTERVAL '1' MINUTE) GROUP BY user_id, window_start, window_end",
+            "ALTER PIPELINE counts PAUSE",
+            "DROP SINK IF EXISTS nothing_here",
+            "CREATE SINK doomed WITH (connector = 'blackhole') AS SELECT page FROM clicks",
+            "DROP PIPELINE doomed",
+        ];
+        let mut tags = Vec::new();
+        for sql in script {
+            let statement = parse_statements(sql).unwrap().pop().unwrap();
+            let cmd = command_for(ctx, &statement).await.unwrap().expect("DDL has a command");
+            let text = serde_json::to_string(&cmd).unwrap();
+            let decoded: CatalogCommand = serde_json::from_str(&text).unwrap();
+            assert_eq!(decoded, cmd, "{sql}");
+            tags.push(tag(&cmd));
+            let name = cmd.name().to_string();
+            let here = first.master.apply(cmd).unwrap();
+            let there = second.master.apply(decoded).unwrap();
+            assert_eq!(here, there, "{sql}");
+            // As `apply` does for a new sink: its first deployment is
+            // attempted before the next statement (PAUSE needs it running).
+            first.master.wait_started(&name).await;
+            second.master.wait_started(&name).await;
+        }
+        assert_eq!(
+            tags,
+            [
+                "CREATE STREAM",
+                "CREATE STREAM",
+                "CREATE STREAM",
+                "CREATE SINK",
+                "ALTER PIPELINE",
+                "DROP SINK",
+                "CREATE SINK",
+                "DROP PIPELINE"
+            ]
+        );
+        let names = |e: &crate::engine::Engine| {
+            (
+                e.master.streams().into_iter().map(|s| s.name).collect::<Vec<_>>(),
+                e.master.pipelines().into_iter().map(|p| p.name).collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(
+            names(&first),
+            (
+                vec!["big_users".to_string(), "clicks".to_string()],
+                vec!["big_users".to_string(), "counts".to_string()]
+            )
+        );
+        assert_eq!(first.master.streams(), second.master.streams());
+        for name in ["big_users", "counts"] {
+            assert_eq!(first.master.pipeline(name), second.master.pipeline(name), "{name}");
+        }
+        // The DDL rules travel with the command: DROP SINK of a derived
+        // stream's pipeline is refused by whichever master applies it.
+        let statement = parse_statements("DROP SINK big_users").unwrap().pop().unwrap();
+        let cmd = command_for(ctx, &statement).await.unwrap().unwrap();
+        let refused = second.master.apply(cmd).unwrap_err();
+        assert!(refused.to_string().contains("use DROP STREAM big_users"), "{refused}");
+        // Statements that are not DDL have no command.
+        let statement = parse_statements("SELECT 1").unwrap().pop().unwrap();
+        assert!(command_for(ctx, &statement).await.unwrap().is_none());
+    }
+}

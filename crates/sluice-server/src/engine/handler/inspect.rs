@@ -1,0 +1,51 @@
+//! `SHOW STREAMS | PIPELINES | CHECKPOINTS FOR p`, `DESCRIBE stream`,
+//! `EXPLAIN query`, `EXPLAIN PIPELINE p`: rows about the catalog and the
+//! plans, formatted by `super::super::show`.
+
+use super::Ctx;
+use crate::engine::Output;
+use crate::engine::show;
+use sluice_sql::planner::sink_spec;
+use sluice_sql::statement::SluiceStatement;
+use sluice_types::{Error, ObjectKind, Result};
+use std::collections::BTreeMap;
+
+/// Runs an inspection statement; `Err(statement)` hands back any other.
+pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Result<Result<Output>, SluiceStatement> {
+    let master = &ctx.engine.master;
+    Ok(match statement {
+        SluiceStatement::ShowStreams => show::streams(&master.streams()).output("SHOW"),
+        SluiceStatement::ShowPipelines => show::pipelines(&master.pipelines()).output("SHOW"),
+        SluiceStatement::ShowCheckpoints(name) => match master.pipelines().into_iter().find(|p| p.name == name) {
+            Some(info) => show::checkpoints(&info).output("SHOW"),
+            None => Err(Error::not_found(ObjectKind::Pipeline, &name)),
+        },
+        SluiceStatement::Describe(name) => match master.stream(&name) {
+            Some(def) => show::describe(&def).output("SHOW"),
+            None => Err(Error::not_found(ObjectKind::Stream, &name)),
+        },
+        SluiceStatement::Explain(q) => match ctx.plan(&q, sink_spec("client", BTreeMap::new())).await {
+            Ok(planned) => show::explain(&planned.dag).output("EXPLAIN"),
+            Err(e) => Err(e),
+        },
+        SluiceStatement::ExplainPipeline(name) => match master.pipeline(&name) {
+            Some(def) => show::explain(&def.dag).output("EXPLAIN"),
+            None => Err(Error::not_found(ObjectKind::Pipeline, &name)),
+        },
+        other => return Err(other),
+    })
+}
+
+/// The columns an inspection statement returns (for the extended
+/// protocol's Describe); `None` for any other statement.
+pub fn schema(statement: &SluiceStatement) -> Option<arrow::datatypes::SchemaRef> {
+    let table = match statement {
+        SluiceStatement::ShowStreams => "streams",
+        SluiceStatement::ShowPipelines => "pipelines",
+        SluiceStatement::ShowCheckpoints(_) => "checkpoints",
+        SluiceStatement::Describe(_) => "describe",
+        SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => "explain",
+        _ => return None,
+    };
+    Some(show::schema_of(table))
+}

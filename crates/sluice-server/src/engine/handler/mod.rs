@@ -1,0 +1,103 @@
+//! Statement handlers, one module per statement family (the shape of
+//! RisingWave's `handler/`): [`Session`](super::Session) keeps the
+//! per-connection state (settings, cursors, the transaction) and the
+//! failed-transaction rule, and hands each statement to its family:
+//!
+//! - [`ddl`]: `CREATE STREAM [AS]`, `CREATE SINK`, `DROP …`, `ALTER
+//!   PIPELINE …` — planned and validated here, turned into a serialisable
+//!   [`CatalogCommand`](sluice_cluster::CatalogCommand) the master applies;
+//! - [`inspect`]: `SHOW …`, `DESCRIBE`, `EXPLAIN` — rows about the catalog;
+//! - [`cursor`]: `DECLARE`, `FETCH`, `CLOSE` and the session's open cursors;
+//! - [`transaction`]: `BEGIN`, `COMMIT`, `ROLLBACK` and the block's state;
+//! - [`variable`]: `SET`, `SHOW name`, `SHOW ALL`;
+//! - queries (`SELECT`, `COPY … TO STDOUT`) and `INSERT` run through the
+//!   planning methods of [`Ctx`] here and `super::insert`.
+
+pub(super) mod cursor;
+pub(super) mod ddl;
+pub(super) mod inspect;
+pub(super) mod transaction;
+pub(super) mod variable;
+
+use super::catalog::MasterCatalog;
+use super::settings::Settings;
+use super::{Engine, Output, RowStream, batch, column_names, pg_catalog, query};
+use sluice_sql::planner::sink_spec;
+use sluice_sql::{PlannedQuery, Planner, PlannerSettings};
+use sluice_types::Result;
+use sqlparser::ast::Query;
+use std::collections::BTreeMap;
+
+/// What a handler sees of its session: the shared engine and the
+/// session's settings.
+#[derive(Clone, Copy)]
+pub(super) struct Ctx<'a> {
+    pub engine: &'a Engine,
+    pub settings: &'a Settings,
+}
+
+/// A statement's result without rows.
+pub(super) fn command(tag: &str) -> Output {
+    Output::Command {
+        tag: tag.to_string(),
+        rows: None,
+    }
+}
+
+impl Ctx<'_> {
+    fn planner_settings(&self) -> PlannerSettings {
+        PlannerSettings {
+            parallelism: self.settings.parallelism(),
+            join_state_ttl_ms: self.settings.join_state_ttl_ms(),
+            join_state_rows_max: self.settings.join_state_rows_max(),
+            ..PlannerSettings::default()
+        }
+    }
+
+    /// The physical plan of a query whose rows go to `sink`.
+    pub async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
+        let catalog = MasterCatalog(&self.engine.master);
+        Planner::new(&catalog, self.planner_settings()).plan(q, sink).await
+    }
+
+    /// The parameter types and output columns of a query for this
+    /// session's client (columns named as `rows` names them).
+    pub async fn describe_query(
+        &self,
+        q: &Query,
+    ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
+        let catalog = MasterCatalog(&self.engine.master);
+        let planner = Planner::new(&catalog, self.planner_settings());
+        let (params, schema) = if self.reads_catalog(q) || !planner.reads_streams(q)? {
+            batch::describe(q, self.catalog_snapshot()).await?
+        } else {
+            planner.describe(q).await?
+        };
+        Ok((params, column_names::rename(q, &schema)))
+    }
+
+    /// Rows of a query for this session's client: continuous if it reads a
+    /// stream, batch otherwise; columns named as Postgres names them.
+    pub async fn rows(&self, q: &Query) -> Result<RowStream> {
+        let catalog = MasterCatalog(&self.engine.master);
+        let planner = Planner::new(&catalog, self.planner_settings());
+        let rows = if self.reads_catalog(q) || !planner.reads_streams(q)? {
+            batch::run(q, self.catalog_snapshot()).await?
+        } else {
+            let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
+            query::start(&self.engine.master, &self.engine.data.clients, &planned)?
+        };
+        Ok(column_names::rename_rows(q, rows))
+    }
+
+    /// Whether `q` reads `pg_catalog` or `information_schema` (it then runs
+    /// as a batch query over the catalog, not as a stream query).
+    fn reads_catalog(&self, q: &Query) -> bool {
+        pg_catalog::reads_catalog(q, |name| self.engine.master.stream(name).is_some())
+    }
+
+    /// What the catalog tables show this session now.
+    pub fn catalog_snapshot(&self) -> pg_catalog::Snapshot {
+        pg_catalog::Snapshot::new(self.engine.master.streams(), self.settings.all())
+    }
+}
