@@ -3,7 +3,8 @@
 //! Each takes its arguments as they come (oids as integers or text) and is
 //! evaluated row by row: catalog tables are small.
 
-use super::{DATABASE_NAME, PG_CATALOG_OID, PUBLIC_OID, ROLE_NAME, ROLE_OID, Snapshot, tables};
+use super::resolve::{self, OID_FUNCTION, REGCLASS_NAME, REGNAMESPACE_NAME, REGTYPE_NAME};
+use super::{DATABASE_NAME, PG_CATALOG_OID, PUBLIC_OID, ROLE_NAME, ROLE_OID, Snapshot};
 use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::error::Result as DfResult;
@@ -12,17 +13,6 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 use std::sync::Arc;
-
-/// Name of the internal function `x::regclass::text` is rewritten to.
-pub const REGCLASS_NAME: &str = "__sluice_regclass_name";
-/// Name of the internal function `x::regtype::text` is rewritten to.
-pub const REGTYPE_NAME: &str = "__sluice_regtype_name";
-/// Name of the internal function `x::regnamespace::text` is rewritten to.
-pub const REGNAMESPACE_NAME: &str = "__sluice_regnamespace_name";
-
-/// Name of the internal function a non-literal `x::regclass` (or other
-/// `reg…` cast) is rewritten to: the oid as bigint.
-pub const OID_FUNCTION: &str = "__sluice_oid";
 
 /// The version string `version()` returns.
 pub fn version_string() -> String {
@@ -203,7 +193,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
                     return NULL_TEXT;
                 };
                 let typmod = int_arg(a.get(1)).and_then(|t| i32::try_from(t).ok()).unwrap_or(-1);
-                text(tables::format_type(oid, typmod).unwrap_or_else(|| "???".into()))
+                text(resolve::format_type(oid, typmod).unwrap_or_else(|| "???".into()))
             }),
         },
         Def {
@@ -249,7 +239,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             arities: &[1],
             ret: DataType::Utf8,
             f: Arc::new(|a: &[ScalarValue]| match int_arg(a.first()) {
-                Some(oid) => text(tables::format_type(oid, -1).unwrap_or_else(|| oid.to_string())),
+                Some(oid) => text(resolve::format_type(oid, -1).unwrap_or_else(|| oid.to_string())),
                 None => NULL_TEXT,
             }),
         },
@@ -377,7 +367,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         ret: DataType::Int64,
         f: Arc::new(move |a: &[ScalarValue]| {
             let oid = text_arg(a.first()).and_then(|name| {
-                let (schema, name) = super::rewrite::split_qualified(&name);
+                let (schema, name) = resolve::split_qualified(&name);
                 s.relation_oid(schema.as_deref(), &name)
             });
             ScalarValue::Int64(oid)
@@ -396,7 +386,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         name: "to_regtype",
         arities: &[1],
         ret: DataType::Int64,
-        f: Arc::new(|a: &[ScalarValue]| ScalarValue::Int64(text_arg(a.first()).and_then(|t| tables::type_oid(&t)))),
+        f: Arc::new(|a: &[ScalarValue]| ScalarValue::Int64(text_arg(a.first()).and_then(|t| resolve::type_oid(&t)))),
     });
     defs
 }

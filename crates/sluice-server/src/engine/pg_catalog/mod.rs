@@ -19,6 +19,7 @@
 //! tables by default (pgJDBC's `getTables(…, {"TABLE"})`, psql's `\dt`).
 
 mod functions;
+mod resolve;
 pub mod rewrite;
 mod tables;
 

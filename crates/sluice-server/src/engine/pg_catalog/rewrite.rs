@@ -12,8 +12,8 @@
 //!   → `x IN (…)`; `x <> ALL(…)` → `x NOT IN (…)`;
 //! - `current_schemas(b)[n]` → its `n`th schema.
 
-use super::functions::{OID_FUNCTION, REGCLASS_NAME, REGNAMESPACE_NAME, REGTYPE_NAME};
-use super::{PG_CATALOG_OID, PUBLIC_OID, ROLE_NAME, ROLE_OID, Snapshot, tables};
+use super::resolve::{self, OID_FUNCTION, REGCLASS_NAME, REGNAMESPACE_NAME, REGTYPE_NAME, split_qualified};
+use super::{PG_CATALOG_OID, PUBLIC_OID, ROLE_NAME, ROLE_OID, Snapshot};
 use sluice_types::{Error, Result, SqlCode};
 use sqlparser::ast::{
     AccessExpr, BinaryOperator, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments,
@@ -360,30 +360,6 @@ fn plain_operator(op: &str) -> Option<BinaryOperator> {
     })
 }
 
-/// `schema.name`, `"Quoted"`, `name` → (schema, name), as Postgres reads a
-/// regclass literal: unquoted parts lower-cased.
-pub fn split_qualified(text: &str) -> (Option<String>, String) {
-    let mut parts: Vec<String> = Vec::new();
-    let mut current = String::new();
-    let mut quoted = false;
-    let mut chars = text.trim().chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                current.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            '.' if !quoted => parts.push(std::mem::take(&mut current)),
-            c if quoted => current.push(c),
-            c => current.extend(c.to_lowercase()),
-        }
-    }
-    parts.push(current);
-    let name = parts.pop().unwrap_or_default();
-    (parts.pop(), name)
-}
-
 /// The oid a `'text'::reg…` literal names, or Postgres' error for a name
 /// that does not exist.
 fn reg_oid(kind: &str, text: &str, snapshot: &Snapshot) -> Result<i64> {
@@ -393,7 +369,7 @@ fn reg_oid(kind: &str, text: &str, snapshot: &Snapshot) -> Result<i64> {
     let (schema, name) = split_qualified(text);
     let found = match kind {
         "regclass" => snapshot.relation_oid(schema.as_deref(), &name),
-        "regtype" => tables::type_oid(text),
+        "regtype" => resolve::type_oid(text),
         "regnamespace" => match name.as_str() {
             "pg_catalog" => Some(PG_CATALOG_OID),
             "public" => Some(PUBLIC_OID),
