@@ -7,8 +7,7 @@ use super::show::{self, Table};
 use super::{Engine, Output, Prepared, RowStream, batch, insert, params, pg_catalog, query};
 use datafusion::scalar::ScalarValue;
 use sluice_cluster::catalog::PipelineKind;
-use sluice_connectors::factory::{validate_sink, validate_sink_output, validate_source};
-use sluice_connectors::nexmark::{NexmarkTable, nexmark_schema};
+use sluice_connectors::factory::{validate_sink, validate_sink_output};
 use sluice_plan::catalog::{EventTime, StreamDef};
 use sluice_sql::create::stream_def;
 use sluice_sql::planner::sink_spec;
@@ -495,31 +494,15 @@ impl Session {
     }
 
     fn create_stream(&self, c: &CreateStream) -> Result<()> {
-        let connector = c
-            .options
-            .get("connector")
-            .cloned()
-            .unwrap_or_else(|| "memory".to_string());
-        validate_source(&connector, &c.options)?;
-        let fixed = match connector.as_str() {
-            "nexmark" => {
-                let table = c.options.get("table").map(String::as_str).unwrap_or_default();
-                Some(nexmark_schema(NexmarkTable::parse(table)?))
-            }
-            _ => None,
-        };
-        let metadata = match connector.as_str() {
-            "kafka" => sluice_connectors::kafka::metadata_fields(),
-            _ => Vec::new(),
-        };
-        let def = stream_def(c, &connector, fixed, metadata)?;
-        if connector == "datagen" {
-            let columns = sluice_plan::without_computed(&def.schema, &def.computed);
-            sluice_connectors::datagen::check_schema(&def.options, &columns)?;
-        }
+        let name = c.options.get("connector").map_or("memory", String::as_str);
+        let connector = sluice_connectors::registry::validate_source(name, &c.options)?;
+        let fixed = connector.fixed_schema(&c.options)?;
+        let def = stream_def(c, connector.name(), fixed, connector.metadata_columns())?;
+        let columns = sluice_plan::without_computed(&def.schema, &def.computed);
+        connector.check_stream_schema(&def.options, &columns)?;
         let master = &self.engine.master;
-        if master.create_stream(def.clone(), c.if_not_exists)? && def.connector == "memory" {
-            master.memory_log(&def)?;
+        if master.create_stream(def.clone(), c.if_not_exists)? {
+            connector.stream_created(master.connectors(), &def)?;
         }
         Ok(())
     }
