@@ -199,6 +199,21 @@ pub struct RollingSink {
     after: u64,
 }
 
+/// A file-system sink on HDFS or a local directory, as `options` say.
+pub fn open_fs_sink(
+    fs: FileSystem,
+    options: &BTreeMap<String, String>,
+    schema: &SchemaRef,
+    ctx: &InstanceContext,
+) -> Result<RollingSink> {
+    let settings = FsSinkSettings::parse(fs, options, schema)?;
+    let store: Arc<dyn FileStore> = match fs {
+        FileSystem::Hdfs => Arc::new(crate::hdfs::HdfsStore::connect(&settings.url)?),
+        FileSystem::Local => Arc::new(crate::local_files::LocalStore::open(&settings.path)?),
+    };
+    RollingSink::open(store, settings, options, schema, ctx)
+}
+
 /// Checkpoint key of the in-progress files to rename on commit.
 const PENDING_KEY: &str = "files.pending";
 

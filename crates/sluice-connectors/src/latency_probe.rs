@@ -311,9 +311,11 @@ mod tests {
         assert!(e.to_string().contains("'latency.warmup' must be a duration"), "{e}");
         // CREATE SINK checks option names before the recorder reads them.
         assert!(
-            crate::options::sink_options("blackhole")
+            crate::registry::find_sink("blackhole")
                 .unwrap()
-                .contains(&"latency.warmup")
+                .sink_options()
+                .unwrap()
+                .knows("latency.warmup")
         );
     }
 

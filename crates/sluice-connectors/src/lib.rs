@@ -1,11 +1,26 @@
-//! Sources and sinks, and the [`Connectors`] factory the runtime asks for
-//! them by connector name.
+//! Sources and sinks: the [`Connector`] trait, the [`registry`] of every
+//! connector, and the [`Connectors`] factory the runtime asks for readers
+//! and sink operators by connector name.
+//!
+//! A connector is one file under [`connector`] implementing [`Connector`]
+//! (its options with a line of doc each, their checks, its schema rules at
+//! CREATE STREAM, whether it takes INSERT, how many readers a stream of it
+//! supports, its sink's checks against the query's output, and the
+//! constructors of its readers and sinks) plus one line in
+//! [`registry`]. Nothing else names connectors: the engine, the planner
+//! (through its catalog) and the runtime ask the registry.
+//!
+//! The connectors ([`connector`]): `memory`, `nexmark`, `datagen`, `kafka`
+//! (sources); `kafka`, `file`, `hdfs`, `blackhole` (sinks); `memory` and
+//! `client` are also the engine's own sinks (a derived stream's log, a
+//! session's result stream). Their machinery:
 //!
 //! - [`memory`]: in-memory append-only logs — what `INSERT INTO` appends to
 //!   and what a derived stream's pipeline writes (with its watermarks);
 //! - [`datagen`]: rows generated from Flink-style `fields.*` options
 //!   (sequences, random numbers and strings), bounded or paced;
-//! - [`nexmark`]: the standard Nexmark generator (person / auction / bid);
+//! - [`nexmark`] and [`nexmark_source`]: the standard Nexmark generator
+//!   (person / auction / bid) and its paced reader;
 //! - [`kafka`]: Kafka source (per-partition readers, startup modes incl.
 //!   replay from a timestamp, error policies) and sink, on `rdkafka`;
 //! - [`fs_sink`]: the `hdfs` and `file` sinks — rolling files ([`rolling`])
@@ -13,15 +28,15 @@
 //!   in two phases with checkpoints — on HDFS ([`hdfs`], `hdfs-native`) or
 //!   a local directory ([`local_files`]);
 //! - [`format`]: record formats (json / csv / raw) of message connectors;
-//! - [`sinks`]: the `client` sink that feeds a session's result stream,
-//!   `memory`, `blackhole`;
 //! - [`latency_probe`]: the benchmark's end-to-end latency recorder that a
-//!   `blackhole` sink with `'latency.column'` feeds (not a product feature);
-//! - [`options`]: the options each connector accepts, so unknown options are
-//!   rejected with the list of known ones;
+//!   `blackhole` sink with `'latency.column'` feeds (benchmark only, not a
+//!   product feature);
+//! - [`options`]: the options every source or sink takes, and typed access
+//!   to option values;
 //! - [`state_store`]: where checkpoints go (`'checkpoint.dir'`: a local
 //!   directory or HDFS).
 
+pub mod connector;
 pub mod datagen;
 pub mod factory;
 pub mod format;
@@ -35,9 +50,10 @@ pub mod nexmark;
 pub mod nexmark_source;
 pub mod options;
 pub mod pacing;
+pub mod registry;
 pub mod rolling;
-pub mod sinks;
 pub mod state_store;
 
+pub use connector::{Connector, OptionDoc, OptionSet};
 pub use factory::{ClientSinks, Connectors};
 pub use memory::{MemoryLog, MemoryLogs};

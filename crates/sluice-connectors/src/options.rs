@@ -1,96 +1,36 @@
-//! Connector options: which ones each connector knows, and typed access.
+//! Options every source or sink takes ([`SOURCE_COMMON`], [`SINK_COMMON`])
+//! and typed access to option values. Each connector declares its own
+//! options in its file under [`crate::connector`].
 
+use crate::connector::{OptionDoc, option};
 use sluice_types::{Error, Result};
 use std::collections::BTreeMap;
 
 /// Options every source accepts.
-pub const SOURCE_COMMON: &[&str] = &["connector", "idle.timeout", sluice_plan::ALIGNMENT_OPTION];
+pub const SOURCE_COMMON: &[OptionDoc] = &[
+    option("connector", "the connector's name (default: memory)"),
+    option(
+        "idle.timeout",
+        "a partition without rows this long stops holding the watermark back (default 5s)",
+    ),
+    option(
+        sluice_plan::ALIGNMENT_OPTION,
+        "how far an instance's watermark may run ahead of its slowest sibling's ('off' or a duration)",
+    ),
+];
 
-/// Options datagen knows besides `fields.*`.
-pub const DATAGEN_OPTIONS: &[&str] = &["number-of-rows", "rows-per-second"];
-
-/// The options a source connector knows, or an error naming the known connectors.
-pub fn source_options(connector: &str) -> Result<&'static [&'static str]> {
-    match connector {
-        "memory" => Ok(&["scan.startup.mode", "memory.rows.max"]),
-        "nexmark" => Ok(&["table", "events.per.second", "events.max", "seed", "base.time"]),
-        "kafka" => Ok(crate::kafka::SOURCE_OPTIONS),
-        "datagen" => Ok(DATAGEN_OPTIONS),
-        other => Err(Error::unsupported(format!(
-            "unknown source connector '{other}'; known: memory, nexmark, datagen, kafka"
-        ))),
-    }
-}
-
-/// Options of the file-system sinks (kept here: the sink reads its options
-/// through this module's typed accessors), plus any connector-specific ones.
-macro_rules! fs_sink_options {
-    ($($extra:literal),*) => {
-        &[
-            "connector",
-            $($extra,)*
-            "path",
-            "format",
-            "rollover.size",
-            "rollover.interval",
-            "partition.by",
-            "retry.timeout",
-            "sink.delivery-guarantee",
-            "checkpoint.interval",
-            "checkpoint.dir",
-        ]
-    };
-}
-
-/// Options of the HDFS sink.
-pub const HDFS_SINK_OPTIONS: &[&str] = fs_sink_options!("url");
-/// Options of the local `file` sink: the HDFS sink's without `url`.
-pub const FILE_SINK_OPTIONS: &[&str] = fs_sink_options!();
-
-/// The options a sink connector knows.
-pub fn sink_options(connector: &str) -> Result<&'static [&'static str]> {
-    match connector {
-        "file" => Ok(FILE_SINK_OPTIONS),
-        "blackhole" => Ok(&[
-            "connector",
-            "latency.column",
-            "latency.window",
-            "latency.warmup",
-            "latency.file",
-        ]),
-        "kafka" => Ok(crate::kafka::SINK_OPTIONS),
-        "hdfs" => Ok(HDFS_SINK_OPTIONS),
-        other => Err(Error::unsupported(format!(
-            "unknown sink connector '{other}'; known: file, blackhole, kafka, hdfs"
-        ))),
-    }
-}
-
-/// Rejects options the connector does not know, listing the known ones.
-/// `'properties.*'` keys pass through to a client library (Kafka) where
-/// the connector takes them.
-pub fn check_known(kind: &str, options: &BTreeMap<String, String>, known: &[&str], common: &[&str]) -> Result<()> {
-    let pass_through = known.contains(&"topic");
-    let fields = known.contains(&"number-of-rows");
-    for key in options.keys() {
-        if fields && key.starts_with("fields.") {
-            continue;
-        }
-        if pass_through && key.starts_with("properties.") && key.len() > "properties.".len() {
-            continue;
-        }
-        if !known.contains(&key.as_str()) && !common.contains(&key.as_str()) {
-            let mut all: Vec<&str> = common.iter().chain(known.iter()).copied().collect();
-            all.sort_unstable();
-            all.dedup();
-            return Err(Error::invalid_option(format!(
-                "unknown option '{key}' for {kind}; known options: {}",
-                all.join(", ")
-            )));
-        }
-    }
-    Ok(())
-}
+/// Options every sink accepts: its connector and the pipeline's checkpointing.
+pub const SINK_COMMON: &[OptionDoc] = &[
+    option("connector", "the connector's name"),
+    option(
+        "checkpoint.interval",
+        "how often the pipeline checkpoints ('off' or a duration; default: SET checkpoint_interval)",
+    ),
+    option(
+        "checkpoint.dir",
+        "where its checkpoints go: a local directory or 'hdfs://host:port/path'",
+    ),
+];
 
 /// A non-negative integer option.
 pub fn u64_option(options: &BTreeMap<String, String>, key: &str) -> Result<Option<u64>> {
@@ -152,9 +92,6 @@ pub fn byte_size_option(options: &BTreeMap<String, String>, key: &str) -> Result
         ))),
     }
 }
-
-/// Options every sink accepts: the pipeline's checkpointing.
-pub const SINK_COMMON: &[&str] = &["checkpoint.interval", "checkpoint.dir"];
 
 /// `'checkpoint.interval'` of a pipeline's sink: `None` when checkpoints
 /// are off (`'off'` or `0`), the default (10 s) when absent.

@@ -118,29 +118,6 @@ pub fn is_metadata_column(name: &str) -> bool {
     )
 }
 
-/// Options of the source, besides `'properties.*'`.
-pub const SOURCE_OPTIONS: &[&str] = &[
-    "topic",
-    "format",
-    "scan.startup.mode",
-    "scan.startup.timestamp",
-    "format.error.policy",
-    "dead_letter.topic",
-];
-
-/// Options of the sink, besides `'properties.*'`.
-pub const SINK_OPTIONS: &[&str] = &[
-    "connector",
-    "topic",
-    "format",
-    "key",
-    "key.format",
-    "timestamp.column",
-    "sink.delivery-guarantee",
-    "transactional.id.prefix",
-    "sink.transaction.max-rows",
-];
-
 /// Where a source starts reading each partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartupMode {

@@ -10,4 +10,8 @@ impl StreamCatalog for MasterCatalog<'_> {
     fn stream(&self, name: &str) -> Option<StreamDef> {
         self.0.stream(name)
     }
+
+    fn source_readers_max(&self, def: &StreamDef) -> Option<usize> {
+        sluice_connectors::registry::source_readers_max(&def.connector)
+    }
 }

@@ -24,7 +24,7 @@ pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Resu
     let def = master
         .stream(&name)
         .ok_or_else(|| Error::not_found(ObjectKind::Stream, &name))?;
-    if def.connector != "memory" || def.pipeline.is_some() {
+    if !sluice_connectors::registry::accepts_insert(&def.connector) || def.pipeline.is_some() {
         return Err(Error::unsupported(format!(
             "INSERT works on memory streams; \"{name}\" is written by its {} connector",
             if def.pipeline.is_some() {

@@ -1,7 +1,7 @@
 //! Logical plan → physical DAG.
 
 use super::stage::{MARK_WINDOW_END, MARK_WINDOW_START, Stage, col, to_sql};
-use super::{PlannedQuery, PlannerSettings, WINDOW_END, WINDOW_START};
+use super::{PlannedQuery, PlannerSettings, StreamCatalog, WINDOW_END, WINDOW_START};
 use crate::errors::plan_error;
 use crate::window_tvf::WindowTvf;
 use arrow::datatypes::{Field, Schema, SchemaRef};
@@ -24,6 +24,7 @@ struct DagBuilder<'p> {
     settings: &'p PlannerSettings,
     windows: &'p [WindowTvf],
     streams: &'p HashMap<String, StreamDef>,
+    catalog: &'p dyn StreamCatalog,
     /// The source operator of each stream read so far: a stream read twice
     /// in one query (a self-join, q7) is read once and fanned out.
     sources: HashMap<String, (OperatorId, u32)>,
@@ -37,6 +38,7 @@ pub(super) fn build(
     plan: &LogicalPlan,
     windows: &[WindowTvf],
     streams: &HashMap<String, StreamDef>,
+    catalog: &dyn StreamCatalog,
     settings: &PlannerSettings,
     sink: SinkSpec,
 ) -> Result<PlannedQuery> {
@@ -46,6 +48,7 @@ pub(super) fn build(
         settings,
         windows,
         streams,
+        catalog,
         sources: HashMap::new(),
     };
     let (body, limit) = strip_limit(plan)?;
@@ -228,11 +231,15 @@ impl DagBuilder<'_> {
             computed: def.computed.clone(),
             unread: unread_columns(def, scan.projection.as_deref()),
         };
-        // A memory log has one partition: one reader.
-        let parallelism = if def.connector == "memory" {
-            1
-        } else {
-            self.settings.parallelism
+        // No more instances than the connector can read with (a memory
+        // log has one partition: one reader).
+        let parallelism = match self.catalog.source_readers_max(def) {
+            Some(max) => self
+                .settings
+                .parallelism
+                .min(u32::try_from(max).unwrap_or(u32::MAX))
+                .max(1),
+            None => self.settings.parallelism,
         };
         // A second read of the same stream shares the first one's source: its
         // output goes to every consumer (an operator may feed several edges).

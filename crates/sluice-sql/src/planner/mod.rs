@@ -31,6 +31,10 @@ use std::sync::Arc;
 /// Read access to the streams a query may name.
 pub trait StreamCatalog: Send + Sync {
     fn stream(&self, name: &str) -> Option<StreamDef>;
+
+    /// How many source instances can read `def` (its connector's limit, a
+    /// memory log's one partition); `None`: as many as the parallelism.
+    fn source_readers_max(&self, def: &StreamDef) -> Option<usize>;
 }
 
 /// Settings that shape a plan.
@@ -185,7 +189,7 @@ impl<'a> Planner<'a> {
     pub async fn plan(&self, query: &Query, sink: SinkSpec) -> Result<PlannedQuery> {
         let (plan, windows, streams) = self.logical_plan(query).await?;
         let plan = prune_columns(plan)?;
-        dag::build(&plan, &windows, &streams, &self.settings, sink)
+        dag::build(&plan, &windows, &streams, self.catalog, &self.settings, sink)
     }
 }
 

@@ -9,8 +9,7 @@ use super::{Ctx, command};
 use crate::engine::Output;
 use sluice_cluster::catalog::PipelineKind;
 use sluice_cluster::{Applied, CatalogCommand};
-use sluice_connectors::factory::{validate_sink, validate_sink_output, validate_source};
-use sluice_connectors::nexmark::{NexmarkTable, nexmark_schema};
+use sluice_connectors::factory::{validate_sink, validate_sink_output};
 use sluice_plan::catalog::{EventTime, StreamDef};
 use sluice_sql::create::stream_def;
 use sluice_sql::planner::sink_spec;
@@ -98,29 +97,15 @@ pub async fn apply(ctx: Ctx<'_>, cmd: CatalogCommand) -> Result<Output> {
 
 /// `CREATE STREAM name (…) WITH (connector = …)`: the definition, with the
 /// connector's own rules (fixed schemas, metadata columns, schema checks).
+/// A memory stream's log is made where it is first used (an INSERT, a
+/// reader), with the stream's options.
 fn create_stream(c: &CreateStream) -> Result<CatalogCommand> {
-    let connector = c
-        .options
-        .get("connector")
-        .cloned()
-        .unwrap_or_else(|| "memory".to_string());
-    validate_source(&connector, &c.options)?;
-    let fixed = match connector.as_str() {
-        "nexmark" => {
-            let table = c.options.get("table").map(String::as_str).unwrap_or_default();
-            Some(nexmark_schema(NexmarkTable::parse(table)?))
-        }
-        _ => None,
-    };
-    let metadata = match connector.as_str() {
-        "kafka" => sluice_connectors::kafka::metadata_fields(),
-        _ => Vec::new(),
-    };
-    let def = stream_def(c, &connector, fixed, metadata)?;
-    if connector == "datagen" {
-        let columns = sluice_plan::without_computed(&def.schema, &def.computed);
-        sluice_connectors::datagen::check_schema(&def.options, &columns)?;
-    }
+    let name = c.options.get("connector").map_or("memory", String::as_str);
+    let connector = sluice_connectors::registry::validate_source(name, &c.options)?;
+    let fixed = connector.fixed_schema(&c.options)?;
+    let def = stream_def(c, connector.name(), fixed, connector.metadata_columns())?;
+    let columns = sluice_plan::without_computed(&def.schema, &def.computed);
+    connector.check_stream_schema(&def.options, &columns)?;
     Ok(CatalogCommand::CreateStream {
         def,
         if_not_exists: c.if_not_exists,

@@ -696,7 +696,9 @@ fn rows(def: &TableDef, snapshot: &Snapshot) -> Vec<Row> {
             .relations()
             .into_iter()
             .map(|r| {
-                let insertable = r.stream.is_some_and(|i| snapshot.streams[i].connector == "memory");
+                let insertable = r
+                    .stream
+                    .is_some_and(|i| sluice_connectors::registry::accepts_insert(&snapshot.streams[i].connector));
                 vec![
                     ("table_catalog", s(DATABASE_NAME)),
                     ("table_schema", s(r.schema_name)),

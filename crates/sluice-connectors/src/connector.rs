@@ -1,0 +1,182 @@
+//! The [`Connector`] trait: everything the engine needs to know about one
+//! kind of source or sink, in one place.
+//!
+//! A connector is a unit struct in its own file under `connector/` that
+//! implements this trait, listed once in [`crate::registry`]. Nothing else
+//! in the workspace matches on connector names: option checks, CREATE
+//! STREAM's schema rules, INSERT, the planner's reader count and the
+//! runtime's constructors all ask the registry for the connector and call
+//! it. A connector may be a source, a sink or both; every method but
+//! [`Connector::name`] has a default that fits a connector without that
+//! side or rule.
+
+use crate::factory::Connectors;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use sluice_dataflow::Operator;
+use sluice_dataflow::deploy::InstanceContext;
+use sluice_dataflow::source::SourceReader;
+use sluice_plan::{SinkSpec, SourceSpec};
+use sluice_types::{Error, Result};
+use std::collections::BTreeMap;
+
+pub mod blackhole;
+pub mod client;
+pub mod datagen;
+#[macro_use]
+pub mod file; // its option list is the HDFS sink's too
+pub mod hdfs;
+pub mod kafka;
+pub mod memory;
+pub mod nexmark;
+
+/// One option of a connector: its key and a line saying what it does (for
+/// error messages and docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionDoc {
+    pub key: &'static str,
+    pub doc: &'static str,
+}
+
+/// An [`OptionDoc`], written short in option tables.
+pub const fn option(key: &'static str, doc: &'static str) -> OptionDoc {
+    OptionDoc { key, doc }
+}
+
+/// The options of one side (source or sink) of a connector.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionSet {
+    /// Options with a fixed key.
+    pub keys: &'static [OptionDoc],
+    /// Families of options by key prefix (`properties.`, passed through to
+    /// a client library; `fields.`, per-column settings): any key that
+    /// starts with one and has more after it.
+    pub prefixes: &'static [OptionDoc],
+}
+
+impl OptionSet {
+    /// A set of fixed keys, no prefixes.
+    pub const fn keys(keys: &'static [OptionDoc]) -> Self {
+        OptionSet { keys, prefixes: &[] }
+    }
+
+    /// Whether `key` is one of these options.
+    pub fn knows(&self, key: &str) -> bool {
+        self.keys.iter().any(|o| o.key == key)
+            || self
+                .prefixes
+                .iter()
+                .any(|p| key.len() > p.key.len() && key.starts_with(p.key))
+    }
+
+    /// Rejects an option that neither `common` nor this set knows, listing
+    /// the known ones: keys sorted, then the prefixes as `prefix*`. `kind`
+    /// names what was created ("connector 'kafka'").
+    pub fn check(&self, kind: &str, common: &[OptionDoc], options: &BTreeMap<String, String>) -> Result<()> {
+        let Some(unknown) = options
+            .keys()
+            .find(|key| !self.knows(key) && !common.iter().any(|o| o.key == key.as_str()))
+        else {
+            return Ok(());
+        };
+        let mut known: Vec<String> = common.iter().chain(self.keys).map(|o| o.key.to_string()).collect();
+        known.sort_unstable();
+        known.dedup();
+        known.extend(self.prefixes.iter().map(|p| format!("{}*", p.key)));
+        Err(Error::invalid_option(format!(
+            "unknown option '{unknown}' for {kind}; known options: {}",
+            known.join(", ")
+        )))
+    }
+}
+
+/// A kind of source and/or sink. Implementations are unit structs listed in
+/// [`crate::registry`]; the methods say what the engine asks of them, and
+/// when.
+pub trait Connector: Send + Sync {
+    /// The name `WITH (connector = '…')` uses; unique in the registry.
+    fn name(&self) -> &'static str;
+
+    /// The options of a stream of this connector (CREATE STREAM), besides
+    /// [`crate::options::SOURCE_COMMON`]; `None` when it is no source.
+    fn source_options(&self) -> Option<&'static OptionSet> {
+        None
+    }
+
+    /// The options of a sink of this connector (CREATE SINK), besides
+    /// [`crate::options::SINK_COMMON`]; `None` when CREATE SINK cannot name
+    /// it — no sink, or one only the engine builds (`client`, `memory`).
+    fn sink_options(&self) -> Option<&'static OptionSet> {
+        None
+    }
+
+    /// Checks a stream's option values (the keys are known by then).
+    fn check_source_options(&self, _options: &BTreeMap<String, String>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checks a sink's option values (the keys are known by then).
+    fn check_sink_options(&self, _options: &BTreeMap<String, String>) -> Result<()> {
+        Ok(())
+    }
+
+    /// CREATE STREAM: a schema the connector fixes (the column list may
+    /// then be omitted, and must match it if given), e.g. Nexmark's tables.
+    fn fixed_schema(&self, _options: &BTreeMap<String, String>) -> Result<Option<SchemaRef>> {
+        Ok(None)
+    }
+
+    /// CREATE STREAM: columns every stream of this connector has besides the
+    /// declared ones, hidden from `SELECT *` (Kafka's `_kafka_*`).
+    fn metadata_columns(&self) -> Vec<Field> {
+        Vec::new()
+    }
+
+    /// CREATE STREAM: checks the options against the stream's columns (the
+    /// connector produces these: computed columns are left out).
+    fn check_stream_schema(&self, _options: &BTreeMap<String, String>, _columns: &Schema) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether `INSERT INTO` appends to a stream of this connector (one
+    /// written by a pipeline takes none, whatever its connector).
+    fn accepts_insert(&self) -> bool {
+        false
+    }
+
+    /// How many source instances can read a stream of it; the planner
+    /// gives its source no more (`None`: as many as `SET parallelism`).
+    fn source_readers_max(&self) -> Option<usize> {
+        None
+    }
+
+    /// CREATE SINK: checks the options that name columns of the query's
+    /// output, once the query is planned.
+    fn check_sink_output(&self, _options: &BTreeMap<String, String>, _schema: &SchemaRef) -> Result<()> {
+        Ok(())
+    }
+
+    /// The reader of one source instance.
+    fn source(
+        &self,
+        _connectors: &Connectors,
+        _spec: &SourceSpec,
+        _schema: &SchemaRef,
+        _ctx: &InstanceContext,
+    ) -> Result<Box<dyn SourceReader>> {
+        Err(Error::unsupported(format!(
+            "connector '{}' is not a source",
+            self.name()
+        )))
+    }
+
+    /// The sink operator of one sink instance.
+    fn sink(
+        &self,
+        _connectors: &Connectors,
+        _spec: &SinkSpec,
+        _schema: &SchemaRef,
+        _ctx: &InstanceContext,
+    ) -> Result<Box<dyn Operator>> {
+        Err(Error::unsupported(format!("connector '{}' is not a sink", self.name())))
+    }
+}

@@ -1,0 +1,73 @@
+//! `file`: rolling part files in a local directory ([`crate::fs_sink`] on
+//! [`crate::local_files`]), as the `hdfs` sink writes them on HDFS.
+
+use super::{Connector, OptionSet};
+use crate::factory::Connectors;
+use crate::fs_sink::{FileSystem, FsSinkSettings, open_fs_sink};
+use arrow::datatypes::SchemaRef;
+use sluice_dataflow::Operator;
+use sluice_dataflow::deploy::InstanceContext;
+use sluice_plan::SinkSpec;
+use sluice_types::Result;
+use std::collections::BTreeMap;
+
+/// The options of the file-system sinks, with any connector-specific ones
+/// first (`hdfs` adds `url`).
+macro_rules! fs_sink_options {
+    ($($extra:expr),*) => {
+        $crate::connector::OptionSet::keys(&[
+            $($extra,)*
+            $crate::connector::option("path", "the directory the part files go to (required)"),
+            $crate::connector::option(
+                "format",
+                "'parquet', 'json' (JSON lines) or 'csv' (default: json for file, parquet for hdfs)",
+            ),
+            $crate::connector::option(
+                "rollover.size",
+                "a file is finished at this size (default 128MB; also the bound on bytes held)",
+            ),
+            $crate::connector::option(
+                "rollover.interval",
+                "a file is finished this long after its first row (default 1min)",
+            ),
+            $crate::connector::option("partition.by", "a column: rows go into 'col=value' directories"),
+            $crate::connector::option(
+                "retry.timeout",
+                "how long a failing write is retried before the pipeline fails (default 10min)",
+            ),
+            $crate::connector::option(
+                "sink.delivery-guarantee",
+                "'at-least-once'; files are committed exactly once whenever the pipeline checkpoints",
+            ),
+        ])
+    };
+}
+
+pub struct File;
+
+static SINK_OPTIONS: OptionSet = fs_sink_options!();
+
+impl Connector for File {
+    fn name(&self) -> &'static str {
+        "file"
+    }
+
+    fn sink_options(&self) -> Option<&'static OptionSet> {
+        Some(&SINK_OPTIONS)
+    }
+
+    /// The partition column must be in the query's output.
+    fn check_sink_output(&self, options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<()> {
+        FsSinkSettings::parse(FileSystem::Local, options, schema).map(|_| ())
+    }
+
+    fn sink(
+        &self,
+        _connectors: &Connectors,
+        spec: &SinkSpec,
+        schema: &SchemaRef,
+        ctx: &InstanceContext,
+    ) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(open_fs_sink(FileSystem::Local, &spec.options, schema, ctx)?))
+    }
+}

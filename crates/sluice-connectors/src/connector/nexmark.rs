@@ -1,0 +1,67 @@
+//! `nexmark`: the Nexmark benchmark's generator ([`crate::nexmark`]) as a
+//! source of one of its tables, paced by [`crate::nexmark_source`]. The
+//! table fixes the stream's schema.
+
+use super::{Connector, OptionSet, option};
+use crate::factory::Connectors;
+use crate::nexmark::nexmark_schema;
+use crate::nexmark_source::{NexmarkReader, nexmark_config};
+use arrow::datatypes::SchemaRef;
+use sluice_dataflow::deploy::InstanceContext;
+use sluice_dataflow::source::SourceReader;
+use sluice_plan::SourceSpec;
+use sluice_types::Result;
+use std::collections::BTreeMap;
+
+pub struct Nexmark;
+
+static SOURCE_OPTIONS: OptionSet = OptionSet::keys(&[
+    option("table", "'bid', 'auction' or 'person' (required)"),
+    option(
+        "events.per.second",
+        "events a second over all instances; 0 (default) = as fast as possible",
+    ),
+    option(
+        "events.max",
+        "events over the three tables, then the stream ends (absent: unbounded)",
+    ),
+    option("seed", "the generator's random seed"),
+    option(
+        "base.time",
+        "epoch ms of event 0, or 'now': event time is wall-clock (latency runs)",
+    ),
+]);
+
+impl Connector for Nexmark {
+    fn name(&self) -> &'static str {
+        "nexmark"
+    }
+
+    fn source_options(&self) -> Option<&'static OptionSet> {
+        Some(&SOURCE_OPTIONS)
+    }
+
+    fn check_source_options(&self, options: &BTreeMap<String, String>) -> Result<()> {
+        nexmark_config(options).map(|_| ())
+    }
+
+    fn fixed_schema(&self, options: &BTreeMap<String, String>) -> Result<Option<SchemaRef>> {
+        Ok(Some(nexmark_schema(nexmark_config(options)?.table)))
+    }
+
+    fn source(
+        &self,
+        _connectors: &Connectors,
+        spec: &SourceSpec,
+        _schema: &SchemaRef,
+        ctx: &InstanceContext,
+    ) -> Result<Box<dyn SourceReader>> {
+        let options = nexmark_config(&spec.options)?;
+        Ok(Box::new(NexmarkReader::new(
+            &options,
+            ctx.instance,
+            ctx.parallelism,
+            &spec.unread,
+        )))
+    }
+}
