@@ -1,7 +1,7 @@
 //! The file-system sink (`connector = 'hdfs'` or `'file'`): rolling
 //! Parquet / JSON-lines / CSV files under `path`, optionally in
-//! `col=value` directories, on a [`FileStore`] — HDFS ([`crate::hdfs`]) or
-//! the local file system ([`crate::local_files`]).
+//! `col=value` directories, on a [`FileStore`] — HDFS (`crate::hdfs`) or
+//! the local file system (`crate::local_files`; the connector picks the store).
 //!
 //! A finished file is written under a hidden in-progress name
 //! (`.part-….inprogress`) and renamed to its final name only when it is
@@ -197,21 +197,6 @@ pub struct RollingSink {
     pipeline: u64,
     /// The last checkpoint committed or restored (in new file names).
     after: u64,
-}
-
-/// A file-system sink on HDFS or a local directory, as `options` say.
-pub fn open_fs_sink(
-    fs: FileSystem,
-    options: &BTreeMap<String, String>,
-    schema: &SchemaRef,
-    ctx: &InstanceContext,
-) -> Result<RollingSink> {
-    let settings = FsSinkSettings::parse(fs, options, schema)?;
-    let store: Arc<dyn FileStore> = match fs {
-        FileSystem::Hdfs => Arc::new(crate::hdfs::HdfsStore::connect(&settings.url)?),
-        FileSystem::Local => Arc::new(crate::local_files::LocalStore::open(&settings.path)?),
-    };
-    RollingSink::open(store, settings, options, schema, ctx)
 }
 
 /// Checkpoint key of the in-progress files to rename on commit.

@@ -1,6 +1,8 @@
 //! Sources and sinks: the [`Connector`] trait, the [`registry`] of every
-//! connector, and the [`Connectors`] factory the runtime asks for readers
-//! and sink operators by connector name.
+//! connector, what the connectors of a process share ([`data_plane`]:
+//! memory logs and session result channels, [`Connectors`]), and the
+//! [`factory`] through which the runtime asks for readers and sink
+//! operators by connector name.
 //!
 //! A connector is one file under [`connector`] implementing [`Connector`]
 //! (its options with a line of doc each, their checks, its schema rules at
@@ -37,6 +39,7 @@
 //!   directory or HDFS).
 
 pub mod connector;
+pub mod data_plane;
 pub mod datagen;
 pub mod factory;
 pub mod format;
@@ -55,5 +58,5 @@ pub mod rolling;
 pub mod state_store;
 
 pub use connector::{Connector, OptionDoc, OptionSet};
-pub use factory::{ClientSinks, Connectors};
+pub use data_plane::{ClientSinks, Connectors};
 pub use memory::{MemoryLog, MemoryLogs};

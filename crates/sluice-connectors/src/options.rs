@@ -2,9 +2,68 @@
 //! and typed access to option values. Each connector declares its own
 //! options in its file under [`crate::connector`].
 
-use crate::connector::{OptionDoc, option};
 use sluice_types::{Error, Result};
 use std::collections::BTreeMap;
+
+/// One option of a connector: its key and a line saying what it does (for
+/// error messages and docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionDoc {
+    pub key: &'static str,
+    pub doc: &'static str,
+}
+
+/// An [`OptionDoc`], written short in option tables.
+pub const fn option(key: &'static str, doc: &'static str) -> OptionDoc {
+    OptionDoc { key, doc }
+}
+
+/// The options of one side (source or sink) of a connector.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionSet {
+    /// Options with a fixed key.
+    pub keys: &'static [OptionDoc],
+    /// Families of options by key prefix (`properties.`, passed through to
+    /// a client library; `fields.`, per-column settings): any key that
+    /// starts with one and has more after it.
+    pub prefixes: &'static [OptionDoc],
+}
+
+impl OptionSet {
+    /// A set of fixed keys, no prefixes.
+    pub const fn keys(keys: &'static [OptionDoc]) -> Self {
+        OptionSet { keys, prefixes: &[] }
+    }
+
+    /// Whether `key` is one of these options.
+    pub fn knows(&self, key: &str) -> bool {
+        self.keys.iter().any(|o| o.key == key)
+            || self
+                .prefixes
+                .iter()
+                .any(|p| key.len() > p.key.len() && key.starts_with(p.key))
+    }
+
+    /// Rejects an option that neither `common` nor this set knows, listing
+    /// the known ones: keys sorted, then the prefixes as `prefix*`. `kind`
+    /// names what was created ("connector 'kafka'").
+    pub fn check(&self, kind: &str, common: &[OptionDoc], options: &BTreeMap<String, String>) -> Result<()> {
+        let Some(unknown) = options
+            .keys()
+            .find(|key| !self.knows(key) && !common.iter().any(|o| o.key == key.as_str()))
+        else {
+            return Ok(());
+        };
+        let mut known: Vec<String> = common.iter().chain(self.keys).map(|o| o.key.to_string()).collect();
+        known.sort_unstable();
+        known.dedup();
+        known.extend(self.prefixes.iter().map(|p| format!("{}*", p.key)));
+        Err(Error::invalid_option(format!(
+            "unknown option '{unknown}' for {kind}; known options: {}",
+            known.join(", ")
+        )))
+    }
+}
 
 /// Options every source accepts.
 pub const SOURCE_COMMON: &[OptionDoc] = &[

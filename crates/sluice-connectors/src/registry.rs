@@ -7,7 +7,6 @@
 
 use crate::connector::{self, Connector};
 use crate::options::{SINK_COMMON, SOURCE_COMMON};
-use arrow::datatypes::SchemaRef;
 use sluice_types::{Error, Result};
 use std::collections::BTreeMap;
 
@@ -16,10 +15,10 @@ static CONNECTORS: &[&dyn Connector] = &[
     &connector::memory::Memory,
     &connector::nexmark::Nexmark,
     &connector::datagen::Datagen,
-    &connector::file::File,
+    &connector::file::FILE,
     &connector::blackhole::Blackhole,
     &connector::kafka::Kafka,
-    &connector::hdfs::Hdfs,
+    &connector::hdfs::HDFS,
     &connector::client::Client,
 ];
 
@@ -91,11 +90,6 @@ pub fn validate_sink(name: &str, options: &BTreeMap<String, String>) -> Result<&
         crate::state_store::split_hdfs_location(dir)?;
     }
     Ok(connector)
-}
-
-/// Checks a sink's options that name columns of the query's output.
-pub fn validate_sink_output(name: &str, options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<()> {
-    find(name)?.check_sink_output(options, schema)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! recorder lives in this crate because the sink runs inside the server.
 
 use super::{Connector, OptionSet, option};
-use crate::factory::Connectors;
+use crate::data_plane::Connectors;
 use crate::latency_probe::LatencyRecorder;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;

@@ -1,10 +1,10 @@
 //! `client`: the sink of a session's query, feeding its result stream. Only
 //! the engine builds it (CREATE SINK cannot name it); the channel was
-//! registered in [`crate::factory::ClientSinks`] before the pipeline was
+//! registered in [`crate::data_plane::ClientSinks`] before the pipeline was
 //! deployed.
 
 use super::Connector;
-use crate::factory::Connectors;
+use crate::data_plane::Connectors;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;

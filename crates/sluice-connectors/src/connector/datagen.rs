@@ -2,8 +2,8 @@
 //! sequences, random numbers and strings per column, bounded or paced.
 
 use super::{Connector, OptionSet, option};
+use crate::data_plane::Connectors;
 use crate::datagen::{DatagenConfig, DatagenReader, check_schema};
-use crate::factory::Connectors;
 use arrow::datatypes::{Schema, SchemaRef};
 use sluice_dataflow::deploy::InstanceContext;
 use sluice_dataflow::source::SourceReader;

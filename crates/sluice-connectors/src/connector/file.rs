@@ -2,14 +2,15 @@
 //! [`crate::local_files`]), as the `hdfs` sink writes them on HDFS.
 
 use super::{Connector, OptionSet};
-use crate::factory::Connectors;
-use crate::fs_sink::{FileSystem, FsSinkSettings, open_fs_sink};
+use crate::data_plane::Connectors;
+use crate::fs_sink::{FileStore, FileSystem, FsSinkSettings, RollingSink};
 use arrow::datatypes::SchemaRef;
 use sluice_dataflow::Operator;
 use sluice_dataflow::deploy::InstanceContext;
 use sluice_plan::SinkSpec;
 use sluice_types::Result;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The options of the file-system sinks, with any connector-specific ones
 /// first (`hdfs` adds `url`).
@@ -43,22 +44,36 @@ macro_rules! fs_sink_options {
     };
 }
 
-pub struct File;
+/// A sink of rolling part files on a file system: `file` (a local
+/// directory) and `hdfs` are this connector with their own name, file
+/// system and options.
+pub struct FsSinkConnector {
+    pub name: &'static str,
+    pub fs: FileSystem,
+    pub options: &'static OptionSet,
+}
 
 static SINK_OPTIONS: OptionSet = fs_sink_options!();
 
-impl Connector for File {
+/// `file`.
+pub static FILE: FsSinkConnector = FsSinkConnector {
+    name: "file",
+    fs: FileSystem::Local,
+    options: &SINK_OPTIONS,
+};
+
+impl Connector for FsSinkConnector {
     fn name(&self) -> &'static str {
-        "file"
+        self.name
     }
 
     fn sink_options(&self) -> Option<&'static OptionSet> {
-        Some(&SINK_OPTIONS)
+        Some(self.options)
     }
 
     /// The partition column must be in the query's output.
     fn check_sink_output(&self, options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<()> {
-        FsSinkSettings::parse(FileSystem::Local, options, schema).map(|_| ())
+        FsSinkSettings::parse(self.fs, options, schema).map(|_| ())
     }
 
     fn sink(
@@ -68,6 +83,21 @@ impl Connector for File {
         schema: &SchemaRef,
         ctx: &InstanceContext,
     ) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(open_fs_sink(FileSystem::Local, &spec.options, schema, ctx)?))
+        Ok(Box::new(open_fs_sink(self.fs, &spec.options, schema, ctx)?))
     }
+}
+
+/// A file-system sink on HDFS or a local directory, as `options` say.
+fn open_fs_sink(
+    fs: FileSystem,
+    options: &BTreeMap<String, String>,
+    schema: &SchemaRef,
+    ctx: &InstanceContext,
+) -> Result<RollingSink> {
+    let settings = FsSinkSettings::parse(fs, options, schema)?;
+    let store: Arc<dyn FileStore> = match fs {
+        FileSystem::Hdfs => Arc::new(crate::hdfs::HdfsStore::connect(&settings.url)?),
+        FileSystem::Local => Arc::new(crate::local_files::LocalStore::open(&settings.path)?),
+    };
+    RollingSink::open(store, settings, options, schema, ctx)
 }

@@ -4,7 +4,7 @@
 //! offset, timestamp and key as hidden metadata columns.
 
 use super::{Connector, OptionSet, option};
-use crate::factory::Connectors;
+use crate::data_plane::Connectors;
 use crate::kafka::{KafkaReader, KafkaSink, KafkaSourceConfig, check_sink, metadata_fields};
 use arrow::datatypes::{Field, SchemaRef};
 use sluice_dataflow::Operator;

@@ -4,7 +4,7 @@
 //! [`crate::memory`].
 
 use super::{Connector, OptionSet, option};
-use crate::factory::Connectors;
+use crate::data_plane::Connectors;
 use crate::memory::{IdleReader, MemoryLog, MemoryReader};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;

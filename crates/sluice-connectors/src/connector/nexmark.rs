@@ -3,7 +3,7 @@
 //! table fixes the stream's schema.
 
 use super::{Connector, OptionSet, option};
-use crate::factory::Connectors;
+use crate::data_plane::Connectors;
 use crate::nexmark::nexmark_schema;
 use crate::nexmark_source::{NexmarkReader, nexmark_config};
 use arrow::datatypes::SchemaRef;

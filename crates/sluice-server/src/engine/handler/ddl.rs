@@ -9,7 +9,6 @@ use super::{Ctx, command};
 use crate::engine::Output;
 use sluice_cluster::catalog::PipelineKind;
 use sluice_cluster::{Applied, CatalogCommand};
-use sluice_connectors::factory::{validate_sink, validate_sink_output};
 use sluice_plan::catalog::{EventTime, StreamDef};
 use sluice_sql::create::stream_def;
 use sluice_sql::planner::sink_spec;
@@ -175,14 +174,14 @@ async fn create_sink(
     options
         .entry("checkpoint.interval".to_string())
         .or_insert(ctx.settings.get("checkpoint_interval")?);
-    validate_sink(&connector, &options)?;
+    let sink = sluice_connectors::registry::validate_sink(&connector, &options)?;
     let listed: Vec<String> = options
         .iter()
         .map(|(k, v)| format!("'{k}' = '{}'", v.replace('\'', "''")))
         .collect();
     let sql = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
     let planned = ctx.plan(query, sink_spec(&connector, options.clone())).await?;
-    validate_sink_output(&connector, &options, &planned.schema)?;
+    sink.check_sink_output(&options, &planned.schema)?;
     Ok(CatalogCommand::CreatePipeline {
         name: name.to_string(),
         kind: PipelineKind::Sink,
