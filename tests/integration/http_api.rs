@@ -439,6 +439,29 @@ async fn streams_show_schema_event_time_and_options_and_explain_plans_without_ru
         .map(|o| o["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["source", "project", "sink"]);
+    // Each operator has a stable uid: 16 hex digits, the same when the
+    // same query is planned again.
+    let uids = |plan: &serde_json::Value| -> Vec<String> {
+        plan["dag"]["operators"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["uid"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        uids(&plan)
+            .iter()
+            .all(|u| u.len() == 16 && u.chars().all(|c| c.is_ascii_hexdigit())),
+        "{plan}"
+    );
+    let (_, again) = post_json(
+        &server,
+        "/api/v1/explain",
+        json!({"sql": "SELECT auction FROM bids WHERE price > 10"}),
+    )
+    .await;
+    assert_eq!(uids(&again), uids(&plan));
     assert!(
         plan["dag"]["operators"][1]["detail"]
             .as_str()

@@ -117,15 +117,18 @@ pub async fn run(messages: u64, parallelism: u32) -> anyhow::Result<SolResult> {
         event_time_column: None,
     };
     let dag = PhysicalDag {
+        key_groups: sluice_plan::KEY_GROUPS_DEFAULT,
         operators: vec![
             OperatorSpec {
                 id: OperatorId(0),
+                uid: sluice_types::OperatorUid::UNSET,
                 kind: OperatorKind::Source(source),
                 parallelism: p,
                 output_schema: schema(),
             },
             OperatorSpec {
                 id: OperatorId(1),
+                uid: sluice_types::OperatorUid::UNSET,
                 kind: OperatorKind::Sink(sink),
                 parallelism: p,
                 output_schema: schema(),

@@ -94,8 +94,13 @@ impl CatalogStore {
     pub fn load(&self) -> Result<CatalogState> {
         match std::fs::read(&self.path) {
             Ok(bytes) => {
-                let state: CatalogState = serde_json::from_slice(&bytes)
+                let mut state: CatalogState = serde_json::from_slice(&bytes)
                     .map_err(|e| Error::external(format!("catalog {} is unreadable: {e}", self.path.display())))?;
+                // Pipelines stored before operator uids get them computed
+                // from their lineage (stored ones are kept).
+                for p in state.pipelines.values_mut() {
+                    p.dag.fill_uids();
+                }
                 if state.format_version > CATALOG_FORMAT_VERSION {
                     return Err(Error::external(format!(
                         "catalog {} has format {} but this Sluice reads up to {CATALOG_FORMAT_VERSION}",

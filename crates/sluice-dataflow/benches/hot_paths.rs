@@ -10,6 +10,7 @@ use sluice_dataflow::Message;
 use sluice_dataflow::channel::channel;
 use sluice_dataflow::exchange::{hash_partition, split_by_partition};
 use sluice_dataflow::window::fixed::FixedWindowOperator;
+use sluice_plan::KeyGroupRouter;
 use sluice_plan::{AggregateCall, WindowAggSpec, WindowKind};
 use sluice_types::Watermark;
 use std::hint::black_box;
@@ -36,9 +37,9 @@ fn exchange(c: &mut Criterion) {
     let mut g = c.benchmark_group("exchange");
     g.throughput(Throughput::Elements(ROWS as u64));
     g.bench_function("hash_partition_int64_4_ways", |b| {
-        b.iter(|| hash_partition(black_box(&batch), &[1], 4).unwrap())
+        b.iter(|| hash_partition(black_box(&batch), &[1], &KeyGroupRouter::new(256, 4)).unwrap())
     });
-    let targets = hash_partition(&batch, &[1], 4).unwrap();
+    let targets = hash_partition(&batch, &[1], &KeyGroupRouter::new(256, 4)).unwrap();
     g.bench_function("split_by_partition_4_ways", |b| {
         b.iter(|| split_by_partition(black_box(&batch), &targets, 4).unwrap())
     });

@@ -11,7 +11,7 @@
 
 use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
 use crate::checkpoint::coordinator::{self, CheckpointHandles, CoordinatorChannels, PendingCheckpoints};
-use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint, TaskCheckpoint};
+use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint, TaskCheckpoint, TaskIdentity, TaskState};
 use crate::computed::ComputedColumnsReader;
 use crate::exchange::{Blame, Chained, Output, OutputEdge};
 use crate::join::JoinOperator;
@@ -256,6 +256,7 @@ fn open_channels(
     transport: &dyn Transport,
     chained: &dyn Fn(OperatorId) -> bool,
 ) -> Result<Channels> {
+    sluice_plan::key_groups::validate(dag.key_groups).map_err(Error::internal)?;
     let mut outputs: HashMap<(OperatorId, u32), Vec<OutputEdge>> = HashMap::new();
     let mut inputs: HashMap<(OperatorId, u32), Vec<ChannelReceiver>> = HashMap::new();
     for edge in dag.edges.iter().filter(|e| !chained(e.to)) {
@@ -265,14 +266,22 @@ fn open_channels(
         let to = dag
             .operator(edge.to)
             .ok_or_else(|| Error::internal("edge to unknown operator"))?;
-        open_edge(id, edge, from, to, transport, &mut outputs, &mut inputs)?;
+        open_edge(
+            id,
+            (edge, dag.key_groups),
+            from,
+            to,
+            transport,
+            &mut outputs,
+            &mut inputs,
+        )?;
     }
     Ok((outputs, inputs))
 }
 
 fn open_edge(
     id: PipelineId,
-    edge: &EdgeSpec,
+    (edge, key_groups): (&EdgeSpec, u32),
     from: &OperatorSpec,
     to: &OperatorSpec,
     transport: &dyn Transport,
@@ -291,10 +300,12 @@ fn open_edge(
         }
         for i in 0..from.parallelism {
             let (tx, rx) = transport.channel(key(i, i));
-            outputs
-                .entry((from.id, i))
-                .or_default()
-                .push(OutputEdge::new(Partitioning::Forward, vec![tx], 0));
+            outputs.entry((from.id, i)).or_default().push(OutputEdge::new(
+                Partitioning::Forward,
+                vec![tx],
+                0,
+                key_groups,
+            ));
             inputs.entry((to.id, i)).or_default().push(rx);
         }
         return Ok(());
@@ -308,7 +319,7 @@ fn open_edge(
         }
     }
     for (f, s) in senders.into_iter().enumerate() {
-        let edge = OutputEdge::new(edge.partitioning.clone(), s, f);
+        let edge = OutputEdge::new(edge.partitioning.clone(), s, f, key_groups);
         outputs.entry((from.id, f as u32)).or_default().push(edge);
     }
     Ok(())
@@ -349,6 +360,18 @@ pub fn deploy_with(
     config: &DeployConfig,
     plan: Option<CheckpointPlan>,
 ) -> Result<PipelineRuntime> {
+    // A DAG built without the planner (tests, the benchmark) may have no
+    // uids yet: its state needs them.
+    let filled;
+    let dag = if dag.operators.iter().any(|o| o.uid.is_unset()) {
+        let mut d = dag.clone();
+        d.fill_uids();
+        filled = d;
+        &filled
+    } else {
+        dag
+    };
+    check_keyed_state(dag)?;
     let chained = |op: OperatorId| config.chain_operators && dag.chained_into(op).is_some();
     let channels = open_channels(id, dag, transport, &chained)?;
     let checkpointing = plan.map(Checkpointing::new);
@@ -375,7 +398,13 @@ pub fn deploy_with(
     let coordinator_stop = cancel.child_token();
     if let Some(checkpointing) = checkpointing {
         let task_ids = tasks.iter().map(|t| (t.operator, t.instance)).collect();
-        checkpointing.start_coordinator(id, task_ids, &status, &cancel, coordinator_stop.clone());
+        checkpointing.start_coordinator(
+            (id, dag.key_groups),
+            task_ids,
+            &status,
+            &cancel,
+            coordinator_stop.clone(),
+        );
     }
     let task_count = tasks.len();
     let done = supervise(id, tasks, &status, &cancel, &coordinator_stop);
@@ -444,28 +473,37 @@ impl Checkpointing {
         }
     }
 
-    /// What instance `instance` of `operator` needs to take part, with its
-    /// restored state.
-    fn task(&self, operator: OperatorId, instance: u32) -> TaskCheckpoint {
-        TaskCheckpoint {
+    /// What instance `instance` of `op` needs to take part, with its
+    /// restored state (split or merged by key group when its parallelism
+    /// changed; migrated from a checkpoint before key groups).
+    fn task(&self, dag: &PhysicalDag, op: &OperatorSpec, instance: u32) -> Result<TaskCheckpoint> {
+        let restored = match &self.plan.restored {
+            Some(r) => {
+                let migrate = |state| migrate_legacy_state(op, state);
+                Some((r.id, r.state_for(op, instance, dag.key_groups, &migrate)?))
+            }
+            None => None,
+        };
+        Ok(TaskCheckpoint {
             handles: CheckpointHandles::clone(&self.handles),
-            operator,
+            operator: op.id,
             instance,
-            restored: self.plan.restored.as_ref().map(|r| (r.id, r.task(operator, instance))),
-        }
+            identity: TaskIdentity::of(dag, op, instance),
+            restored,
+        })
     }
 
     /// Spawns the coordinator of `tasks` (the running task instances): a
     /// checkpoint that fails fails the pipeline.
     fn start_coordinator(
         self,
-        id: PipelineId,
+        (id, key_groups): (PipelineId, u32),
         tasks: Vec<(OperatorId, u32)>,
         status: &Arc<StatusCell>,
         cancel: &CancellationToken,
         stop: CancellationToken,
     ) {
-        let book = PendingCheckpoints::new(tasks, self.plan.highest_id.max(self.restored_id) + 1);
+        let book = PendingCheckpoints::new(tasks, self.plan.highest_id.max(self.restored_id) + 1, key_groups);
         let (status, cancel) = (status.clone(), cancel.clone());
         let fail = move |error: String| {
             tracing::warn!(pipeline = %id, %error, "checkpoint failed");
@@ -545,7 +583,7 @@ impl TaskBuilder<'_> {
             alignment: self.alignment.get(&op.id).map(|g| (g.clone(), instance as usize)),
             ..self.control.clone()
         };
-        let checkpoint = self.checkpointing.map(|c| c.task(op.id, instance));
+        let checkpoint = self.checkpointing.map(|c| c.task(self.dag, op, instance)).transpose()?;
         let future = build_task(
             self.id,
             op,
@@ -734,6 +772,42 @@ fn build_task(
     Ok(Box::pin(task.run()))
 }
 
+/// Keyed operators store their state by the key group of the columns their
+/// rows are routed by: a window's group keys, a join's equi-join keys. The
+/// planner hash-partitions their inputs on exactly those columns; a DAG
+/// that does otherwise would put restored keys on the wrong instance.
+fn check_keyed_state(dag: &PhysicalDag) -> Result<()> {
+    for op in &dag.operators {
+        let state_keys = match &op.kind {
+            OperatorKind::WindowAggregate(w) if !w.key_columns.is_empty() => vec![w.key_columns.clone()],
+            OperatorKind::Join(j) => vec![j.left.keys.clone(), j.right.keys.clone()],
+            _ => continue,
+        };
+        match dag.input_keys(op.id) {
+            Some(routed) if routed == state_keys => {}
+            // One instance holds every key (and so every key group).
+            _ if op.parallelism == 1 => {}
+            routed => {
+                return Err(Error::internal(format!(
+                    "operator {} stores state by keys {state_keys:?} but its rows are routed by {routed:?}",
+                    op.id
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A checkpoint's state from before key groups, in today's form: the
+/// keyed operators' entries marked with their key columns.
+fn migrate_legacy_state(op: &OperatorSpec, state: TaskState) -> Result<TaskState> {
+    match &op.kind {
+        OperatorKind::WindowAggregate(spec) => crate::window::migrate_legacy_state(spec, state),
+        OperatorKind::Join(spec) => crate::join::migrate_legacy_state(spec, state),
+        _ => Ok(state),
+    }
+}
+
 /// How many of an operator instance's input channels come from its first
 /// input edge (a join's left side): one per upstream instance, or one for a
 /// forward edge.
@@ -762,3 +836,7 @@ mod tests;
 #[cfg(test)]
 #[path = "watermark_alignment_tests.rs"]
 mod watermark_alignment_tests;
+
+#[cfg(test)]
+#[path = "rescale_tests.rs"]
+mod rescale_tests;

@@ -112,15 +112,18 @@ fn source_to_sink() -> PhysicalDag {
         event_time_column: None,
     };
     PhysicalDag {
+        key_groups: sluice_plan::KEY_GROUPS_DEFAULT,
         operators: vec![
             OperatorSpec {
                 id: OperatorId(0),
+                uid: sluice_types::OperatorUid::UNSET,
                 kind: OperatorKind::Source(source),
                 parallelism: 1,
                 output_schema: schema(),
             },
             OperatorSpec {
                 id: OperatorId(1),
+                uid: sluice_types::OperatorUid::UNSET,
                 kind: OperatorKind::Sink(sink),
                 parallelism: 1,
                 output_schema: schema(),
@@ -307,18 +310,21 @@ fn source_project_project_sink(second_expr: &str) -> PhysicalDag {
     let sink = dag.operators.pop().unwrap();
     dag.operators.push(OperatorSpec {
         id: OperatorId(1),
+        uid: sluice_types::OperatorUid::UNSET,
         kind: project(Some("x % 3 <> 0"), "x * 2"),
         parallelism: 2,
         output_schema: schema(),
     });
     dag.operators.push(OperatorSpec {
         id: OperatorId(2),
+        uid: sluice_types::OperatorUid::UNSET,
         kind: project(None, second_expr),
         parallelism: 2,
         output_schema: schema(),
     });
     dag.operators.push(OperatorSpec {
         id: OperatorId(3),
+        uid: sluice_types::OperatorUid::UNSET,
         ..sink
     });
     let edge = |id: u32, from: u32, to: u32, partitioning| EdgeSpec {

@@ -2,6 +2,13 @@
 //! forward, hash of key columns, single, round robin. Control messages go
 //! to every downstream instance.
 //!
+//! Hash partitioning routes by key group ([`sluice_plan::key_groups`]): a
+//! row goes to key group `hash(key) % key_groups`, and the group to the
+//! instance whose contiguous range holds it — a mask, a multiply and a
+//! shift per row. Keyed state is stored per key group with the same hash
+//! ([`key_groups`]), so a restore at another parallelism finds every key's
+//! state on the instance its rows now go to.
+//!
 //! Operator chaining: a filter/projection whose only input is a forward
 //! edge runs inside its upstream task, on the upstream's output, with no
 //! channel in between ([`Chained`]); it routes its own output on. A row then
@@ -15,7 +22,7 @@ use arrow::array::UInt32Array;
 use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
-use sluice_plan::Partitioning;
+use sluice_plan::{KeyGroupRouter, Partitioning};
 use sluice_types::{Error, OperatorId, Result, Watermark};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -25,12 +32,27 @@ use std::time::Instant;
 /// the same downstream instance.
 const HASH_SEED: RandomState = RandomState::with_seed(0x5107_CE11);
 
-/// Which downstream instance each row of `batch` goes to, by hash of `columns`.
-pub fn hash_partition(batch: &RecordBatch, columns: &[usize], partitions: usize) -> Result<Vec<u32>> {
+/// The routing hash of each row's key, `arrays` being the key columns (the
+/// same function for routing and for storing keyed state).
+pub fn key_hashes(arrays: &[arrow::array::ArrayRef], rows: usize) -> Result<Vec<u64>> {
+    let mut hashes = vec![0u64; rows];
+    create_hashes(arrays, &HASH_SEED, &mut hashes).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(hashes)
+}
+
+/// The key group of each row whose key columns are `arrays`.
+pub fn key_groups(arrays: &[arrow::array::ArrayRef], rows: usize, key_groups: u32) -> Result<Vec<u16>> {
+    let router = KeyGroupRouter::new(key_groups, 1);
+    let hashes = key_hashes(arrays, rows)?;
+    Ok(hashes.iter().map(|h| router.key_group(*h) as u16).collect())
+}
+
+/// Which downstream instance each row of `batch` goes to, by the key group
+/// of `columns`.
+pub fn hash_partition(batch: &RecordBatch, columns: &[usize], router: &KeyGroupRouter) -> Result<Vec<u32>> {
     let arrays: Vec<_> = columns.iter().map(|c| batch.column(*c).clone()).collect();
-    let mut hashes = vec![0u64; batch.num_rows()];
-    create_hashes(&arrays, &HASH_SEED, &mut hashes).map_err(|e| Error::internal(e.to_string()))?;
-    Ok(hashes.iter().map(|h| (h % partitions as u64) as u32).collect())
+    let hashes = key_hashes(&arrays, batch.num_rows())?;
+    Ok(hashes.iter().map(|h| router.instance(*h)).collect())
 }
 
 /// Splits `batch` into one batch per partition (empty ones omitted).
@@ -64,15 +86,20 @@ pub struct OutputEdge {
     /// This task's instance index (for forward edges).
     pub instance: usize,
     next_round_robin: usize,
+    /// Key groups to downstream instances (hash edges).
+    router: KeyGroupRouter,
 }
 
 impl OutputEdge {
-    pub fn new(partitioning: Partitioning, senders: Vec<ChannelSender>, instance: usize) -> Self {
+    /// `key_groups`: the DAG's (what hash edges route by).
+    pub fn new(partitioning: Partitioning, senders: Vec<ChannelSender>, instance: usize, key_groups: u32) -> Self {
+        let router = KeyGroupRouter::new(key_groups, senders.len() as u32);
         OutputEdge {
             partitioning,
             senders,
             instance,
             next_round_robin: instance,
+            router,
         }
     }
 }
@@ -173,7 +200,7 @@ impl Output {
                         edge.senders[0].send(Message::Data(batch.clone())).await?;
                         continue;
                     }
-                    let targets = hash_partition(batch, columns, n).map_err(|_| Closed)?;
+                    let targets = hash_partition(batch, columns, &edge.router).map_err(|_| Closed)?;
                     for (target, part) in split_by_partition(batch, &targets, n).map_err(|_| Closed)? {
                         edge.senders[target].send(Message::Data(part)).await?;
                     }
@@ -228,7 +255,7 @@ mod tests {
     #[test]
     fn equal_keys_go_to_the_same_partition_and_no_row_is_lost() {
         let b = batch();
-        let targets = hash_partition(&b, &[0], 4).unwrap();
+        let targets = hash_partition(&b, &[0], &KeyGroupRouter::new(256, 4)).unwrap();
         let keys = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         let mut owner = std::collections::HashMap::new();
         for (row, t) in targets.iter().enumerate() {
@@ -243,5 +270,24 @@ mod tests {
             let ks = part.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
             assert!((0..ks.len()).all(|i| owner[&ks.value(i)] == *p as u32));
         }
+    }
+
+    /// A row goes to the instance that owns its key's group: the group of
+    /// its key in state files and its instance in routing always agree,
+    /// at every parallelism.
+    #[test]
+    fn rows_go_to_the_instance_owning_their_key_group() {
+        let b = batch();
+        let groups = key_groups(&[b.column(0).clone()], b.num_rows(), 256).unwrap();
+        for p in 1..=8u32 {
+            let targets = hash_partition(&b, &[0], &KeyGroupRouter::new(256, p)).unwrap();
+            for (row, t) in targets.iter().enumerate() {
+                let range = sluice_plan::key_group_range(*t, p, 256);
+                assert!(range.contains(u32::from(groups[row])), "p={p} row {row}");
+            }
+        }
+        // 37 keys over 256 groups: several groups are used.
+        let distinct: std::collections::HashSet<u16> = groups.iter().copied().collect();
+        assert!(distinct.len() > 20, "{}", distinct.len());
     }
 }

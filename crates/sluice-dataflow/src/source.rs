@@ -587,6 +587,7 @@ mod tests {
                 handles,
                 operator: sluice_types::OperatorId(0),
                 instance: 0,
+                identity: crate::checkpoint::TaskIdentity::single(sluice_types::OperatorId(0)),
                 restored: Some((7, state)),
             }),
             alignment: None,
@@ -648,6 +649,7 @@ mod tests {
                     handles: handles.clone(),
                     operator: sluice_types::OperatorId(0),
                     instance: 0,
+                    identity: crate::checkpoint::TaskIdentity::single(sluice_types::OperatorId(0)),
                     restored: None,
                 }),
                 alignment: None,
@@ -671,7 +673,12 @@ mod tests {
 
     /// An output with one forward edge into `tx`.
     fn forward_to(tx: crate::channel::ChannelSender, metrics: &Arc<TaskMetrics>) -> Output {
-        let edge = crate::exchange::OutputEdge::new(sluice_plan::Partitioning::Forward, vec![tx], 0);
+        let edge = crate::exchange::OutputEdge::new(
+            sluice_plan::Partitioning::Forward,
+            vec![tx],
+            0,
+            sluice_plan::KEY_GROUPS_DEFAULT,
+        );
         Output::new(vec![edge], metrics.clone())
     }
 

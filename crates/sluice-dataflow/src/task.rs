@@ -350,7 +350,12 @@ mod tests {
             }),
             inputs: vec![in_rx],
             output: Output::new(
-                vec![OutputEdge::new(sluice_plan::Partitioning::Forward, vec![out_tx], 0)],
+                vec![OutputEdge::new(
+                    sluice_plan::Partitioning::Forward,
+                    vec![out_tx],
+                    0,
+                    sluice_plan::KEY_GROUPS_DEFAULT,
+                )],
                 metrics.clone(),
             ),
             metrics,

@@ -177,15 +177,18 @@ fn two_sources_into_a_sink(alignment_max_drift_ms: Option<u64>) -> PhysicalDag {
         event_time_column: Some(0),
     };
     PhysicalDag {
+        key_groups: sluice_plan::KEY_GROUPS_DEFAULT,
         operators: vec![
             OperatorSpec {
                 id: OperatorId(0),
+                uid: sluice_types::OperatorUid::UNSET,
                 kind: OperatorKind::Source(source),
                 parallelism: 2,
                 output_schema: schema(),
             },
             OperatorSpec {
                 id: OperatorId(1),
+                uid: sluice_types::OperatorUid::UNSET,
                 kind: OperatorKind::Sink(sink),
                 parallelism: 1,
                 output_schema: schema(),

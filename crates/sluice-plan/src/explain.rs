@@ -3,12 +3,20 @@
 use crate::{OperatorKind, PhysicalDag, WindowKind};
 
 /// Columns of an EXPLAIN result.
-pub const EXPLAIN_COLUMNS: [&str; 6] = ["operator_id", "kind", "parallelism", "detail", "inputs", "schema"];
+pub const EXPLAIN_COLUMNS: [&str; 7] = [
+    "operator_id",
+    "uid",
+    "kind",
+    "parallelism",
+    "detail",
+    "inputs",
+    "schema",
+];
 
-/// One row per operator: id, kind, parallelism, detail, its input edges
+/// One row per operator: id, uid (its first 8 hex digits), kind, parallelism, detail, its input edges
 /// (`op <id> <partitioning>`, `(chained)` when the operator runs in that
 /// upstream's task), and its output columns.
-pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 6]> {
+pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 7]> {
     dag.operators
         .iter()
         .map(|op| {
@@ -35,6 +43,7 @@ pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 6]> {
                 .collect();
             [
                 op.id.to_string(),
+                op.uid.short(),
                 op.kind.name().to_string(),
                 op.parallelism.to_string(),
                 detail(dag, op),
@@ -190,7 +199,7 @@ mod tests {
     use super::*;
     use crate::{EdgeSpec, OperatorSpec, Partitioning, ProjectSpec, SinkSpec};
     use arrow_schema::{DataType, Field, Schema};
-    use sluice_types::{EdgeId, OperatorId};
+    use sluice_types::{EdgeId, OperatorId, OperatorUid};
     use std::sync::Arc;
 
     #[test]
@@ -207,32 +216,37 @@ mod tests {
             options: Default::default(),
             event_time_column: None,
         };
-        let dag = PhysicalDag {
-            operators: vec![
+        let dag = PhysicalDag::new(
+            vec![
                 OperatorSpec {
                     id: OperatorId(0),
+                    uid: OperatorUid::UNSET,
                     kind: OperatorKind::Project(project),
                     parallelism: 2,
                     output_schema: projected.clone(),
                 },
                 OperatorSpec {
                     id: OperatorId(1),
+                    uid: OperatorUid::UNSET,
                     kind: OperatorKind::Sink(sink),
                     parallelism: 1,
                     output_schema: projected,
                 },
             ],
-            edges: vec![EdgeSpec {
+            vec![EdgeSpec {
                 id: EdgeId(0),
                 from: OperatorId(0),
                 to: OperatorId(1),
                 partitioning: Partitioning::Hash(vec![0]),
             }],
-        };
+        );
+        let mut dag = dag;
+        dag.assign_uids();
         let rows = explain_rows(&dag);
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[1][4], "op 0 hash((auction % 10))");
-        assert_eq!(rows[0][3], "(auction % 10)");
-        assert_eq!(rows[1][3], "blackhole");
+        assert_eq!(rows[1][5], "op 0 hash((auction % 10))");
+        assert_eq!(rows[0][4], "(auction % 10)");
+        assert_eq!(rows[1][4], "blackhole");
+        assert_eq!(rows[0][1], format!("{:016x}", dag.operators[0].uid.0)[..8]);
     }
 }

@@ -2,7 +2,7 @@
 
 use arrow_schema::{Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
-use sluice_types::{EdgeId, OperatorId};
+use sluice_types::{EdgeId, OperatorId, OperatorUid};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -11,9 +11,45 @@ use std::sync::Arc;
 pub struct PhysicalDag {
     pub operators: Vec<OperatorSpec>,
     pub edges: Vec<EdgeSpec>,
+    /// How many key groups hash-partitioned edges route by, and keyed
+    /// state is stored by ([`crate::key_groups`]); a power of two. DAGs
+    /// stored before key groups existed get the default.
+    #[serde(default = "key_groups_default")]
+    pub key_groups: u32,
+}
+
+fn key_groups_default() -> u32 {
+    crate::KEY_GROUPS_DEFAULT
 }
 
 impl PhysicalDag {
+    /// A DAG of `operators` and `edges` with the default key groups (uids
+    /// as the operators carry them: see [`PhysicalDag::assign_uids`]).
+    pub fn new(operators: Vec<OperatorSpec>, edges: Vec<EdgeSpec>) -> Self {
+        PhysicalDag {
+            operators,
+            edges,
+            key_groups: crate::KEY_GROUPS_DEFAULT,
+        }
+    }
+
+    /// The key columns of the hash exchange into `id`, when every input of
+    /// `id` is hash-partitioned (one list per input): its state is keyed
+    /// and stored per key group. None for an operator whose rows are not
+    /// routed by key (its state is per instance).
+    pub fn input_keys(&self, id: OperatorId) -> Option<Vec<Vec<usize>>> {
+        let inputs = self.inputs_of(id);
+        if inputs.is_empty() {
+            return None;
+        }
+        inputs
+            .iter()
+            .map(|e| match &e.partitioning {
+                Partitioning::Hash(cols) => Some(cols.clone()),
+                _ => None,
+            })
+            .collect()
+    }
     /// The operator with `id`.
     pub fn operator(&self, id: OperatorId) -> Option<&OperatorSpec> {
         self.operators.iter().find(|o| o.id == id)
@@ -50,7 +86,13 @@ impl PhysicalDag {
 /// One operator of the DAG; it runs as `parallelism` task instances.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct OperatorSpec {
+    /// The planner's number for the operator (its position): names it in
+    /// EXPLAIN and the metrics of one deployment.
     pub id: OperatorId,
+    /// Its stable identity ([`crate::identity`]): what its state is stored
+    /// under. Unset in DAGs stored before uids; filled on load.
+    #[serde(default, skip_serializing_if = "OperatorUid::is_unset")]
+    pub uid: OperatorUid,
     pub kind: OperatorKind,
     pub parallelism: u32,
     /// The schema of the rows this operator emits (for sinks: of rows it receives).

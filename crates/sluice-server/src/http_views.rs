@@ -191,9 +191,10 @@ pub fn dag_view(dag: &PhysicalDag, instances: Option<&[Value]>, now_ms: i64) -> 
         .map(|(op, row)| {
             let mut view = json!({
                 "id": op.id.0,
+                "uid": op.uid.to_string(),
                 "kind": op.kind.name(),
                 "parallelism": op.parallelism,
-                "detail": row[3],
+                "detail": row[4],
                 "columns": columns(op),
             });
             if let Some(instances) = instances {

@@ -60,8 +60,7 @@ pub enum AckEvent {
     /// A task took its snapshot for `checkpoint_id`.
     Ack {
         checkpoint_id: u64,
-        operator: OperatorId,
-        instance: u32,
+        task: super::TaskIdentity,
         state: TaskState,
     },
     /// A task finished (its inputs ended): no more checkpoints complete.
@@ -138,16 +137,19 @@ pub struct PendingCheckpoints {
     pending: BTreeMap<u64, Pending>,
     next_id: u64,
     finished: bool,
+    /// The pipeline's key group count (in each manifest).
+    key_groups: u32,
 }
 
 impl PendingCheckpoints {
     /// `tasks`: every task instance of the pipeline; ids start at `next_id`.
-    pub fn new(tasks: impl IntoIterator<Item = (OperatorId, u32)>, next_id: u64) -> Self {
+    pub fn new(tasks: impl IntoIterator<Item = (OperatorId, u32)>, next_id: u64, key_groups: u32) -> Self {
         PendingCheckpoints {
             tasks: tasks.into_iter().collect(),
             pending: BTreeMap::new(),
             next_id: next_id.max(1),
             finished: false,
+            key_groups,
         }
     }
 
@@ -169,10 +171,16 @@ impl PendingCheckpoints {
         Some(id)
     }
 
-    /// Records a task's stored file; returns the manifest when the
+    /// Records task `key`'s stored file; returns the manifest when the
     /// checkpoint is complete (it leaves the pending set).
-    pub fn on_ack(&mut self, id: u64, entry: TaskEntry, pipeline: PipelineId, now_ms: i64) -> Option<Manifest> {
-        let key = (OperatorId(entry.operator), entry.instance);
+    pub fn on_ack(
+        &mut self,
+        id: u64,
+        key: (OperatorId, u32),
+        entry: TaskEntry,
+        pipeline: PipelineId,
+        now_ms: i64,
+    ) -> Option<Manifest> {
         let p = self.pending.get_mut(&id)?;
         if !self.tasks.contains(&key) {
             return None;
@@ -186,6 +194,7 @@ impl PendingCheckpoints {
         Some(Manifest {
             format_version: MANIFEST_FORMAT_VERSION,
             pipeline: pipeline.0,
+            key_groups: Some(self.key_groups),
             checkpoint_id: id,
             started_ms: p.started_ms,
             completed_ms: now_ms,
@@ -313,20 +322,19 @@ async fn on_event(
     complete: &mut Vec<u64>,
     event: AckEvent,
 ) -> sluice_types::Result<()> {
-    let (id, operator, instance, state) = match event {
+    let (id, task, state) = match event {
         AckEvent::Finished { .. } => {
             book.on_finished();
             return Ok(());
         }
         AckEvent::Ack {
             checkpoint_id,
-            operator,
-            instance,
+            task,
             state,
-        } => (checkpoint_id, operator, instance, state),
+        } => (checkpoint_id, task, state),
     };
     let dir = manifest::checkpoint_dir(pipeline, id);
-    let file = manifest::task_file(operator, instance);
+    let file = manifest::task_file(task.uid, task.instance);
     // Encoding (Arrow IPC + CRC) is CPU work proportional to the state: on
     // the low-priority checkpoint thread, so neither the tasks nor the
     // runtime's workers wait for it or compete with it. The file goes to
@@ -339,13 +347,16 @@ async fn on_event(
         .put_with(&path, Box::new(move |w| state.write_to(w)))
         .await?;
     let entry = TaskEntry {
-        operator: operator.0,
-        instance,
+        operator: None,
+        uid: task.uid,
+        instance: task.instance,
+        parallelism: Some(task.parallelism),
+        key_groups: Some(task.key_groups),
         file: file.clone(),
         bytes: summary.bytes,
         crc32: summary.crc32,
     };
-    let Some(m) = book.on_ack(id, entry, pipeline, now_ms()) else {
+    let Some(m) = book.on_ack(id, (task.operator, task.instance), entry, pipeline, now_ms()) else {
         return Ok(());
     };
     config.store.put(&format!("{dir}/{MANIFEST_FILE}"), m.encode()?).await?;
@@ -371,24 +382,33 @@ mod tests {
 
     fn entry(op: u32, instance: u32) -> TaskEntry {
         TaskEntry {
-            operator: op,
+            operator: None,
+            uid: sluice_types::OperatorUid(u64::from(op)),
             instance,
-            file: manifest::task_file(OperatorId(op), instance),
+            parallelism: Some(2),
+            key_groups: Some(sluice_plan::key_group_range(instance, 2, 256)),
+            file: manifest::task_file(sluice_types::OperatorUid(u64::from(op)), instance),
             bytes: 4,
             crc32: 0,
         }
     }
 
+    fn ack(b: &mut PendingCheckpoints, id: u64, op: u32, instance: u32, now: i64) -> Option<Manifest> {
+        b.on_ack(id, (OperatorId(op), instance), entry(op, instance), PipelineId(1), now)
+    }
+
     #[test]
     fn completes_when_every_task_acked() {
         let p = PipelineId(1);
-        let mut b = PendingCheckpoints::new([(OperatorId(1), 0), (OperatorId(2), 0), (OperatorId(2), 1)], 5);
+        let _ = p;
+        let mut b = PendingCheckpoints::new([(OperatorId(1), 0), (OperatorId(2), 0), (OperatorId(2), 1)], 5, 256);
         assert_eq!(b.start(100), Some(5));
-        assert!(b.on_ack(5, entry(1, 0), p, 110).is_none());
-        assert!(b.on_ack(5, entry(2, 1), p, 120).is_none());
+        assert!(ack(&mut b, 5, 1, 0, 110).is_none());
+        assert!(ack(&mut b, 5, 2, 1, 120).is_none());
         // A duplicate ack changes nothing.
-        assert!(b.on_ack(5, entry(2, 1), p, 120).is_none());
-        let m = b.on_ack(5, entry(2, 0), p, 130).unwrap();
+        assert!(ack(&mut b, 5, 2, 1, 120).is_none());
+        let m = ack(&mut b, 5, 2, 0, 130).unwrap();
+        assert_eq!(m.key_groups, Some(256));
         assert_eq!((m.checkpoint_id, m.tasks.len(), m.size_bytes), (5, 3, 12));
         assert_eq!(m.completed_ms - m.started_ms, 30);
         assert_eq!(b.in_flight(), 0);
@@ -396,20 +416,20 @@ mod tests {
 
     #[test]
     fn pending_checkpoints_are_bounded() {
-        let mut b = PendingCheckpoints::new([(OperatorId(1), 0)], 1);
+        let mut b = PendingCheckpoints::new([(OperatorId(1), 0)], 1, 256);
         for _ in 0..CHECKPOINTS_IN_FLIGHT_MAX {
             assert!(b.start(0).is_some());
         }
         assert_eq!(b.start(0), None, "at the in-flight limit no new checkpoint starts");
         assert_eq!(b.in_flight(), CHECKPOINTS_IN_FLIGHT_MAX);
         assert_eq!(b.overdue(1), Some(1));
-        assert!(b.on_ack(1, entry(1, 0), PipelineId(1), 5).is_some());
+        assert!(ack(&mut b, 1, 1, 0, 5).is_some());
         assert_eq!(b.start(0), Some(2));
     }
 
     #[test]
     fn a_finished_task_stops_checkpointing() {
-        let mut b = PendingCheckpoints::new([(OperatorId(1), 0)], 1);
+        let mut b = PendingCheckpoints::new([(OperatorId(1), 0)], 1, 256);
         b.start(0);
         b.on_finished();
         assert_eq!(b.in_flight(), 0);

@@ -2,30 +2,51 @@
 //!
 //! ```text
 //! <root>/p<pipeline id>/chk-<checkpoint id, 20 digits>/
-//!     task-<operator>-<instance>.state   one per task (see `state.rs`)
-//!     MANIFEST                           written last: the checkpoint is complete
+//!     task-<operator uid, 16 hex>-<instance>.state   one per task (see `state.rs`)
+//!     MANIFEST                                       written last: the checkpoint is complete
 //! ```
 //!
-//! `MANIFEST` is JSON (format version, ids, times, and per task file its
-//! length and CRC-32) followed by a line `#crc32 <8 hex digits>` over the
-//! JSON bytes. A directory without a valid manifest, or whose files do not
-//! match it, is skipped at recovery in favour of the previous complete one.
+//! `MANIFEST` is JSON (format version, ids, times, the pipeline's key group
+//! count, and per task file its operator uid, instance, parallelism, key
+//! group range, length and CRC-32) followed by a line `#crc32 <8 hex
+//! digits>` over the JSON bytes. A directory without a valid manifest, or
+//! whose files do not match it, is skipped at recovery in favour of the
+//! previous complete one.
+//!
+//! Manifest version 1 (before operator uids and key groups) named a task by
+//! its operator's number (`task-<operator>-<instance>.state`); it is still
+//! read, and [`RestoredCheckpoint::state_for`] migrates its state (see
+//! [`super::keyed`]).
 
+use super::keyed::{Migration, Part, assemble};
 use super::state::{TaskState, crc32};
 use super::store::StateStore;
 use serde::{Deserialize, Serialize};
-use sluice_types::{Error, OperatorId, PipelineId, Result};
-use std::collections::HashMap;
+use sluice_plan::{KeyGroupRange, OperatorSpec, key_group_range};
+use sluice_types::{Error, OperatorUid, PipelineId, Result};
 
-/// Version of the manifest format.
-pub const MANIFEST_FORMAT_VERSION: u32 = 1;
+/// Version of the manifest format written.
+pub const MANIFEST_FORMAT_VERSION: u32 = 2;
+/// Tasks named by their operator's number, no key groups.
+pub const MANIFEST_FORMAT_V1: u32 = 1;
 pub const MANIFEST_FILE: &str = "MANIFEST";
 
 /// One task's file in a checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TaskEntry {
-    pub operator: u32,
+    /// Version 1: the operator's number in the DAG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<u32>,
+    /// Version 2: the operator's uid.
+    #[serde(default, skip_serializing_if = "OperatorUid::is_unset")]
+    pub uid: OperatorUid,
     pub instance: u32,
+    /// Version 2: the operator's parallelism when the file was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
+    /// Version 2: the key groups the instance owned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_groups: Option<KeyGroupRange>,
     pub file: String,
     pub bytes: u64,
     pub crc32: u32,
@@ -36,6 +57,9 @@ pub struct TaskEntry {
 pub struct Manifest {
     pub format_version: u32,
     pub pipeline: u64,
+    /// The pipeline's key group count (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_groups: Option<u32>,
     pub checkpoint_id: u64,
     /// When the barriers were injected (epoch ms).
     pub started_ms: i64,
@@ -62,11 +86,18 @@ impl Manifest {
             return Err("manifest checksum mismatch".into());
         }
         let m: Manifest = serde_json::from_str(json).map_err(|e| format!("manifest: {e}"))?;
-        if m.format_version != MANIFEST_FORMAT_VERSION {
+        if !(MANIFEST_FORMAT_V1..=MANIFEST_FORMAT_VERSION).contains(&m.format_version) {
             return Err(format!(
-                "manifest format version {} is not {MANIFEST_FORMAT_VERSION}",
+                "manifest format version {} is not {MANIFEST_FORMAT_V1} to {MANIFEST_FORMAT_VERSION}",
                 m.format_version
             ));
+        }
+        let named = |t: &TaskEntry| match m.format_version {
+            MANIFEST_FORMAT_V1 => t.operator.is_some(),
+            _ => !t.uid.is_unset() && t.parallelism.is_some() && t.key_groups.is_some(),
+        };
+        if !m.tasks.iter().all(named) {
+            return Err("manifest has a task without its operator".into());
         }
         Ok(m)
     }
@@ -82,8 +113,9 @@ pub fn checkpoint_dir(pipeline: PipelineId, id: u64) -> String {
     format!("{}/chk-{id:020}", pipeline_dir(pipeline))
 }
 
-pub fn task_file(operator: OperatorId, instance: u32) -> String {
-    format!("task-{}-{instance}.state", operator.0)
+/// A task's file: by its operator's uid.
+pub fn task_file(uid: OperatorUid, instance: u32) -> String {
+    format!("task-{uid}-{instance}.state")
 }
 
 /// Checkpoint ids that have a directory, ascending.
@@ -103,13 +135,61 @@ pub async fn list_ids(store: &dyn StateStore, pipeline: PipelineId) -> Result<Ve
 pub struct RestoredCheckpoint {
     pub id: u64,
     pub manifest: Option<Manifest>,
-    pub tasks: HashMap<(OperatorId, u32), TaskState>,
+    /// Every task's file, decoded, with its manifest entry.
+    pub tasks: Vec<(TaskEntry, TaskState)>,
 }
 
 impl RestoredCheckpoint {
-    /// The stored state of one task (empty when it stored none).
-    pub fn task(&self, operator: OperatorId, instance: u32) -> TaskState {
-        self.tasks.get(&(operator, instance)).cloned().unwrap_or_default()
+    /// The state instance `instance` of `op` restores, in a DAG of
+    /// `key_groups` key groups: its own file at an unchanged parallelism;
+    /// after a rescale the rows of its key groups from every file that
+    /// held some (see [`super::keyed`]). From a version-1 checkpoint the
+    /// task is found by its operator's number (a pipeline's DAG never
+    /// changed before uids existed), every file of the operator is read,
+    /// and `migrate` marks its keyed entries.
+    pub fn state_for(
+        &self,
+        op: &OperatorSpec,
+        instance: u32,
+        key_groups: u32,
+        migrate: Migration<'_>,
+    ) -> Result<TaskState> {
+        let mine = key_group_range(instance, op.parallelism, key_groups);
+        let legacy = self
+            .manifest
+            .as_ref()
+            .is_some_and(|m| m.format_version == MANIFEST_FORMAT_V1);
+        if let Some(stored) = self.manifest.as_ref().and_then(|m| m.key_groups)
+            && stored != key_groups
+        {
+            return Err(Error::internal(format!(
+                "checkpoint {} has {stored} key groups, the pipeline {key_groups}",
+                self.id
+            )));
+        }
+        let ours = |t: &TaskEntry| {
+            if legacy {
+                t.operator == Some(op.id.0)
+            } else {
+                t.uid == op.uid
+            }
+        };
+        let legacy_parallelism = self.tasks.iter().filter(|(t, _)| ours(t)).count() as u32;
+        let parts: Vec<Part> = self
+            .tasks
+            .iter()
+            .filter(|(t, _)| ours(t))
+            // Before key groups any instance may hold any key.
+            .filter(|(t, _)| legacy || t.key_groups.is_none_or(|r| r.overlaps(&mine)))
+            .map(|(t, state)| Part {
+                instance: t.instance,
+                same: t.instance == instance && t.parallelism.unwrap_or(legacy_parallelism) == op.parallelism,
+                legacy,
+                state: state.clone(),
+            })
+            .collect();
+        let name = format!("{} ({} {})", op.id, op.kind.name(), op.uid.short());
+        assemble(parts, mine, key_groups, migrate, &name)
     }
 }
 
@@ -129,7 +209,7 @@ pub async fn read_checkpoint(
     if manifest.checkpoint_id != id || manifest.pipeline != pipeline.0 {
         return Err("manifest names another checkpoint".into());
     }
-    let mut tasks = HashMap::new();
+    let mut tasks = Vec::new();
     for t in &manifest.tasks {
         let bytes = store
             .get(&format!("{dir}/{}", t.file))
@@ -143,7 +223,7 @@ pub async fn read_checkpoint(
             ));
         }
         let state = TaskState::decode(&bytes).map_err(|e| format!("{}: {e}", t.file))?;
-        tasks.insert((OperatorId(t.operator), t.instance), state);
+        tasks.push((t.clone(), state));
     }
     Ok(RestoredCheckpoint {
         id,
@@ -206,10 +286,14 @@ mod tests {
             started_ms: 1,
             completed_ms: 2,
             size_bytes: 10,
+            key_groups: Some(256),
             tasks: vec![TaskEntry {
-                operator: 1,
+                operator: None,
+                uid: OperatorUid(0xabc),
                 instance: 0,
-                file: "task-1-0.state".into(),
+                parallelism: Some(1),
+                key_groups: Some(key_group_range(0, 1, 256)),
+                file: task_file(OperatorUid(0xabc), 0),
                 bytes: 10,
                 crc32: 5,
             }],
@@ -228,9 +312,12 @@ mod tests {
         s.put_bytes("x", id.to_le_bytes().to_vec());
         let mut bytes = s.encode().unwrap();
         let entry = TaskEntry {
-            operator: 2,
+            operator: None,
+            uid: OperatorUid(2),
             instance: 0,
-            file: task_file(OperatorId(2), 0),
+            parallelism: Some(1),
+            key_groups: Some(key_group_range(0, 1, 256)),
+            file: task_file(OperatorUid(2), 0),
             bytes: bytes.len() as u64,
             crc32: crc32(&bytes),
         };
@@ -245,6 +332,7 @@ mod tests {
             checkpoint_id: id,
             started_ms: 0,
             completed_ms: 0,
+            key_groups: Some(256),
             size_bytes: entry.bytes,
             tasks: vec![entry],
         };
@@ -270,7 +358,19 @@ mod tests {
         let (c, highest) = load_latest(&store, p).await.unwrap();
         let c = c.unwrap();
         assert_eq!((c.id, highest), (2, 4));
-        assert_eq!(c.task(OperatorId(2), 0).bytes("x").unwrap(), 2u64.to_le_bytes());
+        let op = OperatorSpec {
+            id: sluice_types::OperatorId(0),
+            uid: OperatorUid(2),
+            kind: sluice_plan::OperatorKind::Sink(sluice_plan::SinkSpec {
+                connector: "blackhole".into(),
+                options: Default::default(),
+                event_time_column: None,
+            }),
+            parallelism: 1,
+            output_schema: sluice_plan::empty_schema(),
+        };
+        let state = c.state_for(&op, 0, 256, &Ok).unwrap();
+        assert_eq!(state.bytes("x").unwrap(), 2u64.to_le_bytes());
         prune(&store, p, &[1, 2], 1).await.unwrap();
         assert_eq!(list_ids(&store, p).await.unwrap(), vec![2, 3, 4]);
     }

@@ -10,6 +10,7 @@
 pub mod background;
 pub mod barrier_alignment;
 pub mod coordinator;
+pub mod keyed;
 pub mod manifest;
 pub mod state;
 pub mod store;
@@ -23,22 +24,66 @@ pub use store::{LocalStateStore, StateStore};
 /// were late before the crash are late again).
 pub const LOW_WATERMARK_KEY: &str = "__task.low_watermark";
 
+/// Which task a snapshot is of, as checkpoints name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskIdentity {
+    /// The operator's number in this deployment (bookkeeping).
+    pub operator: sluice_types::OperatorId,
+    /// What its state is stored under.
+    pub uid: sluice_types::OperatorUid,
+    pub instance: u32,
+    pub parallelism: u32,
+    /// The key groups this instance owns (of `key_group_count`).
+    pub key_groups: sluice_plan::KeyGroupRange,
+    pub key_group_count: u32,
+}
+
+impl TaskIdentity {
+    /// Instance `instance` of `op` in `dag`.
+    pub fn of(dag: &sluice_plan::PhysicalDag, op: &sluice_plan::OperatorSpec, instance: u32) -> Self {
+        TaskIdentity {
+            operator: op.id,
+            uid: op.uid,
+            instance,
+            parallelism: op.parallelism,
+            key_groups: sluice_plan::key_group_range(instance, op.parallelism, dag.key_groups),
+            key_group_count: dag.key_groups,
+        }
+    }
+
+    /// The single instance of an operator numbered `operator` (tests).
+    #[cfg(test)]
+    pub(crate) fn single(operator: sluice_types::OperatorId) -> Self {
+        TaskIdentity {
+            operator,
+            uid: sluice_types::OperatorUid(u64::from(operator.0) + 1),
+            instance: 0,
+            parallelism: 1,
+            key_groups: sluice_plan::key_group_range(0, 1, sluice_plan::KEY_GROUPS_DEFAULT),
+            key_group_count: sluice_plan::KEY_GROUPS_DEFAULT,
+        }
+    }
+}
+
 /// What one task needs to take part in checkpoints.
 pub struct TaskCheckpoint {
     pub handles: coordinator::CheckpointHandles,
     pub operator: sluice_types::OperatorId,
     pub instance: u32,
+    /// Its uid, parallelism and key groups, for the manifest.
+    pub identity: TaskIdentity,
     /// The restored checkpoint's id and this task's state in it.
     pub restored: Option<(u64, TaskState)>,
 }
 
 impl TaskCheckpoint {
-    /// Hands a snapshot to the coordinator.
-    pub fn ack(&self, checkpoint_id: u64, state: TaskState) {
+    /// Hands a snapshot to the coordinator (keyed values are labelled by
+    /// the pipeline's key group count when it writes them).
+    pub fn ack(&self, checkpoint_id: u64, mut state: TaskState) {
+        state.key_groups = self.identity.key_group_count;
         let _ = self.handles.acks.send(coordinator::AckEvent::Ack {
             checkpoint_id,
-            operator: self.operator,
-            instance: self.instance,
+            task: self.identity,
             state,
         });
     }

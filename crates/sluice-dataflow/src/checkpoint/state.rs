@@ -1,11 +1,11 @@
 //! A task's snapshot ([`TaskState`]) and its versioned, checksummed
 //! encoding.
 //!
-//! File layout (all integers little-endian), format version 2:
+//! File layout (all integers little-endian), format version 3:
 //!
 //! ```text
 //! "SLST" | format_version u32 | entries u32 |
-//!   entries × ( kind u8 (0 bytes, 1 Arrow batch, 2 Arrow batches) | key_len u32 | key utf-8 |
+//!   entries × ( kind u8 (0 bytes, 1 Arrow batch, 2 Arrow batches, 3 keyed batches) | key_len u32 | key utf-8 |
 //!               chunks × ( len u32 (1..=CHUNK_BYTES) | bytes ) | 0u32 ) |
 //! crc32 u32 (CRC-32/ISO-HDLC of every byte before it)
 //! ```
@@ -14,11 +14,16 @@
 //! through a buffer of [`CHUNK_BYTES`] ([`TaskState::write_to`]): a join's
 //! state is hundreds of MB, and building it whole in memory first touched
 //! that much fresh memory on every checkpoint. Version 1 (one `u64` length
-//! before each value) is still read.
+//! before each value) and version 2 (no keyed values) are still read.
 //!
 //! A batch value is an Arrow IPC stream holding one record batch; a
-//! batches value an Arrow IPC stream holding any number (one schema).
+//! batches value an Arrow IPC stream holding any number (one schema); a
+//! keyed batches value ([`super::keyed`]) the same with one more, last
+//! column, [`KEY_GROUP_COLUMN`] (UInt16): each row's key group, computed
+//! while the file is written.
 
+use super::keyed::{KeyGroups, KeyedBatches};
+use arrow::array::{Array, UInt16Array};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
@@ -28,9 +33,13 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 /// Version of the task state file format written.
-pub const STATE_FORMAT_VERSION: u32 = 2;
+pub const STATE_FORMAT_VERSION: u32 = 3;
 /// The first format: one length-prefixed value per entry.
 const FORMAT_V1: u32 = 1;
+/// Chunked values, no keyed values (before key groups).
+const FORMAT_V2: u32 = 2;
+/// The column a keyed value's rows carry their key group in, in files.
+pub const KEY_GROUP_COLUMN: &str = "__sluice_key_group";
 /// Largest chunk of a value in a version-2 file, and the most a writer
 /// buffers before passing bytes on.
 pub const CHUNK_BYTES: usize = 1 << 20;
@@ -51,6 +60,9 @@ pub enum StateValue {
     Batch(RecordBatch),
     /// Batches of one schema, e.g. a join's stored batches as they are.
     Batches(Vec<RecordBatch>),
+    /// Keyed state: batches of one schema whose rows are split by key
+    /// group on restore ([`super::keyed`]).
+    Keyed(KeyedBatches),
 }
 
 /// What a task stored in a checkpoint: named byte strings and Arrow
@@ -58,6 +70,9 @@ pub enum StateValue {
 #[derive(Debug, Clone, Default)]
 pub struct TaskState {
     pub entries: BTreeMap<String, StateValue>,
+    /// The pipeline's key group count, which keyed values are labelled by
+    /// when written (the task sets it; 0 in a state without keyed values).
+    pub key_groups: u32,
 }
 
 fn corrupt(what: &str) -> Error {
@@ -82,6 +97,39 @@ impl TaskState {
     /// larger ones.
     pub fn put_batches(&mut self, key: &str, batches: Vec<RecordBatch>) {
         self.entries.insert(key.to_string(), StateValue::Batches(batches));
+    }
+
+    /// Stores keyed state: `batches` (one schema, at least one) whose key
+    /// is `key_columns`; each row is labelled with its key group when the
+    /// file is written, off the task.
+    pub fn put_keyed(&mut self, key: &str, batches: Vec<RecordBatch>, key_columns: Vec<usize>) {
+        self.entries.insert(
+            key.to_string(),
+            StateValue::Keyed(KeyedBatches {
+                batches,
+                groups: KeyGroups::Columns(key_columns),
+            }),
+        );
+    }
+
+    /// The rows of a batch, batches or keyed entry, whichever it is (empty
+    /// when absent).
+    pub fn rows(&self, key: &str) -> Vec<RecordBatch> {
+        match self.entries.get(key) {
+            Some(StateValue::Batch(b)) => vec![b.clone()],
+            Some(StateValue::Batches(b)) => b.clone(),
+            Some(StateValue::Keyed(k)) => k.batches.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Marks entry `key` (a batch or batches value from a checkpoint
+    /// before key groups) as keyed by `key_columns`.
+    pub fn mark_keyed(&mut self, key: &str, key_columns: Vec<usize>) {
+        let batches = self.rows(key);
+        if !batches.is_empty() {
+            self.put_keyed(key, batches, key_columns);
+        }
     }
 
     pub fn batches(&self, key: &str) -> Option<&[RecordBatch]> {
@@ -142,6 +190,7 @@ impl TaskState {
                 StateValue::Bytes(_) => 0u8,
                 StateValue::Batch(_) => 1,
                 StateValue::Batches(_) => 2,
+                StateValue::Keyed(_) => 3,
             };
             out.write_all(&[kind])?;
             out.write_all(&(key.len() as u32).to_le_bytes())?;
@@ -149,8 +198,9 @@ impl TaskState {
             let mut w = ChunkWriter::new(&mut chunk, &mut out);
             match value {
                 StateValue::Bytes(b) => w.write_all(b)?,
-                StateValue::Batch(batch) => write_ipc(&mut w, std::slice::from_ref(batch))?,
-                StateValue::Batches(batches) => write_ipc(&mut w, batches)?,
+                StateValue::Batch(batch) => write_ipc(&mut w, std::slice::from_ref(batch), None)?,
+                StateValue::Batches(batches) => write_ipc(&mut w, batches, None)?,
+                StateValue::Keyed(keyed) => self.write_keyed(&mut w, keyed)?,
             }
             w.end()?;
         }
@@ -161,6 +211,24 @@ impl TaskState {
             bytes: out.bytes,
             crc32: out.digest.finalize(),
         })
+    }
+
+    /// A keyed value: its batches with each row's key group appended
+    /// (computed here, on the checkpoint thread, a batch at a time).
+    fn write_keyed(&self, out: &mut dyn Write, keyed: &KeyedBatches) -> Result<()> {
+        let key_groups = self.key_groups;
+        let groups = |i: usize, b: &RecordBatch| -> Result<UInt16Array> {
+            match &keyed.groups {
+                KeyGroups::Stored(g) => g.get(i).cloned().ok_or_else(|| corrupt("keyed batch without groups")),
+                KeyGroups::Columns(columns) => {
+                    if sluice_plan::key_groups::validate(key_groups).is_err() {
+                        return Err(Error::internal("keyed state written without the key group count"));
+                    }
+                    super::keyed::label(b, columns, key_groups)
+                }
+            }
+        };
+        write_ipc(out, &keyed.batches, Some(&groups))
     }
 
     /// Parses file bytes, checking the magic, version and CRC.
@@ -175,11 +243,12 @@ impl TaskState {
         }
         let mut r = Reader { bytes: body, at: 4 };
         let version = r.u32()?;
-        if version != STATE_FORMAT_VERSION && version != FORMAT_V1 {
+        if !(FORMAT_V1..=STATE_FORMAT_VERSION).contains(&version) {
             return Err(corrupt(&format!(
-                "format version {version}, expected {FORMAT_V1} or {STATE_FORMAT_VERSION}"
+                "format version {version}, expected {FORMAT_V1} to {STATE_FORMAT_VERSION}"
             )));
         }
+        let _ = FORMAT_V2;
         let n = r.u32()?;
         let mut state = TaskState::default();
         for _ in 0..n {
@@ -203,6 +272,25 @@ impl TaskState {
                     let reader = StreamReader::try_new(std::io::Cursor::new(&value[..]), None)?;
                     StateValue::Batches(reader.collect::<std::result::Result<Vec<_>, _>>()?)
                 }
+                3 if version > FORMAT_V2 => {
+                    let reader = StreamReader::try_new(std::io::Cursor::new(&value[..]), None)?;
+                    let mut batches = Vec::new();
+                    let mut groups = Vec::new();
+                    for b in reader {
+                        let b = b?;
+                        let last = b.num_columns().checked_sub(1).ok_or_else(|| corrupt("keyed batch"))?;
+                        if b.schema().field(last).name() != KEY_GROUP_COLUMN {
+                            return Err(corrupt("keyed batch without key groups"));
+                        }
+                        let g = b.column(last).as_any().downcast_ref::<UInt16Array>();
+                        groups.push(g.ok_or_else(|| corrupt("key group column"))?.clone());
+                        batches.push(b.project(&(0..last).collect::<Vec<_>>())?);
+                    }
+                    StateValue::Keyed(KeyedBatches {
+                        batches,
+                        groups: KeyGroups::Stored(groups),
+                    })
+                }
                 _ => return Err(corrupt("entry kind")),
             };
             state.entries.insert(key, value);
@@ -223,26 +311,48 @@ const IPC_BATCH_ROWS: usize = 1 << 16;
 /// checkpoint was written). Runs of small batches are gathered into
 /// batches of up to [`IPC_BATCH_ROWS`] rows first (on the checkpoint
 /// thread; rows, their order and values are unchanged).
-fn write_ipc(out: &mut dyn Write, batches: &[RecordBatch]) -> Result<()> {
+/// With `key_groups`, each batch gets its rows' key groups as a last
+/// column ([`KEY_GROUP_COLUMN`]), one batch at a time.
+type GroupsOf<'a> = &'a dyn Fn(usize, &RecordBatch) -> Result<UInt16Array>;
+
+fn write_ipc(out: &mut dyn Write, batches: &[RecordBatch], key_groups: Option<GroupsOf<'_>>) -> Result<()> {
     let first = batches
         .first()
         .ok_or_else(|| Error::internal("state entry without batches"))?;
-    let schema = first.schema();
+    let mut schema = first.schema();
+    if key_groups.is_some() {
+        let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+        fields.push(std::sync::Arc::new(arrow::datatypes::Field::new(
+            KEY_GROUP_COLUMN,
+            arrow::datatypes::DataType::UInt16,
+            false,
+        )));
+        schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
+    }
     let options = arrow_ipc::writer::IpcWriteOptions::default()
         .try_with_compression(Some(arrow_ipc::CompressionType::LZ4_FRAME))?;
     let mut w = StreamWriter::try_new_with_options(out, &schema, options)?;
-    let mut run: Vec<&RecordBatch> = Vec::new();
+    let mut run: Vec<RecordBatch> = Vec::new();
     let mut rows = 0;
-    for b in batches {
+    for (i, b) in batches.iter().enumerate() {
+        let b = match key_groups {
+            Some(groups) => {
+                let mut columns = b.columns().to_vec();
+                columns.push(std::sync::Arc::new(groups(i, b)?));
+                RecordBatch::try_new(schema.clone(), columns)?
+            }
+            None => b.clone(),
+        };
         if rows + b.num_rows() > IPC_BATCH_ROWS && !run.is_empty() {
-            w.write(&arrow::compute::concat_batches(&schema, run.drain(..))?)?;
+            w.write(&arrow::compute::concat_batches(&schema, &run)?)?;
+            run.clear();
             rows = 0;
         }
         rows += b.num_rows();
         run.push(b);
     }
     if !run.is_empty() {
-        w.write(&arrow::compute::concat_batches(&schema, run)?)?;
+        w.write(&arrow::compute::concat_batches(&schema, &run)?)?;
     }
     w.finish()?;
     Ok(())

@@ -234,6 +234,41 @@ fn snapshot_batch(
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
+/// A join's state from a checkpoint before key groups, in today's form:
+/// each side's stored batches marked as keyed by the side's join keys; the
+/// oldest form (the live rows gathered into `join.<side>.rows`, their times
+/// in `join.<side>.times`) turned into a stored batch with its times, all
+/// live, after the side's other batches (the order it was restored in).
+pub fn migrate_legacy_state(
+    spec: &sluice_plan::JoinSpec,
+    mut state: crate::checkpoint::TaskState,
+) -> Result<crate::checkpoint::TaskState> {
+    for (side, name) in SIDE_NAMES.iter().enumerate() {
+        let keys = [&spec.left, &spec.right][side].keys.clone();
+        let batches_key = format!("join.{name}.batches");
+        let (rows_key, times_key) = (format!("join.{name}.rows"), format!("join.{name}.times"));
+        let mut batches = state.rows(&batches_key);
+        if let Some(rows) = state.batch(&rows_key).cloned() {
+            let times: Vec<i64> = state
+                .bytes(&times_key)
+                .filter(|b| b.len() == rows.num_rows() * 8)
+                .ok_or_else(|| Error::internal(format!("join snapshot: {name} times do not match its rows")))?
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            let schema = snapshot_schema(&rows.schema(), true);
+            let live = BooleanBuffer::new_set(rows.num_rows());
+            batches.push(snapshot_batch(schema, &rows, Some(&Int64Array::from(times)), live)?);
+            state.entries.remove(&rows_key);
+            state.entries.remove(&times_key);
+        }
+        if !batches.is_empty() {
+            state.put_keyed(&batches_key, batches, keys);
+        }
+    }
+    Ok(state)
+}
+
 /// A side's schema plus the snapshot's time and live columns.
 fn snapshot_schema(side: &SchemaRef, with_times: bool) -> SchemaRef {
     let mut fields: Vec<Arc<Field>> = side.fields().iter().cloned().collect();

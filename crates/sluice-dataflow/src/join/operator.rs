@@ -208,7 +208,9 @@ impl Operator for JoinOperator {
         for (side, name) in SIDE_NAMES.iter().enumerate() {
             let batches = self.state.snapshot_batches(side)?;
             if !batches.is_empty() {
-                state.put_batches(&format!("join.{name}.batches"), batches);
+                // Keyed by the side's join keys (a snapshot batch is the
+                // side's columns with time and liveness appended).
+                state.put_keyed(&format!("join.{name}.batches"), batches, self.side(side).keys.clone());
             }
         }
         Ok(state)
@@ -219,7 +221,9 @@ impl Operator for JoinOperator {
             return Ok(());
         };
         for (side, name) in SIDE_NAMES.iter().enumerate() {
-            for stored in state.batches(&format!("join.{name}.batches")).unwrap_or_default() {
+            // From one old instance, or several after a rescale (their keys
+            // are disjoint; each one's rows in arrival order).
+            for stored in &state.rows(&format!("join.{name}.batches")) {
                 let bad = || Error::internal(format!("join snapshot: bad {name} batch"));
                 let last = stored.num_columns().checked_sub(1).ok_or_else(bad)?;
                 // Times are stored for arrival times (and by checkpoints
@@ -246,18 +250,6 @@ impl Operator for JoinOperator {
                     .collect();
                 let batch = stored.project(&(0..n).collect::<Vec<_>>())?;
                 self.restore_rows(side, &batch, &times, &live)?;
-            }
-            // Checkpoints taken before stored batches were snapshotted whole:
-            // the live rows gathered into one batch, the times beside it.
-            if let Some(batch) = state.batch(&format!("join.{name}.rows")) {
-                let times: Vec<i64> = state
-                    .bytes(&format!("join.{name}.times"))
-                    .filter(|b| b.len() == batch.num_rows() * 8)
-                    .ok_or_else(|| Error::internal(format!("join snapshot: {name} times do not match its rows")))?
-                    .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-                    .collect();
-                self.restore_rows(side, batch, &times, &vec![true; batch.num_rows()])?;
             }
         }
         Ok(())

@@ -104,7 +104,12 @@ impl Harness {
         Harness {
             op: JoinOperator::new(&spec, output_schema(), 1).unwrap(),
             output: Output::new(
-                vec![OutputEdge::new(Partitioning::Forward, vec![tx], 0)],
+                vec![OutputEdge::new(
+                    Partitioning::Forward,
+                    vec![tx],
+                    0,
+                    sluice_plan::KEY_GROUPS_DEFAULT,
+                )],
                 metrics.clone(),
             ),
             rx,
@@ -471,8 +476,10 @@ async fn a_restored_join_matches_what_the_original_would() {
     h.watermark(200).await; // cutoff 100 frees the left row at t=0
     let live = h.op.state.rows();
     assert_eq!(live, 3);
-    let snapshot = h.op.snapshot(1).await.unwrap();
-    // Through the file format, as recovery reads it.
+    let mut snapshot = h.op.snapshot(1).await.unwrap();
+    // Through the file format, as recovery reads it (the task sets the
+    // key group count its keyed rows are labelled by).
+    snapshot.key_groups = sluice_plan::KEY_GROUPS_DEFAULT;
     let snapshot = crate::checkpoint::TaskState::decode(&snapshot.encode().unwrap()).unwrap();
     let mut restored = Harness::new(spec(false, Some(100), 1_000));
     restored.watermark = Watermark(200);
@@ -509,7 +516,7 @@ async fn a_snapshot_shares_the_stored_arrays_instead_of_copying_rows() {
     let batch = rows("l", &[(10, Some(1), 10), (20, None, 11), (30, Some(2), 12)]);
     h.send(0, batch.clone()).await.unwrap();
     let snapshot = h.op.snapshot(1).await.unwrap();
-    let stored = snapshot.batches("join.left.batches").unwrap();
+    let stored = snapshot.rows("join.left.batches");
     assert_eq!(stored.len(), 1);
     let n = batch.num_columns();
     for c in 0..n {
@@ -524,7 +531,7 @@ async fn a_snapshot_shares_the_stored_arrays_instead_of_copying_rows() {
     assert_eq!(stored[0].num_columns(), n + 1);
     let live = stored[0].column(n).as_boolean().values().iter().collect::<Vec<_>>();
     assert_eq!(live, [true, false, true]);
-    assert!(snapshot.batches("join.right.batches").is_none());
+    assert!(snapshot.rows("join.right.batches").is_empty());
 }
 
 #[tokio::test]
@@ -714,7 +721,8 @@ async fn batches_larger_than_a_stored_batch_are_stored_in_slices_and_restore() {
     // and 88 rows of the second.
     h.watermark(1_600).await;
     assert_eq!(h.op.state.rows(), 700);
-    let snapshot = h.op.snapshot(1).await.unwrap();
+    let mut snapshot = h.op.snapshot(1).await.unwrap();
+    snapshot.key_groups = sluice_plan::KEY_GROUPS_DEFAULT;
     let snapshot = crate::checkpoint::TaskState::decode(&snapshot.encode().unwrap()).unwrap();
     let mut restored = Harness::new(spec(false, Some(1_000), 10_000));
     restored.watermark = Watermark(1_600);

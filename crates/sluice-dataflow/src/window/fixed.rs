@@ -255,8 +255,9 @@ pub(crate) fn finish_batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result
 }
 
 /// Snapshot layout: one batch, a row per (window, group):
-/// `window_start Int64, key columns…, accumulator state columns…`.
-const WINDOWS_KEY: &str = "windows";
+/// `window_start Int64, key columns…, accumulator state columns…`; keyed
+/// by the key columns (stored per key group) when the window has keys.
+pub(crate) const WINDOWS_KEY: &str = "windows";
 
 impl FixedWindowOperator {
     /// Every open window's groups as one batch (accumulators are drained
@@ -340,14 +341,20 @@ impl Operator for FixedWindowOperator {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
         if let Some(batch) = self.snapshot_batch()? {
-            state.put_batch(WINDOWS_KEY, batch);
+            match self.key_columns.len() {
+                0 => state.put_batch(WINDOWS_KEY, batch),
+                n => state.put_keyed(WINDOWS_KEY, vec![batch], (1..=n).collect()),
+            }
         }
         Ok(state)
     }
 
+    /// The restored rows may come from several old instances (a rescale):
+    /// their keys are disjoint, so they are one set of open windows.
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
-        if let Some(batch) = checkpoint.as_ref().and_then(|(_, s)| s.batch(WINDOWS_KEY)) {
-            self.restore_batch(batch)?;
+        let batches = checkpoint.map(|(_, s)| s.rows(WINDOWS_KEY)).unwrap_or_default();
+        if let Some(first) = batches.first() {
+            self.restore_batch(&concat_batches(&first.schema(), &batches)?)?;
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod assign;
 pub mod fixed;
 pub mod session;
 
+use crate::checkpoint::TaskState;
 use crate::operator::Operator;
 use arrow::datatypes::SchemaRef;
 use sluice_plan::{WindowAggSpec, WindowKind};
@@ -25,6 +26,21 @@ pub fn build_window_operator(spec: &WindowAggSpec, output_schema: SchemaRef) -> 
         }
         WindowKind::Session { gap_ms } => Box::new(session::SessionWindowOperator::new(spec, gap_ms, output_schema)?),
     })
+}
+
+/// A window's state from a checkpoint before key groups: a keyed window's
+/// rows marked with their key columns (they follow the window start, and
+/// for sessions the end), so a restore can split them by key group.
+pub fn migrate_legacy_state(spec: &WindowAggSpec, mut state: TaskState) -> Result<TaskState> {
+    if spec.key_columns.is_empty() {
+        return Ok(state);
+    }
+    let (key, first) = match spec.window {
+        WindowKind::Tumble { .. } | WindowKind::Hop { .. } => (fixed::WINDOWS_KEY, 1),
+        WindowKind::Session { .. } => (session::SESSIONS_KEY, 2),
+    };
+    state.mark_keyed(key, (first..first + spec.key_columns.len()).collect());
+    Ok(state)
 }
 
 #[cfg(test)]

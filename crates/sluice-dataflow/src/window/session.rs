@@ -189,8 +189,9 @@ impl SessionWindowOperator {
 }
 
 /// Snapshot layout: one batch, a row per open session:
-/// `start Int64, end Int64, key columns…, accumulator state columns…`.
-const SESSIONS_KEY: &str = "sessions";
+/// `start Int64, end Int64, key columns…, accumulator state columns…`;
+/// keyed by the key columns (stored per key group) when the window has keys.
+pub(crate) const SESSIONS_KEY: &str = "sessions";
 
 /// An accumulator's state as one-row arrays (what `merge_batch` takes).
 fn state_arrays(acc: &mut Box<dyn Accumulator>) -> Result<Vec<ArrayRef>> {
@@ -309,14 +310,18 @@ impl Operator for SessionWindowOperator {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
         if let Some(batch) = self.snapshot_batch()? {
-            state.put_batch(SESSIONS_KEY, batch);
+            match self.key_columns.len() {
+                0 => state.put_batch(SESSIONS_KEY, batch),
+                n => state.put_keyed(SESSIONS_KEY, vec![batch], (2..2 + n).collect()),
+            }
         }
         Ok(state)
     }
 
+    /// The restored rows may come from several old instances (a rescale).
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
-        if let Some(batch) = checkpoint.as_ref().and_then(|(_, s)| s.batch(SESSIONS_KEY)) {
-            self.restore_batch(batch)?;
+        for batch in checkpoint.map(|(_, s)| s.rows(SESSIONS_KEY)).unwrap_or_default() {
+            self.restore_batch(&batch)?;
         }
         Ok(())
     }

@@ -240,13 +240,7 @@ pub fn schema_of(table: &str) -> SchemaRef {
         "streams" => streams(&[]).schema,
         "pipelines" => pipelines(&[]).schema,
         "checkpoints" => checkpoints(&PipelineInfo::default()).schema,
-        "explain" => {
-            explain(&PhysicalDag {
-                operators: vec![],
-                edges: vec![],
-            })
-            .schema
-        }
+        "explain" => explain(&PhysicalDag::new(vec![], vec![])).schema,
         "describe" => Table::text(&["column_name", "data_type", "is_nullable", "watermark"], vec![]).schema,
         "show_all" => Table::text(&["name", "setting", "description"], vec![]).schema,
         other => Table::text(&[other], vec![]).schema,

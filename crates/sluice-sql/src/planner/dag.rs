@@ -11,7 +11,7 @@ use sluice_plan::{
     ALIGNMENT_MAX_DRIFT_MS_DEFAULT, AggregateCall, AlignmentSetting, EdgeSpec, OperatorKind, OperatorSpec,
     Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec, WindowAggSpec,
 };
-use sluice_types::{EdgeId, Error, OperatorId, Result, SqlCode};
+use sluice_types::{EdgeId, Error, OperatorId, OperatorUid, Result, SqlCode};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -73,11 +73,10 @@ pub(super) fn build(
     };
     b.connect(op, sink_op, partitioning);
     b.align_sources()?;
+    let mut dag = PhysicalDag::new(b.operators, b.edges);
+    dag.assign_uids();
     Ok(PlannedQuery {
-        dag: PhysicalDag {
-            operators: b.operators,
-            edges: b.edges,
-        },
+        dag,
         schema,
         limit,
         event_time_column,
@@ -134,6 +133,7 @@ impl DagBuilder<'_> {
         let id = OperatorId(self.operators.len() as u32);
         self.operators.push(OperatorSpec {
             id,
+            uid: OperatorUid::UNSET,
             kind,
             parallelism,
             output_schema,

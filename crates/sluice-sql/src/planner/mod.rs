@@ -309,3 +309,7 @@ pub fn sink_spec(connector: &str, options: BTreeMap<String, String>) -> SinkSpec
         event_time_column: None,
     }
 }
+
+#[cfg(test)]
+#[path = "uid_tests.rs"]
+mod uid_tests;
