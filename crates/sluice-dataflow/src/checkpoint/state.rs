@@ -22,7 +22,7 @@
 //! column, [`KEY_GROUP_COLUMN`] (UInt16): each row's key group, computed
 //! while the file is written.
 
-use super::keyed::{KeyGroups, KeyedBatches};
+use super::key_groups::{KeyGroups, KeyedBatches};
 use arrow::array::{Array, UInt16Array};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
@@ -224,7 +224,7 @@ impl TaskState {
                     if sluice_plan::key_groups::validate(key_groups).is_err() {
                         return Err(Error::internal("keyed state written without the key group count"));
                     }
-                    super::keyed::label(b, columns, key_groups)
+                    super::key_groups::label(b, columns, key_groups)
                 }
             }
         };
