@@ -240,22 +240,26 @@ async fn run_to_end(parallelism: u32, dir: &std::path::Path, restored: Option<Re
         restored,
         highest_id,
     };
-    let dag = keyed_window(parallelism);
-    let transport = InProcessTransport::default();
-    let runtime = deploy_with(
-        PipelineId(1),
-        &dag,
-        &connectors,
-        &transport,
-        &DeployConfig::default(),
-        Some(plan),
-    )
-    .expect("deploys");
+    let runtime = deploy(parallelism, &connectors, plan);
     let status = tokio::time::timeout(Duration::from_secs(30), runtime.wait())
         .await
         .expect("finishes");
     assert_eq!(status, PipelineStatus::Finished);
     sorted(&out)
+}
+
+/// Deploys the keyed window pipeline at `parallelism` with checkpoints.
+fn deploy(parallelism: u32, connectors: &Connectors, plan: CheckpointPlan) -> crate::deploy::PipelineRuntime {
+    let dag = keyed_window(parallelism);
+    deploy_with(
+        PipelineId(1),
+        &dag,
+        connectors,
+        &InProcessTransport::default(),
+        &DeployConfig::default(),
+        Some(plan),
+    )
+    .expect("deploys")
 }
 
 /// Runs the pipeline at `parallelism` until its source has read half the
@@ -279,17 +283,7 @@ async fn run_half_and_checkpoint(parallelism: u32, dir: &std::path::Path) -> Vec
         restored: None,
         highest_id: 0,
     };
-    let dag = keyed_window(parallelism);
-    let transport = InProcessTransport::default();
-    let runtime = deploy_with(
-        PipelineId(1),
-        &dag,
-        &connectors,
-        &transport,
-        &DeployConfig::default(),
-        Some(plan),
-    )
-    .expect("deploys");
+    let runtime = deploy(parallelism, &connectors, plan);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !held.load(Ordering::SeqCst) {
         assert!(
