@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
+use sluice_plan::diff::{DiffLine, StateHandoff};
 use sluice_types::{Error, PipelineId, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,31 +29,84 @@ pub struct PipelineDef {
     pub sql: String,
     pub dag: PhysicalDag,
     pub created_ms: i64,
-    /// Versions before the current one, oldest first (`ALTER PIPELINE` will
-    /// append here; a pipeline created once has none).
+    /// Versions before the current one, oldest first (`ALTER PIPELINE …
+    /// AS | SET PARALLELISM` appends here; a pipeline created once has none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_versions: Vec<PipelineVersion>,
+    /// When the current version replaced the previous one (None: version 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_ms: Option<i64>,
+    /// The statement that made the current version (None: the CREATE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_by: Option<String>,
+    /// How the current version differs from the previous one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diff: Vec<DiffLine>,
+    /// Where the current version's operators find their state in the
+    /// checkpoint the previous version stopped at (used when restoring
+    /// from that checkpoint: a crash right after the switch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<StateHandoff>,
 }
 
-/// One version of a pipeline: the SQL it ran and since when.
+/// One version of a pipeline: the SQL it ran, since when, and how it
+/// differed from the version before it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PipelineVersion {
     /// 1 for the version created by `CREATE …`.
     pub version: u32,
     pub sql: String,
+    /// When it started (epoch ms).
     pub created_ms: i64,
+    /// The statement that made it (None: the CREATE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diff: Vec<DiffLine>,
 }
 
 impl PipelineDef {
     /// Every version, oldest first; the last is the one running.
     pub fn versions(&self) -> Vec<PipelineVersion> {
         let mut versions = self.earlier_versions.clone();
-        versions.push(PipelineVersion {
-            version: versions.last().map_or(1, |v| v.version + 1),
-            sql: self.sql.clone(),
-            created_ms: self.created_ms,
-        });
+        versions.push(self.current_version());
         versions
+    }
+
+    /// The running version's number (1 for a pipeline never altered).
+    pub fn version(&self) -> u32 {
+        self.earlier_versions.last().map_or(1, |v| v.version + 1)
+    }
+
+    /// The running version.
+    pub fn current_version(&self) -> PipelineVersion {
+        PipelineVersion {
+            version: self.version(),
+            sql: self.sql.clone(),
+            created_ms: self.changed_ms.unwrap_or(self.created_ms),
+            changed_by: self.changed_by.clone(),
+            diff: self.diff.clone(),
+        }
+    }
+
+    /// Makes `sql` and `dag` the running version (reached from the
+    /// current one by `diff`, its state handed over by `handoff`).
+    pub fn push_version(
+        &mut self,
+        (sql, changed_by): (String, String),
+        dag: PhysicalDag,
+        diff: Vec<DiffLine>,
+        handoff: StateHandoff,
+        changed_ms: i64,
+    ) {
+        let current = self.current_version();
+        self.earlier_versions.push(current);
+        self.sql = sql;
+        self.dag = dag;
+        self.changed_ms = Some(changed_ms);
+        self.changed_by = Some(changed_by);
+        self.diff = diff;
+        self.handoff = Some(handoff);
     }
 
     /// True when the pipeline reads `stream`.

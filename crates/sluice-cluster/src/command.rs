@@ -44,6 +44,27 @@ pub enum CatalogCommand {
     },
     /// `ALTER PIPELINE … PAUSE | RESUME`: run state, not persisted.
     SetPaused { name: String, paused: bool },
+    /// `ALTER PIPELINE name AS …`, `… SET PARALLELISM n`, `… ALTER
+    /// OPERATOR id SET PARALLELISM n`: a new version of a running
+    /// pipeline. The master diffs `dag` against the running DAG
+    /// (`sluice_plan::diff`), refuses what the diff or the catalog forbids,
+    /// stops the running version at a barrier and starts this one from
+    /// that barrier's snapshot.
+    AlterPipeline {
+        name: String,
+        /// The new version's definition as `SHOW PIPELINES` shows it.
+        sql: String,
+        /// The statement that asked for it (the history shows it).
+        statement: String,
+        dag: PhysicalDag,
+        /// A derived stream's definition with its new schema.
+        derived: Option<StreamDef>,
+        /// `WITH (state = 'reset')`: operators whose state changed shape
+        /// start empty instead of the change being refused.
+        reset_state: bool,
+        /// When the statement ran (epoch ms).
+        changed_ms: i64,
+    },
 }
 
 /// What applying a command did.
@@ -64,7 +85,8 @@ impl CatalogCommand {
             CatalogCommand::CreatePipeline { name, .. }
             | CatalogCommand::DropStream { name, .. }
             | CatalogCommand::DropPipeline { name, .. }
-            | CatalogCommand::SetPaused { name, .. } => name,
+            | CatalogCommand::SetPaused { name, .. }
+            | CatalogCommand::AlterPipeline { name, .. } => name,
         }
     }
 }

@@ -10,12 +10,14 @@ use crate::catalog::{CatalogState, CatalogStore, PipelineDef, PipelineKind};
 use crate::command::{Applied, CatalogCommand};
 use crate::scheduler::Scheduler;
 use crate::status::{PipelineInfo, describe_status, totals};
-use crate::supervisor::{Slot, supervise};
-use sluice_dataflow::checkpoint::StateStore;
-use sluice_dataflow::deploy::PipelineRuntime;
+use crate::supervisor::{Slot, Supervised, supervise};
+use sluice_dataflow::checkpoint::manifest::{prune, read_checkpoint};
+use sluice_dataflow::checkpoint::{CheckpointConfig, LocalStateStore, RestoredCheckpoint, StateStore};
+use sluice_dataflow::deploy::{CheckpointPlan, PipelineRuntime, PipelineStatus};
 use sluice_plan::OperatorKind;
 use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
+use sluice_plan::diff::{ResetPolicy, diff};
 use sluice_types::{Error, ObjectKind, PipelineId, Result, SqlCode, now_ms};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,12 +32,41 @@ struct Running {
     since_ms: i64,
 }
 
+/// How long the running version may take to stop at the barrier of an
+/// ALTER before the change is abandoned (and the pipeline restarted from
+/// its last checkpoint).
+pub const ALTER_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The new version an `ALTER PIPELINE` asks for.
+struct Alteration {
+    sql: String,
+    statement: String,
+    dag: PhysicalDag,
+    derived: Option<StreamDef>,
+    reset_state: bool,
+    changed_ms: i64,
+}
+
+/// Marks a pipeline as being altered while it lives.
+struct AlterGuard<'a> {
+    master: &'a Master,
+    name: String,
+}
+
+impl Drop for AlterGuard<'_> {
+    fn drop(&mut self) {
+        self.master.altering.lock().expect("altering lock").remove(&self.name);
+    }
+}
+
 /// The master of a Sluice cluster.
 pub struct Master {
     store: CatalogStore,
     state: Mutex<CatalogState>,
     scheduler: Arc<dyn Scheduler>,
     running: Mutex<HashMap<String, Running>>,
+    /// Pipelines an ALTER is changing: one change at a time per pipeline.
+    altering: Mutex<std::collections::HashSet<String>>,
     next_query_id: AtomicU64,
     /// Where checkpoints go unless a pipeline says otherwise.
     checkpoint_root: PathBuf,
@@ -72,6 +103,7 @@ impl Master {
             state: Mutex::new(state),
             scheduler,
             running: Mutex::new(HashMap::new()),
+            altering: Mutex::default(),
             next_query_id: AtomicU64::new(SESSION_QUERY_ID_BASE),
         };
         let pipelines: Vec<PipelineDef> = master.lock().pipelines.values().cloned().collect();
@@ -88,7 +120,10 @@ impl Master {
     }
 
     /// Applies one catalog command: the only way the catalog changes.
-    pub fn apply(&self, command: CatalogCommand) -> Result<Applied> {
+    /// Returns once the change is made; an `ALTER PIPELINE` that changes
+    /// the running DAG returns once the old version stopped at its barrier
+    /// and the new one was started.
+    pub async fn apply(&self, command: CatalogCommand) -> Result<Applied> {
         let changed = match command {
             CatalogCommand::CreateStream { def, if_not_exists } => self.create_stream(def, if_not_exists)?,
             CatalogCommand::CreatePipeline {
@@ -105,6 +140,25 @@ impl Master {
             CatalogCommand::SetPaused { name, paused } => {
                 self.set_paused(&name, paused)?;
                 true
+            }
+            CatalogCommand::AlterPipeline {
+                name,
+                sql,
+                statement,
+                dag,
+                derived,
+                reset_state,
+                changed_ms,
+            } => {
+                let change = Alteration {
+                    sql,
+                    statement,
+                    dag,
+                    derived,
+                    reset_state,
+                    changed_ms,
+                };
+                self.alter_pipeline(&name, change).await?
             }
         };
         Ok(if changed { Applied::Changed } else { Applied::Unchanged })
@@ -138,6 +192,7 @@ impl Master {
     /// Drops a stream. A derived stream's pipeline is dropped with it; a
     /// stream other pipelines read cannot be dropped.
     fn drop_stream(&self, name: &str, if_exists: bool) -> Result<bool> {
+        self.ensure_not_altering(name)?;
         let mut state = self.lock();
         let Some(def) = state.streams.get(name).cloned() else {
             return if if_exists {
@@ -191,6 +246,10 @@ impl Master {
                 dag,
                 created_ms,
                 earlier_versions: Vec::new(),
+                changed_ms: None,
+                changed_by: None,
+                diff: Vec::new(),
+                handoff: None,
             };
             state.pipelines.insert(name.to_string(), def.clone());
             if let Some(stream) = derived {
@@ -210,24 +269,41 @@ impl Master {
     }
 
     fn start(&self, def: &PipelineDef) -> Result<()> {
-        let slot = Arc::new(Slot::default());
+        self.start_version(def, Arc::new(Slot::default()), None)
+    }
+
+    /// Starts `def` in `slot`. A checkpointed pipeline runs under a
+    /// supervisor, which restores it from its newest checkpoint (after an
+    /// ALTER: the one the previous version stopped at, `def.handoff` saying
+    /// where each operator's state is). A pipeline whose checkpoints are
+    /// off is deployed here, checkpointing only when asked to stop at a
+    /// barrier; it restores only `restored` (the snapshot an ALTER just
+    /// took), never a checkpoint found at start-up.
+    fn start_version(&self, def: &PipelineDef, slot: Arc<Slot>, restored: Option<RestoredCheckpoint>) -> Result<()> {
         match checkpointing(&def.dag)? {
             None => {
-                let runtime = self.scheduler.deploy(def.id, &def.dag)?;
+                let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(&self.checkpoint_root));
+                let plan = CheckpointPlan {
+                    config: CheckpointConfig::on_demand(store, slot.stats.clone()),
+                    // Above every id an earlier ALTER stopped at.
+                    highest_id: def.handoff.as_ref().map_or(0, |h| h.checkpoint),
+                    restored,
+                    handoff: def.handoff.clone(),
+                };
+                let runtime = self.scheduler.deploy_checkpointed(def.id, &def.dag, plan)?;
                 *slot.runtime.lock().expect("slot lock") = Some(runtime);
                 slot.started.send_replace(true);
             }
             Some((interval, dir)) => {
                 let store: Arc<dyn StateStore> =
                     sluice_connectors::state_store::open_state_store(dir.as_deref(), &self.checkpoint_root)?;
-                tokio::spawn(supervise(
-                    def.id,
-                    def.dag.clone(),
+                let run = Supervised {
+                    dag: def.dag.clone(),
                     interval,
                     store,
-                    self.scheduler.clone(),
-                    slot.clone(),
-                ));
+                    handoff: def.handoff.clone(),
+                };
+                tokio::spawn(supervise(def.id, run, self.scheduler.clone(), slot.clone()));
             }
         }
         self.running.lock().expect("running lock").insert(
@@ -253,6 +329,7 @@ impl Master {
     /// Stops and forgets a pipeline (and its derived stream, if no one
     /// reads it). With `only`, a pipeline of another kind is refused.
     fn drop_pipeline(&self, name: &str, if_exists: bool, only: Option<PipelineKind>) -> Result<bool> {
+        self.ensure_not_altering(name)?;
         let mut state = self.lock();
         let Some(kind) = state.pipelines.get(name).map(|p| p.kind) else {
             return if if_exists {
@@ -287,6 +364,202 @@ impl Master {
             self.scheduler.release_stream(stream);
         }
         Ok(true)
+    }
+
+    /// Marks `name` as being altered; refused while another ALTER of it
+    /// is in flight.
+    fn begin_alter(&self, name: &str) -> Result<AlterGuard<'_>> {
+        if !self.altering.lock().expect("altering lock").insert(name.to_string()) {
+            return Err(Error::user(
+                SqlCode::ObjectInUse,
+                format!(
+                    "pipeline \"{name}\" is being changed by another ALTER PIPELINE; try again when it has finished"
+                ),
+            ));
+        }
+        Ok(AlterGuard {
+            master: self,
+            name: name.to_string(),
+        })
+    }
+
+    /// Refuses to drop or change a pipeline an ALTER is changing.
+    fn ensure_not_altering(&self, name: &str) -> Result<()> {
+        if self.altering.lock().expect("altering lock").contains(name) {
+            return Err(Error::user(
+                SqlCode::ObjectInUse,
+                format!("pipeline \"{name}\" is being changed by ALTER PIPELINE; try again when it has finished"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `ALTER PIPELINE … AS | SET PARALLELISM`: diffs the new DAG against
+    /// the running one and refuses what cannot be done (state of another
+    /// shape without `state = 'reset'`, a derived stream's columns
+    /// changing under its readers) before touching anything; then stops
+    /// the running version at a barrier, records the new version, and
+    /// starts it from that barrier's snapshot. `Ok(false)` when the new
+    /// version is the running one.
+    ///
+    /// A crash before the new version is recorded restarts the old one
+    /// from the barrier's checkpoint; after it, the new one, with the
+    /// recorded handoff: the old or the new version, never a mixture.
+    async fn alter_pipeline(&self, name: &str, change: Alteration) -> Result<bool> {
+        let _guard = self.begin_alter(name)?;
+        let old = self
+            .pipeline(name)
+            .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, name))?;
+        let policy = if change.reset_state {
+            ResetPolicy::ResetChanged
+        } else {
+            ResetPolicy::Refuse
+        };
+        let d = diff(&old.dag, &change.dag, policy);
+        if !d.refused.is_empty() {
+            return Err(Error::user(
+                SqlCode::FeatureNotSupported,
+                format!(
+                    "cannot change pipeline \"{name}\": {}; the pipeline runs on unchanged",
+                    d.refused.join("; ")
+                ),
+            ));
+        }
+        if let Some(stream) = &change.derived {
+            self.check_derived_schema(name, stream)?;
+        }
+        if d.is_empty() && old.sql == change.sql {
+            return Ok(false);
+        }
+        let version = old.version();
+        let slot = self
+            .running
+            .lock()
+            .expect("running lock")
+            .get(name)
+            .map(|r| r.slot.clone());
+        let running = slot
+            .as_ref()
+            .and_then(|s| s.runtime())
+            .filter(|r| r.status() == PipelineStatus::Running);
+        let checkpoint = match &running {
+            Some(runtime) => runtime.stop_at_barrier(ALTER_STOP_TIMEOUT).await.map_err(|e| {
+                Error::external(format!(
+                    "ALTER PIPELINE {name}: the switch did not happen ({e}); the pipeline goes on as version {version}"
+                ))
+            })?,
+            // Not running (failed, or given up): the new version starts
+            // from the last complete checkpoint, if any.
+            None => slot
+                .as_ref()
+                .and_then(|s| s.stats.last().map(|c| c.id).or(s.stats.restored_from()))
+                .unwrap_or(0),
+        };
+        let stats = slot.as_ref().map(|s| s.stats.clone()).unwrap_or_default();
+        if let Some(r) = self.running.lock().expect("running lock").remove(name) {
+            r.slot.stop.cancel();
+            if let Some(runtime) = r.slot.runtime() {
+                runtime.stop();
+            }
+        }
+        let def = {
+            let mut state = self.lock();
+            let def = state
+                .pipelines
+                .get_mut(name)
+                .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, name))?;
+            def.push_version(
+                (change.sql, change.statement),
+                change.dag,
+                d.lines.clone(),
+                d.handoff(checkpoint),
+                change.changed_ms,
+            );
+            let def = def.clone();
+            if let Some(stream) = change.derived {
+                state.streams.insert(stream.name.clone(), stream);
+            }
+            self.store.save(&state)?;
+            def
+        };
+        tracing::info!(pipeline = %name, version = def.version(), checkpoint, "pipeline changed: {}", d.text().join("; "));
+        // A pipeline whose checkpoints are off restores the barrier's
+        // snapshot here (its supervisor-less start never looks for one).
+        let restored = match checkpointing(&def.dag)? {
+            None if checkpoint > 0 => {
+                let store = LocalStateStore::new(&self.checkpoint_root);
+                let restored = read_checkpoint(&store, def.id, checkpoint)
+                    .await
+                    .map_err(|e| Error::internal(format!("the snapshot of the switch is unreadable: {e}")))?;
+                prune(&store, def.id, &[checkpoint], 1).await?;
+                Some(restored)
+            }
+            _ => None,
+        };
+        let slot = Arc::new(Slot::carrying(stats));
+        self.start_version(&def, slot.clone(), restored)?;
+        self.running.lock().expect("running lock").insert(
+            name.to_string(),
+            Running {
+                slot,
+                since_ms: now_ms(),
+            },
+        );
+        Ok(true)
+    }
+
+    /// What `ALTER PIPELINE name` to `dag` would do (`EXPLAIN ALTER`):
+    /// the diff, with every reason it would be refused; nothing applied.
+    pub fn preview_alter(
+        &self,
+        name: &str,
+        dag: &PhysicalDag,
+        derived: Option<&StreamDef>,
+        reset_state: bool,
+    ) -> Result<sluice_plan::diff::DagDiff> {
+        let old = self
+            .pipeline(name)
+            .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, name))?;
+        let policy = if reset_state {
+            ResetPolicy::ResetChanged
+        } else {
+            ResetPolicy::Refuse
+        };
+        let mut d = diff(&old.dag, dag, policy);
+        if let Some(Err(e)) = derived.map(|s| self.check_derived_schema(name, s)) {
+            d.refused.insert(0, e.to_string());
+        }
+        Ok(d)
+    }
+
+    /// A derived stream's columns may not change while other pipelines
+    /// read it.
+    fn check_derived_schema(&self, name: &str, new: &StreamDef) -> Result<()> {
+        let state = self.lock();
+        let Some(current) = state.streams.get(&new.name) else {
+            return Ok(());
+        };
+        if current.schema.fields() == new.schema.fields() {
+            return Ok(());
+        }
+        let readers: Vec<&str> = state
+            .pipelines
+            .values()
+            .filter(|p| p.name != name && p.reads(&new.name))
+            .map(|p| p.name.as_str())
+            .collect();
+        if readers.is_empty() {
+            return Ok(());
+        }
+        Err(Error::user(
+            SqlCode::DependentObjectsStillExist,
+            format!(
+                "cannot change the columns of stream \"{}\" while pipeline(s) {} read it ({}); alter or drop them first",
+                new.name,
+                readers.join(", "),
+                column_changes(&current.schema, &new.schema),
+            ),
+        ))
     }
 
     /// The stored definition of a pipeline.
@@ -338,6 +611,8 @@ impl Master {
                     restarts,
                     restored_from,
                     checkpoints,
+                    version: def.version(),
+                    changed_ms: def.changed_ms.unwrap_or(def.created_ms),
                 }
             })
             .collect()
@@ -393,6 +668,28 @@ impl Master {
     pub fn run_query(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
         self.scheduler.deploy(id, dag)
     }
+}
+
+/// How a derived stream's columns change, in words (`n disappears, m
+/// changes type, adds x`).
+fn column_changes(old: &arrow::datatypes::Schema, new: &arrow::datatypes::Schema) -> String {
+    let mut out = Vec::new();
+    for f in old.fields() {
+        match new.field_with_name(f.name()) {
+            Err(_) => out.push(format!("{} disappears", f.name())),
+            Ok(n) if n.data_type() != f.data_type() => out.push(format!("{} changes type", f.name())),
+            Ok(_) => {}
+        }
+    }
+    for f in new.fields() {
+        if old.field_with_name(f.name()).is_err() {
+            out.push(format!("adds {}", f.name()));
+        }
+    }
+    if out.is_empty() {
+        out.push("the columns change order".into());
+    }
+    out.join(", ")
 }
 
 /// A named pipeline's checkpoint interval and directory, from its sink's

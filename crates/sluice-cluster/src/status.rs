@@ -32,6 +32,10 @@ pub struct PipelineInfo {
     pub restored_from: Option<u64>,
     /// The latest completed checkpoints, oldest first.
     pub checkpoints: Vec<sluice_dataflow::checkpoint::CheckpointInfo>,
+    /// The running version (1 until the first `ALTER PIPELINE … AS`).
+    pub version: u32,
+    /// When the running version started (its creation for version 1), ms.
+    pub changed_ms: i64,
 }
 
 /// Counters summed over a runtime's tasks.

@@ -9,6 +9,7 @@ use sluice_dataflow::checkpoint::manifest::load_latest;
 use sluice_dataflow::checkpoint::{CheckpointConfig, CheckpointStats, StateStore};
 use sluice_dataflow::deploy::{CheckpointPlan, PipelineRuntime, PipelineStatus};
 use sluice_plan::PhysicalDag;
+use sluice_plan::diff::StateHandoff;
 use sluice_types::PipelineId;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,6 +55,14 @@ impl Default for Slot {
 }
 
 impl Slot {
+    /// A slot for a new version of a pipeline: its checkpoint history goes on.
+    pub fn carrying(stats: Arc<CheckpointStats>) -> Self {
+        Slot {
+            stats,
+            ..Slot::default()
+        }
+    }
+
     /// Waits until the first deployment was attempted.
     pub async fn wait_started(&self) {
         let mut rx = self.started.subscribe();
@@ -65,19 +74,23 @@ impl Slot {
     }
 }
 
-/// Runs the pipeline until it finishes, is stopped, or gives up.
-pub async fn supervise(
-    id: PipelineId,
-    dag: PhysicalDag,
-    interval: Duration,
-    store: Arc<dyn StateStore>,
-    scheduler: Arc<dyn Scheduler>,
-    slot: Arc<Slot>,
-) {
+/// What a supervisor runs: a checkpointed pipeline's DAG, how it
+/// checkpoints, and (after `ALTER PIPELINE`) where its operators find
+/// their state in the checkpoint the previous version stopped at.
+pub struct Supervised {
+    pub dag: PhysicalDag,
+    pub interval: Duration,
+    pub store: Arc<dyn StateStore>,
+    pub handoff: Option<StateHandoff>,
+}
+
+/// Runs the pipeline until it finishes, is stopped (also at a barrier, by
+/// `ALTER PIPELINE`), or gives up.
+pub async fn supervise(id: PipelineId, run: Supervised, scheduler: Arc<dyn Scheduler>, slot: Arc<Slot>) {
     let mut failures = 0u32;
     loop {
         let completed_before = slot.stats.last().map(|c| c.id);
-        let outcome = run_once(id, &dag, interval, &store, &scheduler, &slot).await;
+        let outcome = run_once(id, &run, &scheduler, &slot).await;
         if let Err(e) = &outcome {
             *slot.failed.lock().expect("slot lock") = Some(e.to_string());
         }
@@ -111,23 +124,22 @@ pub async fn supervise(
 
 async fn run_once(
     id: PipelineId,
-    dag: &PhysicalDag,
-    interval: Duration,
-    store: &Arc<dyn StateStore>,
+    run: &Supervised,
     scheduler: &Arc<dyn Scheduler>,
     slot: &Slot,
 ) -> sluice_types::Result<PipelineStatus> {
-    let (restored, highest_id) = load_latest(store.as_ref(), id).await?;
+    let (restored, highest_id) = load_latest(run.store.as_ref(), id).await?;
     slot.stats.set_restored_from(restored.as_ref().map(|r| r.id));
     let plan = CheckpointPlan {
-        config: CheckpointConfig::new(interval, store.clone(), slot.stats.clone()),
+        config: CheckpointConfig::new(run.interval, run.store.clone(), slot.stats.clone()),
         restored,
         highest_id,
+        handoff: run.handoff.clone(),
     };
     if slot.stop.is_cancelled() {
         return Ok(PipelineStatus::Stopped);
     }
-    let runtime = scheduler.deploy_checkpointed(id, dag, plan)?;
+    let runtime = scheduler.deploy_checkpointed(id, &run.dag, plan)?;
     *slot.runtime.lock().expect("slot lock") = Some(runtime.clone());
     *slot.failed.lock().expect("slot lock") = None;
     slot.started.send_replace(true);

@@ -115,6 +115,8 @@ pub struct PipelineRuntime {
     cancel: CancellationToken,
     done: watch::Receiver<bool>,
     paused: watch::Sender<bool>,
+    /// Stops the pipeline at a barrier (a checkpointed deployment).
+    stop: Option<coordinator::StopHandles>,
 }
 
 impl PipelineRuntime {
@@ -136,6 +138,69 @@ impl PipelineRuntime {
     /// Asks every task to stop.
     pub fn stop(&self) {
         self.cancel.cancel();
+    }
+
+    /// Stops the pipeline at an aligned barrier carrying
+    /// [`Mutation::Stop`](crate::message::Mutation::Stop): every task
+    /// snapshots for it and exits, two-phase-commit sinks commit it, and
+    /// this returns the id of that checkpoint once it is complete (stored,
+    /// with its manifest) and every task has exited. Every row read before
+    /// the barrier went through the whole pipeline; none after it was
+    /// read. The status is then `Stopped`.
+    ///
+    /// Fails — and fails the pipeline, which its supervisor restarts from
+    /// its last complete checkpoint — when a task fails meanwhile, the
+    /// pipeline finishes first, or the barrier does not complete within
+    /// `timeout`.
+    pub async fn stop_at_barrier(&self, timeout: Duration) -> Result<u64> {
+        let Some(stop) = &self.stop else {
+            return Err(Error::internal(
+                "this deployment has no checkpoint coordinator to stop at a barrier",
+            ));
+        };
+        self.status.set_stopping();
+        stop.request.send_replace(true);
+        let (mut stop_at, mut completed, mut done) = (stop.stop_at.clone(), stop.completed.clone(), self.done.clone());
+        let wait = async {
+            let id = tokio::select! {
+                id = stop_at.wait_for(|id| *id > 0) => id.map(|id| *id).ok(),
+                _ = done.wait_for(|d| *d) => None,
+            };
+            let Some(id) = id.or_else(|| Some(*stop_at.borrow()).filter(|id| *id > 0)) else {
+                return Err(self.not_stopped());
+            };
+            let _ = completed.wait_for(|c| *c >= id).await;
+            let _ = done.wait_for(|d| *d).await;
+            if *completed.borrow() >= id && self.status() == PipelineStatus::Stopped {
+                Ok(id)
+            } else {
+                Err(self.not_stopped())
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let error = format!("the pipeline did not stop at a barrier within {timeout:?}");
+                self.status
+                    .fail(OperatorId(0), 0, Failure::message(error.clone()), false);
+                self.cancel.cancel();
+                Err(Error::external(error))
+            }
+        }
+    }
+
+    /// Why a stop at a barrier did not happen.
+    fn not_stopped(&self) -> Error {
+        match self.status() {
+            PipelineStatus::Failed { error, .. } => {
+                Error::external(format!("the pipeline failed before it stopped at the barrier: {error}"))
+            }
+            PipelineStatus::Finished => Error::external("the pipeline's input ended before it stopped at the barrier"),
+            other => Error::external(format!(
+                "the pipeline did not stop at the barrier (it is {})",
+                other.name()
+            )),
+        }
     }
 
     /// Waits until every task has exited; returns the final status.
@@ -170,6 +235,14 @@ impl Failure {
         }
     }
 
+    fn message(error: String) -> Self {
+        Failure {
+            error,
+            code: None,
+            consequence: false,
+        }
+    }
+
     fn panic(panic: &Box<dyn std::any::Any + Send>) -> Self {
         Failure {
             error: format!("task panicked: {}", panic_message(panic)),
@@ -189,6 +262,8 @@ struct Recorded {
     status: PipelineStatus,
     /// The failure in `status` is a consequence ([`Failure::consequence`]).
     consequence: bool,
+    /// Asked to stop at a barrier: tasks that exit settle it as stopped.
+    stopping: bool,
 }
 
 impl StatusCell {
@@ -196,6 +271,7 @@ impl StatusCell {
         StatusCell(Mutex::new(Recorded {
             status: PipelineStatus::Running,
             consequence: false,
+            stopping: false,
         }))
     }
 
@@ -226,12 +302,16 @@ impl StatusCell {
         }
     }
 
-    /// Every task exited: a running pipeline stopped (when cancelled) or
-    /// finished.
+    fn set_stopping(&self) {
+        self.0.lock().expect("status lock").stopping = true;
+    }
+
+    /// Every task exited: a running pipeline stopped (when cancelled or
+    /// stopped at a barrier) or finished.
     fn settle(&self, cancelled: bool) {
         let mut r = self.0.lock().expect("status lock");
         if r.status == PipelineStatus::Running {
-            r.status = if cancelled {
+            r.status = if cancelled || r.stopping {
                 PipelineStatus::Stopped
             } else {
                 PipelineStatus::Finished
@@ -332,6 +412,10 @@ pub struct CheckpointPlan {
     pub restored: Option<RestoredCheckpoint>,
     /// The highest checkpoint id used before (new ids are above it).
     pub highest_id: u64,
+    /// After `ALTER PIPELINE`: where the new version's operators find
+    /// their state in the checkpoint the old version stopped at. Applies
+    /// only when that checkpoint is the one restored.
+    pub handoff: Option<sluice_plan::diff::StateHandoff>,
 }
 
 /// Deploys `dag` as pipeline `id` without checkpoints: every task is
@@ -375,6 +459,7 @@ pub fn deploy_with(
     let chained = |op: OperatorId| config.chain_operators && dag.chained_into(op).is_some();
     let channels = open_channels(id, dag, transport, &chained)?;
     let checkpointing = plan.map(Checkpointing::new);
+    let stop = checkpointing.as_ref().map(|c| c.stop.clone());
     let cancel = CancellationToken::new();
     let (paused, paused_rx) = watch::channel(false);
     let (metrics, metrics_of) = instance_metrics(dag);
@@ -416,6 +501,7 @@ pub fn deploy_with(
         cancel,
         done,
         paused,
+        stop,
     })
 }
 
@@ -457,6 +543,7 @@ struct Checkpointing {
     plan: CheckpointPlan,
     handles: CheckpointHandles,
     coordinator: CoordinatorChannels,
+    stop: coordinator::StopHandles,
     /// The restored checkpoint's id (0: a fresh start).
     restored_id: u64,
 }
@@ -464,11 +551,12 @@ struct Checkpointing {
 impl Checkpointing {
     fn new(plan: CheckpointPlan) -> Self {
         let restored_id = plan.restored.as_ref().map_or(0, |r| r.id);
-        let (handles, coordinator) = coordinator::channels(restored_id);
+        let (handles, coordinator, stop) = coordinator::channels(restored_id);
         Checkpointing {
             plan,
             handles,
             coordinator,
+            stop,
             restored_id,
         }
     }
@@ -478,10 +566,7 @@ impl Checkpointing {
     /// changed; migrated from a checkpoint before key groups).
     fn task(&self, dag: &PhysicalDag, op: &OperatorSpec, instance: u32) -> Result<TaskCheckpoint> {
         let restored = match &self.plan.restored {
-            Some(r) => {
-                let migrate = |state| migrate_legacy_state(op, state);
-                Some((r.id, r.state_for(op, instance, dag.key_groups, &migrate)?))
-            }
+            Some(r) => Some((r.id, self.restored_state(r, dag, op, instance)?)),
             None => None,
         };
         Ok(TaskCheckpoint {
@@ -491,6 +576,36 @@ impl Checkpointing {
             identity: TaskIdentity::of(dag, op, instance),
             restored,
         })
+    }
+
+    /// The state instance `instance` of `op` restores from `r`: its own, or
+    /// after an `ALTER PIPELINE` the state of the operator it replaces
+    /// (none when it starts empty). A sink whose parallelism changed
+    /// starts empty: an ALTER stops at a barrier its old instances
+    /// committed, so nothing of theirs is pending.
+    fn restored_state(
+        &self,
+        r: &RestoredCheckpoint,
+        dag: &PhysicalDag,
+        op: &OperatorSpec,
+        instance: u32,
+    ) -> Result<TaskState> {
+        let migrate = |state| migrate_legacy_state(op, state);
+        let handoff = self.plan.handoff.as_ref().filter(|h| h.checkpoint == r.id);
+        let Some(handoff) = handoff else {
+            return r.state_for(op, instance, dag.key_groups, &migrate);
+        };
+        let Some(from) = handoff.source_of(op.uid) else {
+            return Ok(TaskState::default());
+        };
+        if matches!(op.kind, OperatorKind::Sink(_)) && r.parallelism_of(from).is_some_and(|p| p != op.parallelism) {
+            return Ok(TaskState::default());
+        }
+        let stored = OperatorSpec {
+            uid: from,
+            ..op.clone()
+        };
+        r.state_for(&stored, instance, dag.key_groups, &migrate)
     }
 
     /// Spawns the coordinator of `tasks` (the running task instances): a

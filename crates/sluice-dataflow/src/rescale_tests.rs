@@ -239,6 +239,7 @@ async fn run_to_end(parallelism: u32, dir: &std::path::Path, restored: Option<Re
         ),
         restored,
         highest_id,
+        handoff: None,
     };
     let runtime = deploy(parallelism, &connectors, plan);
     let status = tokio::time::timeout(Duration::from_secs(30), runtime.wait())
@@ -282,6 +283,7 @@ async fn run_half_and_checkpoint(parallelism: u32, dir: &std::path::Path) -> Vec
         ),
         restored: None,
         highest_id: 0,
+        handoff: None,
     };
     let runtime = deploy(parallelism, &connectors, plan);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -431,4 +433,97 @@ async fn a_checkpoint_from_before_key_groups_still_restores() {
         all.sort_unstable();
         assert_eq!(all, expected(), "restored at parallelism {restored_at}");
     }
+}
+
+/// Deploys the keyed window at `parallelism`, restored from `restored`,
+/// checkpointing only on demand; waits until its source holds at batch
+/// `hold_at`, then stops it at a barrier. Returns what it emitted and the
+/// barrier's checkpoint.
+async fn run_until_stopped_at_barrier(
+    parallelism: u32,
+    dir: &std::path::Path,
+    restored: Option<RestoredCheckpoint>,
+    hold_at: usize,
+) -> (Vec<Out>, RestoredCheckpoint) {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let held = Arc::new(AtomicBool::new(false));
+    let connectors = Connectors {
+        hold_at: Some(hold_at),
+        held: held.clone(),
+        out: out.clone(),
+    };
+    let store = Arc::new(LocalStateStore::new(dir));
+    let highest_id = restored.as_ref().map_or(0, |r| r.id);
+    let plan = CheckpointPlan {
+        config: CheckpointConfig::on_demand(store, Arc::new(CheckpointStats::default())),
+        restored,
+        highest_id,
+        handoff: None,
+    };
+    let runtime = deploy(parallelism, &connectors, plan);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !held.load(Ordering::SeqCst) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the source never reached the hold"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let id = runtime
+        .stop_at_barrier(Duration::from_secs(30))
+        .await
+        .expect("stops at a barrier");
+    assert_eq!(id, highest_id + 1, "the stop is the next checkpoint");
+    assert_eq!(runtime.status(), PipelineStatus::Stopped);
+    let checkpoint = latest(dir).await;
+    assert_eq!(checkpoint.id, id);
+    (sorted(&out), checkpoint)
+}
+
+/// ALTER … SET PARALLELISM's mechanism: stopped at a barrier mid-stream
+/// at parallelism 1, resumed at 4 from that barrier's snapshot, stopped
+/// again, resumed at 2 to the end. Every window is emitted exactly once
+/// with the hand-computed sums: nothing read before a barrier is lost,
+/// nothing is read twice, and stopping fires no window early (a stop is
+/// not an end of input).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_at_barriers_and_rescaling_1_4_2_loses_and_repeats_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, at_third) = run_until_stopped_at_barrier(1, dir.path(), None, BATCHES / 3).await;
+    let (second, at_two_thirds) = run_until_stopped_at_barrier(4, dir.path(), Some(at_third), 2 * BATCHES / 3).await;
+    assert!(
+        at_two_thirds.tasks.iter().any(|(t, _)| t.parallelism == Some(4)),
+        "the second version ran at 4"
+    );
+    let third = run_to_end(2, dir.path(), Some(at_two_thirds)).await;
+    assert!(!first.is_empty() && !second.is_empty() && !third.is_empty());
+    let mut all = [first, second, third].concat();
+    all.sort_unstable();
+    assert_eq!(all, expected());
+}
+
+/// A deployment without a checkpoint coordinator cannot stop at a
+/// barrier: a clear error, and the pipeline runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_pipeline_without_checkpoints_at_a_barrier_is_refused() {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let connectors = Connectors {
+        hold_at: Some(1),
+        held: Arc::default(),
+        out,
+    };
+    let runtime = deploy_with(
+        PipelineId(1),
+        &keyed_window(1),
+        &connectors,
+        &InProcessTransport::default(),
+        &DeployConfig::default(),
+        None,
+    )
+    .unwrap();
+    let err = runtime.stop_at_barrier(Duration::from_secs(5)).await.unwrap_err();
+    assert!(err.to_string().contains("no checkpoint coordinator"), "{err}");
+    assert_eq!(runtime.status(), PipelineStatus::Running);
+    runtime.stop();
+    runtime.wait().await;
 }

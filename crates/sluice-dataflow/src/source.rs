@@ -9,8 +9,8 @@
 use crate::checkpoint::TaskCheckpoint;
 use crate::checkpoint::TaskState;
 use crate::exchange::Output;
-use crate::message::Barrier;
 use crate::message::Message;
+use crate::message::{Barrier, Mutation};
 use crate::metrics::TaskMetrics;
 use crate::time::max_timestamp_ms;
 use crate::watermark_alignment::AlignmentGroup;
@@ -308,7 +308,9 @@ impl SourceTask {
                     _ = self.paused.wait_for(|p| !*p) => None,
                 };
                 if let Some(id) = barrier {
-                    self.inject_barrier(id, &generator).await?;
+                    if self.inject_barrier(id, &generator).await? {
+                        return Ok(());
+                    }
                     continue;
                 }
             }
@@ -323,7 +325,9 @@ impl SourceTask {
             let event = match event {
                 Ok(event) => event,
                 Err(Some(id)) => {
-                    self.inject_barrier(id, &generator).await?;
+                    if self.inject_barrier(id, &generator).await? {
+                        return Ok(());
+                    }
                     continue;
                 }
                 Err(None) => continue,
@@ -370,7 +374,7 @@ impl SourceTask {
 
     /// Reads nothing while this instance is too far ahead of its siblings
     /// (see [`crate::watermark_alignment`]), still injecting barriers. Returns false
-    /// when cancelled.
+    /// when cancelled or stopped at a barrier.
     async fn hold(
         &mut self,
         group: &AlignmentGroup,
@@ -397,8 +401,10 @@ impl SourceTask {
             let held = u64::try_from(now.duration_since(since).as_micros()).unwrap_or(u64::MAX);
             self.metrics.alignment_held_us.fetch_add(held, Ordering::Relaxed);
             since = now;
-            if let Some(id) = barrier {
-                self.inject_barrier(id, generator).await?;
+            if let Some(id) = barrier
+                && self.inject_barrier(id, generator).await?
+            {
+                return Ok(false);
             }
         }
     }
@@ -406,7 +412,9 @@ impl SourceTask {
     /// Snapshots the reader's position and the event time read so far
     /// (everything emitted so far is before the barrier), acknowledges, and
     /// sends the barrier downstream.
-    async fn inject_barrier(&mut self, checkpoint_id: u64, generator: &WatermarkGenerator) -> Result<()> {
+    /// Returns true when the barrier stops the pipeline: the source then
+    /// reads nothing more and exits.
+    async fn inject_barrier(&mut self, checkpoint_id: u64, generator: &WatermarkGenerator) -> Result<bool> {
         let mut state = self.reader.snapshot()?;
         // A reader without a position starts over when restored: the event
         // time it read must then be forgotten too, or its replayed rows
@@ -414,13 +422,18 @@ impl SourceTask {
         if !state.is_empty() {
             state.put_json(WATERMARKS_KEY, &generator.snapshot())?;
         }
+        let mut barrier = Barrier::checkpoint(checkpoint_id);
         if let Some(c) = &self.checkpoint {
+            if *c.handles.stop_at.borrow() == checkpoint_id {
+                barrier.mutation = Some(Mutation::Stop);
+            }
             c.ack(checkpoint_id, state);
         }
         self.output
-            .broadcast(Message::Barrier(Barrier { checkpoint_id }))
+            .broadcast(Message::Barrier(barrier))
             .await
-            .map_err(Error::from)
+            .map_err(Error::from)?;
+        Ok(barrier.stops())
     }
 
     async fn finish(mut self) -> Result<()> {
@@ -562,7 +575,7 @@ mod tests {
     /// Runs a source task restored from `state` and returns the first
     /// message it sends within 2 s (its idle timeout is 60 s), if any.
     async fn first_message_after_restore(state: TaskState, keeps_position: bool) -> Option<Message> {
-        let (handles, _coordinator) = crate::checkpoint::coordinator::channels(7);
+        let (handles, _coordinator, _stop) = crate::checkpoint::coordinator::channels(7);
         let (tx, mut rx) = crate::channel::channel(64);
         let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
         let restored = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -628,7 +641,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_checkpoint_keeps_the_event_time_only_for_readers_that_keep_a_position() {
-        let (handles, mut coordinator) = crate::checkpoint::coordinator::channels(0);
+        let (handles, mut coordinator, _stop) = crate::checkpoint::coordinator::channels(0);
         let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
         let (tx, _rx) = crate::channel::channel(64);
         for keeps_position in [true, false] {

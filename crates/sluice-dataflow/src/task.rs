@@ -9,7 +9,7 @@ use crate::channel::ChannelReceiver;
 use crate::checkpoint::barrier_alignment::BarrierAligner;
 use crate::checkpoint::{LOW_WATERMARK_KEY, TaskCheckpoint};
 use crate::exchange::Output;
-use crate::message::Message;
+use crate::message::{Barrier, Message, Mutation};
 use crate::metrics::TaskMetrics;
 use crate::operator::{Operator, OperatorContext};
 use sluice_types::{Error, Result, Watermark};
@@ -126,6 +126,9 @@ impl Task {
             self.operator.restore(restored).await?;
         }
         let mut next = 0usize;
+        // The mutation of the barrier being aligned (every input's copy
+        // carries the same).
+        let mut mutation: Option<Mutation> = None;
         let mut timer = self.operator.timer_interval().map(|every| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -153,8 +156,18 @@ impl Task {
             self.record_queue();
             let done = match message {
                 Message::Barrier(b) => {
+                    mutation = mutation.or(b.mutation);
                     if let Some(id) = aligner.on_barrier(input, b.checkpoint_id) {
-                        self.checkpoint(id, &frontier).await?;
+                        let barrier = Barrier {
+                            checkpoint_id: id,
+                            mutation: mutation.take(),
+                        };
+                        self.checkpoint(barrier, &frontier).await?;
+                        if barrier.stops() {
+                            // Stopped at the barrier: no end of input
+                            // downstream, which stops at the same barrier.
+                            return Ok(());
+                        }
                     }
                     false
                 }
@@ -162,7 +175,14 @@ impl Task {
                     let aligned = aligner.on_end(input);
                     let done = self.handle(&mut frontier, input, Message::EndOfInput).await?;
                     if let (Some(id), false) = (aligned, done) {
-                        self.checkpoint(id, &frontier).await?;
+                        let barrier = Barrier {
+                            checkpoint_id: id,
+                            mutation: mutation.take(),
+                        };
+                        self.checkpoint(barrier, &frontier).await?;
+                        if barrier.stops() {
+                            return Ok(());
+                        }
                     }
                     done
                 }
@@ -190,14 +210,12 @@ impl Task {
     /// Every input delivered barrier `id`: snapshot, forward the barrier,
     /// acknowledge; a two-phase-commit sink then waits for the checkpoint
     /// to complete and commits before taking more input.
-    async fn checkpoint(&mut self, id: u64, frontier: &InputFrontier) -> Result<()> {
+    async fn checkpoint(&mut self, barrier: Barrier, frontier: &InputFrontier) -> Result<()> {
+        let id = barrier.checkpoint_id;
         let mut state = self.operator.snapshot(id).await?;
         state.put_bytes(LOW_WATERMARK_KEY, frontier.low().0.to_le_bytes().to_vec());
         // A sink has no downstream.
-        let _ = self
-            .output
-            .broadcast(Message::Barrier(crate::message::Barrier { checkpoint_id: id }))
-            .await;
+        let _ = self.output.broadcast(Message::Barrier(barrier)).await;
         let Some(c) = &mut self.checkpoint else { return Ok(()) };
         c.ack(id, state);
         if !self.operator.commits_on_checkpoint() {

@@ -277,6 +277,7 @@ async fn a_held_instance_still_takes_part_in_checkpoints() {
         ),
         restored: None,
         highest_id: 0,
+        handoff: None,
     };
     let dag = two_sources_into_a_sink(Some(DRIFT_MS));
     let runtime = deploy_with(

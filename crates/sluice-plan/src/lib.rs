@@ -16,6 +16,7 @@
 //! Entry points: [`PhysicalDag`], [`explain::explain_rows`].
 
 pub mod catalog;
+pub mod diff;
 pub mod explain;
 pub mod identity;
 pub mod key_groups;

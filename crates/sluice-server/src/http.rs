@@ -175,26 +175,26 @@ async fn drop_pipeline(State(s): St, Path(name): Path<String>) -> Response {
         if_exists: false,
         only: None,
     };
-    match s.engine.master.apply(command) {
+    match s.engine.master.apply(command).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => sluice_error(&e),
     }
 }
 
 async fn pause(State(s): St, Path(name): Path<String>) -> Response {
-    set_paused(&s.engine, &name, true)
+    set_paused(&s.engine, &name, true).await
 }
 
 async fn resume(State(s): St, Path(name): Path<String>) -> Response {
-    set_paused(&s.engine, &name, false)
+    set_paused(&s.engine, &name, false).await
 }
 
-fn set_paused(engine: &Engine, name: &str, paused: bool) -> Response {
+async fn set_paused(engine: &Engine, name: &str, paused: bool) -> Response {
     let command = CatalogCommand::SetPaused {
         name: name.to_string(),
         paused,
     };
-    match engine.master.apply(command) {
+    match engine.master.apply(command).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => sluice_error(&e),
     }

@@ -39,6 +39,21 @@ pub enum DropKind {
     Pipeline,
 }
 
+/// What `ALTER PIPELINE name …` changes in a running pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PipelineChange {
+    /// `AS query [WITH (state = 'reset')]`.
+    Query {
+        query: Box<Query>,
+        /// `state = 'reset'`: operators whose state changes shape start
+        /// empty instead of the change being refused.
+        reset_state: bool,
+    },
+    /// `SET PARALLELISM n` (`operator: None`) or `ALTER OPERATOR id SET
+    /// PARALLELISM n`.
+    Parallelism { operator: Option<u32>, parallelism: u32 },
+}
+
 /// One statement.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SluiceStatement {
@@ -77,6 +92,18 @@ pub enum SluiceStatement {
         name: String,
         paused: bool,
     },
+    /// `ALTER PIPELINE name AS … | SET PARALLELISM … | ALTER OPERATOR …`.
+    AlterPipeline {
+        name: String,
+        change: PipelineChange,
+    },
+    /// `EXPLAIN ALTER PIPELINE …`: the diff, nothing applied.
+    ExplainAlter {
+        name: String,
+        change: PipelineChange,
+    },
+    /// `SHOW PIPELINE HISTORY name`.
+    ShowPipelineHistory(String),
     /// Anything sqlparser parses: queries, INSERT, SET, BEGIN/COMMIT,
     /// DECLARE/FETCH/CLOSE, COPY, …
     Sql(Box<Statement>),
@@ -101,6 +128,11 @@ macro_rules! statement_walk {
                 SluiceStatement::CreateStreamAs { query, .. }
                 | SluiceStatement::CreateSink { query, .. }
                 | SluiceStatement::Explain(query) => $visit::visit(query, v)?,
+                SluiceStatement::AlterPipeline { change, .. } | SluiceStatement::ExplainAlter { change, .. } => {
+                    if let PipelineChange::Query { query, .. } = change {
+                        $visit::visit(query, v)?;
+                    }
+                }
                 SluiceStatement::Sql(s) => $visit::visit(s, v)?,
                 SluiceStatement::Drop { .. }
                 | SluiceStatement::ShowStreams
@@ -110,6 +142,7 @@ macro_rules! statement_walk {
                 | SluiceStatement::ShowAll
                 | SluiceStatement::Describe(_)
                 | SluiceStatement::ExplainPipeline(_)
+                | SluiceStatement::ShowPipelineHistory(_)
                 | SluiceStatement::AlterPipelinePause { .. } => {}
             }
             ControlFlow::Continue(())
@@ -182,18 +215,26 @@ fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
             p.next_token();
             p.next_token();
             let name = object_name(p)?;
-            match word(p, 0).as_deref() {
-                Some(action @ ("PAUSE" | "RESUME")) => {
-                    p.next_token();
-                    Ok(SluiceStatement::AlterPipelinePause {
-                        name,
-                        paused: action == "PAUSE",
-                    })
-                }
-                _ => Err(Error::unsupported(
-                    "ALTER PIPELINE supports PAUSE and RESUME today; changing a pipeline's query or parallelism comes later",
-                )),
+            if let Some(action @ ("PAUSE" | "RESUME")) = word(p, 0).as_deref() {
+                p.next_token();
+                return Ok(SluiceStatement::AlterPipelinePause {
+                    name,
+                    paused: action == "PAUSE",
+                });
             }
+            let change = parse_pipeline_change(p)?;
+            Ok(SluiceStatement::AlterPipeline { name, change })
+        }
+        (Some("EXPLAIN"), Some("ALTER")) => {
+            p.next_token();
+            p.next_token();
+            if word(p, 0).as_deref() != Some("PIPELINE") {
+                return Err(Error::syntax("EXPLAIN ALTER is followed by PIPELINE name …"));
+            }
+            p.next_token();
+            let name = object_name(p)?;
+            let change = parse_pipeline_change(p)?;
+            Ok(SluiceStatement::ExplainAlter { name, change })
         }
         (Some("EXPLAIN"), Some("PIPELINE")) => {
             p.next_token();
@@ -207,6 +248,81 @@ fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
         _ => Ok(SluiceStatement::Sql(Box::new(
             p.parse_statement().map_err(parser_error)?,
         ))),
+    }
+}
+
+/// What follows `ALTER PIPELINE name`: `AS query [WITH (state =
+/// 'reset')]`, `SET PARALLELISM n`, `ALTER OPERATOR id SET PARALLELISM n`.
+fn parse_pipeline_change(p: &mut Parser) -> Result<PipelineChange> {
+    const EXPECTED: &str =
+        "ALTER PIPELINE name takes PAUSE, RESUME, AS query, SET PARALLELISM n, or ALTER OPERATOR id SET PARALLELISM n";
+    match word(p, 0).as_deref() {
+        Some("AS") => {
+            p.next_token();
+            let query = p.parse_query().map_err(parser_error)?;
+            let mut reset_state = false;
+            if p.parse_keyword(Keyword::WITH) {
+                for (key, value) in parse_options(p)? {
+                    match (key.as_str(), value.to_ascii_lowercase().as_str()) {
+                        ("state", "reset") => reset_state = true,
+                        ("state", "keep") => reset_state = false,
+                        ("state", other) => {
+                            return Err(Error::invalid_option(format!(
+                                "option 'state' is 'keep' (the default) or 'reset', got '{other}'"
+                            )));
+                        }
+                        (other, _) => {
+                            return Err(Error::invalid_option(format!(
+                                "ALTER PIPELINE … AS takes the option 'state' ('keep' or 'reset'), not '{other}'"
+                            )));
+                        }
+                    }
+                }
+            }
+            Ok(PipelineChange::Query { query, reset_state })
+        }
+        Some("SET") => {
+            p.next_token();
+            Ok(PipelineChange::Parallelism {
+                operator: None,
+                parallelism: parse_parallelism(p)?,
+            })
+        }
+        Some("ALTER") if word(p, 1).as_deref() == Some("OPERATOR") => {
+            p.next_token();
+            p.next_token();
+            let operator = parse_u32(p, "an operator number (see EXPLAIN PIPELINE)")?;
+            if !p.parse_keyword(Keyword::SET) {
+                return Err(Error::syntax("ALTER OPERATOR id is followed by SET PARALLELISM n"));
+            }
+            Ok(PipelineChange::Parallelism {
+                operator: Some(operator),
+                parallelism: parse_parallelism(p)?,
+            })
+        }
+        _ => Err(Error::syntax(EXPECTED)),
+    }
+}
+
+/// `PARALLELISM [=|TO] n`.
+fn parse_parallelism(p: &mut Parser) -> Result<u32> {
+    if word(p, 0).as_deref() != Some("PARALLELISM") {
+        return Err(Error::syntax("SET is followed by PARALLELISM n"));
+    }
+    p.next_token();
+    if !p.consume_token(&Token::Eq) {
+        let _ = p.parse_keyword(Keyword::TO);
+    }
+    parse_u32(p, "a parallelism")
+}
+
+fn parse_u32(p: &mut Parser, what: &str) -> Result<u32> {
+    let t = p.next_token();
+    match &t.token {
+        Token::Number(n, _) => n
+            .parse()
+            .map_err(|_| Error::syntax(format!("expected {what}, got {n}"))),
+        other => Err(Error::syntax(format!("expected {what}, got \"{other}\""))),
     }
 }
 
@@ -368,6 +484,14 @@ fn parse_show(p: &mut Parser) -> Result<SluiceStatement> {
         Some("ALL") => {
             p.next_token();
             Ok(SluiceStatement::ShowAll)
+        }
+        Some("PIPELINE") if word(p, 1).as_deref() == Some("HISTORY") => {
+            p.next_token();
+            p.next_token();
+            if word(p, 0).as_deref() == Some("FOR") {
+                p.next_token();
+            }
+            Ok(SluiceStatement::ShowPipelineHistory(object_name(p)?))
         }
         Some("CHECKPOINTS") => {
             p.next_token();

@@ -63,6 +63,8 @@ pub enum SqlCode {
     /// `54001`: a statement nested too deeply or planned into too many
     /// operators (see [`crate::limits`]).
     StatementTooComplex,
+    /// `55006`: the object is in use (a pipeline another ALTER is changing).
+    ObjectInUse,
 }
 
 impl SqlCode {
@@ -95,6 +97,7 @@ impl SqlCode {
             SqlCode::NotNullViolation => "23502",
             SqlCode::ProgramLimitExceeded => "54000",
             SqlCode::StatementTooComplex => "54001",
+            SqlCode::ObjectInUse => "55006",
         }
     }
 }

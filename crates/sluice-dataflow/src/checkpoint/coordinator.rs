@@ -40,6 +40,10 @@ pub struct CheckpointConfig {
     pub store: Arc<dyn StateStore>,
     /// Shared across restarts of the pipeline.
     pub stats: Arc<CheckpointStats>,
+    /// False for a pipeline whose checkpoints are off: it checkpoints only
+    /// to stop at a barrier (`ALTER PIPELINE`); `interval` then only paces
+    /// the timeout check.
+    pub periodic: bool,
 }
 
 impl CheckpointConfig {
@@ -50,6 +54,16 @@ impl CheckpointConfig {
             timeout: (interval * 10).max(Duration::from_secs(120)),
             store,
             stats,
+            periodic: true,
+        }
+    }
+
+    /// A pipeline whose checkpoints are off: it checkpoints only when asked
+    /// to stop at a barrier, into `store`.
+    pub fn on_demand(store: Arc<dyn StateStore>, stats: Arc<CheckpointStats>) -> Self {
+        CheckpointConfig {
+            periodic: false,
+            ..CheckpointConfig::new(CHECKPOINT_INTERVAL_DEFAULT, store, stats)
         }
     }
 }
@@ -227,6 +241,10 @@ impl PendingCheckpoints {
 pub struct CheckpointHandles {
     /// Sources inject barrier `n` when this changes to `n`.
     pub trigger: watch::Receiver<u64>,
+    /// The checkpoint the pipeline stops at (0: none): set before its
+    /// trigger, so a source injecting barrier `n` knows whether it carries
+    /// [`Mutation::Stop`](crate::message::Mutation::Stop).
+    pub stop_at: watch::Receiver<u64>,
     /// Acks and finish notices.
     pub acks: mpsc::UnboundedSender<AckEvent>,
     /// The newest completed checkpoint id.
@@ -236,8 +254,20 @@ pub struct CheckpointHandles {
 /// The coordinator's own ends.
 pub struct CoordinatorChannels {
     trigger: watch::Sender<u64>,
+    stop_at: watch::Sender<u64>,
+    /// Becomes true when the pipeline is asked to stop at a barrier.
+    stop_requested: watch::Receiver<bool>,
     acks: mpsc::UnboundedReceiver<AckEvent>,
     completed: watch::Sender<u64>,
+}
+
+/// What a deployment's owner holds to stop it at a barrier
+/// ([`crate::deploy::PipelineRuntime::stop_at_barrier`]).
+#[derive(Clone)]
+pub struct StopHandles {
+    pub request: Arc<watch::Sender<bool>>,
+    pub stop_at: watch::Receiver<u64>,
+    pub completed: watch::Receiver<u64>,
 }
 
 #[cfg(test)]
@@ -248,24 +278,35 @@ impl CoordinatorChannels {
     }
 }
 
-/// Channels between the coordinator and the tasks. `restored` is the id of
-/// the checkpoint restored (it counts as completed).
-pub fn channels(restored: u64) -> (CheckpointHandles, CoordinatorChannels) {
+/// Channels between the coordinator, the tasks and the deployment's owner.
+/// `restored` is the id of the checkpoint restored (it counts as
+/// completed).
+pub fn channels(restored: u64) -> (CheckpointHandles, CoordinatorChannels, StopHandles) {
     let (trigger_tx, trigger_rx) = watch::channel(0);
-    // Acks are bounded by construction: tasks × CHECKPOINTS_IN_FLIGHT_MAX
-    // plus one finish notice per task.
+    let (stop_at_tx, stop_at_rx) = watch::channel(0);
+    let (request_tx, request_rx) = watch::channel(false);
+    // Acks are bounded by construction: tasks × (CHECKPOINTS_IN_FLIGHT_MAX
+    // + the stop checkpoint) plus one finish notice per task.
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
     let (completed_tx, completed_rx) = watch::channel(restored);
     (
         CheckpointHandles {
             trigger: trigger_rx,
+            stop_at: stop_at_rx.clone(),
             acks: ack_tx,
-            completed: completed_rx,
+            completed: completed_rx.clone(),
         },
         CoordinatorChannels {
             trigger: trigger_tx,
+            stop_at: stop_at_tx,
+            stop_requested: request_rx,
             acks: ack_rx,
             completed: completed_tx,
+        },
+        StopHandles {
+            request: Arc::new(request_tx),
+            stop_at: stop_at_rx,
+            completed: completed_rx,
         },
     )
 }
@@ -273,6 +314,13 @@ pub fn channels(restored: u64) -> (CheckpointHandles, CoordinatorChannels) {
 /// Runs the coordinator until `cancel`. `fail` fails the pipeline (a store
 /// error or a checkpoint timeout); the pipeline then restarts from the
 /// last complete checkpoint.
+///
+/// Checkpoints start every `interval` when `config.periodic`; a stop
+/// request starts one more, carrying [`Mutation::Stop`](crate::message::Mutation::Stop),
+/// as soon as none is in flight, and no checkpoint starts after it. The
+/// tasks exit once they acknowledged it, which cancels the coordinator:
+/// it then still records the acknowledgements they sent, so the stop
+/// checkpoint completes.
 pub async fn run(
     pipeline: PipelineId,
     config: CheckpointConfig,
@@ -287,10 +335,33 @@ pub async fn run(
     complete.extend(config.stats.restored_from());
     complete.sort_unstable();
     complete.dedup();
+    // The stop checkpoint, once started.
+    let mut stopping: Option<u64> = None;
+    let mut owner_gone = false;
     loop {
+        if stopping.is_none()
+            && *ch.stop_requested.borrow()
+            && let Some(id) = book.start(now_ms())
+        {
+            tracing::debug!(pipeline = %pipeline, checkpoint = id, "stop checkpoint started");
+            stopping = Some(id);
+            ch.stop_at.send_replace(id);
+            ch.trigger.send_replace(id);
+        }
         tokio::select! {
             biased;
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => {
+                if stopping.is_some_and(|id| *ch.completed.borrow() < id) {
+                    while let Ok(event) = ch.acks.try_recv() {
+                        if let Err(e) = on_event(pipeline, &config, &mut book, &mut ch, &mut complete, event).await {
+                            config.stats.record_failure();
+                            fail(format!("checkpoint failed: {e}"));
+                            return;
+                        }
+                    }
+                }
+                return;
+            }
             event = ch.acks.recv() => {
                 let Some(event) = event else { return };
                 if let Err(e) = on_event(pipeline, &config, &mut book, &mut ch, &mut complete, event).await {
@@ -299,11 +370,18 @@ pub async fn run(
                     return;
                 }
             }
+            changed = ch.stop_requested.changed(), if stopping.is_none() && !owner_gone => {
+                // The owner going away without asking changes nothing.
+                owner_gone = changed.is_err();
+            }
             _ = tick.tick() => {
                 if let Some(id) = book.overdue(now_ms() - config.timeout.as_millis() as i64) {
                     config.stats.record_failure();
                     fail(format!("checkpoint {id} did not complete within {:?}", config.timeout));
                     return;
+                }
+                if !config.periodic || stopping.is_some() || *ch.stop_requested.borrow() {
+                    continue;
                 }
                 if let Some(id) = book.start(now_ms()) {
                     tracing::debug!(pipeline = %pipeline, checkpoint = id, "checkpoint started");

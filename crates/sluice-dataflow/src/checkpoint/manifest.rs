@@ -140,6 +140,15 @@ pub struct RestoredCheckpoint {
 }
 
 impl RestoredCheckpoint {
+    /// The parallelism the operator stored under `uid` ran at, if the
+    /// checkpoint has it.
+    pub fn parallelism_of(&self, uid: OperatorUid) -> Option<u32> {
+        self.tasks
+            .iter()
+            .find(|(t, _)| t.uid == uid)
+            .and_then(|(t, _)| t.parallelism)
+    }
+
     /// The state instance `instance` of `op` restores, in a DAG of
     /// `key_groups` key groups: its own file at an unchanged parallelism;
     /// after a rescale the rows of its key groups from every file that

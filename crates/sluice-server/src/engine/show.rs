@@ -4,9 +4,11 @@ use super::{Output, RowStream};
 use arrow::array::{ArrayRef, Int64Builder, StringBuilder};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
+use sluice_cluster::catalog::PipelineDef;
 use sluice_cluster::status::PipelineInfo;
 use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
+use sluice_plan::diff::{DagDiff, DiffLine};
 use sluice_plan::explain::{EXPLAIN_COLUMNS, explain_rows};
 use sluice_sql::types::pg_type_name;
 use sluice_types::{Result, Watermark, ts_ms_to_string};
@@ -154,6 +156,8 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
         text("error"),
         int("restarts"),
         text("last_checkpoint"),
+        int("version"),
+        text("changed_at"),
     ]));
     let rows = infos
         .iter()
@@ -180,6 +184,8 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
                         c.duration_ms
                     )
                 })),
+                Cell::Int(Some(i64::from(p.version))),
+                Cell::Text(Some(ts_ms_to_string(p.changed_ms))),
             ]
         })
         .collect();
@@ -226,6 +232,75 @@ pub fn checkpoints(info: &PipelineInfo) -> Table {
     Table { schema, rows }
 }
 
+/// `SHOW PIPELINE HISTORY name`: every version, oldest first, with the
+/// statement that made it and its diff against the version before (one
+/// operator per line).
+pub fn history(def: &PipelineDef) -> Table {
+    let schema = history_schema();
+    let rows = def
+        .versions()
+        .into_iter()
+        .map(|v| {
+            let diff: Vec<String> = v.diff.iter().map(DiffLine::text).collect();
+            vec![
+                Cell::Int(Some(i64::from(v.version))),
+                Cell::Text(Some(ts_ms_to_string(v.created_ms))),
+                Cell::Text(Some(v.changed_by.unwrap_or_else(|| "CREATE".into()))),
+                Cell::Text(Some(v.sql)),
+                Cell::Text((!diff.is_empty()).then(|| diff.join("\n"))),
+            ]
+        })
+        .collect();
+    Table { schema, rows }
+}
+
+fn history_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("version", DataType::Int64, true),
+        Field::new("changed_at", DataType::Utf8, true),
+        Field::new("changed_by", DataType::Utf8, true),
+        Field::new("sql", DataType::Utf8, true),
+        Field::new("diff", DataType::Utf8, true),
+    ]))
+}
+
+/// `EXPLAIN ALTER PIPELINE …`: one row per operator of the new version
+/// (then the removed ones), and one per reason the change is refused.
+pub fn alter_diff(diff: &DagDiff) -> Table {
+    let columns = ["operator", "uid", "kind", "change", "state", "parallelism", "detail"];
+    let mut rows: Vec<Vec<String>> = diff
+        .lines
+        .iter()
+        .map(|l| {
+            let parallelism = match l.old_parallelism {
+                Some(old) if old != l.parallelism => format!("{old} → {}", l.parallelism),
+                _ => l.parallelism.to_string(),
+            };
+            vec![
+                l.operator.to_string(),
+                l.uid.or(l.old_uid).map(|u| u.short()).unwrap_or_default(),
+                l.kind.clone(),
+                l.change.name().to_string(),
+                l.state.name().to_string(),
+                parallelism,
+                l.detail.clone(),
+            ]
+        })
+        .collect();
+    for why in &diff.refused {
+        rows.push(vec![
+            String::new(),
+            String::new(),
+            String::new(),
+            "refused".into(),
+            String::new(),
+            String::new(),
+            why.clone(),
+        ]);
+    }
+    Table::text(&columns, rows)
+}
+
 /// `EXPLAIN …`.
 pub fn explain(dag: &PhysicalDag) -> Table {
     Table::text(
@@ -240,6 +315,8 @@ pub fn schema_of(table: &str) -> SchemaRef {
         "streams" => streams(&[]).schema,
         "pipelines" => pipelines(&[]).schema,
         "checkpoints" => checkpoints(&PipelineInfo::default()).schema,
+        "explain_alter" => alter_diff(&DagDiff::default()).schema,
+        "history" => history_schema(),
         "explain" => explain(&PhysicalDag::new(vec![], vec![])).schema,
         "describe" => Table::text(&["column_name", "data_type", "is_nullable", "watermark"], vec![]).schema,
         "show_all" => Table::text(&["name", "setting", "description"], vec![]).schema,

@@ -313,3 +313,7 @@ pub fn sink_spec(connector: &str, options: BTreeMap<String, String>) -> SinkSpec
 #[cfg(test)]
 #[path = "uid_tests.rs"]
 mod uid_tests;
+
+#[cfg(test)]
+#[path = "diff_tests.rs"]
+mod diff_tests;

@@ -8,7 +8,7 @@ use arrow::datatypes::TimeUnit;
 use sluice_plan::OperatorKind;
 use sluice_types::OperatorUid;
 
-struct OneStream;
+pub(super) struct OneStream;
 
 impl StreamCatalog for OneStream {
     /// A memory log: one reader, as the server's catalog answers.
@@ -37,7 +37,7 @@ impl StreamCatalog for OneStream {
     }
 }
 
-async fn plan(sql: &str, parallelism: u32) -> PhysicalDag {
+pub(super) async fn plan(sql: &str, parallelism: u32) -> PhysicalDag {
     let query = match parse_statements(&format!("EXPLAIN {sql}")).unwrap().remove(0) {
         SluiceStatement::Explain(q) => q,
         _ => unreachable!("an EXPLAIN"),
@@ -57,7 +57,7 @@ fn uids(dag: &PhysicalDag) -> Vec<(&'static str, OperatorUid)> {
     dag.operators.iter().map(|o| (o.kind.name(), o.uid)).collect()
 }
 
-const COUNTS: &str = "SELECT window_start, k, count(*) AS n FROM TUMBLE(s, ts, INTERVAL '10' SECOND) \
+pub(super) const COUNTS: &str = "SELECT window_start, k, count(*) AS n FROM TUMBLE(s, ts, INTERVAL '10' SECOND) \
                       WHERE v > 1 GROUP BY window_start, window_end, k";
 
 #[tokio::test]

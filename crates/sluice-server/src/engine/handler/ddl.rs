@@ -1,5 +1,5 @@
 //! DDL: `CREATE STREAM [AS]`, `CREATE SINK`, `DROP …`, `ALTER PIPELINE …
-//! PAUSE | RESUME`. Each statement is validated and planned here, in the
+//! PAUSE | RESUME | AS … | SET PARALLELISM …`. Each statement is validated and planned here, in the
 //! session, and becomes one [`CatalogCommand`]; the master only checks it
 //! against the catalog and applies it ([`apply`]). The command is the unit
 //! a master quorum replicates: everything it needs — the physical DAG, the
@@ -9,11 +9,12 @@ use super::{Ctx, command};
 use crate::engine::Output;
 use sluice_cluster::catalog::PipelineKind;
 use sluice_cluster::{Applied, CatalogCommand};
+use sluice_plan::OperatorKind;
 use sluice_plan::catalog::{EventTime, StreamDef};
 use sluice_sql::create::stream_def;
 use sluice_sql::planner::sink_spec;
-use sluice_sql::statement::{CreateStream, DropKind, SluiceStatement};
-use sluice_types::{Error, Result, now_ms};
+use sluice_sql::statement::{CreateStream, DropKind, PipelineChange, SluiceStatement};
+use sluice_types::{Error, ObjectKind, OperatorId, Result, SqlCode, now_ms};
 use std::collections::BTreeMap;
 
 /// The catalog command a DDL statement stands for; `None` for any
@@ -52,6 +53,7 @@ pub async fn command_for(ctx: Ctx<'_>, statement: &SluiceStatement) -> Result<Op
             name: name.clone(),
             paused: *paused,
         },
+        SluiceStatement::AlterPipeline { name, change } => alter_pipeline(ctx, name, change).await?,
         _ => return Ok(None),
     };
     Ok(Some(command))
@@ -70,7 +72,7 @@ pub fn tag(command: &CatalogCommand) -> &'static str {
             Some(PipelineKind::Sink) => "DROP SINK",
             _ => "DROP PIPELINE",
         },
-        CatalogCommand::SetPaused { .. } => "ALTER PIPELINE",
+        CatalogCommand::SetPaused { .. } | CatalogCommand::AlterPipeline { .. } => "ALTER PIPELINE",
     }
 }
 
@@ -84,10 +86,11 @@ pub async fn apply(ctx: Ctx<'_>, cmd: CatalogCommand) -> Result<Output> {
             name,
             kind: PipelineKind::Sink,
             ..
-        } => Some(name.clone()),
+        }
+        | CatalogCommand::AlterPipeline { name, .. } => Some(name.clone()),
         _ => None,
     };
-    let applied = ctx.engine.master.apply(cmd)?;
+    let applied = ctx.engine.master.apply(cmd).await?;
     if let (Some(name), Applied::Changed) = (started, applied) {
         ctx.engine.master.wait_started(&name).await;
     }
@@ -119,6 +122,25 @@ async fn create_stream_as(
     if_not_exists: bool,
     query: &sqlparser::ast::Query,
 ) -> Result<CatalogCommand> {
+    let (sql, dag, def) = plan_derived_stream(ctx, name, query).await?;
+    Ok(CatalogCommand::CreatePipeline {
+        name: name.to_string(),
+        kind: PipelineKind::DerivedStream,
+        sql,
+        dag,
+        derived: Some(def),
+        if_not_exists,
+        created_ms: now_ms(),
+    })
+}
+
+/// A derived stream's pipeline: its statement as stored, its DAG and the
+/// stream's definition.
+async fn plan_derived_stream(
+    ctx: Ctx<'_>,
+    name: &str,
+    query: &sqlparser::ast::Query,
+) -> Result<(String, sluice_plan::PhysicalDag, StreamDef)> {
     let sink = sink_spec(
         "memory",
         BTreeMap::from([
@@ -148,15 +170,7 @@ async fn create_stream_as(
         pipeline: Some(name.to_string()),
         computed: Vec::new(),
     };
-    Ok(CatalogCommand::CreatePipeline {
-        name: name.to_string(),
-        kind: PipelineKind::DerivedStream,
-        sql: format!("CREATE STREAM {name} AS {query}"),
-        dag: planned.dag,
-        derived: Some(def),
-        if_not_exists,
-        created_ms: now_ms(),
-    })
+    Ok((format!("CREATE STREAM {name} AS {query}"), planned.dag, def))
 }
 
 /// `CREATE SINK name WITH (connector = …) AS query`. The session's
@@ -174,22 +188,91 @@ async fn create_sink(
     options
         .entry("checkpoint.interval".to_string())
         .or_insert(ctx.settings.get("checkpoint_interval")?);
-    let sink = sluice_connectors::registry::validate_sink(&connector, &options)?;
+    let (sql, dag) = plan_sink(ctx, name, &connector, options, query).await?;
+    Ok(CatalogCommand::CreatePipeline {
+        name: name.to_string(),
+        kind: PipelineKind::Sink,
+        sql,
+        dag,
+        derived: None,
+        if_not_exists,
+        created_ms: now_ms(),
+    })
+}
+
+/// A sink's pipeline: its statement as stored (every option listed) and
+/// its DAG, the sink's output checked by its connector.
+async fn plan_sink(
+    ctx: Ctx<'_>,
+    name: &str,
+    connector: &str,
+    options: BTreeMap<String, String>,
+    query: &sqlparser::ast::Query,
+) -> Result<(String, sluice_plan::PhysicalDag)> {
+    let sink = sluice_connectors::registry::validate_sink(connector, &options)?;
     let listed: Vec<String> = options
         .iter()
         .map(|(k, v)| format!("'{k}' = '{}'", v.replace('\'', "''")))
         .collect();
     let sql = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
-    let planned = ctx.plan(query, sink_spec(&connector, options.clone())).await?;
+    let planned = ctx.plan(query, sink_spec(connector, options.clone())).await?;
     sink.check_sink_output(&options, &planned.schema)?;
-    Ok(CatalogCommand::CreatePipeline {
+    Ok((sql, planned.dag))
+}
+
+/// `ALTER PIPELINE name AS … | SET PARALLELISM n | ALTER OPERATOR id SET
+/// PARALLELISM n`: the new version, planned here (a sink keeps its
+/// connector and options, a derived stream stays a derived stream); the
+/// master diffs and applies it.
+pub async fn alter_pipeline(ctx: Ctx<'_>, name: &str, change: &PipelineChange) -> Result<CatalogCommand> {
+    let def = ctx
+        .engine
+        .master
+        .pipeline(name)
+        .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, name))?;
+    let (sql, dag, derived, reset_state, statement) = match change {
+        PipelineChange::Query { query, reset_state } => {
+            let (sql, dag, derived) = match def.kind {
+                PipelineKind::Sink => {
+                    let sink = def
+                        .dag
+                        .operators
+                        .iter()
+                        .find_map(|o| match &o.kind {
+                            OperatorKind::Sink(s) => Some(s.clone()),
+                            _ => None,
+                        })
+                        .ok_or_else(|| Error::internal(format!("pipeline {name} has no sink")))?;
+                    let (sql, dag) = plan_sink(ctx, name, &sink.connector, sink.options, query).await?;
+                    (sql, dag, None)
+                }
+                PipelineKind::DerivedStream => {
+                    let (sql, dag, def) = plan_derived_stream(ctx, name, query).await?;
+                    (sql, dag, Some(def))
+                }
+            };
+            let with = if *reset_state { " WITH (state = 'reset')" } else { "" };
+            let statement = format!("ALTER PIPELINE {name} AS {query}{with}");
+            (sql, dag, derived, *reset_state, statement)
+        }
+        PipelineChange::Parallelism { operator, parallelism } => {
+            let dag = sluice_plan::diff::set_parallelism(&def.dag, operator.map(OperatorId), *parallelism)
+                .map_err(|e| Error::user(SqlCode::InvalidParameterValue, e))?;
+            let statement = match operator {
+                Some(op) => format!("ALTER PIPELINE {name} ALTER OPERATOR {op} SET PARALLELISM {parallelism}"),
+                None => format!("ALTER PIPELINE {name} SET PARALLELISM {parallelism}"),
+            };
+            (def.sql.clone(), dag, None, false, statement)
+        }
+    };
+    Ok(CatalogCommand::AlterPipeline {
         name: name.to_string(),
-        kind: PipelineKind::Sink,
         sql,
-        dag: planned.dag,
-        derived: None,
-        if_not_exists,
-        created_ms: now_ms(),
+        statement,
+        dag,
+        derived,
+        reset_state,
+        changed_ms: now_ms(),
     })
 }
 
@@ -232,8 +315,8 @@ mod tests {
             assert_eq!(decoded, cmd, "{sql}");
             tags.push(tag(&cmd));
             let name = cmd.name().to_string();
-            let here = first.master.apply(cmd).unwrap();
-            let there = second.master.apply(decoded).unwrap();
+            let here = first.master.apply(cmd).await.unwrap();
+            let there = second.master.apply(decoded).await.unwrap();
             assert_eq!(here, there, "{sql}");
             // As `apply` does for a new sink: its first deployment is
             // attempted before the next statement (PAUSE needs it running).
@@ -274,7 +357,7 @@ mod tests {
         // stream's pipeline is refused by whichever master applies it.
         let statement = parse_statements("DROP SINK big_users").unwrap().pop().unwrap();
         let cmd = command_for(ctx, &statement).await.unwrap().unwrap();
-        let refused = second.master.apply(cmd).unwrap_err();
+        let refused = second.master.apply(cmd).await.unwrap_err();
         assert!(refused.to_string().contains("use DROP STREAM big_users"), "{refused}");
         // Statements that are not DDL have no command.
         let statement = parse_statements("SELECT 1").unwrap().pop().unwrap();

@@ -1,12 +1,14 @@
-//! `SHOW STREAMS | PIPELINES | CHECKPOINTS FOR p`, `DESCRIBE stream`,
-//! `EXPLAIN query`, `EXPLAIN PIPELINE p`: rows about the catalog and the
-//! plans, formatted by `super::super::show`.
+//! `SHOW STREAMS | PIPELINES | CHECKPOINTS FOR p | PIPELINE HISTORY p`,
+//! `DESCRIBE stream`, `EXPLAIN query`, `EXPLAIN PIPELINE p`, `EXPLAIN ALTER
+//! PIPELINE …`: rows about the catalog and the plans, formatted by
+//! `super::super::show`.
 
 use super::Ctx;
 use crate::engine::Output;
 use crate::engine::show;
+use sluice_cluster::CatalogCommand;
 use sluice_sql::planner::sink_spec;
-use sluice_sql::statement::SluiceStatement;
+use sluice_sql::statement::{PipelineChange, SluiceStatement};
 use sluice_types::{Error, ObjectKind, Result};
 use std::collections::BTreeMap;
 
@@ -32,8 +34,32 @@ pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Re
             Some(def) => show::explain(&def.dag).output("EXPLAIN"),
             None => Err(Error::not_found(ObjectKind::Pipeline, &name)),
         },
+        SluiceStatement::ExplainAlter { name, change } => explain_alter(ctx, &name, &change).await,
+        SluiceStatement::ShowPipelineHistory(name) => match master.pipeline(&name) {
+            Some(def) => show::history(&def).output("SHOW"),
+            None => Err(Error::not_found(ObjectKind::Pipeline, &name)),
+        },
         other => return Err(other),
     })
+}
+
+/// `EXPLAIN ALTER PIPELINE …`: the new version planned as the ALTER
+/// would plan it, and its diff against the running one; nothing applied.
+async fn explain_alter(ctx: Ctx<'_>, name: &str, change: &PipelineChange) -> Result<Output> {
+    let CatalogCommand::AlterPipeline {
+        dag,
+        derived,
+        reset_state,
+        ..
+    } = super::ddl::alter_pipeline(ctx, name, change).await?
+    else {
+        return Err(Error::internal("ALTER PIPELINE planned into another command"));
+    };
+    let diff = ctx
+        .engine
+        .master
+        .preview_alter(name, &dag, derived.as_ref(), reset_state)?;
+    show::alter_diff(&diff).output("EXPLAIN")
 }
 
 /// The columns an inspection statement returns (for the extended
@@ -45,6 +71,8 @@ pub fn schema(statement: &SluiceStatement) -> Option<arrow::datatypes::SchemaRef
         SluiceStatement::ShowCheckpoints(_) => "checkpoints",
         SluiceStatement::Describe(_) => "describe",
         SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => "explain",
+        SluiceStatement::ExplainAlter { .. } => "explain_alter",
+        SluiceStatement::ShowPipelineHistory(_) => "history",
         _ => return None,
     };
     Some(show::schema_of(table))
