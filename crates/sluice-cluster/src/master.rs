@@ -415,6 +415,9 @@ impl Master {
         } else {
             ResetPolicy::Refuse
         };
+        if let Some(stream) = &change.derived {
+            self.check_derived_schema(name, stream)?;
+        }
         let d = diff(&old.dag, &change.dag, policy);
         if !d.refused.is_empty() {
             return Err(Error::user(
@@ -424,9 +427,6 @@ impl Master {
                     d.refused.join("; ")
                 ),
             ));
-        }
-        if let Some(stream) = &change.derived {
-            self.check_derived_schema(name, stream)?;
         }
         if d.is_empty() && old.sql == change.sql {
             return Ok(false);

@@ -259,10 +259,14 @@ fn parse_pipeline_change(p: &mut Parser) -> Result<PipelineChange> {
     match word(p, 0).as_deref() {
         Some("AS") => {
             p.next_token();
-            let query = p.parse_query().map_err(parser_error)?;
-            let mut reset_state = false;
+            let mut query = p.parse_query().map_err(parser_error)?;
+            let mut options = trailing_table_hints(&mut query)?;
             if p.parse_keyword(Keyword::WITH) {
-                for (key, value) in parse_options(p)? {
+                options.extend(parse_options(p)?);
+            }
+            let mut reset_state = false;
+            {
+                for (key, value) in options {
                     match (key.as_str(), value.to_ascii_lowercase().as_str()) {
                         ("state", "reset") => reset_state = true,
                         ("state", "keep") => reset_state = false,
@@ -302,6 +306,50 @@ fn parse_pipeline_change(p: &mut Parser) -> Result<PipelineChange> {
         }
         _ => Err(Error::syntax(EXPECTED)),
     }
+}
+
+/// `… FROM t WITH (state = 'reset')`: a query ending in a table is
+/// followed by `WITH (…)`, which sqlparser takes for the table's hints (SQL
+/// Server syntax, meaningless here): they are the statement's options.
+fn trailing_table_hints(query: &mut Query) -> Result<BTreeMap<String, String>> {
+    use sqlparser::ast::{BinaryOperator, SetExpr, TableFactor, Value};
+    let mut options = BTreeMap::new();
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return Ok(options);
+    };
+    let Some(from) = select.from.last_mut() else {
+        return Ok(options);
+    };
+    let relation = match from.joins.last_mut() {
+        Some(join) => &mut join.relation,
+        None => &mut from.relation,
+    };
+    let TableFactor::Table { with_hints, .. } = relation else {
+        return Ok(options);
+    };
+    for hint in std::mem::take(with_hints) {
+        let Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } = &hint
+        else {
+            return Err(Error::syntax(format!(
+                "expected an option like state = 'reset', got {hint}"
+            )));
+        };
+        let (Expr::Identifier(key), Expr::Value(value)) = (left.as_ref(), right.as_ref()) else {
+            return Err(Error::syntax(format!(
+                "expected an option like state = 'reset', got {hint}"
+            )));
+        };
+        let value = match &value.value {
+            Value::SingleQuotedString(v) => v.clone(),
+            other => other.to_string(),
+        };
+        options.insert(key.value.to_ascii_lowercase(), value);
+    }
+    Ok(options)
 }
 
 /// `PARALLELISM [=|TO] n`.
@@ -525,6 +573,60 @@ mod limits_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn change(sql: &str) -> PipelineChange {
+        match parse_statements(sql).unwrap().remove(0) {
+            SluiceStatement::AlterPipeline { change, .. } | SluiceStatement::ExplainAlter { change, .. } => change,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `WITH (state = 'reset')` after a query ending in a table is the
+    /// statement's option, not the table's hints (sqlparser reads SQL
+    /// Server hints there); after a WHERE it is read as written.
+    #[test]
+    fn alter_pipeline_options_after_any_query() {
+        for sql in [
+            "ALTER PIPELINE p AS SELECT k FROM s WITH (state = 'reset')",
+            "ALTER PIPELINE p AS SELECT k FROM s WHERE k > 1 WITH (state = 'reset')",
+            "EXPLAIN ALTER PIPELINE p AS SELECT k FROM s a JOIN t b ON a.k = b.k WITH (state = 'reset')",
+        ] {
+            let PipelineChange::Query { query, reset_state } = change(sql) else {
+                panic!("{sql}")
+            };
+            assert!(reset_state, "{sql}");
+            assert!(!query.to_string().contains("WITH"), "{sql}: {query}");
+        }
+        let PipelineChange::Query { reset_state, .. } = change("ALTER PIPELINE p AS SELECT k FROM s") else {
+            panic!()
+        };
+        assert!(!reset_state);
+        for bad in [
+            "ALTER PIPELINE p AS SELECT k FROM s WITH (state = 'gone')",
+            "ALTER PIPELINE p AS SELECT k FROM s WHERE k > 1 WITH (colour = 'red')",
+            "ALTER PIPELINE p AS SELECT k FROM s WITH (NOLOCK)",
+        ] {
+            assert!(parse_statements(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            change("ALTER PIPELINE p ALTER OPERATOR 3 SET PARALLELISM 4"),
+            PipelineChange::Parallelism {
+                operator: Some(3),
+                parallelism: 4
+            }
+        );
+        assert_eq!(
+            change("ALTER PIPELINE p SET PARALLELISM = 2"),
+            PipelineChange::Parallelism {
+                operator: None,
+                parallelism: 2
+            }
+        );
+        assert_eq!(
+            parse_statements("SHOW PIPELINE HISTORY p").unwrap()[0],
+            SluiceStatement::ShowPipelineHistory("p".into())
+        );
+    }
 
     #[test]
     fn create_stream_with_watermark_and_options() {

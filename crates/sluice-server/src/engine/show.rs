@@ -234,7 +234,7 @@ pub fn checkpoints(info: &PipelineInfo) -> Table {
 
 /// `SHOW PIPELINE HISTORY name`: every version, oldest first, with the
 /// statement that made it and its diff against the version before (one
-/// operator per line).
+/// entry per operator, separated by `; `).
 pub fn history(def: &PipelineDef) -> Table {
     let schema = history_schema();
     let rows = def
@@ -247,7 +247,7 @@ pub fn history(def: &PipelineDef) -> Table {
                 Cell::Text(Some(ts_ms_to_string(v.created_ms))),
                 Cell::Text(Some(v.changed_by.unwrap_or_else(|| "CREATE".into()))),
                 Cell::Text(Some(v.sql)),
-                Cell::Text((!diff.is_empty()).then(|| diff.join("\n"))),
+                Cell::Text((!diff.is_empty()).then(|| diff.join("; "))),
             ]
         })
         .collect();

@@ -1,0 +1,255 @@
+//! `ALTER PIPELINE` on a running pipeline, end to end: the switch happens
+//! at a barrier, windows keep their state across it, an exactly-once file
+//! sink writes every window once, and the history records each version.
+//! Expected rows are computed here from the inserted rows.
+
+use crate::common::TestServer;
+use crate::support::{describe, exec, simple_records, sqlstate, wait_for, within};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+const PIPELINE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Rows of key `k` (0..4) in one-second window `w`: 1 to 5, varying.
+fn rows_in_window(w: i64, k: i64) -> i64 {
+    (w * 3 + k * 2) % 5 + 1
+}
+
+const KEYS: [&str; 4] = ["a", "b", "c", "d"];
+
+/// `(second, key)` of every row of windows `windows`, each at
+/// `2026-01-01 00:00:<second>.<row>`.
+fn rows(windows: std::ops::Range<i64>) -> Vec<(i64, i64, &'static str)> {
+    let mut out = Vec::new();
+    for w in windows {
+        for (k, key) in KEYS.iter().enumerate() {
+            for r in 0..rows_in_window(w, k as i64) {
+                out.push((w, r * 10, *key));
+            }
+        }
+    }
+    out
+}
+
+fn insert_sql(rows: &[(i64, i64, &str)]) -> String {
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(s, ms, k)| format!("('{k}', TIMESTAMP '2026-01-01 00:00:{s:02}.{ms:03}')"))
+        .collect();
+    format!("INSERT INTO ev VALUES {}", values.join(", "))
+}
+
+/// The committed lines of a file sink's directory.
+fn committed_lines(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.retain(|p| p.is_file() && !p.file_name().unwrap().to_string_lossy().starts_with('.'));
+    names.sort();
+    names
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// (window end second, key, n) of a JSON line.
+fn parse_line(line: &str) -> (i64, String, i64) {
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    let end = v["window_end"]
+        .as_str()
+        .unwrap_or_else(|| panic!("window_end in {line}"));
+    let second: f64 = end.rsplit(':').next().unwrap().parse().unwrap();
+    (
+        second as i64,
+        v["k"].as_str().unwrap().to_string(),
+        v["n"].as_i64().unwrap(),
+    )
+}
+
+async fn field(client: &tokio_postgres::Client, name: &str, column: &str) -> String {
+    simple_records(client, "SHOW PIPELINES")
+        .await
+        .into_iter()
+        .find(|r| r.get("name").cloned().flatten().as_deref() == Some(name))
+        .and_then(|r| r.get(column).cloned().flatten())
+        .unwrap_or_default()
+}
+
+/// Waits until the running version of `name` has read `n` rows: everything
+/// inserted since it started was read, and (in order behind it) the
+/// watermark that closes the windows before it.
+async fn read_all(client: &tokio_postgres::Client, name: &str, n: usize) {
+    wait_for(&format!("{name} reads {n} rows"), PIPELINE_TIMEOUT, || async {
+        (field(client, name, "rows_in").await == n.to_string()).then_some(())
+    })
+    .await;
+}
+
+fn counts_query(min: i64) -> String {
+    format!(
+        "SELECT window_end, k, n FROM (SELECT window_end, k, count(*) AS n FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) \
+         GROUP BY window_start, window_end, k) WHERE n >= {min}"
+    )
+}
+
+/// A TUMBLE count per key over a memory stream, written exactly once to
+/// files, while the filter below it changes twice: windows closed before
+/// each switch pass the old filter, after it the new one, and every count
+/// is the count of all its rows — also of the windows open across a switch,
+/// whose state the new version took over. Each window is written once.
+#[tokio::test]
+async fn a_filter_changed_twice_keeps_the_window_counts_and_writes_each_window_once() {
+    let data = tempfile::tempdir().unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("counts");
+    let server = TestServer::start_in(data.path());
+    let client = server.connect().await;
+    exec(
+        &client,
+        "CREATE STREAM ev (k VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+    )
+    .await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK counts WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS {}",
+            out.display(),
+            counts_query(2)
+        ),
+    )
+    .await;
+
+    // Phase 1: windows 0–4, and one row of window 5, which stays open
+    // across the first switch: key b has 3 more rows there, 4 in all,
+    // which passes the second version's filter (n >= 4) only if the row
+    // read by the first version is still counted.
+    let mut phase1 = rows(0..5);
+    phase1.push((5, 999, "b"));
+    exec(&client, &insert_sql(&phase1)).await;
+    read_all(&client, "counts", phase1.len()).await;
+    exec(&client, &format!("ALTER PIPELINE counts AS {}", counts_query(4))).await;
+
+    // Phase 2: windows 5–9 and one row of window 10.
+    let mut phase2 = rows(5..10);
+    phase2.push((10, 999, "b"));
+    exec(&client, &insert_sql(&phase2)).await;
+    read_all(&client, "counts", phase2.len()).await;
+    exec(&client, &format!("ALTER PIPELINE counts AS {}", counts_query(1))).await;
+
+    // Phase 3: windows 10–14, and a row far ahead that closes them.
+    let mut phase3 = rows(10..15);
+    phase3.push((59, 0, "z"));
+    exec(&client, &insert_sql(&phase3)).await;
+
+    // Independently: the count of every (window, key) over all rows, and
+    // the filter of the version in which the window closed.
+    let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
+    for (s, _, k) in phase1.iter().chain(&phase2).chain(&phase3) {
+        *counts.entry((s + 1, k.to_string())).or_default() += 1;
+    }
+    let min_of = |end: i64| match end {
+        1..=5 => Some(2),
+        6..=10 => Some(4),
+        11..=15 => Some(1),
+        _ => None, // still open
+    };
+    let mut expected: Vec<(i64, String, i64)> = counts
+        .into_iter()
+        .filter(|((end, _), n)| min_of(*end).is_some_and(|min| *n >= min))
+        .map(|((end, k), n)| (end, k, n))
+        .collect();
+    expected.sort();
+    assert!(
+        expected
+            .iter()
+            .any(|(end, k, n)| *end == 6 && k == "b" && *n == rows_in_window(5, 1) + 1),
+        "window 5 of key b spans the first switch and passes the filter"
+    );
+
+    let mut got = wait_for("every closed window in the files", PIPELINE_TIMEOUT, || async {
+        let lines = committed_lines(&out);
+        (lines.len() >= expected.len()).then_some(lines)
+    })
+    .await;
+    // Two more checkpoints: nothing is written twice.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    got = committed_lines(&out);
+    let mut got: Vec<(i64, String, i64)> = got.iter().map(|l| parse_line(l)).collect();
+    got.sort();
+    assert_eq!(got, expected);
+
+    // Three versions, each with the statement that made it; the window was
+    // kept by both changes (only the filter above it changed).
+    let history = simple_records(&client, "SHOW PIPELINE HISTORY counts").await;
+    assert_eq!(history.len(), 3, "{history:?}");
+    for (i, min) in [(1usize, 4), (2, 1)] {
+        let v = &history[i];
+        let by = v["changed_by"].clone().unwrap_or_default();
+        assert!(
+            by.starts_with("ALTER PIPELINE counts AS") && by.contains(&format!("n >= {min}")),
+            "{by}"
+        );
+        let diff = v["diff"].clone().unwrap_or_default();
+        assert!(diff.contains("kept window_aggregate"), "{diff}");
+        assert!(diff.contains("replaced project"), "{diff}");
+    }
+    assert_eq!(field(&client, "counts", "version").await, "3");
+    assert_eq!(field(&client, "counts", "state").await, "running");
+}
+
+/// Changes that cannot be applied leave the pipeline running as it was,
+/// reading on: a new aggregate without `state = 'reset'`, a derived
+/// stream's columns under a reader, a second ALTER while one runs.
+#[tokio::test]
+async fn a_refused_change_leaves_the_pipeline_running_as_it_was() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(
+        &client,
+        "CREATE STREAM ev (k VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+    )
+    .await;
+    exec(&client, "CREATE STREAM per_key AS SELECT window_end, k, count(*) AS n FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end, k").await;
+    exec(
+        &client,
+        "CREATE SINK big WITH (connector = 'blackhole') AS SELECT k, n FROM per_key WHERE n > 1",
+    )
+    .await;
+    let first = rows(0..3);
+    exec(&client, &insert_sql(&first)).await;
+    read_all(&client, "per_key", first.len()).await;
+
+    let refused = [
+        (
+            "ALTER PIPELINE per_key AS SELECT window_end, k, sum(1) AS n FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end, k",
+            "0A000",
+            "state = 'reset'",
+        ),
+        (
+            "ALTER PIPELINE per_key AS SELECT window_end, count(*) AS n FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end",
+            "2BP01",
+            "pipeline(s) big read it (k disappears)",
+        ),
+    ];
+    for (sql, code, text) in refused {
+        let e = within(sql, Duration::from_secs(60), client.batch_execute(sql))
+            .await
+            .expect_err(sql);
+        assert_eq!(sqlstate(&e), Some(code), "{}", describe(&e));
+        assert!(describe(&e).contains(text), "{}", describe(&e));
+    }
+    assert_eq!(field(&client, "per_key", "version").await, "1");
+    assert_eq!(field(&client, "per_key", "state").await, "running");
+    // It reads on, with its state: rows_in counts on from where it was.
+    let second = rows(3..5);
+    exec(&client, &insert_sql(&second)).await;
+    read_all(&client, "per_key", first.len() + second.len()).await;
+}
