@@ -253,3 +253,94 @@ async fn a_refused_change_leaves_the_pipeline_running_as_it_was() {
     exec(&client, &insert_sql(&second)).await;
     read_all(&client, "per_key", first.len() + second.len()).await;
 }
+
+/// Milliseconds since midnight of a timestamp as the JSON writer renders
+/// it (`…THH:MM:SS[.fff]`).
+fn ms_of_day(text: &str) -> i64 {
+    let time = text.rsplit('T').next().unwrap();
+    let mut parts = time.split(':');
+    let h: i64 = parts.next().unwrap().parse().unwrap();
+    let m: i64 = parts.next().unwrap().parse().unwrap();
+    let s: f64 = parts.next().unwrap().parse().unwrap();
+    (h * 3600 + m * 60) * 1000 + (s * 1000.0).round() as i64
+}
+
+/// Rescaled 1 → 4 → 2 while it reads a bounded, paced Nexmark bid stream:
+/// the windows written equal the reference computed from the stream's
+/// rows, each once (the keyed window state moved between instances by key
+/// group at each switch).
+#[tokio::test]
+async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() {
+    const EVENTS: u64 = 30_000;
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("bids");
+    let server = TestServer::start();
+    let client = server.connect().await;
+    // The same bounded stream twice: paced for the pipeline (about 7.5 s),
+    // unpaced for the reference rows.
+    exec(&client, &crate::support::create_bid_stream("bids_all", EVENTS, 11)).await;
+    exec(
+        &client,
+        &crate::support::create_bid_stream("bids", EVENTS, 11)
+            .replace("'events.max'", "'events.per.second' = '4000', 'events.max'"),
+    )
+    .await;
+    exec(&client, "SET parallelism = 1").await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK per_auction WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '500ms') AS \
+             SELECT window_start, auction, count(*) AS bids, sum(price) AS total \
+             FROM TUMBLE(bids, date_time, INTERVAL '500' MILLISECOND) GROUP BY window_start, window_end, auction",
+            out.display()
+        ),
+    )
+    .await;
+    let reference = crate::support::all_bids(&client, "bids_all").await;
+    assert_eq!(reference.len(), crate::support::bids_in(EVENTS));
+    let mut expected: BTreeMap<(i64, i64), (i64, i64)> = BTreeMap::new();
+    for b in &reference {
+        let e = expected.entry((b.ts_ms.div_euclid(500) * 500, b.auction)).or_default();
+        e.0 += 1;
+        e.1 += b.price;
+    }
+    let expected: Vec<(i64, i64, i64, i64)> = expected
+        .into_iter()
+        .map(|((w, a), (n, t))| (w.rem_euclid(86_400_000), a, n, t))
+        .collect();
+
+    for parallelism in [4, 2] {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert_eq!(
+            field(&client, "per_auction", "state").await,
+            "running",
+            "the input lasts past the rescale to {parallelism}"
+        );
+        exec(&client, &format!("ALTER PIPELINE per_auction SET PARALLELISM {parallelism}")).await;
+    }
+    wait_for("the pipeline reads to the end", Duration::from_secs(120), || async {
+        (field(&client, "per_auction", "state").await == "finished").then_some(())
+    })
+    .await;
+    let lines = committed_lines(&out);
+    let mut got: Vec<(i64, i64, i64, i64)> = lines
+        .iter()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                ms_of_day(v["window_start"].as_str().unwrap()),
+                v["auction"].as_i64().unwrap(),
+                v["bids"].as_i64().unwrap(),
+                v["total"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got.len(), expected.len(), "windows written");
+    assert_eq!(got, expected);
+    let history = simple_records(&client, "SHOW PIPELINE HISTORY per_auction").await;
+    let diffs: Vec<String> = history.iter().filter_map(|v| v["diff"].clone()).collect();
+    assert_eq!(diffs.len(), 2, "{history:?}");
+    assert!(diffs[0].contains("parallelism 1 → 4, state redistributed by key group"), "{}", diffs[0]);
+    assert!(diffs[1].contains("parallelism 4 → 2, state redistributed by key group"), "{}", diffs[1]);
+}
