@@ -174,14 +174,13 @@ async fn a_filter_changed_twice_keeps_the_window_counts_and_writes_each_window_o
         "window 5 of key b spans the first switch and passes the filter"
     );
 
-    let mut got = wait_for("every closed window in the files", PIPELINE_TIMEOUT, || async {
-        let lines = committed_lines(&out);
-        (lines.len() >= expected.len()).then_some(lines)
+    wait_for("every closed window in the files", PIPELINE_TIMEOUT, || async {
+        (committed_lines(&out).len() >= expected.len()).then_some(())
     })
     .await;
     // Two more checkpoints: nothing is written twice.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    got = committed_lines(&out);
+    let got = committed_lines(&out);
     let mut got: Vec<(i64, String, i64)> = got.iter().map(|l| parse_line(l)).collect();
     got.sort();
     assert_eq!(got, expected);
@@ -316,7 +315,11 @@ async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() 
             "running",
             "the input lasts past the rescale to {parallelism}"
         );
-        exec(&client, &format!("ALTER PIPELINE per_auction SET PARALLELISM {parallelism}")).await;
+        exec(
+            &client,
+            &format!("ALTER PIPELINE per_auction SET PARALLELISM {parallelism}"),
+        )
+        .await;
     }
     wait_for("the pipeline reads to the end", Duration::from_secs(120), || async {
         (field(&client, "per_auction", "state").await == "finished").then_some(())
@@ -341,6 +344,14 @@ async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() 
     let history = simple_records(&client, "SHOW PIPELINE HISTORY per_auction").await;
     let diffs: Vec<String> = history.iter().filter_map(|v| v["diff"].clone()).collect();
     assert_eq!(diffs.len(), 2, "{history:?}");
-    assert!(diffs[0].contains("parallelism 1 → 4, state redistributed by key group"), "{}", diffs[0]);
-    assert!(diffs[1].contains("parallelism 4 → 2, state redistributed by key group"), "{}", diffs[1]);
+    assert!(
+        diffs[0].contains("parallelism 1 → 4, state redistributed by key group"),
+        "{}",
+        diffs[0]
+    );
+    assert!(
+        diffs[1].contains("parallelism 4 → 2, state redistributed by key group"),
+        "{}",
+        diffs[1]
+    );
 }
