@@ -1,13 +1,17 @@
 // Drives the Sluice dashboard in a real headless Chromium (Debian's
 // `chromium`, through playwright-core). Run by tests/dashboard.rs against a
-// live server that already runs pipeline <name>:
+// live server that already runs pipeline <name> (and <altered>):
 //
-//   node tests/dashboard/e2e.mjs <http-url> <pipeline-name> <screenshot-dir>
+//   node tests/dashboard/e2e.mjs <http-url> <pipeline-name> <screenshot-dir> [<altered> <alter-statement>]
 //
 // Checks, with expectations from the REST API (not from the page): the
 // pipeline is listed; its page draws one node per DAG operator; the rates
 // shown become > 0 and the counters move; clicking a node lists one row per
 // instance and draws charts; the SQL page draws a plan and previews rows.
+// With <altered>, a windowed count filtered above its window, and an
+// <alter-statement> changing only that filter: its open page shows version
+// 1, then, after the ALTER is posted to /api/v1/sql, version 2 with its
+// diff (each operator's change named and coloured) and the DAG outlined.
 // Prints "e2e: N passed, 0 failed" and exits 0, or the failure and exits 1.
 
 import { chromium } from "playwright-core";
@@ -15,9 +19,9 @@ import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-const [base, name, shots] = process.argv.slice(2);
-if (!base || !name || !shots) {
-  console.error("usage: e2e.mjs <http-url> <pipeline-name> <screenshot-dir>");
+const [base, name, shots, altered, alterStatement] = process.argv.slice(2);
+if (!base || !name || !shots || (altered && !alterStatement)) {
+  console.error("usage: e2e.mjs <http-url> <pipeline-name> <screenshot-dir> [<altered> <alter-statement>]");
   process.exit(2);
 }
 mkdirSync(shots, { recursive: true });
@@ -34,6 +38,121 @@ async function getJson(path) {
   const response = await fetch(new URL(path, base));
   if (!response.ok) throw new Error(`GET ${path}: ${response.status}`);
   return response.json();
+}
+
+async function postSql(sql) {
+  const response = await fetch(new URL("/api/v1/sql", base), {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ sql }),
+  });
+  if (!response.ok) throw new Error(`POST /api/v1/sql ${sql}: ${response.status} ${await response.text()}`);
+  return response.json();
+}
+
+/** A computed style property of the first element `locator` matches. */
+async function styleOf(locator, property) {
+  return locator.first().evaluate((e, p) => getComputedStyle(e).getPropertyValue(p), property);
+}
+
+// The altered pipeline: source → pre-projection → window_aggregate →
+// project (the filter above the window) → sink. The ALTER changes only the
+// filter, so the source, the pre-projection and the window (whose whole
+// upstream is unchanged) are kept, and the filter and the sink below it are
+// replaced, the sink's state (same connector and options) moving over.
+const ALTERED_DIFF = [
+  { kind: "source", change: "kept", state: "kept" },
+  { kind: "project", change: "kept", state: "none" },
+  { kind: "window_aggregate", change: "kept", state: "kept" },
+  { kind: "project", change: "replaced", state: "none" },
+  { kind: "sink", change: "replaced", state: "moved" },
+];
+
+async function checkAlteredPipeline(page) {
+  await page.goto(new URL(`/pipelines/${encodeURIComponent(altered)}`, base).href);
+  const v1 = page.locator('[data-testid=version][data-version="1"]');
+  await v1.waitFor();
+  check(
+    (await page.locator("[data-testid=version]").count()) === 1 && (await page.locator("[data-testid=diff-row]").count()) === 0,
+    `${altered} shows version 1 only, without a diff`,
+  );
+
+  // The ALTER, while the page is open: version 2 appears without a reload.
+  const filterBefore = (await getJson(`/api/v1/pipelines/${encodeURIComponent(altered)}`)).dag.operators[3];
+  await postSql(alterStatement);
+  const filterAfter = (await getJson(`/api/v1/pipelines/${encodeURIComponent(altered)}`)).dag.operators[3];
+  const v2 = page.locator('[data-testid=version][data-version="2"]');
+  await v2.waitFor();
+  check(true, "the open page shows version 2 after ALTER PIPELINE");
+  check(
+    (await v2.locator("[data-testid=changed-by]").textContent()).startsWith(`ALTER PIPELINE ${altered} AS`),
+    "version 2 shows the ALTER statement that made it",
+  );
+  check(
+    (await v1.locator("[data-testid=sql]").textContent()).includes("CREATE SINK") && (await v1.locator("[data-testid=diff]").count()) === 0,
+    "version 1 is still listed with its CREATE and no diff",
+  );
+  const versionTimes = await page.locator("[data-testid=version] h3").allTextContents();
+  check(versionTimes.length === 2 && versionTimes.every((t) => /\d{4}-\d\d-\d\d \d\d:\d\d/.test(t)), "both versions show when they started");
+
+  // One diff row per operator, in the DAG's order, each named and coloured.
+  const rows = v2.locator("[data-testid=diff-row]");
+  const shown = await rows.evaluateAll((trs) =>
+    trs.map((tr) => ({
+      kind: tr.dataset.kind,
+      change: tr.querySelector(".change").textContent,
+      state: tr.querySelector("[data-testid=diff-state]").textContent,
+      classes: tr.className,
+    })),
+  );
+  check(
+    JSON.stringify(shown.map(({ kind, change, state }) => ({ kind, change, state }))) === JSON.stringify(ALTERED_DIFF),
+    `version 2's diff reads ${ALTERED_DIFF.map((l) => `${l.kind} ${l.change}`).join(", ")} (got ${JSON.stringify(shown)})`,
+  );
+  check(shown.every((r) => r.classes.split(" ").includes(`diff-${r.change}`)), "each diff row carries its change's colour class");
+  const windowRow = rows.nth(2);
+  const filterRow = rows.nth(3);
+  check(
+    (await windowRow.getAttribute("class")).includes("diff-kept") && (await windowRow.locator(".change").textContent()) === "kept",
+    "the window_aggregate row says kept, in diff-kept",
+  );
+  check(
+    (await filterRow.getAttribute("class")).includes("diff-replaced") && (await filterRow.locator(".change").textContent()) === "replaced",
+    "the filter's project row says replaced, in diff-replaced",
+  );
+  check((await rows.nth(4).locator("[data-testid=diff-state]").textContent()) === "moved", "the sink's state moves to its replacement");
+  const keptColour = await styleOf(windowRow.locator(".change"), "background-color");
+  const replacedColour = await styleOf(filterRow.locator(".change"), "background-color");
+  const keptEdge = await styleOf(windowRow.locator("td"), "border-left-color");
+  const replacedEdge = await styleOf(filterRow.locator("td"), "border-left-color");
+  check(
+    keptColour !== replacedColour && keptEdge !== replacedEdge && keptColour !== "rgba(0, 0, 0, 0)",
+    `kept and replaced are drawn in distinct colours (${keptColour} / ${replacedColour}, ${keptEdge} / ${replacedEdge})`,
+  );
+
+  // The DAG outlines each operator with what the ALTER did to it.
+  const windowId = await windowRow.getAttribute("data-operator");
+  const filterId = await filterRow.getAttribute("data-operator");
+  const windowNode = page.locator(`[data-testid=dag-node][data-operator="${windowId}"]`);
+  const filterNode = page.locator(`[data-testid=dag-node][data-operator="${filterId}"]`);
+  await page.waitForFunction((id) => document.querySelector(`[data-testid=dag-node][data-operator="${id}"]`)?.dataset.change === "replaced", filterId);
+  check(
+    (await windowNode.getAttribute("class")).includes("diff-kept") && (await windowNode.locator("[data-testid=node-change]").textContent()) === "kept",
+    "the DAG's window node is outlined and labelled kept",
+  );
+  check(
+    (await filterNode.getAttribute("class")).includes("diff-replaced") && (await filterNode.locator("[data-testid=node-change]").textContent()) === "replaced",
+    "the DAG's filter node is outlined and labelled replaced",
+  );
+  const filterTip = await filterNode.locator("title").textContent();
+  check(
+    filterAfter.detail !== filterBefore.detail && filterTip.includes(filterAfter.detail),
+    `the DAG draws the new version's filter (${filterAfter.detail}), not the old one's`,
+  );
+  const keptStroke = await styleOf(windowNode.locator("rect"), "stroke");
+  const replacedStroke = await styleOf(filterNode.locator("rect"), "stroke");
+  check(keptStroke !== replacedStroke, `the DAG's kept and replaced outlines differ (${keptStroke} / ${replacedStroke})`);
+  await page.screenshot({ path: join(shots, "altered.png"), fullPage: true });
 }
 
 const userDataDir = mkdtempSync(join(tmpdir(), "sluice-chromium-"));
@@ -123,6 +242,8 @@ try {
   await page.waitForFunction(() => document.querySelectorAll("[data-testid=result-row]").length === 5);
   check(true, "SQL page previews the 5 rows of the query");
   await page.screenshot({ path: join(shots, "sql.png"), fullPage: true });
+
+  if (altered) await checkAlteredPipeline(page);
 
   check(pageErrors.length === 0, `no script errors on the pages (${pageErrors.join("; ")})`);
   console.log(`screenshots: ${shots}`);

@@ -402,6 +402,112 @@ async fn a_running_pipeline_shows_rates_its_dag_with_metrics_history_and_version
     assert!(cluster["uptime_ms"].as_i64().unwrap() >= 0);
 }
 
+/// A windowed count with a filter above the window: `WHERE n > {min}`.
+fn counts_above(min: u32) -> String {
+    format!(
+        "SELECT * FROM (SELECT window_start, k, count(*) AS n FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) \
+         GROUP BY window_start, window_end, k) WHERE n > {min}"
+    )
+}
+
+#[tokio::test]
+async fn an_altered_pipeline_lists_its_versions_with_the_statement_and_the_diff() {
+    let server = TestServer::start();
+    let create = format!(
+        "CREATE STREAM ev (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
+         WITH (connector = 'memory'); \
+         INSERT INTO ev VALUES (1, TIMESTAMP '2024-01-01 00:00:01'), (1, TIMESTAMP '2024-01-01 00:00:02'); \
+         CREATE SINK counts WITH (connector = 'blackhole') AS {}",
+        counts_above(1)
+    );
+    let (status, body) = post_sql(&server, &create).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, view) = get_json(&server, "/api/v1/pipelines/counts").await;
+    let v1 = &view["versions"][0];
+    assert_eq!(
+        (&v1["version"], &v1["changed_by"], &v1["diff"]),
+        (&json!(1), &Value::Null, &json!([])),
+        "{view}"
+    );
+    let (_, list) = get_json(&server, "/api/v1/pipelines").await;
+    let created_ms = list["pipelines"][0]["changed_ms"].as_i64().expect("changed_ms");
+    assert_eq!(v1["created_ms"].as_i64(), Some(created_ms), "{list}");
+
+    // Only the filter above the window changes.
+    let alter = format!("ALTER PIPELINE counts AS {}", counts_above(5));
+    let (status, body) = post_sql(&server, &alter).await;
+    assert_eq!(status, 200, "{body}");
+
+    let (_, view) = get_json(&server, "/api/v1/pipelines/counts").await;
+    let versions = view["versions"].as_array().expect("versions");
+    assert_eq!(versions.len(), 2, "{view}");
+    let v2 = &versions[1];
+    assert_eq!(v2["version"], 2);
+    // The statement as the server rendered it (its own SQL text).
+    let changed_by = v2["changed_by"].as_str().expect("changed_by");
+    assert!(
+        changed_by.starts_with("ALTER PIPELINE counts AS SELECT") && changed_by.contains("n > 5"),
+        "{view}"
+    );
+    assert!(v2["sql"].as_str().unwrap().contains("n > 5"), "{view}");
+    assert!(v2["created_ms"].as_i64().unwrap() >= created_ms);
+    // source → pre-projection → window → filter (project) → sink: the
+    // window and its upstream are untouched, so kept with their state; the
+    // filter is replaced, and so is the sink below it, whose state (same
+    // connector and options) moves to the new one.
+    let diff = v2["diff"].as_array().expect("diff");
+    let lines: Vec<(&str, &str, &str)> = diff
+        .iter()
+        .map(|l| {
+            (
+                l["kind"].as_str().unwrap(),
+                l["change"].as_str().unwrap(),
+                l["state"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("source", "kept", "kept"),
+            ("project", "kept", "none"),
+            ("window_aggregate", "kept", "kept"),
+            ("project", "replaced", "none"),
+            ("sink", "replaced", "moved"),
+        ],
+        "{view}"
+    );
+    // Operators are numbered as in the running DAG; uids are the short
+    // form of the DAG's (8 hex digits): a kept one keeps its uid, a
+    // replaced one has a new one.
+    let operators = view["dag"]["operators"].as_array().expect("operators");
+    for (line, op) in diff.iter().zip(operators) {
+        assert_eq!(line["operator"], op["id"], "{line}");
+        let uid = line["uid"].as_str().expect("uid");
+        let old_uid = line["old_uid"].as_str().expect("old_uid");
+        assert!(
+            [uid, old_uid]
+                .iter()
+                .all(|u| u.len() == 8 && u.chars().all(|c| c.is_ascii_hexdigit())),
+            "{line}"
+        );
+        assert!(op["uid"].as_str().unwrap().starts_with(uid), "{line} {op}");
+        assert_eq!(uid == old_uid, line["change"] == "kept", "{line}");
+        assert_eq!(line["parallelism"], op["parallelism"], "{line}");
+        assert_eq!(line["old_parallelism"], op["parallelism"], "{line}");
+        assert!(line["detail"].is_string(), "{line}");
+    }
+
+    // The list shows the running version and when it started.
+    let (_, list) = get_json(&server, "/api/v1/pipelines").await;
+    let p = &list["pipelines"][0];
+    assert_eq!(
+        (p["version"].as_u64(), p["changed_ms"].as_i64()),
+        (Some(2), v2["created_ms"].as_i64()),
+        "{list}"
+    );
+}
+
 #[tokio::test]
 async fn streams_show_schema_event_time_and_options_and_explain_plans_without_running() {
     let server = TestServer::start();

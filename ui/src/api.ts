@@ -11,7 +11,10 @@ export interface PipelineSummary {
   kind: string;
   state: string;
   since_ms: number;
+  /** The running version (1 until an ALTER PIPELINE changes it). */
   version: number;
+  /** When the running version started: its CREATE or its ALTER. */
+  changed_ms: number;
   rows_in: number;
   rows_out: number;
   rows_in_per_s: number;
@@ -62,6 +65,8 @@ export interface OperatorMetrics {
 
 export interface DagOperator {
   id: number;
+  /** The operator's stable identity (16 hex digits). */
+  uid: string;
   kind: string;
   parallelism: number;
   detail: string;
@@ -91,10 +96,34 @@ export interface PipelineError {
   message: string;
 }
 
+/** What an ALTER can do to an operator (a diff line's `change`). */
+export const CHANGES = ["kept", "replaced", "added", "removed"] as const;
+export type Change = (typeof CHANGES)[number];
+
+/** One operator of a version's diff from the version before it. */
+export interface DiffLine {
+  /** Its id in the version's DAG (in the previous one's when removed). */
+  operator: number;
+  /** Short uids (8 hex digits); null when added (old) or removed (new). */
+  uid: string | null;
+  old_uid: string | null;
+  kind: string;
+  change: Change;
+  /** What happens to its state: none, kept, moved, reset, fresh, dropped. */
+  state: string;
+  parallelism: number;
+  old_parallelism: number | null;
+  detail: string;
+}
+
 export interface PipelineVersion {
   version: number;
   sql: string;
   created_ms: number;
+  /** The ALTER PIPELINE statement that made it; null for version 1. */
+  changed_by: string | null;
+  /** Empty for version 1. */
+  diff: DiffLine[];
 }
 
 export interface PipelineDetail {

@@ -1,9 +1,10 @@
 // A physical DAG drawn as a graph: dagre lays it out (left to right), SVG
 // draws it. Each node shows its operator's live rate, watermark lag and a
 // backpressure colour; `update` refreshes those without a new layout.
+// `markChanges` outlines the nodes by what the last ALTER did to them.
 
 import dagre from "@dagrejs/dagre";
-import type { Dag, DagEdge, DagOperator } from "./api";
+import { CHANGES, type Change, type Dag, type DagEdge, type DagOperator } from "./api";
 import { backpressureColour, duration, percent, rate } from "./format";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -21,8 +22,12 @@ function edgeLabel(e: DagEdge): string {
   return e.chained ? `${e.partitioning} · chained` : e.partitioning;
 }
 
+/**
+ * What the layout draws once: operators (with their uid, kind and detail,
+ * which an ALTER PIPELINE changes under the same ids) and edges.
+ */
 function shape(dag: Dag): string {
-  return JSON.stringify([dag.operators.map((o) => [o.id, o.parallelism]), dag.edges.map((e) => [e.from, e.to])]);
+  return JSON.stringify([dag.operators.map((o) => [o.id, o.uid, o.kind, o.parallelism, o.detail]), dag.edges.map((e) => [e.from, e.to, edgeLabel(e)])]);
 }
 
 interface NodeParts {
@@ -30,6 +35,7 @@ interface NodeParts {
   box: SVGRectElement;
   rate: SVGTextElement;
   watermark: SVGTextElement;
+  change: SVGTextElement;
 }
 
 export class DagView {
@@ -37,6 +43,7 @@ export class DagView {
   private nodes = new Map<number, NodeParts>();
   private layoutShape = "";
   private selected: number | null = null;
+  private changes = new Map<number, Change>();
 
   constructor(
     container: HTMLElement,
@@ -55,6 +62,22 @@ export class DagView {
   select(operator: number | null): void {
     this.selected = operator;
     for (const [id, parts] of this.nodes) parts.group.classList.toggle("selected", id === operator);
+  }
+
+  /**
+   * Outlines each operator in the colour of what the last ALTER did to it
+   * (`changes`: operator id → change; empty for a pipeline never altered)
+   * and names the change in the node, so it is not told by colour alone.
+   */
+  markChanges(changes: Map<number, Change>): void {
+    this.changes = changes;
+    for (const [id, parts] of this.nodes) {
+      const change = changes.get(id);
+      for (const c of CHANGES) parts.group.classList.toggle(`diff-${c}`, c === change);
+      if (change) parts.group.dataset.change = change;
+      else delete parts.group.dataset.change;
+      parts.change.textContent = change ?? "";
+    }
   }
 
   private layout(dag: Dag): void {
@@ -103,12 +126,14 @@ export class DagView {
       tip.textContent = `${op.kind}: ${op.detail}\n${op.columns.map((c) => `${c.name} ${c.type}`).join(", ")}`;
       const rateText = svg("text", { x: 10, y: 60, class: "node-rate", "data-testid": "node-rate" });
       const watermark = svg("text", { x: 10, y: 80, class: "node-watermark" });
-      group.append(box, title, detail, rateText, watermark, tip);
+      const change = svg("text", { x: NODE_WIDTH - 8, y: 80, "text-anchor": "end", class: "node-change", "data-testid": "node-change" });
+      group.append(box, title, detail, rateText, watermark, change, tip);
       if (this.onSelect) group.addEventListener("click", () => this.onSelect?.(op.id));
       this.root.append(group);
-      this.nodes.set(op.id, { group, box, rate: rateText, watermark });
+      this.nodes.set(op.id, { group, box, rate: rateText, watermark, change });
     }
     this.select(this.selected);
+    this.markChanges(this.changes);
   }
 
   private refresh(op: DagOperator): void {

@@ -5,7 +5,7 @@
 
 use crate::engine::Engine;
 use crate::http_views::error;
-use crate::http_views::{dag_view, history_view, instance_views, pipeline_summary, stream_view};
+use crate::http_views::{dag_view, history_view, instance_views, pipeline_summary, stream_view, version_view};
 use crate::metrics_history::MetricsHistory;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -105,11 +105,7 @@ async fn pipeline(State(s): St, Path(name): Path<String>) -> Response {
         .as_ref()
         .map(|h| h.errors.iter().rev().cloned().collect())
         .unwrap_or_default();
-    let versions: Vec<serde_json::Value> = def
-        .versions()
-        .into_iter()
-        .map(|v| json!({ "version": v.version, "sql": crate::redact::redact_sql(&v.sql), "created_ms": v.created_ms }))
-        .collect();
+    let versions: Vec<serde_json::Value> = def.versions().iter().map(version_view).collect();
     Json(json!({
         "pipeline": pipeline_summary(&info, Some(&def), history.as_ref(), now),
         "dag": dag_view(&def.dag, Some(&tasks), now),

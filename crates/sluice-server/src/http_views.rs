@@ -8,10 +8,11 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use sluice_cluster::catalog::PipelineDef;
+use sluice_cluster::catalog::{PipelineDef, PipelineVersion};
 use sluice_cluster::status::PipelineInfo;
 use sluice_dataflow::deploy::PipelineRuntime;
 use sluice_plan::catalog::StreamDef;
+use sluice_plan::diff::DiffLine;
 use sluice_plan::explain::explain_rows;
 use sluice_plan::{OperatorSpec, PhysicalDag};
 use std::collections::BTreeMap;
@@ -78,6 +79,8 @@ pub fn pipeline_summary(
         "state": info.state,
         "since_ms": info.since_ms,
         "version": def.map_or(1, |d| d.versions().len()),
+        // When the running version started (its CREATE or its ALTER).
+        "changed_ms": def.map(|d| d.changed_ms.unwrap_or(d.created_ms)),
         "rows_in": info.rows_in,
         "rows_out": info.rows_out,
         "rows_in_per_s": rows_in_per_s,
@@ -94,6 +97,35 @@ pub fn pipeline_summary(
         "checkpoints": info.checkpoints,
         "sql": redact_sql(&info.sql),
         "sparkline": { "rows_out_per_s": sparkline, "rows_in_per_s": sparkline_in },
+    })
+}
+
+/// One operator of a version's diff: what happened to it and to its state.
+/// Uids in their short form (8 hex digits, as `SHOW PIPELINE HISTORY`).
+fn diff_line_view(line: &DiffLine) -> Value {
+    json!({
+        "operator": line.operator,
+        "uid": line.uid.map(|u| u.short()),
+        "old_uid": line.old_uid.map(|u| u.short()),
+        "kind": line.kind,
+        "change": line.change.name(),
+        "state": line.state.name(),
+        "parallelism": line.parallelism,
+        "old_parallelism": line.old_parallelism,
+        "detail": line.detail,
+    })
+}
+
+/// One version of a pipeline: its SQL and the statement that made it
+/// (secrets redacted in both; no statement for version 1, the CREATE),
+/// since when it ran, and its diff from the version before it.
+pub fn version_view(v: &PipelineVersion) -> Value {
+    json!({
+        "version": v.version,
+        "sql": redact_sql(&v.sql),
+        "created_ms": v.created_ms,
+        "changed_by": v.changed_by.as_deref().map(redact_sql),
+        "diff": v.diff.iter().map(diff_line_view).collect::<Vec<_>>(),
     })
 }
 
@@ -337,5 +369,109 @@ mod tests {
         // One instance without a watermark holds the operator's back.
         let c = json!({"watermark_ms": null});
         assert_eq!(operator_metrics(&[&a, &c], 150)["watermark_ms"], Value::Null);
+    }
+
+    #[test]
+    fn a_version_shows_its_statement_redacted_and_its_diff_with_short_uids() {
+        use sluice_plan::diff::{Change, StateFate};
+        use sluice_types::OperatorUid;
+        let line = |change, state, uid: Option<u64>, old_uid: Option<u64>| DiffLine {
+            change,
+            state,
+            kind: "sink".into(),
+            uid: uid.map(OperatorUid),
+            old_uid: old_uid.map(OperatorUid),
+            operator: 4,
+            parallelism: 1,
+            old_parallelism: old_uid.map(|_| 1),
+            detail: "same connector and options".into(),
+        };
+        let v = PipelineVersion {
+            version: 2,
+            sql: "CREATE SINK s WITH (connector = 'kafka', 'sasl.password' = 'hunter2') AS SELECT 1".into(),
+            created_ms: 42,
+            changed_by: Some("ALTER PIPELINE s AS SELECT * FROM users WHERE password = 'hunter2'".into()),
+            diff: vec![
+                line(
+                    Change::Replaced,
+                    StateFate::Moved,
+                    Some(0x0123_4567_89ab_cdef),
+                    Some(0xfedc_ba98_7654_3210),
+                ),
+                line(Change::Added, StateFate::Fresh, Some(0x1111_2222_3333_4444), None),
+            ],
+        };
+        let view = version_view(&v);
+        assert!(!view.to_string().contains("hunter2"), "{view}");
+        assert!(
+            view["changed_by"].as_str().unwrap().starts_with("ALTER PIPELINE s AS"),
+            "{view}"
+        );
+        assert_eq!(
+            view["diff"][0],
+            json!({"operator": 4, "uid": "01234567", "old_uid": "fedcba98", "kind": "sink", "change": "replaced",
+                   "state": "moved", "parallelism": 1, "old_parallelism": 1, "detail": "same connector and options"})
+        );
+        assert_eq!(
+            (
+                &view["diff"][1]["old_uid"],
+                &view["diff"][1]["old_parallelism"],
+                &view["diff"][1]["change"]
+            ),
+            (&Value::Null, &Value::Null, &json!("added"))
+        );
+        // Version 1 (the CREATE): no statement of its own, no diff.
+        let first = version_view(&PipelineVersion {
+            version: 1,
+            changed_by: None,
+            diff: vec![],
+            ..v
+        });
+        assert_eq!((&first["changed_by"], &first["diff"]), (&Value::Null, &json!([])));
+    }
+
+    /// The properties of `components.schemas.<schema>` in the served
+    /// OpenAPI document.
+    fn documented(schema: &str) -> Vec<String> {
+        let spec: Value = serde_json::from_str(include_str!("openapi.json")).expect("openapi.json is JSON");
+        let mut keys: Vec<String> = spec["components"]["schemas"][schema]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{schema} has properties"))
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    fn keys(view: &Value) -> Vec<String> {
+        let mut keys: Vec<String> = view.as_object().expect("an object").keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn the_openapi_document_describes_every_field_of_a_version_and_its_diff() {
+        use sluice_plan::diff::{Change, StateFate};
+        let v = PipelineVersion {
+            version: 2,
+            sql: "CREATE SINK s AS SELECT 1".into(),
+            created_ms: 1,
+            changed_by: Some("ALTER PIPELINE s AS SELECT 2".into()),
+            diff: vec![DiffLine {
+                change: Change::Added,
+                state: StateFate::Fresh,
+                kind: "project".into(),
+                uid: None,
+                old_uid: None,
+                operator: 1,
+                parallelism: 1,
+                old_parallelism: None,
+                detail: String::new(),
+            }],
+        };
+        let view = version_view(&v);
+        assert_eq!(keys(&view), documented("PipelineVersion"));
+        assert_eq!(keys(&view["diff"][0]), documented("DiffLine"));
     }
 }

@@ -2,7 +2,7 @@
 
 import { api, type Cluster, type PipelineSummary } from "../api";
 import { sparkline } from "../chart";
-import { count, duration, el, rate } from "../format";
+import { count, duration, el, rate, timestamp } from "../format";
 import { poll, type Page } from "../poll";
 
 function clusterCard(c: Cluster): HTMLElement {
@@ -36,7 +36,7 @@ function pipelineRow(p: PipelineSummary): HTMLElement {
     { "data-testid": "pipeline-row", "data-name": p.name, "data-rows-out": String(p.rows_out) },
     el("td", {}, link),
     el("td", {}, el("span", { class: `state ${p.state.replace(" ", "-")}` }, p.state)),
-    el("td", { class: "num" }, `v${p.version}`),
+    el("td", { class: "num", title: `version ${p.version} since ${timestamp(p.changed_ms)}` }, `v${p.version}`),
     el("td", { class: "num" }, count(p.rows_in)),
     el("td", { class: "num", "data-testid": "rate-in" }, rate(p.rows_in_per_s)),
     el("td", {}, sparkline(p.sparkline.rows_in_per_s)),

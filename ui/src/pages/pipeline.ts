@@ -1,7 +1,9 @@
 // One pipeline: its DAG with live per-operator metrics, a selected
-// operator's instances and charts over the last minutes, SQL versions and errors.
+// operator's instances and charts over the last minutes, errors, and every
+// version with the statement that made it and its diff from the one before
+// (the DAG outlines what the last ALTER kept, replaced or added).
 
-import { api, ApiError, type History, type InstanceMetrics, type PipelineDetail } from "../api";
+import { api, ApiError, CHANGES, type Change, type DiffLine, type History, type InstanceMetrics, type PipelineDetail, type PipelineVersion } from "../api";
 import { TimeChart } from "../chart";
 import { DagView } from "../dag";
 import { count, duration, el, percent, rate, timestamp } from "../format";
@@ -29,6 +31,63 @@ function instanceTable(instances: InstanceMetrics[]): HTMLElement {
   return el("table", { "data-testid": "instances" }, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))), el("tbody", {}, ...rows));
 }
 
+/** A change as a word in its colour (the word, so not by colour alone). */
+function changeBadge(change: Change): HTMLElement {
+  return el("span", { class: `change diff-${change}` }, change);
+}
+
+/** `old → new` when a value changed, else the value; "–" for none. */
+function fromTo(old: string | number | null, now: string | number | null): string {
+  const show = (v: string | number | null) => (v === null ? "–" : String(v));
+  return old === now ? show(now) : `${show(old)} → ${show(now)}`;
+}
+
+/** One row per operator: what the ALTER did to it and to its state. */
+function diffTable(lines: DiffLine[]): HTMLElement {
+  const head = ["operator", "kind", "change", "state", "parallelism", "uid", "detail"];
+  const rows = lines.map((l) =>
+    el(
+      "tr",
+      { class: `diff-row diff-${l.change}`, "data-testid": "diff-row", "data-change": l.change, "data-kind": l.kind, "data-operator": String(l.operator) },
+      el("td", { class: "num" }, String(l.operator)),
+      el("td", {}, l.kind),
+      el("td", {}, changeBadge(l.change)),
+      el("td", { "data-testid": "diff-state" }, l.state),
+      el("td", { class: "num" }, fromTo(l.old_parallelism, l.parallelism)),
+      el("td", { class: "uid" }, fromTo(l.old_uid, l.uid)),
+      el("td", { class: "detail" }, l.detail),
+    ),
+  );
+  return el("table", { class: "diff", "data-testid": "diff" }, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))), el("tbody", {}, ...rows));
+}
+
+/** "2 kept, 1 replaced": how many operators each change touched. */
+function diffSummary(lines: DiffLine[]): string {
+  return CHANGES.map((c) => [c, lines.filter((l) => l.change === c).length] as const)
+    .filter(([, n]) => n > 0)
+    .map(([c, n]) => `${n} ${c}`)
+    .join(", ");
+}
+
+/** A version: its number and start, the statement that made it, the SQL it runs and its diff. */
+function versionView(v: PipelineVersion, running: boolean): HTMLElement {
+  const parts: HTMLElement[] = [el("h3", {}, `version ${v.version}${running ? " (running)" : ""} · since ${timestamp(v.created_ms)}`)];
+  if (v.changed_by === null) {
+    parts.push(el("p", { class: "muted" }, "Made by the statement that created the pipeline:"));
+  } else {
+    parts.push(el("p", { class: "muted" }, "Made by:"), el("pre", { "data-testid": "changed-by" }, v.changed_by), el("p", { class: "muted" }, "Runs:"));
+  }
+  parts.push(el("pre", { "data-testid": "sql" }, v.sql));
+  if (v.version > 1) {
+    parts.push(
+      v.diff.length === 0
+        ? el("p", { class: "muted" }, "No diff recorded.")
+        : el("div", {}, el("p", { class: "muted" }, `Diff from version ${v.version - 1}: ${diffSummary(v.diff)}.`), diffTable(v.diff)),
+    );
+  }
+  return el("div", { class: "version", "data-testid": "version", "data-version": String(v.version) }, ...parts);
+}
+
 export function pipelinePage(root: HTMLElement, name: string): Page {
   const title = el("h1", {}, name);
   const status = el("p", { class: "status-line" });
@@ -42,10 +101,20 @@ export function pipelinePage(root: HTMLElement, name: string): Page {
   const operatorCard = el("section", { class: "card", "data-testid": "operator-panel" }, operatorTitle, instances, throughputBox, latencyBox);
   operatorCard.hidden = true;
   const versions = el("div");
+  let shownVersions = "";
   const errors = el("div");
+  const legend = el("p", { class: "muted", "data-testid": "diff-legend" });
+  legend.hidden = true;
   root.append(
     el("section", { class: "card" }, title, status, actions, message),
-    el("section", { class: "card" }, el("h2", {}, "Dataflow"), el("p", { class: "muted" }, "Click an operator for its instances and charts. Colour: share of time waiting on downstream (backpressure)."), dagBox),
+    el(
+      "section",
+      { class: "card" },
+      el("h2", {}, "Dataflow"),
+      el("p", { class: "muted" }, "Click an operator for its instances and charts. Colour: share of time waiting on downstream (backpressure)."),
+      legend,
+      dagBox,
+    ),
     operatorCard,
     el("section", { class: "card" }, el("h2", {}, "Errors"), errors),
     el("section", { class: "card" }, el("h2", {}, "SQL and versions"), versions),
@@ -117,6 +186,19 @@ export function pipelinePage(root: HTMLElement, name: string): Page {
       ` ${p.kind} · version ${p.version} · in ${count(p.rows_in)} (${rate(p.rows_in_per_s)}) · out ${count(p.rows_out)} (${rate(p.rows_out_per_s)}) · watermark ${timestamp(p.watermark_ms)} (lag ${duration(p.watermark_lag_ms)}) · late rows ${count(p.late_rows_dropped)}`,
     );
     dag.update(latest.dag);
+    // The running version's diff (none for version 1): outline what it changed.
+    const running = latest.versions[latest.versions.length - 1];
+    const diff = running && running.version > 1 ? running.diff : [];
+    dag.markChanges(new Map(diff.filter((l) => l.change !== "removed").map((l) => [l.operator, l.change])));
+    legend.hidden = diff.length === 0;
+    if (running && diff.length > 0) {
+      const removed = diff.filter((l) => l.change === "removed").length;
+      legend.replaceChildren(
+        `Outline: what ALTER PIPELINE did to each operator in version ${running.version}: `,
+        ...CHANGES.filter((c) => c !== "removed").flatMap((c) => [changeBadge(c), " "]),
+        removed > 0 ? ` (${removed} removed: listed under SQL and versions)` : "",
+      );
+    }
     drawOperator();
     errors.replaceChildren(
       latest.errors.length === 0 && !p.error
@@ -128,12 +210,13 @@ export function pipelinePage(root: HTMLElement, name: string): Page {
             ...(latest.errors.length === 0 && p.error ? [el("li", { class: "error" }, p.error)] : []),
           ),
     );
-    versions.replaceChildren(
-      ...latest.versions
-        .slice()
-        .reverse()
-        .map((v) => el("div", { class: "version" }, el("h3", {}, `version ${v.version} · ${timestamp(v.created_ms)}`), el("pre", { "data-testid": "sql" }, v.sql))),
-    );
+    // Newest first; drawn again only when a version is added (keeps a text selection).
+    const versionsKey = JSON.stringify(latest.versions);
+    if (versionsKey !== shownVersions) {
+      shownVersions = versionsKey;
+      const last = latest.versions.length - 1;
+      versions.replaceChildren(...latest.versions.map((v, i) => versionView(v, i === last)).reverse());
+    }
   });
   return {
     dispose() {
