@@ -9,6 +9,7 @@
 //!
 //! Writes `benches/results/latest.{json,md}` and `throughput.svg`.
 
+mod alter;
 mod flink;
 mod nexmark;
 mod report;
@@ -52,6 +53,10 @@ struct Args {
     /// and every 1 s (the cost of checkpointing).
     #[arg(long, value_delimiter = ',', default_value = "q5,q7")]
     checkpoint_queries: Vec<String>,
+    /// ALTER PIPELINE switches on a q5-shaped pipeline at half q5's
+    /// measured rate, and a rescale 1 → 2 → 1 (0: skip).
+    #[arg(long, default_value_t = 20)]
+    alter_switches: usize,
     /// Also run q5 over this many events and report its memory over time (0: skip).
     #[arg(long, default_value_t = 0)]
     q5_memory_events: u64,
@@ -202,8 +207,28 @@ async fn main() -> Result<()> {
         results["q5_memory"] = nexmark::stats_json(&s);
         results["q5_memory"]["global_events"] = json!(args.q5_memory_events);
     }
+    if args.alter_switches > 0 {
+        // Half q5's measured rate (global events: a bid stream carries 92 %).
+        let q5 = queries.get("q5").and_then(|v| v["events_per_s"].as_f64()).unwrap_or(0.0);
+        let rate = ((q5 / 0.92) / 2.0).max(100_000.0) as u64;
+        eprintln!("== ALTER PIPELINE: {} switches at {rate} events/s", args.alter_switches);
+        let a = alter::run(&binary, rate, args.alter_switches, std::time::Duration::from_secs(2)).await?;
+        eprintln!(
+            "  switch p50 {:.1} ms, p99 {:.1} ms; rescale {}",
+            a["switch"]["p50_ms"].as_f64().unwrap_or(0.0),
+            a["switch"]["p99_ms"].as_f64().unwrap_or(0.0),
+            a["rescale"]
+        );
+        results["alter"] = a;
+    }
     results["nexmark"] = Value::Object(queries);
 
+    if args.sol_messages == 0 {
+        results["finished_utc"] = json!(report::utc_now());
+        report::write(&out_dir, &results)?;
+        eprintln!("wrote {} (SOL and Flink skipped: --sol-messages 0)", out_dir.join("latest.md").display());
+        return Ok(());
+    }
     eprintln!("== SOL message throughput");
     let sol = sol::run(args.sol_messages, p).await?;
     anyhow::ensure!(

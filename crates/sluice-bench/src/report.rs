@@ -165,6 +165,30 @@ pub fn markdown(r: &Value) -> String {
             );
         }
     }
+    if !r["alter"].is_null() {
+        let a = &r["alter"];
+        let s = &a["switch"];
+        let _ = writeln!(
+            md,
+            "\nALTER PIPELINE on a q5-shaped pipeline at {} events/s (paced): {} switches of the filter above the window, {} s apart — statement time p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; state carried {} bytes (median stop checkpoint).",
+            s["events_per_s_paced"],
+            s["switches"],
+            s["gap_s"],
+            f(&s["p50_ms"]),
+            f(&s["p99_ms"]),
+            f(&s["max_ms"]),
+            s["state_bytes_median"]
+        );
+        for step in a["rescale"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                md,
+                "- SET PARALLELISM {}: {:.1} ms, state {} bytes",
+                step["to"],
+                f(&step["ms"]),
+                step["state_bytes"]
+            );
+        }
+    }
     if !r["q5_memory"].is_null() {
         let v = &r["q5_memory"];
         let samples: Vec<String> = v["rss_mib_samples"]

@@ -78,7 +78,7 @@ pub fn pipeline_summary(
         "kind": info.kind,
         "state": info.state,
         "since_ms": info.since_ms,
-        "version": def.map_or(1, |d| d.versions().len()),
+        "version": def.map_or(1, |d| d.version()),
         // When the running version started (its CREATE or its ALTER).
         "changed_ms": def.map(|d| d.changed_ms.unwrap_or(d.created_ms)),
         "rows_in": info.rows_in,
