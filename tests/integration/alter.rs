@@ -355,3 +355,130 @@ async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() 
         diffs[1]
     );
 }
+
+/// `RESET SOURCE … TO TIMESTAMP` on a running Kafka pipeline: the source
+/// goes back to the first record at or after the time (Kafka's offsets
+/// for times), the window below it starts empty and recomputes every
+/// window from there, so those windows are written a second time — with
+/// the same counts, since the window boundary is the rewind time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_source_to_a_timestamp_recomputes_the_windows_from_there() {
+    use crate::common::external::{Produce, create_topic, produce, unique};
+    let topic = unique("rewind");
+    create_topic(&topic, 2).await;
+    let now = crate::support::epoch_ms(std::time::SystemTime::now());
+    // A whole hour two hours ago (Kafka refuses timestamps far ahead).
+    let base = now - now % 3_600_000 - 7_200_000;
+    let json = |i: i64, k: &str, ts: i64| {
+        let t = chrono::DateTime::from_timestamp_millis(ts).unwrap().naive_utc();
+        format!(
+            r#"{{"k":"{k}","seq":{i},"ts":"{}"}}"#,
+            t.format("%Y-%m-%dT%H:%M:%S%.3f")
+        )
+    };
+    // Record i: key k<i % 3>, event and Kafka time base + i × 500 ms: ten
+    // records per 5 s window, windows 0–5; then one far ahead closing them.
+    let mut records: Vec<Produce> = (0..60i64)
+        .map(|i| {
+            let ts = base + i * 500;
+            Produce::to((i % 2) as i32, json(i, &format!("k{}", i % 3), ts)).at(ts)
+        })
+        .collect();
+    for p in 0..2 {
+        let ts = base + 100_000;
+        records.push(Produce::to(p, json(-1, "end", ts)).at(ts));
+    }
+    produce(&topic, &records).await;
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("windows");
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(
+        &client,
+        &format!(
+            "CREATE STREAM kev (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'kafka', \
+             topic = '{topic}', 'properties.bootstrap.servers' = 'localhost:9092', format = 'json')"
+        ),
+    )
+    .await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK per_window WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS \
+             SELECT window_start, k, count(*) AS n FROM TUMBLE(kev, ts, INTERVAL '5' SECOND) WHERE k <> 'end' \
+             GROUP BY window_start, window_end, k",
+            out.display()
+        ),
+    )
+    .await;
+    // Independently: (window, key) → count, over all records.
+    let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
+    for i in 0..60i64 {
+        *counts.entry((i * 500 / 5000, format!("k{}", i % 3))).or_default() += 1;
+    }
+    let lines_as_windows = |lines: &[String]| -> Vec<(i64, String, i64)> {
+        let mut out: Vec<(i64, String, i64)> = lines
+            .iter()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let start = ms_of_day(v["window_start"].as_str().unwrap());
+                (
+                    (start - base.rem_euclid(86_400_000)) / 5000,
+                    v["k"].as_str().unwrap().to_string(),
+                    v["n"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let first: Vec<(i64, String, i64)> = counts.iter().map(|((w, k), n)| (*w, k.clone(), *n)).collect();
+    wait_for("every window written once", PIPELINE_TIMEOUT, || async {
+        (committed_lines(&out).len() >= first.len()).then_some(())
+    })
+    .await;
+    assert_eq!(lines_as_windows(&committed_lines(&out)), first);
+
+    // Back to window 3's start: records 30.. again.
+    let at = chrono::DateTime::from_timestamp_millis(base + 15_000)
+        .unwrap()
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    let explain = simple_records(
+        &client,
+        &format!("EXPLAIN ALTER PIPELINE per_window RESET SOURCE kev TO TIMESTAMP '{at}'"),
+    )
+    .await;
+    let fate = |kind: &str| {
+        explain
+            .iter()
+            .find(|r| r["kind"].as_deref() == Some(kind))
+            .and_then(|r| r["state"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(fate("source"), "reset");
+    assert_eq!(fate("window_aggregate"), "reset");
+    assert_eq!(fate("sink"), "moved");
+    exec(
+        &client,
+        &format!("ALTER PIPELINE per_window RESET SOURCE kev TO TIMESTAMP '{at}'"),
+    )
+    .await;
+    let mut expected = first.clone();
+    expected.extend(first.iter().filter(|(w, ..)| *w >= 3).cloned());
+    expected.sort();
+    wait_for(
+        "the windows from the rewind written again",
+        PIPELINE_TIMEOUT,
+        || async { (committed_lines(&out).len() >= expected.len()).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(lines_as_windows(&committed_lines(&out)), expected);
+    let e = client
+        .batch_execute("ALTER PIPELINE per_window RESET SOURCE nope TO TIMESTAMP '2026-01-01 00:00:00'")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), Some("42704"), "{}", describe(&e));
+}

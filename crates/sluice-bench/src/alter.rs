@@ -49,7 +49,10 @@ async fn timed_alter(server: &Server, name: &str, sql: &str) -> Result<(f64, u64
     server.exec(sql).await?;
     let ms = started.elapsed().as_secs_f64() * 1e3;
     let (state, ..) = server.pipeline(name).await?.unwrap_or_default();
-    ensure!(state == "running" || state == "starting", "{name} is {state} after {sql}");
+    ensure!(
+        state == "running" || state == "starting",
+        "{name} is {state} after {sql}"
+    );
     Ok((ms, newest_checkpoint_bytes(server, name).await?))
 }
 

@@ -209,7 +209,10 @@ async fn main() -> Result<()> {
     }
     if args.alter_switches > 0 {
         // Half q5's measured rate (global events: a bid stream carries 92 %).
-        let q5 = queries.get("q5").and_then(|v| v["events_per_s"].as_f64()).unwrap_or(0.0);
+        let q5 = queries
+            .get("q5")
+            .and_then(|v| v["events_per_s"].as_f64())
+            .unwrap_or(0.0);
         let rate = ((q5 / 0.92) / 2.0).max(100_000.0) as u64;
         eprintln!("== ALTER PIPELINE: {} switches at {rate} events/s", args.alter_switches);
         let a = alter::run(&binary, rate, args.alter_switches, std::time::Duration::from_secs(2)).await?;
@@ -226,7 +229,10 @@ async fn main() -> Result<()> {
     if args.sol_messages == 0 {
         results["finished_utc"] = json!(report::utc_now());
         report::write(&out_dir, &results)?;
-        eprintln!("wrote {} (SOL and Flink skipped: --sol-messages 0)", out_dir.join("latest.md").display());
+        eprintln!(
+            "wrote {} (SOL and Flink skipped: --sol-messages 0)",
+            out_dir.join("latest.md").display()
+        );
         return Ok(());
     }
     eprintln!("== SOL message throughput");

@@ -62,6 +62,10 @@ pub enum CatalogCommand {
         /// `WITH (state = 'reset')`: operators whose state changed shape
         /// start empty instead of the change being refused.
         reset_state: bool,
+        /// `RESET SOURCE … TO TIMESTAMP`: every replaced operator
+        /// downstream of the rewound source starts empty.
+        #[serde(default)]
+        rewind: bool,
         /// When the statement ran (epoch ms).
         changed_ms: i64,
     },

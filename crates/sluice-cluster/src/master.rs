@@ -43,8 +43,17 @@ struct Alteration {
     statement: String,
     dag: PhysicalDag,
     derived: Option<StreamDef>,
-    reset_state: bool,
+    policy: ResetPolicy,
     changed_ms: i64,
+}
+
+/// How an ALTER treats state whose operator changed.
+pub fn policy(reset_state: bool, rewind: bool) -> ResetPolicy {
+    match (rewind, reset_state) {
+        (true, _) => ResetPolicy::ResetReplaced,
+        (false, true) => ResetPolicy::ResetChanged,
+        (false, false) => ResetPolicy::Refuse,
+    }
 }
 
 /// Marks a pipeline as being altered while it lives.
@@ -148,6 +157,7 @@ impl Master {
                 dag,
                 derived,
                 reset_state,
+                rewind,
                 changed_ms,
             } => {
                 let change = Alteration {
@@ -155,7 +165,7 @@ impl Master {
                     statement,
                     dag,
                     derived,
-                    reset_state,
+                    policy: policy(reset_state, rewind),
                     changed_ms,
                 };
                 self.alter_pipeline(&name, change).await?
@@ -410,11 +420,7 @@ impl Master {
         let old = self
             .pipeline(name)
             .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, name))?;
-        let policy = if change.reset_state {
-            ResetPolicy::ResetChanged
-        } else {
-            ResetPolicy::Refuse
-        };
+        let policy = change.policy;
         if let Some(stream) = &change.derived {
             self.check_derived_schema(name, stream)?;
         }
@@ -515,16 +521,11 @@ impl Master {
         name: &str,
         dag: &PhysicalDag,
         derived: Option<&StreamDef>,
-        reset_state: bool,
+        policy: ResetPolicy,
     ) -> Result<sluice_plan::diff::DagDiff> {
         let old = self
             .pipeline(name)
             .ok_or_else(|| Error::not_found(ObjectKind::Pipeline, name))?;
-        let policy = if reset_state {
-            ResetPolicy::ResetChanged
-        } else {
-            ResetPolicy::Refuse
-        };
         let mut d = diff(&old.dag, dag, policy);
         if let Some(Err(e)) = derived.map(|s| self.check_derived_schema(name, s)) {
             d.refused.insert(0, e.to_string());

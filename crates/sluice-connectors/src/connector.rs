@@ -84,6 +84,21 @@ pub trait Connector: Send + Sync {
         false
     }
 
+    /// The options of a stream's source rewound to `timestamp` (`ALTER
+    /// PIPELINE … RESET SOURCE … TO TIMESTAMP`): a reader built from them
+    /// starts at the first record at or after that time. Default: the
+    /// connector cannot rewind (`0A000`).
+    fn rewind_options(
+        &self,
+        _options: &BTreeMap<String, String>,
+        _timestamp: &str,
+    ) -> Result<BTreeMap<String, String>> {
+        Err(sluice_types::Error::unsupported(format!(
+            "a {} source cannot be rewound to a time (Kafka sources can)",
+            self.name()
+        )))
+    }
+
     /// How many source instances can read a stream of it; the planner
     /// gives its source no more (`None`: as many as `SET parallelism`).
     fn source_readers_max(&self) -> Option<usize> {

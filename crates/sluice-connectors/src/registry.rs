@@ -60,6 +60,16 @@ pub fn accepts_insert(name: &str) -> bool {
     find(name).is_ok_and(|c| c.accepts_insert())
 }
 
+/// The options of a `name` source rewound to `timestamp` (see
+/// [`Connector::rewind_options`]).
+pub fn rewind_options(
+    name: &str,
+    options: &BTreeMap<String, String>,
+    timestamp: &str,
+) -> Result<BTreeMap<String, String>> {
+    find_source(name)?.rewind_options(options, timestamp)
+}
+
 /// How many instances can read a stream of connector `name` (`None`: any).
 pub fn source_readers_max(name: &str) -> Option<usize> {
     find(name).ok().and_then(|c| c.source_readers_max())

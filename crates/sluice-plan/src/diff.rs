@@ -188,6 +188,16 @@ impl DagDiff {
     }
 }
 
+/// Source options that only say where a reader starts when it has no
+/// restored position (Kafka's start mode; a rewind sets them): a source
+/// whose other options are unchanged keeps its positions across a change
+/// of these.
+pub const STARTUP_OPTIONS: [&str; 3] = [
+    "scan.startup.mode",
+    "scan.startup.timestamp",
+    "scan.startup.timestamp-millis",
+];
+
 /// How a change treats state whose shape changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResetPolicy {
@@ -195,6 +205,10 @@ pub enum ResetPolicy {
     Refuse,
     /// `WITH (state = 'reset')`: start such operators empty.
     ResetChanged,
+    /// A rewound source (`RESET SOURCE`): every replaced operator that
+    /// holds state, except sinks, starts empty — it is rebuilt from the
+    /// re-read input.
+    ResetReplaced,
 }
 
 /// The diff from `old` to `new` (see the module doc).
@@ -328,13 +342,19 @@ fn paired_line(
     } else {
         match same_state_shape(before, after) {
             Shape::Stateless => StateFate::None,
+            Shape::Same | Shape::Different(_)
+                if policy == ResetPolicy::ResetReplaced && !matches!(after.kind, OperatorKind::Sink(_)) =>
+            {
+                notes.push("rebuilt from the rewound input".into());
+                StateFate::Reset
+            }
             Shape::Same => StateFate::Moved,
             Shape::SinkChanged => {
                 notes.push("its options changed; the old sink committed everything at the switch".into());
                 StateFate::Fresh
             }
             Shape::Different(why) => {
-                if policy == ResetPolicy::ResetChanged {
+                if policy != ResetPolicy::Refuse {
                     notes.push(why);
                     StateFate::Reset
                 } else {
@@ -385,7 +405,13 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
     match (&before.kind, &after.kind) {
         (_, OperatorKind::Project(_)) => Shape::Stateless,
         (OperatorKind::Source(a), OperatorKind::Source(b)) => {
-            if a.stream == b.stream && a.connector == b.connector && a.options == b.options {
+            let positional = |o: &BTreeMap<String, String>| {
+                o.iter()
+                    .filter(|(k, _)| !STARTUP_OPTIONS.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<BTreeMap<_, _>>()
+            };
+            if a.stream == b.stream && a.connector == b.connector && positional(&a.options) == positional(&b.options) {
                 Shape::Same
             } else {
                 Shape::Different(format!(

@@ -52,6 +52,8 @@ pub enum PipelineChange {
     /// `SET PARALLELISM n` (`operator: None`) or `ALTER OPERATOR id SET
     /// PARALLELISM n`.
     Parallelism { operator: Option<u32>, parallelism: u32 },
+    /// `RESET SOURCE stream TO TIMESTAMP 'time' [WITH (state = 'reset')]`.
+    ResetSource { stream: String, timestamp: String },
 }
 
 /// One statement.
@@ -254,8 +256,7 @@ fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
 /// What follows `ALTER PIPELINE name`: `AS query [WITH (state =
 /// 'reset')]`, `SET PARALLELISM n`, `ALTER OPERATOR id SET PARALLELISM n`.
 fn parse_pipeline_change(p: &mut Parser) -> Result<PipelineChange> {
-    const EXPECTED: &str =
-        "ALTER PIPELINE name takes PAUSE, RESUME, AS query, SET PARALLELISM n, or ALTER OPERATOR id SET PARALLELISM n";
+    const EXPECTED: &str = "ALTER PIPELINE name takes PAUSE, RESUME, AS query, SET PARALLELISM n, ALTER OPERATOR id SET PARALLELISM n, or RESET SOURCE stream TO TIMESTAMP 'time'";
     match word(p, 0).as_deref() {
         Some("AS") => {
             p.next_token();
@@ -291,6 +292,33 @@ fn parse_pipeline_change(p: &mut Parser) -> Result<PipelineChange> {
                 operator: None,
                 parallelism: parse_parallelism(p)?,
             })
+        }
+        Some("RESET") if word(p, 1).as_deref() == Some("SOURCE") => {
+            p.next_token();
+            p.next_token();
+            let stream = object_name(p)?;
+            if !p.parse_keyword(Keyword::TO) || !p.parse_keyword(Keyword::TIMESTAMP) {
+                return Err(Error::syntax("RESET SOURCE stream is followed by TO TIMESTAMP 'time'"));
+            }
+            let timestamp = match p.next_token().token {
+                Token::SingleQuotedString(s) => s,
+                Token::Number(n, _) => n,
+                other => {
+                    return Err(Error::syntax(format!(
+                        "expected a time like '2026-11-30 12:00:00', got \"{other}\""
+                    )));
+                }
+            };
+            if p.parse_keyword(Keyword::WITH) {
+                for (key, value) in parse_options(p)? {
+                    if key != "state" || !value.eq_ignore_ascii_case("reset") {
+                        return Err(Error::invalid_option(format!(
+                            "RESET SOURCE takes only WITH (state = 'reset'): the state downstream of the source is always rebuilt; got '{key}' = '{value}'"
+                        )));
+                    }
+                }
+            }
+            Ok(PipelineChange::ResetSource { stream, timestamp })
         }
         Some("ALTER") if word(p, 1).as_deref() == Some("OPERATOR") => {
             p.next_token();

@@ -91,6 +91,16 @@ impl Connector for Kafka {
         KafkaSourceConfig::parse("stream", options).map(|_| ())
     }
 
+    /// Start mode `timestamp` at `timestamp`: each partition from its
+    /// first record at or after it (Kafka's offsets for times).
+    fn rewind_options(&self, options: &BTreeMap<String, String>, timestamp: &str) -> Result<BTreeMap<String, String>> {
+        let mut rewound = options.clone();
+        rewound.insert("scan.startup.mode".into(), "timestamp".into());
+        rewound.insert("scan.startup.timestamp".into(), timestamp.to_string());
+        KafkaSourceConfig::parse("stream", &rewound)?;
+        Ok(rewound)
+    }
+
     fn metadata_columns(&self) -> Vec<Field> {
         metadata_fields()
     }

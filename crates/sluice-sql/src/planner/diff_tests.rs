@@ -172,3 +172,33 @@ async fn set_parallelism_refuses_what_cannot_rescale() {
     assert_eq!(one.operators[2].parallelism, 3);
     assert_eq!(one.operators[3].parallelism, 3, "the projection in its task follows");
 }
+
+/// `RESET SOURCE`: the rewound source and every stateful operator below it
+/// start empty (rebuilt from the re-read input); the sink keeps its state.
+/// A later change that only differs in where the source starts keeps the
+/// source's positions.
+#[tokio::test]
+async fn a_rewound_source_resets_what_is_below_it_and_startup_options_keep_positions() {
+    let old = plan(COUNTS, 1).await;
+    let mut rewound = old.clone();
+    let OperatorKind::Source(s) = &mut rewound.operators[0].kind else {
+        panic!("a source first")
+    };
+    s.options.insert("scan.startup.mode".into(), "timestamp".into());
+    s.options
+        .insert("scan.startup.timestamp".into(), "2026-01-01 00:00:00".into());
+    rewound.assign_uids();
+    let d = diff(&old, &rewound, ResetPolicy::ResetReplaced);
+    assert!(d.refused.is_empty());
+    let s = summary(&d);
+    assert_eq!(s[0], (Change::Replaced, "source".into(), StateFate::Reset));
+    assert_eq!(s[2], (Change::Replaced, "window_aggregate".into(), StateFate::Reset));
+    assert_eq!(s[4], (Change::Replaced, "sink".into(), StateFate::Moved));
+    // Back to the stream's own options (a later ALTER … AS re-plans from
+    // them): only the start differs, so positions and window state move.
+    let d = diff(&rewound, &old, ResetPolicy::Refuse);
+    assert!(d.refused.is_empty(), "{:?}", d.refused);
+    let s = summary(&d);
+    assert_eq!(s[0], (Change::Replaced, "source".into(), StateFate::Moved));
+    assert_eq!(s[2], (Change::Replaced, "window_aggregate".into(), StateFate::Moved));
+}

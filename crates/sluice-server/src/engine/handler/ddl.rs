@@ -264,7 +264,34 @@ pub async fn alter_pipeline(ctx: Ctx<'_>, name: &str, change: &PipelineChange) -
             };
             (def.sql.clone(), dag, None, false, statement)
         }
+        PipelineChange::ResetSource { stream, timestamp } => {
+            let mut dag = def.dag.clone();
+            let mut found = false;
+            for op in &mut dag.operators {
+                if let OperatorKind::Source(s) = &mut op.kind
+                    && s.stream == *stream
+                {
+                    s.options = sluice_connectors::registry::rewind_options(&s.connector, &s.options, timestamp)?;
+                    found = true;
+                }
+            }
+            if !found {
+                return Err(Error::user(
+                    SqlCode::UndefinedObject,
+                    format!("pipeline \"{name}\" does not read stream \"{stream}\""),
+                ));
+            }
+            // The rewound source is another operator: its uid and those
+            // downstream of it change.
+            dag.assign_uids();
+            let statement = format!(
+                "ALTER PIPELINE {name} RESET SOURCE {stream} TO TIMESTAMP '{}'",
+                timestamp.replace('\'', "''")
+            );
+            (def.sql.clone(), dag, None, true, statement)
+        }
     };
+    let rewind = matches!(change, PipelineChange::ResetSource { .. });
     Ok(CatalogCommand::AlterPipeline {
         name: name.to_string(),
         sql,
@@ -272,6 +299,7 @@ pub async fn alter_pipeline(ctx: Ctx<'_>, name: &str, change: &PipelineChange) -
         dag,
         derived,
         reset_state,
+        rewind,
         changed_ms: now_ms(),
     })
 }

@@ -50,15 +50,18 @@ async fn explain_alter(ctx: Ctx<'_>, name: &str, change: &PipelineChange) -> Res
         dag,
         derived,
         reset_state,
+        rewind,
         ..
     } = super::ddl::alter_pipeline(ctx, name, change).await?
     else {
         return Err(Error::internal("ALTER PIPELINE planned into another command"));
     };
-    let diff = ctx
-        .engine
-        .master
-        .preview_alter(name, &dag, derived.as_ref(), reset_state)?;
+    let diff = ctx.engine.master.preview_alter(
+        name,
+        &dag,
+        derived.as_ref(),
+        sluice_cluster::master::policy(reset_state, rewind),
+    )?;
     show::alter_diff(&diff).output("EXPLAIN")
 }
 
