@@ -482,3 +482,77 @@ async fn reset_source_to_a_timestamp_recomputes_the_windows_from_there() {
         .unwrap_err();
     assert_eq!(sqlstate(&e), Some("42704"), "{}", describe(&e));
 }
+
+/// Operators added by an ALTER (here a window aggregate where the
+/// pipeline only projected) start empty and see every row read from the
+/// switch on: the rows before it went out as they were, the windows count
+/// exactly the rows after it.
+#[tokio::test]
+async fn an_added_window_counts_every_row_from_the_switch_on() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("rows");
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(
+        &client,
+        "CREATE STREAM ev (k VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+    )
+    .await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK shaped WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS \
+             SELECT k, ts FROM ev WHERE k <> 'z'",
+            out.display()
+        ),
+    )
+    .await;
+    // Before: windows 0–2 (their rows go out one by one).
+    let before = rows(0..3);
+    exec(&client, &insert_sql(&before)).await;
+    read_all(&client, "shaped", before.len()).await;
+    let explain = simple_records(
+        &client,
+        "EXPLAIN ALTER PIPELINE shaped AS SELECT window_end, k, count(*) AS n FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) \
+         WHERE k <> 'z' GROUP BY window_start, window_end, k",
+    )
+    .await;
+    let window = explain
+        .iter()
+        .find(|r| r["kind"].as_deref() == Some("window_aggregate"))
+        .expect("a window in the new version");
+    assert_eq!(
+        (window["change"].as_deref(), window["state"].as_deref()),
+        (Some("added"), Some("fresh"))
+    );
+    exec(
+        &client,
+        "ALTER PIPELINE shaped AS SELECT window_end, k, count(*) AS n FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) \
+         WHERE k <> 'z' GROUP BY window_start, window_end, k",
+    )
+    .await;
+    // After: windows 3–5, and a row far ahead that closes them.
+    let mut after = rows(3..6);
+    after.push((59, 0, "z"));
+    exec(&client, &insert_sql(&after)).await;
+    let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
+    for (s, _, k) in after.iter().filter(|r| r.2 != "z") {
+        *counts.entry((s + 1, k.to_string())).or_default() += 1;
+    }
+    let total = before.len() + counts.len();
+    wait_for("the rows before and the windows after", PIPELINE_TIMEOUT, || async {
+        (committed_lines(&out).len() >= total).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let lines = committed_lines(&out);
+    let (raw, windows): (Vec<Value>, Vec<Value>) = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .partition(|v| v.get("window_end").is_none());
+    assert_eq!(raw.len(), before.len(), "every row before the switch, once");
+    let mut got: Vec<(i64, String, i64)> = windows.iter().map(|v| parse_line(&v.to_string())).collect();
+    got.sort();
+    let expected: Vec<(i64, String, i64)> = counts.into_iter().map(|((e, k), n)| (e, k, n)).collect();
+    assert_eq!(got, expected);
+}
