@@ -330,6 +330,8 @@ mod tests {
             "CREATE STREAM big_users AS SELECT user_id, ts FROM clicks WHERE user_id > 10",
             "CREATE SINK counts WITH (connector = 'blackhole') AS SELECT user_id, count(*) AS n FROM TUMBLE(clicks, ts, INTERVAL '1' MINUTE) GROUP BY user_id, window_start, window_end",
             "ALTER PIPELINE counts PAUSE",
+            "ALTER PIPELINE counts SET PARALLELISM 2",
+            "ALTER PIPELINE big_users AS SELECT user_id, ts FROM clicks WHERE user_id > 20",
             "DROP SINK IF EXISTS nothing_here",
             "CREATE SINK doomed WITH (connector = 'blackhole') AS SELECT page FROM clicks",
             "DROP PIPELINE doomed",
@@ -359,6 +361,8 @@ mod tests {
                 "CREATE STREAM",
                 "CREATE SINK",
                 "ALTER PIPELINE",
+                "ALTER PIPELINE",
+                "ALTER PIPELINE",
                 "DROP SINK",
                 "CREATE SINK",
                 "DROP PIPELINE"
@@ -380,6 +384,7 @@ mod tests {
         assert_eq!(first.master.streams(), second.master.streams());
         for name in ["big_users", "counts"] {
             assert_eq!(first.master.pipeline(name), second.master.pipeline(name), "{name}");
+            assert_eq!(first.master.pipeline(name).unwrap().version(), 2, "{name} was altered once");
         }
         // The DDL rules travel with the command: DROP SINK of a derived
         // stream's pipeline is refused by whichever master applies it.
