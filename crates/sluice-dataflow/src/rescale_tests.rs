@@ -146,6 +146,28 @@ struct Connectors {
     out: Arc<Mutex<Vec<Out>>>,
 }
 
+/// A sink stuck in its first batch (a barrier never gets through it).
+struct StuckSink;
+
+#[async_trait]
+impl Operator for StuckSink {
+    async fn process_batch(&mut self, _: RecordBatch, _: usize, _: &mut OperatorContext<'_>) -> Result<()> {
+        std::future::pending().await
+    }
+}
+
+/// [`Connectors`] whose sink is stuck.
+struct StuckConnectors(Connectors);
+
+impl ConnectorFactory for StuckConnectors {
+    fn source(&self, spec: &SourceSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn SourceReader>> {
+        self.0.source(spec, schema, ctx)
+    }
+    fn sink(&self, _: &SinkSpec, _: &SchemaRef, _: &InstanceContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(StuckSink))
+    }
+}
+
 impl ConnectorFactory for Connectors {
     fn source(&self, _: &SourceSpec, _: &SchemaRef, _: &InstanceContext) -> Result<Box<dyn SourceReader>> {
         Ok(Box::new(ScriptReader {
@@ -526,4 +548,47 @@ async fn stopping_a_pipeline_without_checkpoints_at_a_barrier_is_refused() {
     assert_eq!(runtime.status(), PipelineStatus::Running);
     runtime.stop();
     runtime.wait().await;
+}
+
+/// A stop whose barrier cannot get through (a stuck sink) gives up at its
+/// deadline: an error, and the pipeline is marked failed and cancelled
+/// (its supervisor restarts it from its last checkpoint) rather than left
+/// half stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_at_a_barrier_that_cannot_complete_fails_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let connectors = StuckConnectors(Connectors {
+        hold_at: Some(BATCHES / 2),
+        held: Arc::default(),
+        out: Arc::default(),
+    });
+    let plan = CheckpointPlan {
+        config: CheckpointConfig::on_demand(
+            Arc::new(LocalStateStore::new(dir.path())),
+            Arc::new(CheckpointStats::default()),
+        ),
+        restored: None,
+        highest_id: 0,
+        handoff: None,
+    };
+    let runtime = deploy_with(
+        PipelineId(1),
+        &keyed_window(1),
+        &connectors,
+        &InProcessTransport::default(),
+        &DeployConfig::default(),
+        Some(plan),
+    )
+    .unwrap();
+    // Windows close and reach the stuck sink.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let err = runtime.stop_at_barrier(Duration::from_millis(500)).await.unwrap_err();
+    assert!(err.to_string().contains("did not stop at a barrier within"), "{err}");
+    // Failed at once (its tasks are cancelled; the stuck sink only ends
+    // when its batch does, so the test does not wait for it).
+    assert!(
+        matches!(runtime.status(), PipelineStatus::Failed { ref error, .. } if error.contains("barrier")),
+        "{:?}",
+        runtime.status()
+    );
 }
