@@ -384,7 +384,11 @@ mod tests {
         assert_eq!(first.master.streams(), second.master.streams());
         for name in ["big_users", "counts"] {
             assert_eq!(first.master.pipeline(name), second.master.pipeline(name), "{name}");
-            assert_eq!(first.master.pipeline(name).unwrap().version(), 2, "{name} was altered once");
+            assert_eq!(
+                first.master.pipeline(name).unwrap().version(),
+                2,
+                "{name} was altered once"
+            );
         }
         // The DDL rules travel with the command: DROP SINK of a derived
         // stream's pipeline is refused by whichever master applies it.
@@ -395,5 +399,62 @@ mod tests {
         // Statements that are not DDL have no command.
         let statement = parse_statements("SELECT 1").unwrap().pop().unwrap();
         assert!(command_for(ctx, &statement).await.unwrap().is_none());
+    }
+}
+
+#[cfg(test)]
+mod one_change_at_a_time {
+    use super::*;
+    use crate::engine::settings::Settings;
+    use crate::engine::test_support::engine;
+    use sluice_sql::statement::parse_statements;
+    use sluice_types::SqlCode;
+
+    /// While an ALTER of a pipeline is in flight (stopping it at its
+    /// barrier), a second ALTER or a DROP of it is refused with `55006`;
+    /// the first goes through, and afterwards the pipeline can be changed
+    /// again. (`join!` polls the first ALTER up to its wait for the
+    /// barrier before it polls the others.)
+    #[tokio::test]
+    async fn a_second_alter_or_a_drop_during_an_alter_is_refused() {
+        let (e, _dir) = engine("one-change");
+        let settings = Settings::default();
+        let ctx = Ctx {
+            engine: &e,
+            settings: &settings,
+        };
+        let command = |sql: &'static str| async move {
+            let statement = parse_statements(sql).unwrap().pop().unwrap();
+            command_for(ctx, &statement).await.unwrap().unwrap()
+        };
+        for sql in [
+            "CREATE STREAM clicks (user_id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+            "CREATE SINK counts WITH (connector = 'blackhole') AS SELECT user_id, count(*) AS n FROM TUMBLE(clicks, ts, INTERVAL '1' MINUTE) GROUP BY user_id, window_start, window_end",
+        ] {
+            apply(ctx, command(sql).await).await.unwrap();
+        }
+        let first = command("ALTER PIPELINE counts SET PARALLELISM 2").await;
+        let second = command("ALTER PIPELINE counts SET PARALLELISM 3").await;
+        let drop = command("DROP SINK counts").await;
+        let (first, second, drop) = tokio::join!(e.master.apply(first), e.master.apply(second), e.master.apply(drop));
+        assert_eq!(first.unwrap(), Applied::Changed);
+        for refused in [second, drop] {
+            let err = refused.unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    Error::User {
+                        code: SqlCode::ObjectInUse,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("being changed by"), "{err}");
+        }
+        assert_eq!(e.master.pipeline("counts").unwrap().version(), 2);
+        let again = command("ALTER PIPELINE counts SET PARALLELISM 3").await;
+        assert_eq!(e.master.apply(again).await.unwrap(), Applied::Changed);
+        assert_eq!(e.master.pipeline("counts").unwrap().version(), 3);
     }
 }
