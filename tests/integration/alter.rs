@@ -74,6 +74,29 @@ fn parse_line(line: &str) -> (i64, String, i64) {
     )
 }
 
+/// A server with the memory stream `ev` (k, ts; watermark ts) and a file
+/// sink `name` writing JSON lines of `query` to a fresh directory every
+/// second (exactly once); returns the server, a client, the directory.
+async fn with_file_sink(name: &str, query: &str) -> (TestServer, tokio_postgres::Client, tempfile::TempDir) {
+    let out_dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(
+        &client,
+        "CREATE STREAM ev (k VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+    )
+    .await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK {name} WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS {query}",
+            out_dir.path().join("out").display()
+        ),
+    )
+    .await;
+    (server, client, out_dir)
+}
+
 async fn field(client: &tokio_postgres::Client, name: &str, column: &str) -> String {
     simple_records(client, "SHOW PIPELINES")
         .await
@@ -107,25 +130,8 @@ fn counts_query(min: i64) -> String {
 /// whose state the new version took over. Each window is written once.
 #[tokio::test]
 async fn a_filter_changed_twice_keeps_the_window_counts_and_writes_each_window_once() {
-    let data = tempfile::tempdir().unwrap();
-    let out_dir = tempfile::tempdir().unwrap();
-    let out = out_dir.path().join("counts");
-    let server = TestServer::start_in(data.path());
-    let client = server.connect().await;
-    exec(
-        &client,
-        "CREATE STREAM ev (k VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
-    )
-    .await;
-    exec(
-        &client,
-        &format!(
-            "CREATE SINK counts WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS {}",
-            out.display(),
-            counts_query(2)
-        ),
-    )
-    .await;
+    let (_server, client, out_dir) = with_file_sink("counts", &counts_query(2)).await;
+    let out = out_dir.path().join("out");
 
     // Phase 1: windows 0–4, and one row of window 5, which stays open
     // across the first switch: key b has 3 more rows there, 4 in all,
@@ -489,24 +495,8 @@ async fn reset_source_to_a_timestamp_recomputes_the_windows_from_there() {
 /// exactly the rows after it.
 #[tokio::test]
 async fn an_added_window_counts_every_row_from_the_switch_on() {
-    let out_dir = tempfile::tempdir().unwrap();
-    let out = out_dir.path().join("rows");
-    let server = TestServer::start();
-    let client = server.connect().await;
-    exec(
-        &client,
-        "CREATE STREAM ev (k VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
-    )
-    .await;
-    exec(
-        &client,
-        &format!(
-            "CREATE SINK shaped WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS \
-             SELECT k, ts FROM ev WHERE k <> 'z'",
-            out.display()
-        ),
-    )
-    .await;
+    let (_server, client, out_dir) = with_file_sink("shaped", "SELECT k, ts FROM ev WHERE k <> 'z'").await;
+    let out = out_dir.path().join("out");
     // Before: windows 0–2 (their rows go out one by one).
     let before = rows(0..3);
     exec(&client, &insert_sql(&before)).await;

@@ -81,14 +81,19 @@ pub struct Master {
     checkpoint_root: PathBuf,
 }
 
-/// Refuses to drop `what` while pipelines read `stream`.
-fn ensure_unread(state: &CatalogState, stream: &str, what: &str) -> Result<()> {
-    let readers: Vec<&str> = state
+/// The pipelines that read `stream`, but `except`.
+fn readers_of<'a>(state: &'a CatalogState, stream: &str, except: Option<&str>) -> Vec<&'a str> {
+    state
         .pipelines
         .values()
-        .filter(|p| p.reads(stream))
+        .filter(|p| Some(p.name.as_str()) != except && p.reads(stream))
         .map(|p| p.name.as_str())
-        .collect();
+        .collect()
+}
+
+/// Refuses to drop `what` while pipelines read `stream`.
+fn ensure_unread(state: &CatalogState, stream: &str, what: &str) -> Result<()> {
+    let readers = readers_of(state, stream, None);
     if readers.is_empty() {
         return Ok(());
     }
@@ -543,12 +548,7 @@ impl Master {
         if current.schema.fields() == new.schema.fields() {
             return Ok(());
         }
-        let readers: Vec<&str> = state
-            .pipelines
-            .values()
-            .filter(|p| p.name != name && p.reads(&new.name))
-            .map(|p| p.name.as_str())
-            .collect();
+        let readers = readers_of(&state, &new.name, Some(name));
         if readers.is_empty() {
             return Ok(());
         }

@@ -157,32 +157,20 @@ impl Task {
             let done = match message {
                 Message::Barrier(b) => {
                     mutation = mutation.or(b.mutation);
-                    if let Some(id) = aligner.on_barrier(input, b.checkpoint_id) {
-                        let barrier = Barrier {
-                            checkpoint_id: id,
-                            mutation: mutation.take(),
-                        };
-                        self.checkpoint(barrier, &frontier).await?;
-                        if barrier.stops() {
-                            // Stopped at the barrier: no end of input
-                            // downstream, which stops at the same barrier.
-                            return Ok(());
-                        }
+                    if let Some(id) = aligner.on_barrier(input, b.checkpoint_id)
+                        && self.aligned(id, mutation.take(), &frontier).await?
+                    {
+                        return Ok(());
                     }
                     false
                 }
                 Message::EndOfInput => {
                     let aligned = aligner.on_end(input);
                     let done = self.handle(&mut frontier, input, Message::EndOfInput).await?;
-                    if let (Some(id), false) = (aligned, done) {
-                        let barrier = Barrier {
-                            checkpoint_id: id,
-                            mutation: mutation.take(),
-                        };
-                        self.checkpoint(barrier, &frontier).await?;
-                        if barrier.stops() {
-                            return Ok(());
-                        }
+                    if let (Some(id), false) = (aligned, done)
+                        && self.aligned(id, mutation.take(), &frontier).await?
+                    {
+                        return Ok(());
                     }
                     done
                 }
@@ -205,6 +193,18 @@ impl Task {
                 return Ok(());
             }
         }
+    }
+
+    /// Barrier `id` (carrying `mutation`) is aligned: checkpoint. Returns
+    /// true when the task stops at it — without an end of input
+    /// downstream, which stops at the same barrier.
+    async fn aligned(&mut self, id: u64, mutation: Option<Mutation>, frontier: &InputFrontier) -> Result<bool> {
+        let barrier = Barrier {
+            checkpoint_id: id,
+            mutation,
+        };
+        self.checkpoint(barrier, frontier).await?;
+        Ok(barrier.stops())
     }
 
     /// Every input delivered barrier `id`: snapshot, forward the barrier,
