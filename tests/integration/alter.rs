@@ -546,3 +546,101 @@ async fn an_added_window_counts_every_row_from_the_switch_on() {
     let expected: Vec<(i64, String, i64)> = counts.into_iter().map(|((e, k), n)| (e, k, n)).collect();
     assert_eq!(got, expected);
 }
+
+/// A Kafka source rescaled 1 → 3 → 2 with the window below it: its
+/// partitions are re-split between the new instances, each going on from
+/// the stored offset, so every record is counted once and every window is
+/// written once with the count of all its records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_source_re_splits_its_partitions_when_rescaled() {
+    use crate::common::external::{Produce, create_topic, produce, unique};
+    let topic = unique("resplit");
+    create_topic(&topic, 4).await;
+    let now = crate::support::epoch_ms(std::time::SystemTime::now());
+    let base = now - now % 3_600_000 - 7_200_000;
+    let record = |i: i64| {
+        let ts = base + i * 100;
+        let t = chrono::DateTime::from_timestamp_millis(ts).unwrap().naive_utc();
+        let json = format!(
+            r#"{{"k":"k{}","seq":{i},"ts":"{}"}}"#,
+            i % 5,
+            t.format("%Y-%m-%dT%H:%M:%S%.3f")
+        );
+        Produce::to((i % 4) as i32, json).at(ts)
+    };
+    let (_server, client, out_dir) = {
+        let out_dir = tempfile::tempdir().unwrap();
+        let server = TestServer::start();
+        let client = server.connect().await;
+        exec(
+            &client,
+            &format!(
+                "CREATE STREAM kin (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'kafka', \
+                 topic = '{topic}', 'properties.bootstrap.servers' = 'localhost:9092', format = 'json')"
+            ),
+        )
+        .await;
+        exec(&client, "SET parallelism = 1").await;
+        exec(
+            &client,
+            &format!(
+                "CREATE SINK per_key WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS \
+                 SELECT window_end, k, count(*) AS n FROM TUMBLE(kin, ts, INTERVAL '1' SECOND) WHERE k <> 'end' \
+                 GROUP BY window_start, window_end, k",
+                out_dir.path().join("out").display()
+            ),
+        )
+        .await;
+        (server, client, out_dir)
+    };
+    let out = out_dir.path().join("out");
+    // Three phases of 200 records (20 s of event time in all), a rescale
+    // between them, then one record per partition far ahead.
+    for (phase, parallelism) in [(0i64, Some(3)), (1, Some(2)), (2, None)] {
+        let records: Vec<Produce> = (phase * 200..(phase + 1) * 200).map(record).collect();
+        produce(&topic, &records).await;
+        read_all(&client, "per_key", records.len()).await;
+        if let Some(p) = parallelism {
+            exec(&client, &format!("ALTER PIPELINE per_key SET PARALLELISM {p}")).await;
+        }
+    }
+    let ends: Vec<Produce> = (0..4)
+        .map(|p| {
+            let ts = base + 100_000;
+            let t = chrono::DateTime::from_timestamp_millis(ts).unwrap().naive_utc();
+            Produce::to(
+                p,
+                format!(r#"{{"k":"end","seq":-1,"ts":"{}"}}"#, t.format("%Y-%m-%dT%H:%M:%S%.3f")),
+            )
+            .at(ts)
+        })
+        .collect();
+    produce(&topic, &ends).await;
+    let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
+    for i in 0..600i64 {
+        *counts.entry((i * 100 / 1000 + 1, format!("k{}", i % 5))).or_default() += 1;
+    }
+    let expected: Vec<(i64, String, i64)> = counts.into_iter().map(|((e, k), n)| (e, k, n)).collect();
+    wait_for("every window in the files", PIPELINE_TIMEOUT, || async {
+        (committed_lines(&out).len() >= expected.len()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut got: Vec<(i64, String, i64)> = committed_lines(&out)
+        .iter()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let end_ms = ms_of_day(v["window_end"].as_str().unwrap()) - base.rem_euclid(86_400_000);
+            (
+                end_ms / 1000,
+                v["k"].as_str().unwrap().to_string(),
+                v["n"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, expected);
+    let plan = simple_records(&client, "EXPLAIN PIPELINE per_key").await;
+    assert_eq!(plan[0]["kind"].as_deref(), Some("source"));
+    assert_eq!(plan[0]["parallelism"].as_deref(), Some("2"), "the source runs at 2 now");
+}

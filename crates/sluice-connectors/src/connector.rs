@@ -84,6 +84,13 @@ pub trait Connector: Send + Sync {
         false
     }
 
+    /// Whether a source of this connector can change its parallelism while
+    /// keeping its positions (`ALTER PIPELINE … SET PARALLELISM`; its
+    /// reader implements `SourceReader::restore_rescaled`).
+    fn source_rescalable(&self) -> bool {
+        false
+    }
+
     /// The options of a stream's source rewound to `timestamp` (`ALTER
     /// PIPELINE … RESET SOURCE … TO TIMESTAMP`): a reader built from them
     /// starts at the first record at or after that time. Default: the

@@ -60,6 +60,12 @@ pub fn accepts_insert(name: &str) -> bool {
     find(name).is_ok_and(|c| c.accepts_insert())
 }
 
+/// Whether a `name` source can change its parallelism (see
+/// [`Connector::source_rescalable`]).
+pub fn source_rescalable(name: &str) -> bool {
+    find(name).is_ok_and(|c| c.source_rescalable())
+}
+
 /// The options of a `name` source rewound to `timestamp` (see
 /// [`Connector::rewind_options`]).
 pub fn rewind_options(

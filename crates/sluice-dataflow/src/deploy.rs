@@ -598,8 +598,20 @@ impl Checkpointing {
         let Some(from) = handoff.source_of(op.uid) else {
             return Ok(TaskState::default());
         };
-        if matches!(op.kind, OperatorKind::Sink(_)) && r.parallelism_of(from).is_some_and(|p| p != op.parallelism) {
+        let rescaled = r.parallelism_of(from).is_some_and(|p| p != op.parallelism);
+        if rescaled && matches!(op.kind, OperatorKind::Sink(_)) {
             return Ok(TaskState::default());
+        }
+        if rescaled && matches!(op.kind, OperatorKind::Source(_)) {
+            // Every old instance's positions; the reader keeps its own
+            // partitions' (`SourceReader::restore_rescaled`).
+            let parts = r
+                .tasks
+                .iter()
+                .filter(|(t, _)| t.uid == from)
+                .map(|(_, s)| s.clone())
+                .collect();
+            return Ok(crate::source::pack_rescaled(parts));
         }
         let stored = OperatorSpec {
             uid: from,

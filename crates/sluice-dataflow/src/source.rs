@@ -82,6 +82,53 @@ pub trait SourceReader: Send {
         let _ = state;
         Ok(())
     }
+
+    /// Like [`SourceReader::restore`], after the source's parallelism
+    /// changed (`ALTER PIPELINE … SET PARALLELISM`): `parts` are the states
+    /// of every instance of the old parallelism; this instance takes the
+    /// positions of the partitions it now reads. Default: refused (only
+    /// readers whose connector says [`rescalable`] implement it).
+    ///
+    /// [`rescalable`]: crate::deploy::ConnectorFactory
+    fn restore_rescaled(&mut self, parts: &[TaskState]) -> Result<()> {
+        let _ = parts;
+        Err(Error::internal(
+            "this source cannot be restored at another parallelism than its checkpoint's",
+        ))
+    }
+}
+
+/// The key marking a source state packed from every old instance's state
+/// (a rescale): its value is the number of parts.
+const RESCALED_PARTS_KEY: &str = "__source.rescaled_parts";
+
+/// Packs every old instance's state of a source into one, for a new
+/// instance after a rescale ([`unpack_rescaled`] undoes it in the task).
+pub fn pack_rescaled(parts: Vec<TaskState>) -> TaskState {
+    let mut packed = TaskState::default();
+    packed.put_bytes(RESCALED_PARTS_KEY, (parts.len() as u64).to_le_bytes().to_vec());
+    for (i, part) in parts.into_iter().enumerate() {
+        for (key, value) in part.entries {
+            packed.entries.insert(format!("__part.{i}.{key}"), value);
+        }
+    }
+    packed
+}
+
+/// The old instances' states packed by [`pack_rescaled`], if `state` is one.
+fn unpack_rescaled(state: &TaskState) -> Option<Vec<TaskState>> {
+    let n = u64::from_le_bytes(state.bytes(RESCALED_PARTS_KEY)?.try_into().ok()?) as usize;
+    let mut parts = vec![TaskState::default(); n];
+    for (key, value) in &state.entries {
+        let Some(rest) = key.strip_prefix("__part.") else {
+            continue;
+        };
+        let Some((i, key)) = rest.split_once('.') else { continue };
+        if let Some(part) = i.parse::<usize>().ok().and_then(|i| parts.get_mut(i)) {
+            part.entries.insert(key.to_string(), value.clone());
+        }
+    }
+    Some(parts)
 }
 
 /// Per-partition watermarks and idleness of one source instance.
@@ -265,8 +312,15 @@ impl SourceTask {
         let mut restored_watermarks = None;
         if let Some(c) = &mut self.checkpoint {
             if let Some((_, state)) = &c.restored {
-                self.reader.restore(state)?;
-                restored_watermarks = state.json::<WatermarkState>(WATERMARKS_KEY)?;
+                match unpack_rescaled(state) {
+                    // Rescaled: the per-partition watermarks were another
+                    // instance's; they start over from the rows read next.
+                    Some(parts) => self.reader.restore_rescaled(&parts)?,
+                    None => {
+                        self.reader.restore(state)?;
+                        restored_watermarks = state.json::<WatermarkState>(WATERMARKS_KEY)?;
+                    }
+                }
             }
             c.handles.trigger.mark_unchanged();
         }

@@ -319,6 +319,7 @@ fn parallelism_note(before: &OperatorSpec, after: &OperatorSpec) -> Option<Strin
     (before.parallelism != after.parallelism).then(|| {
         let how = match after.kind {
             OperatorKind::WindowAggregate(_) | OperatorKind::Join(_) => ", state redistributed by key group",
+            OperatorKind::Source(_) => ", partitions re-split",
             _ => "",
         };
         format!("parallelism {} → {}{how}", before.parallelism, after.parallelism)
@@ -462,28 +463,37 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
 }
 
 /// Why an operator's parallelism cannot be set, if it cannot.
-fn rescalable(op: &OperatorSpec) -> Result<(), String> {
+/// `source_rescalable` says whether a source's connector can re-split its
+/// partitions.
+fn rescalable(op: &OperatorSpec, source_rescalable: &dyn Fn(&crate::SourceSpec) -> bool) -> Result<(), String> {
     match &op.kind {
+        OperatorKind::Source(s) if source_rescalable(s) => Ok(()),
         OperatorKind::WindowAggregate(w) if !w.key_columns.is_empty() => Ok(()),
         OperatorKind::Join(_) => Ok(()),
         OperatorKind::WindowAggregate(_) => {
             Err("a window without GROUP BY keys holds every row's state in one instance".into())
         }
-        OperatorKind::Source(_) => Err(
-            "a source reads its stream's partitions at the parallelism it started with (re-splitting positions between instances is not supported yet)"
-                .into(),
-        ),
+        OperatorKind::Source(s) => Err(format!(
+            "a {} source reads its stream at the parallelism it started with (Kafka sources re-split their partitions)",
+            s.connector
+        )),
         OperatorKind::Project(_) => Err("a filter/projection runs at its input's parallelism".into()),
         OperatorKind::Sink(_) => Err("a sink runs as one instance".into()),
     }
 }
 
 /// The parallelism changes of `ALTER PIPELINE … SET PARALLELISM n`
-/// (`operator: None`: every keyed window and join) and `… ALTER OPERATOR
-/// id SET PARALLELISM n`. The filters/projections behind a changed
-/// operator follow it (they run in its task); edges into the sink are
-/// re-chosen as the planner chooses them. Uids do not change.
-pub fn set_parallelism(dag: &PhysicalDag, operator: Option<OperatorId>, n: u32) -> Result<PhysicalDag, String> {
+/// (`operator: None`: every keyed window and join, and every source whose
+/// connector can re-split its partitions) and `… ALTER OPERATOR id SET
+/// PARALLELISM n`. The filters/projections behind a changed operator follow
+/// it (they run in its task); edges into the sink are re-chosen as the
+/// planner chooses them. Uids do not change.
+pub fn set_parallelism(
+    dag: &PhysicalDag,
+    operator: Option<OperatorId>,
+    n: u32,
+    source_rescalable: &dyn Fn(&crate::SourceSpec) -> bool,
+) -> Result<PhysicalDag, String> {
     if n == 0 || n > dag.key_groups {
         return Err(format!(
             "parallelism must be between 1 and {} (the pipeline's key groups)",
@@ -495,7 +505,7 @@ pub fn set_parallelism(dag: &PhysicalDag, operator: Option<OperatorId>, n: u32) 
             let op = dag
                 .operator(id)
                 .ok_or_else(|| format!("the pipeline has no operator {id} (see EXPLAIN PIPELINE)"))?;
-            rescalable(op).map_err(|why| {
+            rescalable(op, source_rescalable).map_err(|why| {
                 format!(
                     "cannot set the parallelism of operator {id} ({}): {why}",
                     op.kind.name()
@@ -506,7 +516,7 @@ pub fn set_parallelism(dag: &PhysicalDag, operator: Option<OperatorId>, n: u32) 
         None => dag
             .operators
             .iter()
-            .filter(|o| rescalable(o).is_ok())
+            .filter(|o| rescalable(o, source_rescalable).is_ok())
             .map(|o| o.id)
             .collect(),
     };

@@ -91,6 +91,12 @@ impl Connector for Kafka {
         KafkaSourceConfig::parse("stream", options).map(|_| ())
     }
 
+    /// Partitions are spread over instances by index: a new parallelism
+    /// re-splits them, each going on from its stored offset.
+    fn source_rescalable(&self) -> bool {
+        true
+    }
+
     /// Start mode `timestamp` at `timestamp`: each partition from its
     /// first record at or after it (Kafka's offsets for times).
     fn rewind_options(&self, options: &BTreeMap<String, String>, timestamp: &str) -> Result<BTreeMap<String, String>> {

@@ -154,6 +154,25 @@ impl SourceReader for KafkaReader {
         self.positions = positions;
         Ok(())
     }
+
+    /// After a rescale: the positions of every old instance, merged. An
+    /// instance's state may also hold positions of partitions it read
+    /// before an earlier rescale; offsets only grow, so the highest one
+    /// of a partition is its reader's. The worker reads only the
+    /// partitions assigned to this instance, from these positions.
+    fn restore_rescaled(&mut self, parts: &[TaskState]) -> Result<()> {
+        let mut merged: BTreeMap<i32, i64> = BTreeMap::new();
+        for part in parts {
+            let positions: BTreeMap<i32, i64> = part.json(OFFSETS_KEY)?.unwrap_or_default();
+            for (partition, offset) in positions {
+                let e = merged.entry(partition).or_insert(offset);
+                *e = (*e).max(offset);
+            }
+        }
+        let mut state = TaskState::default();
+        state.put_json(OFFSETS_KEY, &merged)?;
+        self.restore(&state)
+    }
 }
 
 /// Where each stream column comes from.

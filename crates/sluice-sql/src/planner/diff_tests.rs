@@ -123,7 +123,7 @@ async fn the_same_query_is_an_empty_diff() {
 #[tokio::test]
 async fn set_parallelism_rescales_keyed_operators_and_what_runs_in_their_tasks() {
     let old = plan(COUNTS, 1).await;
-    let new = set_parallelism(&old, None, 4).unwrap();
+    let new = set_parallelism(&old, None, 4, &no_source).unwrap();
     let p: Vec<(&str, u32)> = new.operators.iter().map(|o| (o.kind.name(), o.parallelism)).collect();
     // The memory source (one partition) and its filter keep theirs; the
     // window and the projection behind it go to 4; the sink stays one.
@@ -153,7 +153,7 @@ async fn set_parallelism_rescales_keyed_operators_and_what_runs_in_their_tasks()
         window.detail
     );
     // And back to one: the sink's edge is forward again.
-    let back = set_parallelism(&new, None, 1).unwrap();
+    let back = set_parallelism(&new, None, 1, &no_source).unwrap();
     assert_eq!(back, old);
 }
 
@@ -161,14 +161,14 @@ async fn set_parallelism_rescales_keyed_operators_and_what_runs_in_their_tasks()
 async fn set_parallelism_refuses_what_cannot_rescale() {
     let dag = plan(COUNTS, 1).await;
     let source = dag.operators[0].id;
-    let err = set_parallelism(&dag, Some(source), 2).unwrap_err();
+    let err = set_parallelism(&dag, Some(source), 2, &no_source).unwrap_err();
     assert!(err.contains("source"), "{err}");
-    let err = set_parallelism(&dag, Some(OperatorId(99)), 2).unwrap_err();
+    let err = set_parallelism(&dag, Some(OperatorId(99)), 2, &no_source).unwrap_err();
     assert!(err.contains("no operator 99"), "{err}");
-    assert!(set_parallelism(&dag, None, 0).is_err());
-    assert!(set_parallelism(&dag, None, dag.key_groups + 1).is_err());
+    assert!(set_parallelism(&dag, None, 0, &no_source).is_err());
+    assert!(set_parallelism(&dag, None, dag.key_groups + 1, &no_source).is_err());
     let window = dag.operators[2].id;
-    let one = set_parallelism(&dag, Some(window), 3).unwrap();
+    let one = set_parallelism(&dag, Some(window), 3, &no_source).unwrap();
     assert_eq!(one.operators[2].parallelism, 3);
     assert_eq!(one.operators[3].parallelism, 3, "the projection in its task follows");
 }
@@ -201,4 +201,30 @@ async fn a_rewound_source_resets_what_is_below_it_and_startup_options_keep_posit
     let s = summary(&d);
     assert_eq!(s[0], (Change::Replaced, "source".into(), StateFate::Moved));
     assert_eq!(s[2], (Change::Replaced, "window_aggregate".into(), StateFate::Moved));
+}
+
+/// A memory source (as the planner's test catalog has it) cannot re-split.
+fn no_source(_: &sluice_plan::SourceSpec) -> bool {
+    false
+}
+
+/// A source whose connector can re-split its partitions rescales with the
+/// keyed operators; the filter chained behind it follows.
+#[tokio::test]
+async fn set_parallelism_rescales_a_source_that_can_re_split() {
+    let dag = plan(COUNTS, 1).await;
+    let any = |_: &sluice_plan::SourceSpec| true;
+    let new = set_parallelism(&dag, None, 3, &any).unwrap();
+    let p: Vec<u32> = new.operators.iter().map(|o| o.parallelism).collect();
+    assert_eq!(p, [3, 3, 3, 3, 1]);
+    let d = diff(&dag, &new, ResetPolicy::Refuse);
+    assert!(
+        d.lines[0].detail.contains("parallelism 1 → 3, partitions re-split"),
+        "{}",
+        d.lines[0].detail
+    );
+    let one = set_parallelism(&dag, Some(dag.operators[0].id), 2, &any).unwrap();
+    assert_eq!(one.operators[0].parallelism, 2);
+    assert_eq!(one.operators[1].parallelism, 2, "the chained filter follows");
+    assert_eq!(one.operators[2].parallelism, 1, "the window keeps its own");
 }

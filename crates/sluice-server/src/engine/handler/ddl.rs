@@ -256,7 +256,8 @@ pub async fn alter_pipeline(ctx: Ctx<'_>, name: &str, change: &PipelineChange) -
             (sql, dag, derived, *reset_state, statement)
         }
         PipelineChange::Parallelism { operator, parallelism } => {
-            let dag = sluice_plan::diff::set_parallelism(&def.dag, operator.map(OperatorId), *parallelism)
+            let rescalable = |s: &sluice_plan::SourceSpec| sluice_connectors::registry::source_rescalable(&s.connector);
+            let dag = sluice_plan::diff::set_parallelism(&def.dag, operator.map(OperatorId), *parallelism, &rescalable)
                 .map_err(|e| Error::user(SqlCode::InvalidParameterValue, e))?;
             let statement = match operator {
                 Some(op) => format!("ALTER PIPELINE {name} ALTER OPERATOR {op} SET PARALLELISM {parallelism}"),
