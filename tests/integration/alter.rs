@@ -644,3 +644,83 @@ async fn a_kafka_source_re_splits_its_partitions_when_rescaled() {
     assert_eq!(plan[0]["kind"].as_deref(), Some("source"));
     assert_eq!(plan[0]["parallelism"].as_deref(), Some("2"), "the source runs at 2 now");
 }
+
+/// `RESET SOURCE` on a Nexmark source: its own position, computed from the
+/// time (event time is a function of the event number). A bounded, paced
+/// bid stream with 1-second windows is rewound to the start of window 1
+/// after windows 0 and 1 fired: window 1 is written again, every window
+/// with the count of all its bids (its records are all at or after the
+/// rewind time).
+#[tokio::test]
+async fn reset_source_rewinds_a_nexmark_stream_by_its_event_numbers() {
+    const BASE: i64 = crate::support::NEXMARK_BASE_TIME_MS;
+    let (_server, client, out_dir) = {
+        let out_dir = tempfile::tempdir().unwrap();
+        let server = TestServer::start();
+        let client = server.connect().await;
+        // 40 000 events: 4 s of event time (10 000 events a second), read
+        // in about 5 s.
+        exec(
+            &client,
+            "CREATE STREAM nbid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
+             date_time TIMESTAMP, extra VARCHAR, WATERMARK FOR date_time AS date_time) \
+             WITH (connector = 'nexmark', table = 'bid', 'events.max' = '40000', 'events.per.second' = '8000')",
+        )
+        .await;
+        exec(
+            &client,
+            &format!(
+                "CREATE SINK per_second WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS \
+                 SELECT window_start, count(*) AS n FROM TUMBLE(nbid, date_time, INTERVAL '1' SECOND) \
+                 GROUP BY window_start, window_end",
+                out_dir.path().join("out").display()
+            ),
+        )
+        .await;
+        (server, client, out_dir)
+    };
+    let out = out_dir.path().join("out");
+    // Windows 0 and 1 fired once the bids of event 25 000 are read.
+    let bids_before = (0..25_000u64).filter(|n| n % 50 >= 4).count();
+    wait_for("windows 0 and 1 fired", PIPELINE_TIMEOUT, || async {
+        let read: usize = field(&client, "per_second", "rows_in").await.parse().unwrap_or(0);
+        (read >= bids_before).then_some(())
+    })
+    .await;
+    assert_eq!(
+        field(&client, "per_second", "state").await,
+        "running",
+        "the stream lasts past the rewind"
+    );
+    exec(
+        &client,
+        &format!(
+            "ALTER PIPELINE per_second RESET SOURCE nbid TO TIMESTAMP '{}'",
+            BASE + 1_000
+        ),
+    )
+    .await;
+    wait_for("the rewound pipeline reads to the end", PIPELINE_TIMEOUT, || async {
+        (field(&client, "per_second", "state").await == "finished").then_some(())
+    })
+    .await;
+    let per_window = (0..10_000u64).filter(|n| n % 50 >= 4).count() as i64;
+    // Window 1 twice (before and after the rewind), the others once.
+    let expected: Vec<(i64, i64)> = vec![
+        (0, per_window),
+        (1, per_window),
+        (1, per_window),
+        (2, per_window),
+        (3, per_window),
+    ];
+    let mut got: Vec<(i64, i64)> = committed_lines(&out)
+        .iter()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let start = ms_of_day(v["window_start"].as_str().unwrap()) - BASE.rem_euclid(86_400_000);
+            (start / 1000, v["n"].as_i64().unwrap())
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, expected);
+}

@@ -20,6 +20,9 @@ pub struct NexmarkOptions {
     /// the reader's start, event n when it is due at the pace (for latency
     /// measurements: event time is then the event's creation time).
     pub base_time_now: bool,
+    /// `'scan.startup.timestamp'`: start at the first event at or after
+    /// this event time (ms), unless restored.
+    pub start_ms: Option<i64>,
 }
 
 /// Parses and checks a nexmark stream's options.
@@ -39,13 +42,38 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
         config.base_time_ms = base as i64;
     }
     let events_per_second = u64_option(options, "events.per.second")?.unwrap_or(0);
+    let start_ms = options
+        .get("scan.startup.timestamp")
+        .map(|t| crate::kafka::parse_timestamp_ms(t))
+        .transpose()?;
+    if start_ms.is_some() && base_time_now {
+        return Err(Error::invalid_option(
+            "'scan.startup.timestamp' needs a fixed 'base.time': with 'now' event time is the wall clock",
+        ));
+    }
     config.validate()?;
     Ok(NexmarkOptions {
         table,
         config,
         events_per_second,
         base_time_now,
+        start_ms,
     })
+}
+
+/// The number of the first event whose event time is at or after
+/// `start_ms` (event time rises with the number).
+fn first_event_at(generator: &NexmarkGenerator, start_ms: i64) -> u64 {
+    let (mut lo, mut hi) = (0u64, 1u64 << 52);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if generator.event_time_ms(mid) < start_ms {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// A paced reader woken this much after its next event fell due logs it
@@ -78,6 +106,9 @@ impl NexmarkReader {
         }
         let mut generator = NexmarkGenerator::new(config, options.table, instance, parallelism);
         generator.skip_columns(unread);
+        if let Some(start) = options.start_ms {
+            generator.seek(first_event_at(&generator, start));
+        }
         let first_position = generator.position();
         NexmarkReader {
             generator,
@@ -205,6 +236,50 @@ mod tests {
             .unwrap();
         assert!(matches!(first, SourceEvent::Data { .. }), "{first:?}");
         assert!(reader.generator.position() > 60_000);
+    }
+
+    /// `'scan.startup.timestamp'` starts every instance at the first event
+    /// at or after the time: no row before it, and the first rows of all
+    /// instances together begin right at it.
+    #[tokio::test]
+    async fn a_start_time_skips_every_event_before_it() {
+        let options = |start: &str| -> BTreeMap<String, String> {
+            [
+                ("table", "bid"),
+                ("events.max", "20000"),
+                ("scan.startup.timestamp", start),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+        };
+        let base = NexmarkConfig::default().base_time_ms;
+        // Event n is at base + n / 10 000 s: 1 s in is event 10 000.
+        let config = nexmark_config(&options(&(base + 1_000).to_string())).unwrap();
+        let mut earliest = i64::MAX;
+        let mut rows = 0;
+        for instance in 0..2 {
+            let mut reader = NexmarkReader::new(&config, instance, 2, &[]);
+            while let SourceEvent::Data { batch, .. } = reader.next(8192).await.unwrap() {
+                let column = batch.column_by_name("date_time").unwrap();
+                for t in timestamps_ms(column).unwrap().into_iter().flatten() {
+                    assert!(t >= base + 1_000, "a bid at {t} before the start");
+                    earliest = earliest.min(t);
+                }
+                rows += batch.num_rows();
+            }
+        }
+        assert_eq!(earliest, base + 1_000);
+        // The bids among events 10 000..20 000: 46 of every 50.
+        assert_eq!(rows, (10_000..20_000u64).filter(|n| n % 50 >= 4).count());
+        let e = nexmark_config(
+            &[("table", "bid"), ("base.time", "now"), ("scan.startup.timestamp", "0")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("fixed 'base.time'"), "{e}");
     }
 
     /// A paced reader emits an event only once it is due: no row's event

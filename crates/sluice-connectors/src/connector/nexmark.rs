@@ -30,9 +30,22 @@ static SOURCE_OPTIONS: OptionSet = OptionSet::keys(&[
         "base.time",
         "epoch ms of event 0, or 'now': event time is wall-clock (latency runs)",
     ),
+    option(
+        "scan.startup.timestamp",
+        "start at the first event at or after this event time ('2026-11-30 12:00:00' or epoch ms)",
+    ),
 ]);
 
 impl Connector for Nexmark {
+    /// The first event at or after `timestamp` (event time is a function
+    /// of the event number, so this is exact).
+    fn rewind_options(&self, options: &BTreeMap<String, String>, timestamp: &str) -> Result<BTreeMap<String, String>> {
+        let mut rewound = options.clone();
+        rewound.insert("scan.startup.timestamp".into(), timestamp.to_string());
+        nexmark_config(&rewound)?;
+        Ok(rewound)
+    }
+
     fn name(&self) -> &'static str {
         "nexmark"
     }
