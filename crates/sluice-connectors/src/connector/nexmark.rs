@@ -37,6 +37,12 @@ static SOURCE_OPTIONS: OptionSet = OptionSet::keys(&[
 ]);
 
 impl Connector for Nexmark {
+    /// Instances split the event numbers; a new split goes on from the old
+    /// instances' positions (`NexmarkReader::restore_rescaled`).
+    fn source_rescalable(&self) -> bool {
+        true
+    }
+
     /// The first event at or after `timestamp` (event time is a function
     /// of the event number, so this is exact).
     fn rewind_options(&self, options: &BTreeMap<String, String>, timestamp: &str) -> Result<BTreeMap<String, String>> {

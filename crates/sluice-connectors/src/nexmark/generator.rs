@@ -26,7 +26,34 @@ pub struct NexmarkGenerator {
     end: u64,
     /// The event number the next batch starts scanning from.
     position: u64,
+    /// After a re-split: events an earlier split already emitted.
+    emitted: Vec<EmittedBefore>,
     context: EventContext,
+}
+
+/// What one earlier split of the sequence emitted: partition `i` of
+/// `positions.len()` emitted its events (`n % len == i`) below
+/// `positions[i]`. Restoring at another parallelism, a generator skips
+/// these events between the lowest and the highest position.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EmittedBefore {
+    pub positions: Vec<u64>,
+}
+
+impl EmittedBefore {
+    fn covers(&self, n: u64) -> bool {
+        n < self.positions[(n % self.positions.len() as u64) as usize]
+    }
+
+    /// The first event number at or after which it covers nothing.
+    pub fn end(&self) -> u64 {
+        self.positions.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The lowest position: every event below it was emitted.
+    pub fn start(&self) -> u64 {
+        self.positions.iter().copied().min().unwrap_or(0)
+    }
 }
 
 impl NexmarkGenerator {
@@ -43,6 +70,7 @@ impl NexmarkGenerator {
             owned: OwnedEvents::new(table, partition, partitions),
             end: config.events_max.unwrap_or(u64::MAX),
             position: 0,
+            emitted: Vec::new(),
             context: EventContext {
                 seed: config.seed,
                 clock: EventClock::new(config.base_time_ms, config.events_per_second_for_timestamps),
@@ -96,7 +124,10 @@ impl NexmarkGenerator {
     /// The number of the next event this generator emits; `None` when the
     /// sequence is exhausted for it.
     pub fn next_event(&self) -> Option<u64> {
-        self.owned.iter_from(self.position).next().filter(|&n| n < self.end)
+        self.owned
+            .iter_from(self.position)
+            .find(|&n| n >= self.end || !self.emitted.iter().any(|e| e.covers(n)))
+            .filter(|&n| n < self.end)
     }
 
     fn fill<R: TableRows>(&mut self, rows_max: usize, limit: u64) -> Option<RecordBatch> {
@@ -112,12 +143,18 @@ impl NexmarkGenerator {
             if n >= limit {
                 break;
             }
+            if self.emitted.iter().any(|e| e.covers(n)) {
+                next_position = n + 1;
+                continue;
+            }
             rows.get_or_insert_with(|| R::with_capacity(rows_max.min(BATCH_ROWS_PREALLOCATED_MAX), &self.context))
                 .append(n, &mut self.context);
             emitted += 1;
             next_position = n + 1;
         }
         self.position = next_position;
+        let position = self.position;
+        self.emitted.retain(|e| e.end() > position);
         rows.map(|rows| rows.finish(self.schema.clone()))
     }
 
@@ -129,6 +166,19 @@ impl NexmarkGenerator {
     /// Resumes from a position returned by [`NexmarkGenerator::position`].
     pub fn seek(&mut self, position: u64) {
         self.position = position;
+    }
+
+    /// What earlier splits emitted that this generator must skip (empty
+    /// once it is past them): stored with its position.
+    pub fn emitted_before(&self) -> &[EmittedBefore] {
+        &self.emitted
+    }
+
+    /// Resumes a re-split sequence: from the lowest position of `emitted`,
+    /// skipping what they emitted.
+    pub fn resume(&mut self, position: u64, emitted: Vec<EmittedBefore>) {
+        self.position = position;
+        self.emitted = emitted.into_iter().filter(|e| e.end() > position).collect();
     }
 
     /// Event time (ms) of global event number `n`.

@@ -63,7 +63,7 @@ use std::sync::{Arc, OnceLock};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use sluice_types::{Error, Result};
 
-pub use generator::NexmarkGenerator;
+pub use generator::{EmittedBefore, NexmarkGenerator};
 
 /// Which Nexmark table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
