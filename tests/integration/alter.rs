@@ -273,7 +273,8 @@ fn ms_of_day(text: &str) -> i64 {
 /// Rescaled 1 → 4 → 2 while it reads a bounded, paced Nexmark bid stream:
 /// the windows written equal the reference computed from the stream's
 /// rows, each once (the keyed window state moved between instances by key
-/// group at each switch).
+/// group at each switch, the source's event numbers re-split between its
+/// instances).
 #[tokio::test]
 async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() {
     const EVENTS: u64 = 30_000;
@@ -359,6 +360,11 @@ async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() 
         diffs[1].contains("parallelism 4 → 2, state redistributed by key group"),
         "{}",
         diffs[1]
+    );
+    assert!(
+        diffs[0].contains("kept source") && diffs[0].contains("parallelism 1 → 4, partitions re-split"),
+        "{}",
+        diffs[0]
     );
 }
 
