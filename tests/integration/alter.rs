@@ -730,3 +730,43 @@ async fn reset_source_rewinds_a_nexmark_stream_by_its_event_numbers() {
     got.sort();
     assert_eq!(got, expected);
 }
+
+/// `RESET SOURCE` on a memory stream: from the first row of the log whose
+/// event time is at or after the time. Windows from there are written
+/// again, with the counts of all their rows.
+#[tokio::test]
+async fn reset_source_rewinds_a_memory_stream_by_event_time() {
+    let query = "SELECT window_end, k, count(*) AS n FROM TUMBLE(ev, ts, INTERVAL '1' SECOND) WHERE k <> 'z' \
+                 GROUP BY window_start, window_end, k";
+    let (_server, client, out_dir) = with_file_sink("mem_counts", query).await;
+    let out = out_dir.path().join("out");
+    let mut all = rows(0..6);
+    all.push((59, 0, "z"));
+    exec(&client, &insert_sql(&all)).await;
+    let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
+    for (s, _, k) in all.iter().filter(|r| r.2 != "z") {
+        *counts.entry((s + 1, k.to_string())).or_default() += 1;
+    }
+    let once: Vec<(i64, String, i64)> = counts.into_iter().map(|((e, k), n)| (e, k, n)).collect();
+    wait_for("every window once", PIPELINE_TIMEOUT, || async {
+        (committed_lines(&out).len() >= once.len()).then_some(())
+    })
+    .await;
+    exec(
+        &client,
+        "ALTER PIPELINE mem_counts RESET SOURCE ev TO TIMESTAMP '2026-01-01 00:00:03'",
+    )
+    .await;
+    // Windows 3–5 (ending at 4–6 s) again.
+    let mut expected = once.clone();
+    expected.extend(once.iter().filter(|(end, ..)| *end >= 4).cloned());
+    expected.sort();
+    wait_for("windows 3-5 written again", PIPELINE_TIMEOUT, || async {
+        (committed_lines(&out).len() >= expected.len()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut got: Vec<(i64, String, i64)> = committed_lines(&out).iter().map(|l| parse_line(l)).collect();
+    got.sort();
+    assert_eq!(got, expected);
+}

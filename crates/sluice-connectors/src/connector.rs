@@ -95,13 +95,9 @@ pub trait Connector: Send + Sync {
     /// PIPELINE … RESET SOURCE … TO TIMESTAMP`): a reader built from them
     /// starts at the first record at or after that time. Default: the
     /// connector cannot rewind (`0A000`).
-    fn rewind_options(
-        &self,
-        _options: &BTreeMap<String, String>,
-        _timestamp: &str,
-    ) -> Result<BTreeMap<String, String>> {
+    fn rewind_options(&self, _spec: &SourceSpec, _timestamp: &str) -> Result<BTreeMap<String, String>> {
         Err(sluice_types::Error::unsupported(format!(
-            "a {} source cannot be rewound to a time (Kafka sources can)",
+            "a {} source cannot be rewound to a time (Kafka, Nexmark and memory sources can)",
             self.name()
         )))
     }

@@ -171,6 +171,35 @@ impl MemoryReader {
     }
 }
 
+impl MemoryReader {
+    /// From the first row, in the log's order, whose event time (column
+    /// `time_column`) is at or after `start_ms`; the rest of its batch
+    /// with it. At the end when there is none yet.
+    pub fn from_time(log: Arc<MemoryLog>, start_ms: i64, time_column: usize) -> Result<Self> {
+        let mut reader = MemoryReader::new(log.clone(), true);
+        let entries = log.read_from(0, usize::MAX);
+        for (i, entry) in entries.iter().enumerate() {
+            let LogEntry::Batch(batch) = entry else { continue };
+            let column = batch
+                .columns()
+                .get(time_column)
+                .ok_or_else(|| Error::internal("memory log batch without its event-time column"))?;
+            let times = sluice_dataflow::time::timestamps_ms(column)?;
+            if let Some(row) = times.iter().position(|t| t.is_some_and(|t| t >= start_ms)) {
+                reader.position = i + 1;
+                reader
+                    .pending
+                    .push_back(LogEntry::Batch(batch.slice(row, batch.num_rows() - row)));
+                reader.pending.extend(entries[i + 1..].iter().cloned());
+                reader.position = entries.len();
+                return Ok(reader);
+            }
+        }
+        reader.position = entries.len();
+        Ok(reader)
+    }
+}
+
 /// Checkpoint key of a memory reader's position.
 const POSITION_KEY: &str = "memory.position";
 

@@ -68,12 +68,8 @@ pub fn source_rescalable(name: &str) -> bool {
 
 /// The options of a `name` source rewound to `timestamp` (see
 /// [`Connector::rewind_options`]).
-pub fn rewind_options(
-    name: &str,
-    options: &BTreeMap<String, String>,
-    timestamp: &str,
-) -> Result<BTreeMap<String, String>> {
-    find_source(name)?.rewind_options(options, timestamp)
+pub fn rewind_options(spec: &sluice_plan::SourceSpec, timestamp: &str) -> Result<BTreeMap<String, String>> {
+    find_source(&spec.connector)?.rewind_options(spec, timestamp)
 }
 
 /// How many instances can read a stream of connector `name` (`None`: any).

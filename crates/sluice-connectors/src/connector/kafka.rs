@@ -99,8 +99,8 @@ impl Connector for Kafka {
 
     /// Start mode `timestamp` at `timestamp`: each partition from its
     /// first record at or after it (Kafka's offsets for times).
-    fn rewind_options(&self, options: &BTreeMap<String, String>, timestamp: &str) -> Result<BTreeMap<String, String>> {
-        let mut rewound = options.clone();
+    fn rewind_options(&self, spec: &SourceSpec, timestamp: &str) -> Result<BTreeMap<String, String>> {
+        let mut rewound = spec.options.clone();
         rewound.insert("scan.startup.mode".into(), "timestamp".into());
         rewound.insert("scan.startup.timestamp".into(), timestamp.to_string());
         KafkaSourceConfig::parse("stream", &rewound)?;

@@ -22,7 +22,11 @@ pub struct Memory;
 static SOURCE_OPTIONS: OptionSet = OptionSet::keys(&[
     option(
         "scan.startup.mode",
-        "'earliest' (default): read the log from its start; 'latest': from its end",
+        "'earliest' (default): read the log from its start; 'latest': from its end; 'timestamp': from the first row at or after 'scan.startup.timestamp' (event time)",
+    ),
+    option(
+        "scan.startup.timestamp",
+        "with 'scan.startup.mode' = 'timestamp': '2026-11-30 12:00:00' or epoch ms",
     ),
     option(
         "memory.rows.max",
@@ -43,12 +47,29 @@ impl Connector for Memory {
         if let Some(mode) = options.get("scan.startup.mode")
             && mode != "earliest"
             && mode != "latest"
+            && mode != "timestamp"
         {
             return Err(Error::invalid_option(format!(
-                "'scan.startup.mode' = '{mode}' is not supported by the memory connector; use 'earliest' or 'latest'"
+                "'scan.startup.mode' = '{mode}' is not supported by the memory connector; use 'earliest', 'latest' or 'timestamp'"
             )));
         }
-        Ok(())
+        start_time_ms(options).map(|_| ())
+    }
+
+    /// From the first row of the log, in its order, whose event time is at
+    /// or after `timestamp`: needs the stream's event-time column.
+    fn rewind_options(&self, spec: &SourceSpec, timestamp: &str) -> Result<BTreeMap<String, String>> {
+        if spec.watermark.is_none() || !spec.computed.is_empty() {
+            return Err(Error::unsupported(format!(
+                "stream {} has no event-time column of its own (a WATERMARK on a declared column): a memory stream is rewound by its rows' event time",
+                spec.stream
+            )));
+        }
+        let mut rewound = spec.options.clone();
+        rewound.insert("scan.startup.mode".into(), "timestamp".into());
+        rewound.insert("scan.startup.timestamp".into(), timestamp.to_string());
+        self.check_source_options(&rewound)?;
+        Ok(rewound)
     }
 
     fn accepts_insert(&self) -> bool {
@@ -71,6 +92,9 @@ impl Connector for Memory {
             return Ok(Box::new(IdleReader));
         }
         let log = connectors.memory.get_or_create(&spec.stream, &spec.options)?;
+        if let (Some(start), Some(w)) = (start_time_ms(&spec.options)?, &spec.watermark) {
+            return Ok(Box::new(MemoryReader::from_time(log, start, w.column)?));
+        }
         let latest = spec.options.get("scan.startup.mode").is_some_and(|m| m == "latest");
         Ok(Box::new(MemoryReader::new(log, latest)))
     }
@@ -91,6 +115,17 @@ impl Connector for Memory {
             log: connectors.memory.get_or_create(stream, &spec.options)?,
         }))
     }
+}
+
+/// `'scan.startup.timestamp'` in ms when the mode is `timestamp`.
+fn start_time_ms(options: &BTreeMap<String, String>) -> Result<Option<i64>> {
+    if options.get("scan.startup.mode").map(String::as_str) != Some("timestamp") {
+        return Ok(None);
+    }
+    let text = options
+        .get("scan.startup.timestamp")
+        .ok_or_else(|| Error::invalid_option("'scan.startup.mode' = 'timestamp' needs 'scan.startup.timestamp'"))?;
+    crate::kafka::parse_timestamp_ms(text).map(Some)
 }
 
 /// Appends to a derived stream's memory log, watermarks included.

@@ -45,8 +45,8 @@ impl Connector for Nexmark {
 
     /// The first event at or after `timestamp` (event time is a function
     /// of the event number, so this is exact).
-    fn rewind_options(&self, options: &BTreeMap<String, String>, timestamp: &str) -> Result<BTreeMap<String, String>> {
-        let mut rewound = options.clone();
+    fn rewind_options(&self, spec: &SourceSpec, timestamp: &str) -> Result<BTreeMap<String, String>> {
+        let mut rewound = spec.options.clone();
         rewound.insert("scan.startup.timestamp".into(), timestamp.to_string());
         nexmark_config(&rewound)?;
         Ok(rewound)

@@ -272,7 +272,7 @@ pub async fn alter_pipeline(ctx: Ctx<'_>, name: &str, change: &PipelineChange) -
                 if let OperatorKind::Source(s) = &mut op.kind
                     && s.stream == *stream
                 {
-                    s.options = sluice_connectors::registry::rewind_options(&s.connector, &s.options, timestamp)?;
+                    s.options = sluice_connectors::registry::rewind_options(s, timestamp)?;
                     found = true;
                 }
             }
