@@ -368,6 +368,54 @@ async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() 
     );
 }
 
+/// A whole hour two hours ago: Kafka refuses record timestamps far ahead.
+fn kafka_base_ms() -> i64 {
+    let now = crate::support::epoch_ms(std::time::SystemTime::now());
+    now - now % 3_600_000 - 7_200_000
+}
+
+/// A record `{"k", "seq", "ts"}` to `partition`; `ts_ms` is its event time
+/// and its Kafka timestamp.
+fn kafka_record(partition: i32, k: &str, seq: i64, ts_ms: i64) -> crate::common::external::Produce {
+    let t = chrono::DateTime::from_timestamp_millis(ts_ms).unwrap().naive_utc();
+    let json = format!(
+        r#"{{"k":"{k}","seq":{seq},"ts":"{}"}}"#,
+        t.format("%Y-%m-%dT%H:%M:%S%.3f")
+    );
+    crate::common::external::Produce::to(partition, json).at(ts_ms)
+}
+
+/// A server with the Kafka stream `stream` (k, seq, ts; watermark ts) over
+/// `topic` and, created at parallelism 1, a file sink `name` writing JSON
+/// lines of `query` every second (exactly once) to `<dir>/out`.
+async fn with_kafka_file_sink(
+    topic: &str,
+    stream: &str,
+    name: &str,
+    query: &str,
+) -> (TestServer, tokio_postgres::Client, tempfile::TempDir) {
+    let out_dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(
+        &client,
+        &format!(
+            "CREATE STREAM {stream} (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'kafka', \
+             topic = '{topic}', 'properties.bootstrap.servers' = 'localhost:9092', format = 'json'); SET parallelism = 1"
+        ),
+    )
+    .await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK {name} WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS {query}",
+            out_dir.path().join("out").display()
+        ),
+    )
+    .await;
+    (server, client, out_dir)
+}
+
 /// `RESET SOURCE … TO TIMESTAMP` on a running Kafka pipeline: the source
 /// goes back to the first record at or after the time (Kafka's offsets
 /// for times), the window below it starts empty and recomputes every
@@ -378,52 +426,23 @@ async fn reset_source_to_a_timestamp_recomputes_the_windows_from_there() {
     use crate::common::external::{Produce, create_topic, produce, unique};
     let topic = unique("rewind");
     create_topic(&topic, 2).await;
-    let now = crate::support::epoch_ms(std::time::SystemTime::now());
-    // A whole hour two hours ago (Kafka refuses timestamps far ahead).
-    let base = now - now % 3_600_000 - 7_200_000;
-    let json = |i: i64, k: &str, ts: i64| {
-        let t = chrono::DateTime::from_timestamp_millis(ts).unwrap().naive_utc();
-        format!(
-            r#"{{"k":"{k}","seq":{i},"ts":"{}"}}"#,
-            t.format("%Y-%m-%dT%H:%M:%S%.3f")
-        )
-    };
+    let base = kafka_base_ms();
     // Record i: key k<i % 3>, event and Kafka time base + i × 500 ms: ten
     // records per 5 s window, windows 0–5; then one far ahead closing them.
     let mut records: Vec<Produce> = (0..60i64)
-        .map(|i| {
-            let ts = base + i * 500;
-            Produce::to((i % 2) as i32, json(i, &format!("k{}", i % 3), ts)).at(ts)
-        })
+        .map(|i| kafka_record((i % 2) as i32, &format!("k{}", i % 3), i, base + i * 500))
         .collect();
-    for p in 0..2 {
-        let ts = base + 100_000;
-        records.push(Produce::to(p, json(-1, "end", ts)).at(ts));
-    }
+    records.extend((0..2).map(|p| kafka_record(p, "end", -1, base + 100_000)));
     produce(&topic, &records).await;
-
-    let out_dir = tempfile::tempdir().unwrap();
-    let out = out_dir.path().join("windows");
-    let server = TestServer::start();
-    let client = server.connect().await;
-    exec(
-        &client,
-        &format!(
-            "CREATE STREAM kev (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'kafka', \
-             topic = '{topic}', 'properties.bootstrap.servers' = 'localhost:9092', format = 'json')"
-        ),
+    let (_server, client, out_dir) = with_kafka_file_sink(
+        &topic,
+        "kev",
+        "per_window",
+        "SELECT window_start, k, count(*) AS n FROM TUMBLE(kev, ts, INTERVAL '5' SECOND) WHERE k <> 'end' \
+         GROUP BY window_start, window_end, k",
     )
     .await;
-    exec(
-        &client,
-        &format!(
-            "CREATE SINK per_window WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS \
-             SELECT window_start, k, count(*) AS n FROM TUMBLE(kev, ts, INTERVAL '5' SECOND) WHERE k <> 'end' \
-             GROUP BY window_start, window_end, k",
-            out.display()
-        ),
-    )
-    .await;
+    let out = out_dir.path().join("out");
     // Independently: (window, key) → count, over all records.
     let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
     for i in 0..60i64 {
@@ -562,43 +581,16 @@ async fn a_kafka_source_re_splits_its_partitions_when_rescaled() {
     use crate::common::external::{Produce, create_topic, produce, unique};
     let topic = unique("resplit");
     create_topic(&topic, 4).await;
-    let now = crate::support::epoch_ms(std::time::SystemTime::now());
-    let base = now - now % 3_600_000 - 7_200_000;
-    let record = |i: i64| {
-        let ts = base + i * 100;
-        let t = chrono::DateTime::from_timestamp_millis(ts).unwrap().naive_utc();
-        let json = format!(
-            r#"{{"k":"k{}","seq":{i},"ts":"{}"}}"#,
-            i % 5,
-            t.format("%Y-%m-%dT%H:%M:%S%.3f")
-        );
-        Produce::to((i % 4) as i32, json).at(ts)
-    };
-    let (_server, client, out_dir) = {
-        let out_dir = tempfile::tempdir().unwrap();
-        let server = TestServer::start();
-        let client = server.connect().await;
-        exec(
-            &client,
-            &format!(
-                "CREATE STREAM kin (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'kafka', \
-                 topic = '{topic}', 'properties.bootstrap.servers' = 'localhost:9092', format = 'json')"
-            ),
-        )
-        .await;
-        exec(&client, "SET parallelism = 1").await;
-        exec(
-            &client,
-            &format!(
-                "CREATE SINK per_key WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS \
-                 SELECT window_end, k, count(*) AS n FROM TUMBLE(kin, ts, INTERVAL '1' SECOND) WHERE k <> 'end' \
-                 GROUP BY window_start, window_end, k",
-                out_dir.path().join("out").display()
-            ),
-        )
-        .await;
-        (server, client, out_dir)
-    };
+    let base = kafka_base_ms();
+    let record = |i: i64| kafka_record((i % 4) as i32, &format!("k{}", i % 5), i, base + i * 100);
+    let (_server, client, out_dir) = with_kafka_file_sink(
+        &topic,
+        "kin",
+        "per_key",
+        "SELECT window_end, k, count(*) AS n FROM TUMBLE(kin, ts, INTERVAL '1' SECOND) WHERE k <> 'end' \
+         GROUP BY window_start, window_end, k",
+    )
+    .await;
     let out = out_dir.path().join("out");
     // Three phases of 200 records (20 s of event time in all), a rescale
     // between them, then one record per partition far ahead.
@@ -610,17 +602,7 @@ async fn a_kafka_source_re_splits_its_partitions_when_rescaled() {
             exec(&client, &format!("ALTER PIPELINE per_key SET PARALLELISM {p}")).await;
         }
     }
-    let ends: Vec<Produce> = (0..4)
-        .map(|p| {
-            let ts = base + 100_000;
-            let t = chrono::DateTime::from_timestamp_millis(ts).unwrap().naive_utc();
-            Produce::to(
-                p,
-                format!(r#"{{"k":"end","seq":-1,"ts":"{}"}}"#, t.format("%Y-%m-%dT%H:%M:%S%.3f")),
-            )
-            .at(ts)
-        })
-        .collect();
+    let ends: Vec<Produce> = (0..4).map(|p| kafka_record(p, "end", -1, base + 100_000)).collect();
     produce(&topic, &ends).await;
     let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
     for i in 0..600i64 {
