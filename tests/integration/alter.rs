@@ -78,14 +78,25 @@ fn parse_line(line: &str) -> (i64, String, i64) {
 /// sink `name` writing JSON lines of `query` to a fresh directory every
 /// second (exactly once); returns the server, a client, the directory.
 async fn with_file_sink(name: &str, query: &str) -> (TestServer, tokio_postgres::Client, tempfile::TempDir) {
+    with_stream_and_file_sink(
+        "CREATE STREAM ev (k VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+        name,
+        query,
+    )
+    .await
+}
+
+/// A server where `setup` ran, then a file sink `name` of `query` as
+/// [`with_file_sink`] makes it.
+async fn with_stream_and_file_sink(
+    setup: &str,
+    name: &str,
+    query: &str,
+) -> (TestServer, tokio_postgres::Client, tempfile::TempDir) {
     let out_dir = tempfile::tempdir().unwrap();
     let server = TestServer::start();
     let client = server.connect().await;
-    exec(
-        &client,
-        "CREATE STREAM ev (k VARCHAR, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
-    )
-    .await;
+    exec(&client, setup).await;
     exec(
         &client,
         &format!(
@@ -394,26 +405,11 @@ async fn with_kafka_file_sink(
     name: &str,
     query: &str,
 ) -> (TestServer, tokio_postgres::Client, tempfile::TempDir) {
-    let out_dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start();
-    let client = server.connect().await;
-    exec(
-        &client,
-        &format!(
-            "CREATE STREAM {stream} (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'kafka', \
-             topic = '{topic}', 'properties.bootstrap.servers' = 'localhost:9092', format = 'json'); SET parallelism = 1"
-        ),
-    )
-    .await;
-    exec(
-        &client,
-        &format!(
-            "CREATE SINK {name} WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS {query}",
-            out_dir.path().join("out").display()
-        ),
-    )
-    .await;
-    (server, client, out_dir)
+    let setup = format!(
+        "CREATE STREAM {stream} (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'kafka', \
+         topic = '{topic}', 'properties.bootstrap.servers' = 'localhost:9092', format = 'json'); SET parallelism = 1"
+    );
+    with_stream_and_file_sink(&setup, name, query).await
 }
 
 /// `RESET SOURCE … TO TIMESTAMP` on a running Kafka pipeline: the source
