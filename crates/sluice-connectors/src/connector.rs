@@ -72,6 +72,12 @@ pub trait Connector: Send + Sync {
         Vec::new()
     }
 
+    /// CREATE STREAM: checks the whole definition (e.g. that an option
+    /// that needs the rows' event time has a WATERMARK to go by).
+    fn check_stream(&self, _def: &sluice_plan::catalog::StreamDef) -> Result<()> {
+        Ok(())
+    }
+
     /// CREATE STREAM: checks the options against the stream's columns (the
     /// connector produces these: computed columns are left out).
     fn check_stream_schema(&self, _options: &BTreeMap<String, String>, _columns: &Schema) -> Result<()> {

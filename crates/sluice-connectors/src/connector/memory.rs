@@ -56,6 +56,22 @@ impl Connector for Memory {
         start_time_ms(options).map(|_| ())
     }
 
+    /// `'scan.startup.mode' = 'timestamp'` starts by the rows' event time: a
+    /// WATERMARK on a declared column.
+    fn check_stream(&self, def: &sluice_plan::catalog::StreamDef) -> Result<()> {
+        let declared = def
+            .event_time
+            .as_ref()
+            .is_some_and(|e| !def.computed.iter().any(|c| c.column == e.column));
+        if start_time_ms(&def.options)?.is_some() && !declared {
+            return Err(Error::unsupported(format!(
+                "stream {} has no event-time column of its own (a WATERMARK on a declared column): 'scan.startup.mode' = 'timestamp' starts a memory stream by its rows' event time",
+                def.name
+            )));
+        }
+        Ok(())
+    }
+
     /// From the first row of the log, in its order, whose event time is at
     /// or after `timestamp`: needs the stream's event-time column.
     fn rewind_options(&self, spec: &SourceSpec, timestamp: &str) -> Result<BTreeMap<String, String>> {
@@ -92,7 +108,13 @@ impl Connector for Memory {
             return Ok(Box::new(IdleReader));
         }
         let log = connectors.memory.get_or_create(&spec.stream, &spec.options)?;
-        if let (Some(start), Some(w)) = (start_time_ms(&spec.options)?, &spec.watermark) {
+        if let Some(start) = start_time_ms(&spec.options)? {
+            let Some(w) = spec.watermark.as_ref().filter(|_| spec.computed.is_empty()) else {
+                return Err(Error::unsupported(format!(
+                    "stream {} has no event-time column of its own (a WATERMARK on a declared column): 'scan.startup.mode' = 'timestamp' starts a memory stream by its rows' event time",
+                    spec.stream
+                )));
+            };
             return Ok(Box::new(MemoryReader::from_time(log, start, w.column)?));
         }
         let latest = spec.options.get("scan.startup.mode").is_some_and(|m| m == "latest");

@@ -108,6 +108,7 @@ fn create_stream(c: &CreateStream) -> Result<CatalogCommand> {
     let def = stream_def(c, connector.name(), fixed, connector.metadata_columns())?;
     let columns = sluice_plan::without_computed(&def.schema, &def.computed);
     connector.check_stream_schema(&def.options, &columns)?;
+    connector.check_stream(&def)?;
     Ok(CatalogCommand::CreateStream {
         def,
         if_not_exists: c.if_not_exists,
