@@ -8,7 +8,7 @@
 //! and a slow consumer slows its producers all the way to the source.
 
 use crate::message::Message;
-use sluice_types::{EdgeId, Error, InstanceId, PipelineId};
+use sluice_types::{EdgeId, Error, InstanceId, PipelineId, WorkerId};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::{Semaphore, mpsc};
@@ -16,24 +16,42 @@ use tokio::sync::{Semaphore, mpsc};
 /// Default credits per channel (rows in flight).
 pub const CHANNEL_CREDITS_DEFAULT: u32 = 16 * 1024;
 
-/// Which channel: an edge between one upstream and one downstream instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which channel: an edge between one upstream and one downstream instance
+/// of one deployment of a pipeline. `deployment` (the epoch the master gave
+/// the deployment) keeps a restarted pipeline's channels apart from its
+/// previous deployment's, whose messages may still be in flight between
+/// processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ChannelKey {
     pub pipeline: PipelineId,
+    pub deployment: u64,
     pub edge: EdgeId,
     pub from: InstanceId,
     pub to: InstanceId,
 }
 
-/// Connects task instances. In one process: [`InProcessTransport`]. Across
-/// machines, an implementation bridges the two ends over the network with
-/// the same credit protocol (credits granted by the receiver's side).
+/// Connects task instances. A process asks for the ends it owns, never for
+/// an end a task of another process holds (Timely's allocator: pushers to
+/// every peer, one's own puller):
+///
+/// - both tasks run here: [`Transport::local`], an in-process credit
+///   channel, no serialisation;
+/// - the receiver runs on worker `peer`: [`Transport::sender_to`];
+/// - the sender runs on worker `peer`: [`Transport::receiver_from`].
+///
+/// Across processes the transport bridges the local end to the remote one
+/// with the same credit protocol: credits are granted by the receiving
+/// side, so a slow consumer on another host bounds its producers' memory.
 pub trait Transport: Send + Sync {
-    /// Opens the channel for `key`; returns its two ends.
-    fn channel(&self, key: ChannelKey) -> (ChannelSender, ChannelReceiver);
+    /// Both ends of a channel inside this process.
+    fn local(&self, key: ChannelKey) -> (ChannelSender, ChannelReceiver);
+    /// The sending end of a channel whose receiver runs on worker `peer`.
+    fn sender_to(&self, key: ChannelKey, peer: &WorkerId) -> Result<ChannelSender, Error>;
+    /// The receiving end of a channel whose sender runs on worker `peer`.
+    fn receiver_from(&self, key: ChannelKey, peer: &WorkerId) -> Result<ChannelReceiver, Error>;
 }
 
-/// Channels inside one process.
+/// Channels inside one process (the playground's single worker).
 #[derive(Debug, Clone)]
 pub struct InProcessTransport {
     pub credits_max: u32,
@@ -48,9 +66,23 @@ impl Default for InProcessTransport {
 }
 
 impl Transport for InProcessTransport {
-    fn channel(&self, _key: ChannelKey) -> (ChannelSender, ChannelReceiver) {
+    fn local(&self, _key: ChannelKey) -> (ChannelSender, ChannelReceiver) {
         channel(self.credits_max)
     }
+
+    fn sender_to(&self, key: ChannelKey, peer: &WorkerId) -> Result<ChannelSender, Error> {
+        Err(no_remote_workers(key, peer))
+    }
+
+    fn receiver_from(&self, key: ChannelKey, peer: &WorkerId) -> Result<ChannelReceiver, Error> {
+        Err(no_remote_workers(key, peer))
+    }
+}
+
+fn no_remote_workers(key: ChannelKey, peer: &WorkerId) -> Error {
+    Error::internal(format!(
+        "channel {key:?} crosses to worker {peer}, but this process has no data plane to other workers"
+    ))
 }
 
 struct Envelope {

@@ -370,6 +370,7 @@ fn open_edge(
 ) -> Result<()> {
     let key = |f: u32, t: u32| ChannelKey {
         pipeline: id,
+        deployment: 0,
         edge: edge.id,
         from: f,
         to: t,
@@ -379,7 +380,7 @@ fn open_edge(
             return Err(Error::internal("forward edge between different parallelisms"));
         }
         for i in 0..from.parallelism {
-            let (tx, rx) = transport.channel(key(i, i));
+            let (tx, rx) = transport.local(key(i, i));
             outputs.entry((from.id, i)).or_default().push(OutputEdge::new(
                 Partitioning::Forward,
                 vec![tx],
@@ -393,7 +394,7 @@ fn open_edge(
     let mut senders: Vec<Vec<ChannelSender>> = vec![Vec::new(); from.parallelism as usize];
     for t in 0..to.parallelism {
         for f in 0..from.parallelism {
-            let (tx, rx) = transport.channel(key(f, t));
+            let (tx, rx) = transport.local(key(f, t));
             senders[f as usize].push(tx);
             inputs.entry((to.id, t)).or_default().push(rx);
         }

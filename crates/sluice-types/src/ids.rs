@@ -96,3 +96,21 @@ impl fmt::Display for TaskId {
         write!(f, "{}/op{}#{}", self.pipeline, self.operator, self.instance)
     }
 }
+
+/// A worker process (`sluice worker --id`); the playground's one worker is
+/// [`WorkerId::local`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
+pub struct WorkerId(pub String);
+
+impl WorkerId {
+    /// The worker of a single-process server.
+    pub fn local() -> Self {
+        WorkerId("local".to_string())
+    }
+}
+
+impl fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

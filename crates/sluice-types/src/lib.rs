@@ -11,5 +11,5 @@ pub mod limits;
 mod time;
 
 pub use error::{Error, ObjectKind, Result, SqlCode};
-pub use ids::{EdgeId, InstanceId, OperatorId, OperatorUid, PipelineId, TaskId};
+pub use ids::{EdgeId, InstanceId, OperatorId, OperatorUid, PipelineId, TaskId, WorkerId};
 pub use time::{Watermark, now_ms, parse_duration_ms, ts_ms_to_string};

@@ -1,0 +1,30 @@
+//! The messages and gRPC services between Sluice processes, generated from
+//! the `.proto` files in the repository's top-level `proto/` folder:
+//!
+//! - `control.proto`: worker ↔ master (a worker's session with its master:
+//!   registration, heartbeats with task metrics, task deployment, barriers,
+//!   checkpoint acknowledgements, task outcomes);
+//! - `dataplane.proto`: worker ↔ worker (task channels: Arrow IPC record
+//!   batches, watermarks and barriers in band, credits flowing back).
+//!
+//! Every stream opens with the sender's [`PROTOCOL_VERSION`]; a peer of
+//! another version is refused with a message naming both versions.
+
+#![allow(clippy::all, missing_docs)]
+
+/// The version of the protocol these files define. A change that an older
+/// peer would misread bumps it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// `package sluice.v1`.
+pub mod v1 {
+    tonic::include_proto!("sluice.v1");
+}
+
+/// The error a peer of another protocol version gets.
+pub fn version_mismatch(ours: u32, theirs: u32) -> String {
+    format!(
+        "protocol version mismatch: this process speaks Sluice protocol {ours}, the peer speaks {theirs}; \
+         run the same Sluice release on every master and worker"
+    )
+}
