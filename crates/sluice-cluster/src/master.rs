@@ -12,7 +12,7 @@ use crate::scheduler::Scheduler;
 use crate::status::{PipelineInfo, describe_status, totals};
 use crate::supervisor::{Slot, Supervised, supervise};
 use sluice_dataflow::checkpoint::manifest::{prune, read_checkpoint};
-use sluice_dataflow::checkpoint::{CheckpointConfig, LocalStateStore, RestoredCheckpoint, StateStore};
+use sluice_dataflow::checkpoint::{CheckpointConfig, RestoredCheckpoint, StateStore};
 use sluice_dataflow::deploy::{CheckpointPlan, PipelineRuntime, PipelineStatus};
 use sluice_plan::OperatorKind;
 use sluice_plan::PhysicalDag;
@@ -20,7 +20,7 @@ use sluice_plan::catalog::StreamDef;
 use sluice_plan::diff::{ResetPolicy, diff};
 use sluice_types::{Error, ObjectKind, PipelineId, Result, SqlCode, now_ms};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -77,8 +77,9 @@ pub struct Master {
     /// Pipelines an ALTER is changing: one change at a time per pipeline.
     altering: Mutex<std::collections::HashSet<String>>,
     next_query_id: AtomicU64,
-    /// Where checkpoints go unless a pipeline says otherwise.
-    checkpoint_root: PathBuf,
+    /// Where checkpoints go unless a pipeline says otherwise: a directory
+    /// (every worker's, in a cluster) or `hdfs://host:port/dir`.
+    checkpoint_location: String,
 }
 
 /// The pipelines that read `stream`, but `except`.
@@ -107,12 +108,22 @@ fn ensure_unread(state: &CatalogState, stream: &str, what: &str) -> Result<()> {
 }
 
 impl Master {
-    /// Opens the catalog in `data_dir` and restarts its pipelines.
+    /// Opens the catalog in `data_dir` and restarts its pipelines;
+    /// checkpoints go to `data_dir/checkpoints` unless a pipeline says
+    /// otherwise.
     pub fn open(data_dir: &Path, scheduler: Arc<dyn Scheduler>) -> Result<Self> {
+        let root = data_dir.join("checkpoints");
+        Self::open_with(data_dir, &root.display().to_string(), scheduler)
+    }
+
+    /// Opens the catalog in `data_dir` and restarts its pipelines;
+    /// checkpoints go to `checkpoint_location` (a directory or
+    /// `hdfs://host:port/dir`) unless a pipeline says otherwise.
+    pub fn open_with(data_dir: &Path, checkpoint_location: &str, scheduler: Arc<dyn Scheduler>) -> Result<Self> {
         let store = CatalogStore::new(data_dir);
         let state = store.load()?;
         let master = Master {
-            checkpoint_root: data_dir.join("checkpoints"),
+            checkpoint_location: checkpoint_location.to_string(),
             store,
             state: Mutex::new(state),
             scheduler,
@@ -127,6 +138,13 @@ impl Master {
             }
         }
         Ok(master)
+    }
+
+    /// The checkpoint store of a pipeline: its `'checkpoint.dir'`, or the
+    /// master's.
+    fn checkpoint_store(&self, dir: Option<&str>) -> Result<Arc<dyn StateStore>> {
+        let default = &self.checkpoint_location;
+        sluice_connectors::state_store::open_state_store(Some(dir.unwrap_or(default)), Path::new(default))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CatalogState> {
@@ -297,7 +315,7 @@ impl Master {
     fn start_version(&self, def: &PipelineDef, slot: Arc<Slot>, restored: Option<RestoredCheckpoint>) -> Result<()> {
         match checkpointing(&def.dag)? {
             None => {
-                let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(&self.checkpoint_root));
+                let store = self.checkpoint_store(None)?;
                 let plan = CheckpointPlan {
                     config: CheckpointConfig::on_demand(store, slot.stats.clone()),
                     // Above every id an earlier ALTER stopped at.
@@ -310,8 +328,7 @@ impl Master {
                 slot.started.send_replace(true);
             }
             Some((interval, dir)) => {
-                let store: Arc<dyn StateStore> =
-                    sluice_connectors::state_store::open_state_store(dir.as_deref(), &self.checkpoint_root)?;
+                let store = self.checkpoint_store(dir.as_deref())?;
                 let run = Supervised {
                     dag: def.dag.clone(),
                     interval,
@@ -498,11 +515,12 @@ impl Master {
         // snapshot here (its supervisor-less start never looks for one).
         let restored = match checkpointing(&def.dag)? {
             None if checkpoint > 0 => {
-                let store = LocalStateStore::new(&self.checkpoint_root);
-                let restored = read_checkpoint(&store, def.id, checkpoint)
+                let store = self.checkpoint_store(None)?;
+                let store = store.as_ref();
+                let restored = read_checkpoint(store, def.id, checkpoint)
                     .await
                     .map_err(|e| Error::internal(format!("the snapshot of the switch is unreadable: {e}")))?;
-                prune(&store, def.id, &[checkpoint], 1).await?;
+                prune(store, def.id, &[checkpoint], 1).await?;
                 Some(restored)
             }
             _ => None,

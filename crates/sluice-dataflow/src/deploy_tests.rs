@@ -2,6 +2,8 @@
 //! task fails only its own pipeline.
 
 use super::*;
+use sluice_plan::{OperatorKind, Partitioning};
+use std::sync::atomic::Ordering;
 use crate::OperatorContext;
 use crate::channel::InProcessTransport;
 use crate::source::SourceEvent;

@@ -5,6 +5,9 @@
 //! (and so an uninterrupted run).
 
 use super::*;
+use crate::checkpoint::TaskState;
+use sluice_plan::{OperatorKind, OperatorSpec, Partitioning};
+use std::sync::atomic::Ordering;
 use crate::OperatorContext;
 use crate::channel::InProcessTransport;
 use crate::checkpoint::manifest::{self, MANIFEST_FILE, Manifest};

@@ -2,6 +2,8 @@
 //! one racing ahead in event time, the other slow.
 
 use super::*;
+use sluice_plan::{OperatorKind, Partitioning};
+use std::sync::atomic::Ordering;
 use crate::OperatorContext;
 use crate::channel::InProcessTransport;
 use crate::checkpoint::CheckpointStats;

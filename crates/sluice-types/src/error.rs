@@ -8,7 +8,7 @@
 //! a stop), never the cause; the supervisor tells the two apart by it.
 
 /// Postgres SQLSTATE codes Sluice reports for user errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SqlCode {
     /// `42601`: the statement does not parse.
     Syntax,
@@ -65,6 +65,9 @@ pub enum SqlCode {
     StatementTooComplex,
     /// `55006`: the object is in use (a pipeline another ALTER is changing).
     ObjectInUse,
+    /// `53000`: the cluster lacks what a pipeline needs (workers, slots,
+    /// workers with the labels it asks for).
+    InsufficientResources,
 }
 
 impl SqlCode {
@@ -98,7 +101,45 @@ impl SqlCode {
             SqlCode::ProgramLimitExceeded => "54000",
             SqlCode::StatementTooComplex => "54001",
             SqlCode::ObjectInUse => "55006",
+            SqlCode::InsufficientResources => "53000",
         }
+    }
+
+    /// Every code (to map a SQLSTATE back).
+    pub const ALL: [SqlCode; 28] = [
+        SqlCode::Syntax,
+        SqlCode::UndefinedTable,
+        SqlCode::UndefinedColumn,
+        SqlCode::UndefinedObject,
+        SqlCode::InvalidCursorName,
+        SqlCode::InvalidSqlStatementName,
+        SqlCode::DatatypeMismatch,
+        SqlCode::InvalidTextRepresentation,
+        SqlCode::InvalidParameterValue,
+        SqlCode::FeatureNotSupported,
+        SqlCode::DuplicateObject,
+        SqlCode::DependentObjectsStillExist,
+        SqlCode::QueryCanceled,
+        SqlCode::ConfigurationLimitExceeded,
+        SqlCode::DataException,
+        SqlCode::DivisionByZero,
+        SqlCode::DuplicateColumn,
+        SqlCode::DuplicateCursor,
+        SqlCode::UndefinedFunction,
+        SqlCode::CantChangeRuntimeParam,
+        SqlCode::WrongObjectType,
+        SqlCode::NoActiveTransaction,
+        SqlCode::InFailedTransaction,
+        SqlCode::NotNullViolation,
+        SqlCode::ProgramLimitExceeded,
+        SqlCode::StatementTooComplex,
+        SqlCode::ObjectInUse,
+        SqlCode::InsufficientResources,
+    ];
+
+    /// The code of a five-character SQLSTATE Sluice reports.
+    pub fn from_sqlstate(sqlstate: &str) -> Option<SqlCode> {
+        SqlCode::ALL.into_iter().find(|c| c.sqlstate() == sqlstate)
     }
 }
 
@@ -247,6 +288,16 @@ mod tests {
             Error::not_found(ObjectKind::Portal, "").to_string(),
             "portal \"\" does not exist"
         );
+    }
+
+    #[test]
+    fn every_sqlstate_maps_back_to_its_code() {
+        let mut seen = std::collections::HashSet::new();
+        for code in SqlCode::ALL {
+            assert!(seen.insert(code.sqlstate()), "{code:?} listed twice or shares a SQLSTATE");
+            assert_eq!(SqlCode::from_sqlstate(code.sqlstate()), Some(code));
+        }
+        assert_eq!(SqlCode::from_sqlstate("XX000"), None);
     }
 
     #[test]
