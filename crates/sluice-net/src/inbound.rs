@@ -163,6 +163,21 @@ impl Registry {
         }
     }
 
+    pub fn gauges(&self, metrics: &mut crate::DataPlaneMetrics) {
+        let state = self.state.lock().expect("registry lock");
+        metrics.receivers_waiting = state.expected.len();
+        metrics.opens_waiting = state.pending.len();
+        metrics.receivers_orphaned = state.orphans.values().map(Vec::len).sum();
+        metrics.channels_in = state
+            .streams
+            .values()
+            .map(|s| {
+                let slots = s.slots.lock().expect("slots lock");
+                slots.values().filter(|slot| matches!(slot, Slot::Bound(_))).count()
+            })
+            .sum();
+    }
+
     /// Drops every stream (shutdown): their peers see the stream end.
     pub fn abort_streams(&self) {
         let streams: Vec<_> = self.state.lock().expect("registry lock").streams.drain().collect();

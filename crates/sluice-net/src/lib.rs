@@ -74,6 +74,9 @@ pub(crate) struct Shared {
     closed: Mutex<ClosedDeployments>,
     peers: Mutex<HashMap<WorkerId, String>>,
     links: Mutex<HashMap<WorkerId, Arc<outbound::Link>>>,
+    /// Failed links whose channels are still open (their senders wait for
+    /// `close_deployment`); dropped from here once they have none.
+    failed_links: Mutex<Vec<Arc<outbound::Link>>>,
     inbound: inbound::Registry,
 }
 
@@ -100,6 +103,12 @@ impl Shared {
     pub(crate) fn is_closed(&self, key: &ChannelKey) -> bool {
         let closed = self.closed.lock().expect("closed deployments lock");
         closed.set.contains(&(key.pipeline, key.deployment))
+    }
+
+    fn all_links(&self) -> Vec<Arc<outbound::Link>> {
+        let mut links: Vec<_> = self.links.lock().expect("links lock").values().cloned().collect();
+        links.extend(self.failed_links.lock().expect("failed links lock").iter().cloned());
+        links
     }
 
     fn check_open(&self, key: &ChannelKey) -> Result<(), Error> {
@@ -129,6 +138,7 @@ impl DataPlane {
             closed: Mutex::default(),
             peers: Mutex::default(),
             links: Mutex::default(),
+            failed_links: Mutex::default(),
             inbound: inbound::Registry::default(),
             config,
         });
@@ -195,24 +205,34 @@ impl DataPlane {
                 }
             }
         }
-        let links: Vec<_> = self.shared.links.lock().expect("links lock").values().cloned().collect();
-        for link in links {
+        for link in self.shared.all_links() {
             link.close_deployment(pipeline, deployment);
         }
+        self.shared
+            .failed_links
+            .lock()
+            .expect("failed links lock")
+            .retain(|link| link.channel_count() > 0);
         self.shared.inbound.close_deployment(pipeline, deployment);
     }
 
     /// The counters so far.
     pub fn metrics(&self) -> DataPlaneMetrics {
-        self.shared.counters.snapshot()
+        let mut metrics = self.shared.counters.snapshot();
+        let links = self.shared.all_links();
+        metrics.channels_out = links.iter().map(|l| l.channel_count()).sum();
+        self.shared.inbound.gauges(&mut metrics);
+        metrics
     }
 
     /// Stops serving and drops every link (their channels see a link
     /// failure on the peers). For tests and process exit.
     pub fn shutdown(&self) {
         self.server.abort();
-        let links: Vec<_> = self.shared.links.lock().expect("links lock").drain().collect();
-        for (_, link) in links {
+        let links = self.shared.all_links();
+        self.shared.links.lock().expect("links lock").clear();
+        self.shared.failed_links.lock().expect("failed links lock").clear();
+        for link in links {
             link.abort();
         }
         self.shared.inbound.abort_streams();

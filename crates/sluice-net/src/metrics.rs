@@ -25,6 +25,16 @@ pub struct DataPlaneMetrics {
     /// Outgoing connections made, and links that failed (either way).
     pub links_opened: u64,
     pub link_failures: u64,
+    /// Gauges: remote channels open now. Sending ends on links …
+    pub channels_out: usize,
+    /// … receiving ends bound to a sender's stream …
+    pub channels_in: usize,
+    /// … receivers registered whose sender has not opened yet …
+    pub receivers_waiting: usize,
+    /// … opens whose receiver has not registered yet …
+    pub opens_waiting: usize,
+    /// … and receiving ends kept open after their link broke.
+    pub receivers_orphaned: usize,
 }
 
 #[derive(Default)]
@@ -64,6 +74,7 @@ impl Counters {
             credits_granted: get(&self.credits_granted),
             links_opened: get(&self.links_opened),
             link_failures: get(&self.link_failures),
+            ..DataPlaneMetrics::default()
         }
     }
 }

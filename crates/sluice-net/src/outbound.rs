@@ -19,8 +19,8 @@ use sluice_proto::v1::data_plane_client::DataPlaneClient;
 use sluice_proto::v1::{Credit, DataFrame, DataFrames, Empty};
 use sluice_types::{PipelineId, WorkerId};
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -32,7 +32,7 @@ pub(crate) struct Link {
     frames: mpsc::Sender<DataFrame>,
     channels: Mutex<HashMap<u64, OutChannel>>,
     next_channel: AtomicU64,
-    failed: AtomicBool,
+    failure: OnceLock<NetError>,
     task: Mutex<Option<AbortHandle>>,
 }
 
@@ -52,7 +52,7 @@ impl Link {
             frames,
             channels: Mutex::default(),
             next_channel: AtomicU64::new(1),
-            failed: AtomicBool::new(false),
+            failure: OnceLock::new(),
             task: Mutex::default(),
         });
         let task = tokio::spawn(run(Arc::downgrade(shared), link.clone(), address, frames_rx));
@@ -60,8 +60,12 @@ impl Link {
         link
     }
 
+    pub fn channel_count(&self) -> usize {
+        self.channels.lock().expect("link channels lock").len()
+    }
+
     pub fn is_failed(&self) -> bool {
-        self.failed.load(Ordering::Acquire)
+        self.failure.get().is_some()
     }
 
     /// A new channel on this link; its sender gets credits once the peer's
@@ -80,6 +84,12 @@ impl Link {
                 forwarder: forwarder.abort_handle(),
             },
         );
+        drop(channels);
+        // The link may have failed between the caller's check and the
+        // insert: its failure report missed this channel.
+        if let Some(error) = self.failure.get() {
+            shared.report(key.pipeline, key.deployment, &self.peer, error.clone());
+        }
         sender
     }
 
@@ -135,7 +145,7 @@ impl Link {
     /// channels on it. Their senders stay open (no credits come), so no
     /// task takes the failure for an end of input.
     fn fail(&self, shared: &Shared, error: NetError) {
-        if self.failed.swap(true, Ordering::AcqRel) {
+        if self.failure.set(error.clone()).is_err() {
             return;
         }
         add(&shared.counters.link_failures, 1);
@@ -163,6 +173,10 @@ async fn run(shared: Weak<Shared>, link: Arc<Link>, address: String, frames: mps
         let mut links = shared.links.lock().expect("links lock");
         if links.get(&link.peer).is_some_and(|l| Arc::ptr_eq(l, &link)) {
             links.remove(&link.peer);
+        }
+        drop(links);
+        if link.channel_count() > 0 {
+            shared.failed_links.lock().expect("failed links lock").push(link);
         }
     }
 }
