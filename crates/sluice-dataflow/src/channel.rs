@@ -10,8 +10,10 @@
 use crate::message::Message;
 use sluice_types::{EdgeId, Error, InstanceId, PipelineId, WorkerId};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use tokio::sync::{Semaphore, mpsc};
+use std::time::Instant;
+use tokio::sync::{Semaphore, TryAcquireError, mpsc};
 
 /// Default credits per channel (rows in flight).
 pub const CHANNEL_CREDITS_DEFAULT: u32 = 16 * 1024;
@@ -96,6 +98,10 @@ pub struct ChannelSender {
     tx: mpsc::UnboundedSender<Envelope>,
     credits: Arc<Semaphore>,
     credits_max: u32,
+    /// Nanoseconds spent waiting for credits, counted only for a channel
+    /// whose credits come from another process ([`forwarding_channel`]);
+    /// `None` in-process.
+    credit_wait_ns: Option<Arc<AtomicU64>>,
 }
 
 /// The receiving end. Dropping it closes the channel: senders waiting for
@@ -129,6 +135,7 @@ pub fn channel(credits_max: u32) -> (ChannelSender, ChannelReceiver) {
             tx,
             credits: credits.clone(),
             credits_max,
+            credit_wait_ns: None,
         },
         ChannelReceiver {
             rx,
@@ -138,17 +145,145 @@ pub fn channel(credits_max: u32) -> (ChannelSender, ChannelReceiver) {
     )
 }
 
+/// The sending side of a channel whose receiver runs in another process.
+/// The task gets an ordinary [`ChannelSender`] that starts without credits;
+/// a bridge takes its messages off the [`ForwardingReceiver`] (which does
+/// not return credits: they come from the remote receiver) and adds the
+/// credits the remote receiver grants through the [`CreditGate`]. Time the
+/// sender waits for credits is added to `credit_wait_ns`.
+pub fn forwarding_channel(
+    credits_max: u32,
+    credit_wait_ns: Arc<AtomicU64>,
+) -> (ChannelSender, ForwardingReceiver, CreditGate) {
+    assert!(credits_max > 0, "a channel needs credits");
+    let (tx, rx) = mpsc::unbounded_channel();
+    let credits = Arc::new(Semaphore::new(0));
+    (
+        ChannelSender {
+            tx,
+            credits: credits.clone(),
+            credits_max,
+            credit_wait_ns: Some(credit_wait_ns),
+        },
+        ForwardingReceiver {
+            rx,
+            credits: credits.clone(),
+        },
+        CreditGate { credits },
+    )
+}
+
+/// The bridge's end of a [`forwarding_channel`]. Dropping it closes the
+/// channel.
+pub struct ForwardingReceiver {
+    rx: mpsc::UnboundedReceiver<Envelope>,
+    credits: Arc<Semaphore>,
+}
+
+impl ForwardingReceiver {
+    /// The next message, or `None` when every sender is gone. Its credits
+    /// stay spent until the remote receiver grants them again.
+    pub async fn recv(&mut self) -> Option<Message> {
+        self.rx.recv().await.map(|envelope| envelope.message)
+    }
+
+    /// The next message if one is queued.
+    pub fn try_recv(&mut self) -> Option<Message> {
+        self.rx.try_recv().ok().map(|envelope| envelope.message)
+    }
+}
+
+impl Drop for ForwardingReceiver {
+    fn drop(&mut self) {
+        self.credits.close();
+    }
+}
+
+/// Adds the credits a remote receiver grants to a [`forwarding_channel`].
+#[derive(Clone)]
+pub struct CreditGate {
+    credits: Arc<Semaphore>,
+}
+
+impl CreditGate {
+    /// Lets the sender spend `credits` more.
+    pub fn grant(&self, credits: u32) {
+        self.credits.add_permits(credits as usize);
+    }
+
+    /// Closes the channel: a sender waiting for credits, and every later
+    /// send, fails with [`Closed`].
+    pub fn close(&self) {
+        self.credits.close();
+    }
+
+    /// Credits the sender may still spend.
+    pub fn available(&self) -> usize {
+        self.credits.available_permits()
+    }
+}
+
 impl ChannelSender {
     /// Sends `message`, waiting for credits first.
     pub async fn send(&self, message: Message) -> Result<(), Closed> {
-        let needed = (message.rows() as u32).clamp(1, self.credits_max);
-        let permit = self.credits.acquire_many(needed).await.map_err(|_| Closed)?;
+        let needed = self.credits_for(&message);
+        let permit = match &self.credit_wait_ns {
+            None => self.credits.acquire_many(needed).await.map_err(|_| Closed)?,
+            Some(wait_ns) => match self.credits.try_acquire_many(needed) {
+                Ok(permit) => permit,
+                Err(TryAcquireError::Closed) => return Err(Closed),
+                Err(TryAcquireError::NoPermits) => {
+                    let start = Instant::now();
+                    let permit = self.credits.acquire_many(needed).await;
+                    wait_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    permit.map_err(|_| Closed)?
+                }
+            },
+        };
         permit.forget();
         self.tx
             .send(Envelope {
                 message,
                 credits: needed,
             })
+            .map_err(|_| Closed)
+    }
+
+    /// The credits `message` costs: its rows, at least one, at most the
+    /// channel's capacity.
+    pub fn credits_for(&self, message: &Message) -> u32 {
+        (message.rows() as u32).clamp(1, self.credits_max)
+    }
+
+    /// The channel's capacity in credits.
+    pub fn credits_max(&self) -> u32 {
+        self.credits_max
+    }
+
+    /// For a bridge from a remote sender: waits until a credit is free, then
+    /// takes every free credit up to `max`. The bridge grants them to the
+    /// remote sender and queues what it sends with [`Self::send_reserved`];
+    /// the receiver returns them as it takes those messages.
+    pub async fn reserve_credits(&self, max: u32) -> Result<u32, Closed> {
+        let first = self.credits.acquire_many(1).await.map_err(|_| Closed)?;
+        first.forget();
+        let more = (self.credits.available_permits() as u32).min(max.saturating_sub(1));
+        if more > 0
+            && let Ok(permit) = self.credits.try_acquire_many(more)
+        {
+            permit.forget();
+            return Ok(1 + more);
+        }
+        Ok(1)
+    }
+
+    /// Queues `message` on credits taken earlier with
+    /// [`Self::reserve_credits`]; never waits. The caller checks it holds
+    /// [`Self::credits_for`] the message.
+    pub fn send_reserved(&self, message: Message) -> Result<(), Closed> {
+        let credits = self.credits_for(&message);
+        self.tx
+            .send(Envelope { message, credits })
             .map_err(|_| Closed)
     }
 }
