@@ -18,12 +18,14 @@
 //! have stopped.
 
 use crate::wire::{DeploymentKey, event_to_wire, metrics_to_wire};
-use sluice_dataflow::channel::Transport;
 use sluice_dataflow::checkpoint::coordinator::BarrierSignals;
 use sluice_dataflow::checkpoint::manifest::read_checkpoint;
 use sluice_dataflow::deploy::{ConnectorFactory, DeployConfig, Failure};
 use sluice_dataflow::metrics::TaskMetrics;
-use sluice_dataflow::part::{PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part};
+use sluice_dataflow::part::{
+    PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part,
+};
+use sluice_net::DataPlane;
 use sluice_plan::PhysicalDag;
 use sluice_proto::v1 as pb;
 use sluice_proto::{PROTOCOL_VERSION, version_mismatch};
@@ -37,16 +39,12 @@ use tokio_util::sync::CancellationToken;
 
 /// Events queued for the master, at most (the session's send buffer).
 pub const SESSION_QUEUE_MAX: usize = 1024;
+/// Stopped deployments remembered per session (a start command for one
+/// arriving after its stop is dropped); the master never resends a start,
+/// so forgetting old ones is safe.
+const STOPPED_REMEMBERED_MAX: usize = 4096;
 /// Between two connection attempts to the masters.
 const RECONNECT_WAIT: Duration = Duration::from_millis(500);
-
-/// What a worker's data plane offers besides channels.
-pub trait DataPlane: Transport {
-    /// Where other workers reach each worker's data plane.
-    fn set_peers(&self, peers: HashMap<WorkerId, String>);
-    /// Drops every channel of a deployment that stopped.
-    fn close_deployment(&self, pipeline: PipelineId, deployment: u64);
-}
 
 /// How a worker process runs.
 pub struct AgentConfig {
@@ -77,7 +75,7 @@ struct Running {
 pub struct Agent {
     config: AgentConfig,
     connectors: Arc<dyn ConnectorFactory>,
-    data: Arc<dyn DataPlane>,
+    data: Arc<DataPlane>,
     deploy: DeployConfig,
 }
 
@@ -85,7 +83,7 @@ impl Agent {
     pub fn new(
         config: AgentConfig,
         connectors: Arc<dyn ConnectorFactory>,
-        data: Arc<dyn DataPlane>,
+        data: Arc<DataPlane>,
         deploy: DeployConfig,
     ) -> Self {
         Agent {
@@ -148,14 +146,21 @@ impl Agent {
             .await
             .map_err(|e| SessionError::Connect(e.message().to_string()))?
             .into_inner();
-        let first = down.message().await.map_err(|e| SessionError::Connect(e.message().to_string()))?;
+        let first = down
+            .message()
+            .await
+            .map_err(|e| SessionError::Connect(e.message().to_string()))?;
         let registered = match first.and_then(|c| c.command.map(|x| (c.protocol_version, x))) {
             Some((_, pb::master_command::Command::Refused(r))) => return Err(SessionError::Refused(r.reason)),
             Some((v, _)) if v != PROTOCOL_VERSION => {
                 return Err(SessionError::Refused(version_mismatch(PROTOCOL_VERSION, v)));
             }
             Some((_, pb::master_command::Command::Registered(r))) => r,
-            _ => return Err(SessionError::Connect("the master did not answer the registration".into())),
+            _ => {
+                return Err(SessionError::Connect(
+                    "the master did not answer the registration".into(),
+                ));
+            }
         };
         tracing::info!(worker = %self.config.id, %master, master_id = %registered.master_id, "registered with the master");
         // Part events, bounded by construction: per task one failure and
@@ -175,8 +180,28 @@ impl Agent {
             registered.heartbeat_interval_ms.max(100),
         )));
         let mut draining = false;
+        let mut link_failures = self.data.failures();
         let end = loop {
             tokio::select! {
+                failure = link_failures.recv() => {
+                    use tokio::sync::broadcast::error::RecvError;
+                    let failed: Vec<(DeploymentKey, String)> = match failure {
+                        Ok(f) => vec![(
+                            DeploymentKey { pipeline: f.pipeline, epoch: f.deployment },
+                            format!("the data link to worker {} failed: {}", f.peer, f.error),
+                        )],
+                        // Missed some: every deployment is suspect.
+                        Err(RecvError::Lagged(_)) => session
+                            .running
+                            .keys()
+                            .map(|k| (*k, "data links failed (reports were missed)".to_string()))
+                            .collect(),
+                        Err(RecvError::Closed) => vec![],
+                    };
+                    for (key, why) in failed {
+                        session.fail(key, why);
+                    }
+                }
                 _ = self.config.shutdown.cancelled(), if !draining => {
                     draining = true;
                     tracing::info!(worker = %self.config.id, "draining: asking the master to move this worker's tasks");
@@ -210,8 +235,10 @@ impl Agent {
                         Err(e) => tracing::error!(error = %e, "event not sent"),
                     }
                     if exited {
+                        // Its channels stay until the master says the whole
+                        // deployment stopped: the data plane may still be
+                        // sending what the part's last tasks wrote.
                         session.running.remove(&key);
-                        self.data.close_deployment(key.pipeline, key.epoch);
                         if draining && session.running.is_empty() {
                             break SessionEnd::Shutdown;
                         }
@@ -269,6 +296,23 @@ impl Session<'_> {
             .map_err(|_| ())
     }
 
+    /// Fails this worker's part of a deployment (a broken data link): the
+    /// owner fails the pipeline, which restarts from its last checkpoint.
+    fn fail(&mut self, key: DeploymentKey, why: String) {
+        let Some(r) = self.running.get(&key) else { return };
+        tracing::warn!(pipeline = %key.pipeline, epoch = key.epoch, %why, "deployment part failed");
+        let _ = self.events.send((
+            key,
+            PartEvent::Failed {
+                operator: OperatorId(0),
+                instance: 0,
+                failure: Failure::message(why),
+                after_cancel: r.cancel.is_cancelled(),
+            },
+        ));
+        r.cancel.cancel();
+    }
+
     fn heartbeat(&self) -> pb::Heartbeat {
         let tasks = self
             .running
@@ -278,7 +322,7 @@ impl Session<'_> {
         pb::Heartbeat {
             sent_ms: sluice_types::now_ms().max(0) as u64,
             tasks,
-            process: Some(crate::process::metrics()),
+            process: Some(crate::process::metrics(&self.agent.data.metrics())),
         }
     }
 
@@ -318,17 +362,24 @@ impl Session<'_> {
             }
             Some(Command::Stop(stop)) => {
                 let k = key(stop.pipeline, stop.epoch);
+                if self.stopped.len() >= STOPPED_REMEMBERED_MAX {
+                    self.stopped.clear();
+                }
                 self.stopped.insert(k);
                 if let Some(r) = self.running.get(&k) {
                     r.cancel.cancel();
                 }
+                self.agent.data.close_deployment(k.pipeline, k.epoch);
             }
             Some(Command::Checkpoint(c)) => {
                 if let Some(r) = self.running.get(&key(c.pipeline, c.epoch)) {
                     // Stop first: a source injecting barrier n reads stop_at.
-                    r.stop_at.send_if_modified(|v| std::mem::replace(v, c.stop_at) != c.stop_at);
-                    r.completed.send_if_modified(|v| std::mem::replace(v, c.completed) != c.completed);
-                    r.trigger.send_if_modified(|v| std::mem::replace(v, c.trigger) != c.trigger);
+                    r.stop_at
+                        .send_if_modified(|v| std::mem::replace(v, c.stop_at) != c.stop_at);
+                    r.completed
+                        .send_if_modified(|v| std::mem::replace(v, c.completed) != c.completed);
+                    r.trigger
+                        .send_if_modified(|v| std::mem::replace(v, c.trigger) != c.trigger);
                 }
             }
             Some(Command::Paused(p)) => {
@@ -374,10 +425,8 @@ impl Session<'_> {
                 } else {
                     plan.store.as_str()
                 };
-                let store = sluice_connectors::state_store::open_state_store(
-                    Some(location),
-                    std::path::Path::new(location),
-                )?;
+                let store =
+                    sluice_connectors::state_store::open_state_store(Some(location), std::path::Path::new(location))?;
                 let restored = if plan.restored_id > 0 {
                     Some(Arc::new(
                         read_checkpoint(store.as_ref(), key.pipeline, plan.restored_id)

@@ -26,7 +26,9 @@ use sluice_dataflow::deploy::{
     CheckpointPlan, DeployConfig, Failure, OwnerCheckpoint, PipelineRuntime, own, with_uids,
 };
 use sluice_dataflow::metrics::TaskMetrics;
-use sluice_dataflow::part::{PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part, task_instances};
+use sluice_dataflow::part::{
+    PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part, task_instances,
+};
 use sluice_plan::PhysicalDag;
 use sluice_proto::v1 as pb;
 use sluice_proto::{PROTOCOL_VERSION, version_mismatch};
@@ -91,12 +93,13 @@ pub struct MasterWorker {
     /// Its data-plane address as workers reach it.
     pub data_address: String,
     pub connectors: sluice_connectors::Connectors,
-    pub transport: Arc<dyn crate::agent::DataPlane>,
+    pub transport: Arc<sluice_net::DataPlane>,
 }
 
 /// The registry of workers and deployments, and the `Master` service.
 pub struct Cluster {
     master_id: String,
+    control_address: Mutex<String>,
     checkpoint_dir: String,
     worker_timeout: Duration,
     workers: Mutex<HashMap<WorkerId, WorkerConn>>,
@@ -112,6 +115,7 @@ impl Cluster {
     pub fn new(master_id: String, checkpoint_dir: String, worker_timeout: Duration, local: MasterWorker) -> Arc<Self> {
         let cluster = Arc::new(Cluster {
             master_id,
+            control_address: Mutex::default(),
             checkpoint_dir,
             worker_timeout,
             workers: Mutex::default(),
@@ -124,12 +128,29 @@ impl Cluster {
             local,
         });
         tokio::spawn(watchdog(Arc::downgrade(&cluster)));
+        tokio::spawn(link_failures(
+            Arc::downgrade(&cluster),
+            cluster.local.transport.failures(),
+        ));
         cluster
     }
 
     /// The gRPC service workers open their sessions with.
     pub fn service(self: &Arc<Self>) -> pb::master_server::MasterServer<Service> {
         pb::master_server::MasterServer::new(Service(self.clone()))
+    }
+
+    pub fn master_id(&self) -> &str {
+        &self.master_id
+    }
+
+    /// Where workers reach this master (set once it listens).
+    pub fn control_address(&self) -> String {
+        self.control_address.lock().expect("address lock").clone()
+    }
+
+    pub fn set_control_address(&self, address: String) {
+        *self.control_address.lock().expect("address lock") = address;
     }
 
     /// The live workers.
@@ -257,7 +278,10 @@ impl Cluster {
                         pipeline: PipelineId(t.pipeline),
                         epoch: t.epoch,
                     };
-                    if let Some(m) = routes.get(&key).and_then(|r| r.metrics.get(&(OperatorId(t.operator), t.instance))) {
+                    if let Some(m) = routes
+                        .get(&key)
+                        .and_then(|r| r.metrics.get(&(OperatorId(t.operator), t.instance)))
+                    {
                         apply_metrics(m, t);
                     }
                 }
@@ -307,6 +331,41 @@ async fn watchdog(cluster: std::sync::Weak<Cluster>) {
     }
 }
 
+/// A broken data link of the master's own worker fails the deployments
+/// whose channels it carried.
+async fn link_failures(
+    cluster: std::sync::Weak<Cluster>,
+    mut failures: tokio::sync::broadcast::Receiver<sluice_net::LinkFailure>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let failed = match failures.recv().await {
+            Ok(f) => Some((
+                f.pipeline,
+                f.deployment,
+                format!("the data link to worker {} failed: {}", f.peer, f.error),
+            )),
+            Err(RecvError::Lagged(_)) => None,
+            Err(RecvError::Closed) => return,
+        };
+        let Some(c) = cluster.upgrade() else { return };
+        let routes = c.routes.lock().expect("routes lock");
+        for (key, route) in routes.iter() {
+            let why = match &failed {
+                Some((p, d, why)) if key.pipeline == *p && key.epoch == *d => why.clone(),
+                Some(_) => continue,
+                None => "data links failed (reports were missed)".to_string(),
+            };
+            let _ = route.events.send(PartEvent::Failed {
+                operator: OperatorId(0),
+                instance: 0,
+                failure: Failure::message(why),
+                after_cancel: false,
+            });
+        }
+    }
+}
+
 /// The `Master` gRPC service.
 pub struct Service(Arc<Cluster>);
 
@@ -349,7 +408,12 @@ impl pb::master_server::Master for Service {
                 drop(workers);
                 // The same id again: the old session is stale (a worker that
                 // restarted before its timeout); it is declared lost first.
-                let old = cluster.workers.lock().expect("workers lock").get(&id).map(|w| w.session);
+                let old = cluster
+                    .workers
+                    .lock()
+                    .expect("workers lock")
+                    .get(&id)
+                    .map(|w| w.session);
                 if let Some(old) = old {
                     cluster.worker_lost(&id, old, "it registered again");
                 }
@@ -416,7 +480,12 @@ impl ClusterScheduler {
         }
     }
 
-    fn deploy_placed(&self, id: PipelineId, dag: &PhysicalDag, plan: Option<CheckpointPlan>) -> Result<Arc<PipelineRuntime>> {
+    fn deploy_placed(
+        &self,
+        id: PipelineId,
+        dag: &PhysicalDag,
+        plan: Option<CheckpointPlan>,
+    ) -> Result<Arc<PipelineRuntime>> {
         let dag = with_uids(dag);
         let dag = dag.as_ref();
         let cluster = &self.cluster;
@@ -456,11 +525,21 @@ impl ClusterScheduler {
                     restored_id,
                     highest_id: plan.highest_id,
                 };
-                (Some(owner), Some((restored_id, plan.restored.map(Arc::new), plan.handoff, location)))
+                (
+                    Some(owner),
+                    Some((restored_id, plan.restored.map(Arc::new), plan.handoff, location)),
+                )
             }
             None => (None, None),
         };
-        let owned = own(id, dag, task_instances(dag, &self.config), metrics, parts.len(), checkpoint);
+        let owned = own(
+            id,
+            dag,
+            task_instances(dag, &self.config),
+            metrics,
+            parts.len(),
+            checkpoint,
+        );
         let remote: Vec<WorkerId> = parts.iter().filter(|w| **w != local.id).cloned().collect();
         let mut slots: HashMap<WorkerId, u32> = HashMap::new();
         for (op, instance) in task_instances(dag, &self.config) {
@@ -542,15 +621,17 @@ impl ClusterScheduler {
                 })
                 .collect(),
             peers,
-            checkpoint: part_plan.as_ref().map(|(restored_id, _, handoff, location)| pb::CheckpointPlan {
-                restored_id: *restored_id,
-                handoff_json: handoff
-                    .as_ref()
-                    .and_then(|h| serde_json::to_vec(h).ok())
-                    .unwrap_or_default()
-                    .into(),
-                store: location.clone(),
-            }),
+            checkpoint: part_plan
+                .as_ref()
+                .map(|(restored_id, _, handoff, location)| pb::CheckpointPlan {
+                    restored_id: *restored_id,
+                    handoff_json: handoff
+                        .as_ref()
+                        .and_then(|h| serde_json::to_vec(h).ok())
+                        .unwrap_or_default()
+                        .into(),
+                    store: location.clone(),
+                }),
         };
         for w in &remote {
             cluster.send(w, pb::master_command::Command::Start(start.clone()));
@@ -599,7 +680,11 @@ async fn forward(
         }
     };
     let (mut trigger, mut stop_at, mut completed) = match &signals {
-        Some(s) => (Some(s.trigger.clone()), Some(s.stop_at.clone()), Some(s.completed.clone())),
+        Some(s) => (
+            Some(s.trigger.clone()),
+            Some(s.stop_at.clone()),
+            Some(s.completed.clone()),
+        ),
         None => (None, None, None),
     };
     let checkpoint = |t: &Option<tokio::sync::watch::Receiver<u64>>,
@@ -649,6 +734,7 @@ async fn forward(
         epoch: key.epoch,
     }));
     cluster.routes.lock().expect("routes lock").remove(&key);
+    cluster.local.transport.close_deployment(key.pipeline, key.epoch);
 }
 
 impl Scheduler for ClusterScheduler {
@@ -656,7 +742,12 @@ impl Scheduler for ClusterScheduler {
         self.deploy_placed(id, dag, None)
     }
 
-    fn deploy_checkpointed(&self, id: PipelineId, dag: &PhysicalDag, plan: CheckpointPlan) -> Result<Arc<PipelineRuntime>> {
+    fn deploy_checkpointed(
+        &self,
+        id: PipelineId,
+        dag: &PhysicalDag,
+        plan: CheckpointPlan,
+    ) -> Result<Arc<PipelineRuntime>> {
         self.deploy_placed(id, dag, Some(plan))
     }
 

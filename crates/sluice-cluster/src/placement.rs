@@ -70,7 +70,7 @@ impl Pinned for MasterOwned {
     fn pinned(&self, op: &OperatorSpec) -> bool {
         match &op.kind {
             OperatorKind::Source(s) => s.connector == "memory",
-            OperatorKind::Sink(s) => s.connector == "client",
+            OperatorKind::Sink(s) => s.connector == "client" || s.connector == "memory",
             _ => false,
         }
     }
@@ -198,7 +198,9 @@ fn unplaceable(
         .map(|o| o.parallelism)
         .sum::<u32>();
     let message = if workers.is_empty() {
-        format!("no worker is registered with the master; the pipeline needs {needed} task slot(s): start `sluice worker --masters …`")
+        format!(
+            "no worker is registered with the master; the pipeline needs {needed} task slot(s): start `sluice worker --masters …`"
+        )
     } else if eligible.is_empty() {
         let wanted: Vec<String> = constraints.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
@@ -209,7 +211,11 @@ fn unplaceable(
                 .map(|w| format!(
                     "{} [{}]",
                     w.id,
-                    w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+                    w.labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
                 ))
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -265,10 +271,7 @@ mod tests {
             event_time_column: None,
         };
         PhysicalDag {
-            operators: vec![
-                op(0, OperatorKind::Source(source)),
-                op(1, OperatorKind::Sink(sink)),
-            ],
+            operators: vec![op(0, OperatorKind::Source(source)), op(1, OperatorKind::Sink(sink))],
             edges: vec![EdgeSpec {
                 id: EdgeId(0),
                 from: OperatorId(0),
@@ -340,7 +343,10 @@ mod tests {
         let ws = [worker("a", 1, &[]), worker("b", 2, &[])];
         let e = run(&Spread, &Constraints::default(), &ws, 2).unwrap_err();
         assert_eq!(e.sqlstate(), "53000");
-        assert!(e.to_string().contains("needs 4") && e.to_string().contains("3 free"), "{e}");
+        assert!(
+            e.to_string().contains("needs 4") && e.to_string().contains("3 free"),
+            "{e}"
+        );
         // At the limit it fits.
         assert!(run(&Spread, &Constraints::default(), &ws, 1).is_ok());
         let e = run(&Spread, &Constraints::default(), &[], 1).unwrap_err();

@@ -30,13 +30,15 @@ fn clock_ticks() -> u64 {
     rustix::param::clock_ticks_per_second().max(1)
 }
 
-/// The process part of a heartbeat.
-pub fn metrics() -> pb::ProcessMetrics {
+/// The process part of a heartbeat, with its data plane's counters.
+pub fn metrics(data: &sluice_net::DataPlaneMetrics) -> pb::ProcessMetrics {
     let (rss_bytes, cpu_ns) = usage();
     pb::ProcessMetrics {
         rss_bytes,
         cpu_ns,
-        ..Default::default()
+        data_bytes_sent: data.bytes_sent,
+        data_bytes_received: data.bytes_received,
+        credit_waits_ns: data.credit_wait_ns,
     }
 }
 

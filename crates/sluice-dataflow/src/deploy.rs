@@ -498,7 +498,14 @@ pub fn own(
                 status.fail(OperatorId(0), 0, Failure::message(error), false);
                 cancel.cancel();
             };
-            tokio::spawn(coordinator::run(id, c.config, book, channels, coordinator_stop.clone(), fail));
+            tokio::spawn(coordinator::run(
+                id,
+                c.config,
+                book,
+                channels,
+                coordinator_stop.clone(),
+                fail,
+            ));
             (Some(signals), Some(store), Some(stop), Some(to_coordinator))
         }
         None => (None, None, None, None),

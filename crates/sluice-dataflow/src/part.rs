@@ -37,8 +37,8 @@ use sluice_types::{Error, OperatorId, PipelineId, Result, WorkerId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -59,7 +59,11 @@ impl Placement {
 
     /// Places each task with `place(operator, instance)`; operators
     /// chained into another's task (by `config`) go where that task goes.
-    pub fn new(dag: &PhysicalDag, config: &DeployConfig, mut place: impl FnMut(&OperatorSpec, u32) -> WorkerId) -> Self {
+    pub fn new(
+        dag: &PhysicalDag,
+        config: &DeployConfig,
+        mut place: impl FnMut(&OperatorSpec, u32) -> WorkerId,
+    ) -> Self {
         let mut by_task: HashMap<(OperatorId, u32), WorkerId> = HashMap::new();
         // Upstreams come first in the planner's order, so a chained
         // operator's task root is placed before it.
@@ -181,7 +185,9 @@ pub struct PartSpec<'a> {
 pub fn start_part(spec: PartSpec<'_>, report: impl Fn(PartEvent) + Send + Sync + 'static) -> Result<usize> {
     let dag = spec.dag;
     if dag.operators.iter().any(|o| o.uid.is_unset()) {
-        return Err(Error::internal("a deployed DAG needs operator uids (PhysicalDag::fill_uids)"));
+        return Err(Error::internal(
+            "a deployed DAG needs operator uids (PhysicalDag::fill_uids)",
+        ));
     }
     check_keyed_state(dag)?;
     let chained = |op: OperatorId| spec.config.chain_operators && dag.chained_into(op).is_some();
@@ -392,7 +398,10 @@ pub fn instance_metrics(dag: &PhysicalDag) -> (Vec<Arc<TaskMetrics>>, MetricsByI
 /// one instance and `alignment_max_drift_ms` set), shared by its instances
 /// — when they all run in this process: instances spread over workers
 /// are not aligned with each other (documented).
-fn watermark_alignment_groups(dag: &PhysicalDag, local: &dyn Fn(OperatorId, u32) -> bool) -> HashMap<OperatorId, Arc<AlignmentGroup>> {
+fn watermark_alignment_groups(
+    dag: &PhysicalDag,
+    local: &dyn Fn(OperatorId, u32) -> bool,
+) -> HashMap<OperatorId, Arc<AlignmentGroup>> {
     dag.operators
         .iter()
         .filter(|op| (0..op.parallelism).all(|i| local(op.id, i)))
@@ -594,7 +603,12 @@ fn supervise(
 
 /// Runs one task to its end; an error or a panic is reported and cancels
 /// the part's other tasks.
-async fn run_supervised(id: PipelineId, task: SupervisedTask, cancel: &CancellationToken, report: &(dyn Fn(PartEvent) + Send + Sync)) {
+async fn run_supervised(
+    id: PipelineId,
+    task: SupervisedTask,
+    cancel: &CancellationToken,
+    report: &(dyn Fn(PartEvent) + Send + Sync),
+) {
     let outcome = AssertUnwindSafe(task.future).catch_unwind().await;
     let failure = match outcome {
         Ok(Ok(())) => return,

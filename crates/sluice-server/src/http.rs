@@ -30,6 +30,8 @@ pub struct HttpState {
     pub history: Arc<MetricsHistory>,
     /// The local worker (the playground runs one).
     pub worker: Arc<Worker>,
+    /// A cluster master's workers (None in the playground).
+    pub cluster: Option<Arc<sluice_cluster::control::Cluster>>,
 }
 
 type St = State<HttpState>;
@@ -149,6 +151,16 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
         Some(_) => "stale",
         None => "starting",
     };
+    if let Some(cluster) = &s.cluster {
+        return Json(json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_ms": now - s.engine.started_ms,
+            "started_ms": s.engine.started_ms,
+            "masters": [{ "id": cluster.master_id(), "address": cluster.control_address(), "role": "leader", "health": "ok" }],
+            "workers": cluster.workers(),
+            "pipelines_running": running,
+        }));
+    }
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_ms": now - s.engine.started_ms,

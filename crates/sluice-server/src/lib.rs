@@ -21,4 +21,4 @@ pub mod pgwire;
 pub mod redact;
 pub mod server;
 
-pub use server::{ServerConfig, ServerHandle, start};
+pub use server::{MasterConfig, ServerConfig, ServerHandle, WorkerConfig, run_worker, start, start_master};

@@ -294,7 +294,10 @@ mod tests {
     fn every_sqlstate_maps_back_to_its_code() {
         let mut seen = std::collections::HashSet::new();
         for code in SqlCode::ALL {
-            assert!(seen.insert(code.sqlstate()), "{code:?} listed twice or shares a SQLSTATE");
+            assert!(
+                seen.insert(code.sqlstate()),
+                "{code:?} listed twice or shares a SQLSTATE"
+            );
             assert_eq!(SqlCode::from_sqlstate(code.sqlstate()), Some(code));
         }
         assert_eq!(SqlCode::from_sqlstate("XX000"), None);

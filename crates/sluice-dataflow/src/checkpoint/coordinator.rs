@@ -360,7 +360,13 @@ pub fn channels(
 /// Task handles whose acknowledgements the test reads itself, and the
 /// coordinator's ends (kept alive by the test).
 #[cfg(test)]
-pub(crate) fn test_handles(restored: u64) -> (CheckpointHandles, mpsc::UnboundedReceiver<AckEvent>, CoordinatorChannels) {
+pub(crate) fn test_handles(
+    restored: u64,
+) -> (
+    CheckpointHandles,
+    mpsc::UnboundedReceiver<AckEvent>,
+    CoordinatorChannels,
+) {
     let (signals, coordinator, _stop, _events) = channels(restored);
     let (acks_tx, acks_rx) = mpsc::unbounded_channel();
     (CheckpointHandles::new(&signals, acks_tx), acks_rx, coordinator)
