@@ -145,3 +145,93 @@ async fn a_killed_workers_pipeline_moves_to_the_others() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `GET /metrics` of a two-worker cluster has every series a cluster
+/// operator watches, task series labelled with the worker running them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_cover_tasks_workers_checkpoints_and_processes() {
+    let (server, _tmp) = cluster(2);
+    let c = server.connect().await;
+    exec(
+        &c,
+        "CREATE STREAM m_ticks (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '500',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
+    )
+    .await;
+    exec(&c, "SET parallelism = 2").await;
+    // A keyed window: its input is hash-partitioned, so rows cross workers.
+    exec(
+        &c,
+        "CREATE SINK m_plain WITH (connector = 'blackhole', 'checkpoint.interval' = '1s') AS
+            SELECT window_start, k, count(*) AS n FROM TUMBLE(m_ticks, ts, INTERVAL '1' SECOND)
+            GROUP BY window_start, window_end, k",
+    )
+    .await;
+    let body = || async {
+        let url = format!("http://127.0.0.1:{}/metrics", server.http_port);
+        reqwest::get(&url).await.unwrap().text().await.unwrap()
+    };
+    // A checkpoint completes and heartbeats carry the tasks' counters.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = body().await;
+        if text.contains("sluice_checkpoint_duration_seconds{pipeline=\"m_plain\"}")
+            && text
+                .lines()
+                .any(|l| l.starts_with("sluice_task_rows_out_total") && !l.ends_with(" 0"))
+        {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint or counters in 60 s:\n{text}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    for family in [
+        "sluice_pipeline_rows_in_total",
+        "sluice_pipeline_rows_out_total",
+        "sluice_pipeline_restarts_total",
+        "sluice_checkpoint_duration_seconds",
+        "sluice_checkpoint_bytes",
+        "sluice_task_rows_in_total",
+        "sluice_task_rows_out_total",
+        "sluice_task_queued_rows",
+        "sluice_task_backpressure_seconds_total",
+        "sluice_task_busy_seconds_total",
+        "sluice_task_state_groups",
+        "sluice_task_late_rows_total",
+        "sluice_worker_slots",
+        "sluice_worker_used_slots",
+        "sluice_worker_heartbeat_age_seconds",
+        "sluice_worker_data_bytes_sent_total",
+        "sluice_worker_data_bytes_received_total",
+        "sluice_worker_credit_wait_seconds_total",
+        "sluice_worker_resident_memory_bytes",
+        "sluice_worker_cpu_seconds_total",
+        "sluice_process_resident_memory_bytes",
+        "sluice_process_cpu_seconds_total",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(family) && !l.starts_with('#')),
+            "{family} missing:\n{text}"
+        );
+    }
+    for worker in ["w1", "w2"] {
+        let tasks = format!("worker=\"{worker}\"");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("sluice_task_rows_out_total") && l.contains(&tasks)),
+            "no task series on {worker}:\n{text}"
+        );
+        assert!(
+            text.contains(&format!("sluice_worker_slots{{worker=\"{worker}\"}} 4")),
+            "{worker}'s slots:\n{text}"
+        );
+    }
+    // Rows crossed the data plane (the sink's hash edge).
+    let sent: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("sluice_worker_data_bytes_sent_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(sent > 0.0, "no data-plane bytes:\n{text}");
+}

@@ -154,10 +154,23 @@ impl TestServer {
         self.workers.iter().map(|c| c.id()).collect()
     }
 
-    /// Kills worker process `i` with SIGKILL.
+    /// Kills worker process `i` (in start order, of those alive) with
+    /// SIGKILL.
     pub fn kill_worker(&mut self, i: usize) {
-        let _ = self.workers[i].kill();
-        let _ = self.workers[i].wait();
+        let mut w = self.workers.remove(i);
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+
+    /// A cluster on `data_dir`: a master and `workers` workers of `slots`
+    /// slots each, all registered.
+    pub fn start_cluster_in(data_dir: &Path, workers: usize, slots: u32) -> TestServer {
+        let mut s = TestServer::start_master(data_dir, &[]);
+        for i in 0..workers {
+            s.add_worker(&format!("w{}", i + 1), slots, &[]);
+        }
+        s.wait_for_workers(workers);
+        s
     }
 
     /// Waits until `n` workers are registered (REST `/api/v1/cluster`).

@@ -63,6 +63,10 @@ pub struct WorkerInfo {
     pub health: String,
     pub rss_bytes: u64,
     pub cpu_ns: u64,
+    pub data_bytes_sent: u64,
+    pub data_bytes_received: u64,
+    /// Time its tasks' senders waited for remote credits, ns.
+    pub credit_wait_ns: u64,
 }
 
 struct WorkerConn {
@@ -178,6 +182,9 @@ impl Cluster {
                     .to_string(),
                     rss_bytes: w.process.rss_bytes,
                     cpu_ns: w.process.cpu_ns,
+                    data_bytes_sent: w.process.data_bytes_sent,
+                    data_bytes_received: w.process.data_bytes_received,
+                    credit_wait_ns: w.process.credit_waits_ns,
                 }
             })
             .collect();
@@ -561,6 +568,18 @@ impl ClusterScheduler {
             .lock()
             .expect("placements lock")
             .insert(id, placement.clone());
+        // Every worker's data-plane address (the data planes keep one map).
+        let mut peers: HashMap<String, String> = cluster
+            .workers
+            .lock()
+            .expect("workers lock")
+            .iter()
+            .map(|(id, w)| (id.0.clone(), w.data_address.clone()))
+            .collect();
+        peers.insert(local.id.0.clone(), local.data_address.clone());
+        local
+            .transport
+            .set_peers(peers.iter().map(|(k, v)| (WorkerId(k.clone()), v.clone())).collect());
         // The master's own part (pinned tasks).
         if parts.contains(&local.id) {
             let events = owned.events.clone();
@@ -598,15 +617,6 @@ impl ClusterScheduler {
         }
         // The workers' parts.
         let dag_json = serde_json::to_vec(dag).map_err(|e| sluice_types::Error::internal(format!("DAG: {e}")))?;
-        let mut peers: HashMap<String, String> = cluster
-            .workers
-            .lock()
-            .expect("workers lock")
-            .iter()
-            .filter(|(id, _)| parts.contains(id))
-            .map(|(id, w)| (id.0.clone(), w.data_address.clone()))
-            .collect();
-        peers.insert(local.id.0.clone(), local.data_address.clone());
         let start = pb::StartTasks {
             pipeline: id.0,
             epoch,
@@ -636,7 +646,9 @@ impl ClusterScheduler {
         for w in &remote {
             cluster.send(w, pb::master_command::Command::Start(start.clone()));
         }
-        let runtime = Arc::new(owned.runtime);
+        let mut runtime = owned.runtime;
+        runtime.placement = placement.clone();
+        let runtime = Arc::new(runtime);
         tokio::spawn(forward(
             cluster.clone(),
             key,

@@ -607,6 +607,12 @@ impl Master {
                     None => ("not running".to_string(), def.created_ms, Default::default(), None),
                 };
                 let slot = running.get(&def.name).map(|r| r.slot.clone());
+                let workers = slot
+                    .as_ref()
+                    .and_then(|s| s.runtime())
+                    .filter(|r| r.status() == sluice_dataflow::deploy::PipelineStatus::Running)
+                    .map(|r| r.workers())
+                    .unwrap_or_default();
                 let checkpoints = slot.as_ref().map(|s| s.stats.completed()).unwrap_or_default();
                 let restarts = slot.as_ref().map_or(0, |s| s.restarts.load(Ordering::Relaxed));
                 let restored_from = slot.as_ref().and_then(|s| s.stats.restored_from());
@@ -632,6 +638,7 @@ impl Master {
                     checkpoints,
                     version: def.version(),
                     changed_ms: def.changed_ms.unwrap_or(def.created_ms),
+                    workers,
                 }
             })
             .collect()

@@ -109,6 +109,8 @@ pub struct PipelineRuntime {
     pub metrics: Vec<Arc<TaskMetrics>>,
     /// Tasks running the pipeline (operator instances not chained into another's task).
     pub tasks: usize,
+    /// Which worker runs each operator instance.
+    pub placement: Placement,
     status: Arc<StatusCell>,
     cancel: CancellationToken,
     done: watch::Receiver<bool>,
@@ -120,6 +122,20 @@ pub struct PipelineRuntime {
 impl PipelineRuntime {
     pub fn status(&self) -> PipelineStatus {
         self.status.get()
+    }
+
+    /// The workers running the tasks, each with its number of task
+    /// instances (`w1 (2), w2 (2)`): SHOW PIPELINES.
+    pub fn workers(&self) -> String {
+        let mut count: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+        for (_, _, w) in &self.placement.tasks {
+            *count.entry(w.0.as_str()).or_default() += 1;
+        }
+        count
+            .iter()
+            .map(|(w, n)| format!("{w} ({n})"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Pauses (true) or resumes (false) the pipeline's sources; the rest of
@@ -420,6 +436,7 @@ pub fn deploy_with(
         Ok(tasks) => {
             let mut runtime = owned.runtime;
             runtime.tasks = tasks;
+            runtime.placement = placement;
             Ok(runtime)
         }
         Err(e) => {
@@ -525,6 +542,7 @@ pub fn own(
             id,
             metrics,
             tasks: tasks.len(),
+            placement: Placement::default(),
             status,
             cancel: cancel.clone(),
             done,

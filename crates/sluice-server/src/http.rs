@@ -285,50 +285,9 @@ async fn explain(State(s): St, body: Result<Json<SqlRequest>, JsonRejection>) ->
     }
 }
 
-/// A metric's name, help text, and how to read it from a pipeline's status.
-type MetricFamily = (
-    &'static str,
-    &'static str,
-    fn(&sluice_cluster::status::PipelineInfo) -> Option<i64>,
-);
-
-/// Prometheus text exposition of pipeline counters.
+/// Prometheus text exposition (see `metrics_export`).
 async fn metrics(State(s): St) -> Response {
-    let engine = &s.engine;
-    let mut out = String::new();
-    let families: [MetricFamily; 4] = [
-        (
-            "sluice_pipeline_rows_in_total",
-            "Rows read by a pipeline's sources.",
-            |p| Some(p.rows_in as i64),
-        ),
-        (
-            "sluice_pipeline_rows_out_total",
-            "Rows that reached a pipeline's sink.",
-            |p| Some(p.rows_out as i64),
-        ),
-        (
-            "sluice_pipeline_late_rows_dropped_total",
-            "Rows dropped as late.",
-            |p| Some(p.late_rows_dropped as i64),
-        ),
-        (
-            "sluice_pipeline_watermark_ms",
-            "Low watermark at the sink (epoch ms).",
-            |p| p.watermark_ms.filter(|w| *w != i64::MAX),
-        ),
-    ];
-    let pipelines = engine.master.pipelines();
-    for (name, help, value) in families {
-        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for p in &pipelines {
-            if let Some(v) = value(p) {
-                let label = p.name.replace('\\', "\\\\").replace('"', "\\\"");
-                out.push_str(&format!("{name}{{pipeline=\"{label}\"}} {v}\n"));
-            }
-        }
-    }
+    let out = crate::metrics_export::render(&s.engine.master, s.cluster.as_deref());
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
