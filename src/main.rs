@@ -1,5 +1,7 @@
 //! The `sluice` binary.
 
+mod security_args;
+
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -60,6 +62,8 @@ enum Command {
         /// HTTP (REST API, health) address.
         #[arg(long, default_value = "127.0.0.1:8090")]
         http_listen: SocketAddr,
+        #[command(flatten)]
+        security: security_args::SecurityArgs,
     },
 }
 
@@ -122,11 +126,14 @@ async fn run() -> anyhow::Result<()> {
             data_dir,
             pg_listen,
             http_listen,
+            security,
         } => {
+            let password = std::env::var(security_args::SUPERUSER_PASSWORD_ENV).ok();
             let config = sluice_server::ServerConfig {
                 data_dir: data_dir.clone(),
                 pg_addr: pg_listen,
                 http_addr: http_listen,
+                security: security.config(&[pg_listen, http_listen], password)?,
             };
             let server = sluice_server::start(config).await?;
             println!("Sluice {} playground is running.", env!("CARGO_PKG_VERSION"));

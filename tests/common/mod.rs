@@ -36,6 +36,12 @@ impl TestServer {
     /// Starts a server on `data_dir` with extra environment variables
     /// (e.g. the `SLUICE_FAULT_PANIC_AT` test hook).
     pub fn start_in_with_env(data_dir: &Path, env: &[(&str, &str)]) -> TestServer {
+        TestServer::start_with(data_dir, &[], env)
+    }
+
+    /// Starts a server on `data_dir` with extra flags (`--auth …`) and
+    /// environment variables.
+    pub fn start_with(data_dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> TestServer {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args([
                 "playground",
@@ -46,6 +52,7 @@ impl TestServer {
                 "--data-dir",
             ])
             .arg(data_dir)
+            .args(flags)
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -92,6 +99,19 @@ impl TestServer {
             "host=127.0.0.1 port={} user=sluice dbname=sluice connect_timeout=10",
             self.pg_port
         )
+    }
+
+    /// Connects as `user` with `password` (tokio-postgres negotiates SCRAM).
+    pub async fn connect_as(&self, user: &str, password: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let conn = format!(
+            "host=127.0.0.1 port={} user={user} password='{password}' dbname=sluice connect_timeout=10",
+            self.pg_port
+        );
+        let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
     }
 
     /// Connects with tokio-postgres.

@@ -7,6 +7,7 @@
 mod common;
 
 mod alter;
+mod auth;
 mod catalog;
 mod hdfs;
 mod http_api;

@@ -21,6 +21,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub pg_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// Authentication, TLS, file root (`crate::security`).
+    pub security: crate::security::SecurityConfig,
 }
 
 /// A running server.
@@ -53,7 +55,8 @@ pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
     ));
     let scheduler = Arc::new(LocalScheduler { worker: worker.clone() });
     let master = Arc::new(Master::open(&config.data_dir, scheduler)?);
-    let engine = Engine::new(master, connectors);
+    crate::security::bootstrap_superuser(&master, &config.security).await?;
+    let engine = Engine::with_security(master, connectors, config.security.clone());
     let pg = tokio::net::TcpListener::bind(config.pg_addr).await?;
     let http = tokio::net::TcpListener::bind(config.http_addr).await?;
     let (pg_addr, http_addr) = (pg.local_addr()?, http.local_addr()?);

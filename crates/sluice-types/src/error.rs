@@ -65,6 +65,18 @@ pub enum SqlCode {
     StatementTooComplex,
     /// `55006`: the object is in use (a pipeline another ALTER is changing).
     ObjectInUse,
+    /// `42501`: the session's role lacks a privilege on the named object.
+    InsufficientPrivilege,
+    /// `28000`: a role that does not exist or may not log in.
+    InvalidAuthorization,
+    /// `28P01`: a wrong password.
+    InvalidPassword,
+    /// `42710`: a role or token name already taken.
+    DuplicateRole,
+    /// `42939`: a name reserved for the system (`pg_*` roles).
+    ReservedName,
+    /// `53300`: too many connections (in total or for one role).
+    TooManyConnections,
 }
 
 impl SqlCode {
@@ -98,6 +110,12 @@ impl SqlCode {
             SqlCode::ProgramLimitExceeded => "54000",
             SqlCode::StatementTooComplex => "54001",
             SqlCode::ObjectInUse => "55006",
+            SqlCode::InsufficientPrivilege => "42501",
+            SqlCode::InvalidAuthorization => "28000",
+            SqlCode::InvalidPassword => "28P01",
+            SqlCode::DuplicateRole => "42710",
+            SqlCode::ReservedName => "42939",
+            SqlCode::TooManyConnections => "53300",
         }
     }
 }
@@ -118,6 +136,10 @@ pub enum ObjectKind {
     Portal,
     /// `26000`
     PreparedStatement,
+    /// `42704`
+    Role,
+    /// `42704`: an API token.
+    Token,
 }
 
 impl ObjectKind {
@@ -130,6 +152,8 @@ impl ObjectKind {
             ObjectKind::Cursor => "cursor",
             ObjectKind::Portal => "portal",
             ObjectKind::PreparedStatement => "prepared statement",
+            ObjectKind::Role => "role",
+            ObjectKind::Token => "token",
         }
     }
 
@@ -137,7 +161,9 @@ impl ObjectKind {
     pub fn code(self) -> SqlCode {
         match self {
             ObjectKind::Stream => SqlCode::UndefinedTable,
-            ObjectKind::Pipeline | ObjectKind::RunningPipeline => SqlCode::UndefinedObject,
+            ObjectKind::Pipeline | ObjectKind::RunningPipeline | ObjectKind::Role | ObjectKind::Token => {
+                SqlCode::UndefinedObject
+            }
             ObjectKind::Cursor | ObjectKind::Portal => SqlCode::InvalidCursorName,
             ObjectKind::PreparedStatement => SqlCode::InvalidSqlStatementName,
         }

@@ -51,6 +51,7 @@ pub struct Prepared {
 
 pub use self::session::Session;
 
+pub(crate) mod authorize;
 mod batch;
 mod catalog;
 mod column_names;
@@ -79,6 +80,8 @@ pub struct Engine {
     pub data: sluice_connectors::Connectors,
     /// When the server started (epoch ms).
     pub started_ms: i64,
+    /// Authentication, file root, TLS and connection limits.
+    pub security: crate::security::SecurityConfig,
 }
 
 impl Engine {
@@ -86,16 +89,25 @@ impl Engine {
         master: std::sync::Arc<sluice_cluster::Master>,
         data: sluice_connectors::Connectors,
     ) -> std::sync::Arc<Self> {
+        Self::with_security(master, data, crate::security::SecurityConfig::default())
+    }
+
+    /// An engine with the given security settings.
+    pub fn with_security(
+        master: std::sync::Arc<sluice_cluster::Master>,
+        data: sluice_connectors::Connectors,
+        security: crate::security::SecurityConfig,
+    ) -> std::sync::Arc<Self> {
         std::sync::Arc::new(Engine {
             master,
             data,
             started_ms: sluice_types::now_ms(),
+            security,
         })
     }
 
-    /// A new session for a connected client.
+    /// A new session for a client authenticated as role `user`.
     pub fn new_session(self: &std::sync::Arc<Self>, user: &str) -> Session {
-        let _ = user;
-        Session::new(self.clone())
+        Session::new(self.clone(), user)
     }
 }
