@@ -11,6 +11,7 @@ mod auth;
 mod catalog;
 mod hdfs;
 mod http_api;
+mod http_auth;
 mod kafka;
 mod lifecycle;
 mod limits;

@@ -395,7 +395,14 @@ pub async fn serve(
     state: HttpState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    let tls = state.engine.tls.as_ref().map(|t| t.https.clone());
+    let router = router(state);
+    let stop = async move { shutdown.cancelled().await };
+    match tls {
+        Some(acceptor) => {
+            let listener = crate::security::tls::TlsListener::new(listener, acceptor);
+            axum::serve(listener, router).with_graceful_shutdown(stop).await
+        }
+        None => axum::serve(listener, router).with_graceful_shutdown(stop).await,
+    }
 }
