@@ -142,7 +142,8 @@ async fn run() -> anyhow::Result<()> {
                 server.pg_addr.ip(),
                 server.pg_addr.port()
             );
-            println!("  HTTP:  http://{}/health", server.http_addr);
+            let scheme = if server.engine.tls.is_some() { "https" } else { "http" };
+            println!("  HTTP:  {scheme}://{}/health", server.http_addr);
             println!("  data:  {}", data_dir.display());
             println!("Press Ctrl-C to stop.");
             tokio::signal::ctrl_c().await?;

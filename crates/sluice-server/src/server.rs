@@ -56,7 +56,7 @@ pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
     let scheduler = Arc::new(LocalScheduler { worker: worker.clone() });
     let master = Arc::new(Master::open(&config.data_dir, scheduler)?);
     crate::security::bootstrap_superuser(&master, &config.security).await?;
-    let engine = Engine::with_security(master, connectors, config.security.clone());
+    let engine = Engine::with_security(master, connectors, config.security.clone())?;
     let pg = tokio::net::TcpListener::bind(config.pg_addr).await?;
     let http = tokio::net::TcpListener::bind(config.http_addr).await?;
     let (pg_addr, http_addr) = (pg.local_addr()?, http.local_addr()?);

@@ -82,6 +82,8 @@ pub struct Engine {
     pub started_ms: i64,
     /// Authentication, file root, TLS and connection limits.
     pub security: crate::security::SecurityConfig,
+    /// TLS acceptors built from `security.tls` (pgwire and HTTPS).
+    pub tls: Option<crate::security::tls::TlsAcceptors>,
 }
 
 impl Engine {
@@ -89,21 +91,33 @@ impl Engine {
         master: std::sync::Arc<sluice_cluster::Master>,
         data: sluice_connectors::Connectors,
     ) -> std::sync::Arc<Self> {
-        Self::with_security(master, data, crate::security::SecurityConfig::default())
-    }
-
-    /// An engine with the given security settings.
-    pub fn with_security(
-        master: std::sync::Arc<sluice_cluster::Master>,
-        data: sluice_connectors::Connectors,
-        security: crate::security::SecurityConfig,
-    ) -> std::sync::Arc<Self> {
         std::sync::Arc::new(Engine {
             master,
             data,
             started_ms: sluice_types::now_ms(),
-            security,
+            security: crate::security::SecurityConfig::default(),
+            tls: None,
         })
+    }
+
+    /// An engine with the given security settings; its TLS files are
+    /// read now (a bad one is an error here, not at the first client).
+    pub fn with_security(
+        master: std::sync::Arc<sluice_cluster::Master>,
+        data: sluice_connectors::Connectors,
+        security: crate::security::SecurityConfig,
+    ) -> sluice_types::Result<std::sync::Arc<Self>> {
+        let tls = match &security.tls {
+            Some(files) => Some(crate::security::tls::acceptors(files).map_err(sluice_types::Error::invalid_option)?),
+            None => None,
+        };
+        Ok(std::sync::Arc::new(Engine {
+            master,
+            data,
+            started_ms: sluice_types::now_ms(),
+            security,
+            tls,
+        }))
     }
 
     /// A new session for a client authenticated as role `user`.

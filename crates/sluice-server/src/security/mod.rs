@@ -5,6 +5,7 @@
 //!   directory file sinks are confined to, and connection limits;
 //! - [`password`]: SCRAM-SHA-256 verifiers (what the catalog stores), the
 //!   password check of HTTP Basic, API token secrets and their digests;
+//! - [`tls`]: rustls (ring) acceptors for pgwire and HTTPS;
 //! - [`files`]: `--file-root` confinement of server file paths;
 //! - [`bootstrap_superuser`]: creates the role `sluice` on first start.
 //!
@@ -15,6 +16,7 @@
 
 pub mod files;
 pub mod password;
+pub mod tls;
 
 use sluice_cluster::security::{BOOTSTRAP_SUPERUSER, Principal, SecurityCommand};
 use sluice_cluster::{CatalogCommand, Master};
