@@ -20,4 +20,5 @@ mod protocol;
 mod psql;
 mod sessions;
 mod support;
+mod tls;
 mod windows;
