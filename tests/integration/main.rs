@@ -12,6 +12,7 @@ mod catalog;
 mod hdfs;
 mod http_api;
 mod http_auth;
+mod hostile;
 mod kafka;
 mod lifecycle;
 mod limits;
