@@ -102,7 +102,11 @@ impl TestServer {
     }
 
     /// Connects as `user` with `password` (tokio-postgres negotiates SCRAM).
-    pub async fn connect_as(&self, user: &str, password: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    pub async fn connect_as(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
         let conn = format!(
             "host=127.0.0.1 port={} user={user} password='{password}' dbname=sluice connect_timeout=10",
             self.pg_port

@@ -47,7 +47,15 @@ fn psql_verify_full_and_https_with_a_test_certificate() {
     let (other_root, _) = certificate(dir.path(), "other");
     let server = TestServer::start_with(
         &dir.path().join("data"),
-        &["--auth", "scram-sha-256", "--tls-cert", &cert, "--tls-key", &key, "--tls-required"],
+        &[
+            "--auth",
+            "scram-sha-256",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-required",
+        ],
         &[("SLUICE_SUPERUSER_PASSWORD", PASSWORD)],
     );
 
@@ -59,7 +67,11 @@ fn psql_verify_full_and_https_with_a_test_certificate() {
 
     let (ok, text) = psql(&server, "sslmode=disable", "SELECT 1");
     assert!(!ok && text.contains("requires TLS"), "{text}");
-    let (ok, text) = psql(&server, &format!("sslmode=verify-full sslrootcert={other_root}"), "SELECT 1");
+    let (ok, text) = psql(
+        &server,
+        &format!("sslmode=verify-full sslrootcert={other_root}"),
+        "SELECT 1",
+    );
     assert!(!ok && text.contains("certificate"), "{text}");
 
     let https = format!("https://localhost:{}/health", server.http_port);
@@ -68,7 +80,11 @@ fn psql_verify_full_and_https_with_a_test_certificate() {
         .output()
         .expect("run curl");
     let body = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && body.contains("\"status\":\"ok\""), "{body}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && body.contains("\"status\":\"ok\""),
+        "{body}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "10", "--cacert", &other_root, &https])
         .output()

@@ -471,8 +471,14 @@ impl SecurityCatalog {
 #[derive(Debug, Clone, PartialEq)]
 pub enum OwnershipEffect {
     CreatedStream(String),
-    CreatedPipeline { name: String, stream: Option<String> },
-    Dropped { streams: Vec<String>, pipelines: Vec<String> },
+    CreatedPipeline {
+        name: String,
+        stream: Option<String>,
+    },
+    Dropped {
+        streams: Vec<String>,
+        pipelines: Vec<String>,
+    },
 }
 
 #[cfg(test)]
@@ -580,21 +586,29 @@ mod tests {
         );
         assert!(c.apply(drop("alice"), |_| true).unwrap());
         assert_eq!(c.apply(drop("alice"), |_| true).unwrap_err().sqlstate(), "42704");
-        assert!(!c.apply(
-            SecurityCommand::DropRole {
-                name: "alice".into(),
-                if_exists: true
-            },
-            |_| true
-        )
-        .unwrap());
+        assert!(
+            !c.apply(
+                SecurityCommand::DropRole {
+                    name: "alice".into(),
+                    if_exists: true
+                },
+                |_| true
+            )
+            .unwrap()
+        );
     }
 
     #[test]
     fn reserved_and_duplicate_names_are_refused() {
         let mut c = catalog();
-        assert_eq!(c.apply(create("pg_x", false), |_| true).unwrap_err().sqlstate(), "42939");
-        assert_eq!(c.apply(create("alice", false), |_| true).unwrap_err().sqlstate(), "42710");
+        assert_eq!(
+            c.apply(create("pg_x", false), |_| true).unwrap_err().sqlstate(),
+            "42939"
+        );
+        assert_eq!(
+            c.apply(create("alice", false), |_| true).unwrap_err().sqlstate(),
+            "42710"
+        );
     }
 
     #[test]

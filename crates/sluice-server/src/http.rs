@@ -4,6 +4,7 @@
 //! from the catalog, live counters and the sampler's history.
 
 use crate::engine::Engine;
+use crate::http_auth::Caller;
 use crate::http_views::error;
 use crate::http_views::{dag_view, history_view, instance_views, pipeline_summary, stream_view, version_view};
 use crate::metrics_history::MetricsHistory;
@@ -13,7 +14,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use crate::http_auth::Caller;
 use serde_json::json;
 use sluice_cluster::CatalogCommand;
 use sluice_cluster::worker::Worker;

@@ -38,12 +38,9 @@ pub fn authenticate(engine: &Engine, authorization: Option<&str>) -> Option<Stri
     let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
     let text = String::from_utf8(decoded).ok()?;
     let (user, given) = text.split_once(':')?;
-    let verifier = engine.master.with_security(|s| {
-        s.roles
-            .get(user)
-            .filter(|r| r.login)
-            .and_then(|r| r.verifier.clone())
-    });
+    let verifier = engine
+        .master
+        .with_security(|s| s.roles.get(user).filter(|r| r.login).and_then(|r| r.verifier.clone()));
     match verifier {
         Some(v) if password::password_matches(&v, given) => Some(user.to_string()),
         _ => None,
@@ -74,9 +71,10 @@ pub async fn require_caller(State(engine): State<Arc<Engine>>, mut request: Requ
             StatusCode::UNAUTHORIZED,
             "authentication required: HTTP Basic with a SQL role's password, or Bearer with a token",
         );
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"sluice\""));
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"sluice\""),
+        );
         return response.into_response();
     };
     request.extensions_mut().insert(Caller(caller));

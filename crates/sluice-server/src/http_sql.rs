@@ -118,7 +118,11 @@ fn event(name: &str, data: Value) -> Event {
 }
 
 /// The live preview of `sql` as server-sent events.
-pub fn stream(engine: Arc<Engine>, user: String, sql: String) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
+pub fn stream(
+    engine: Arc<Engine>,
+    user: String,
+    sql: String,
+) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(PREVIEW_EVENTS_MAX);
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + PREVIEW_WAIT_MAX;

@@ -390,6 +390,9 @@ mod tests {
             parse_statements("CREATE USER bob CREATEDB").unwrap_err().sqlstate(),
             "0A000"
         );
-        assert_eq!(parse_statements("CREATE USER bob PASSWORD 3").unwrap_err().sqlstate(), "42601");
+        assert_eq!(
+            parse_statements("CREATE USER bob PASSWORD 3").unwrap_err().sqlstate(),
+            "42601"
+        );
     }
 }

@@ -120,9 +120,7 @@ pub(crate) fn check_command(engine: &Engine, who: &Principal, command: &CatalogC
             owns_pipeline(engine, who, name)
         }
         CatalogCommand::DropStream { name, .. } => {
-            if engine.master.stream(name).is_none()
-                || engine.master.with_security(|s| s.owns_stream(who, name))
-            {
+            if engine.master.stream(name).is_none() || engine.master.with_security(|s| s.owns_stream(who, name)) {
                 Ok(())
             } else {
                 Err(permission_denied("stream", name))

@@ -4,9 +4,9 @@
 //! its family (`super::handler`); the session only dispatches, keeps the
 //! failed-transaction rule, and turns a panic into this statement's error.
 
+use super::authorize;
 use super::handler::cursor::Cursors;
 use super::handler::transaction::Transaction;
-use super::authorize;
 use super::handler::{Ctx, command, ddl, inspect, security, variable};
 use super::settings::Settings;
 use super::{Engine, Output, Prepared, insert, params};

@@ -10,15 +10,15 @@ use std::fmt::Debug;
 
 use async_trait::async_trait;
 use futures::Sink;
+use futures::SinkExt;
+use pgwire::api::PgWireConnectionState;
+use pgwire::api::auth::sasl::SCRAM_SHA_256_METHOD;
+use pgwire::api::auth::sasl::scram::{ScramServerAuth, ScramServerAuthWaitingForClientFinal};
 use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
     save_startup_parameters_to_metadata,
 };
 use pgwire::api::{ClientInfo, METADATA_APPLICATION_NAME, METADATA_USER, PidSecretKeyGenerator};
-use futures::SinkExt;
-use pgwire::api::PgWireConnectionState;
-use pgwire::api::auth::sasl::SCRAM_SHA_256_METHOD;
-use pgwire::api::auth::sasl::scram::{ScramServerAuth, ScramServerAuthWaitingForClientFinal};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult, SEVERITY_FATAL};
 use pgwire::messages::startup::{Authentication, PasswordMessageFamily};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -130,7 +130,10 @@ impl Connection {
         let initial = message.into_sasl_initial_response()?;
         if initial.auth_method != SCRAM_SHA_256_METHOD {
             return self
-                .refuse("28000", format!("SASL mechanism {} is not supported", initial.auth_method))
+                .refuse(
+                    "28000",
+                    format!("SASL mechanism {} is not supported", initial.auth_method),
+                )
                 .await;
         }
         let Some(data) = initial.data.as_ref() else {
@@ -161,7 +164,12 @@ impl Connection {
     }
 
     /// The client-final message: check the proof, then admit or refuse.
-    async fn scram_final<C>(&self, client: &mut C, pending: PendingScram, message: PasswordMessageFamily) -> PgWireResult<()>
+    async fn scram_final<C>(
+        &self,
+        client: &mut C,
+        pending: PendingScram,
+        message: PasswordMessageFamily,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,

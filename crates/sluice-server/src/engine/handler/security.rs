@@ -78,7 +78,14 @@ pub async fn run(ctx: Ctx<'_>, statement: SecurityStatement) -> Result<Output> {
         } => {
             owner_or_superuser(ctx, &who, &stream)?;
             let privileges = privileges(p);
-            ("GRANT", SecurityCommand::Grant { privileges, stream, role })
+            (
+                "GRANT",
+                SecurityCommand::Grant {
+                    privileges,
+                    stream,
+                    role,
+                },
+            )
         }
         SecurityStatement::Revoke {
             privileges: p,
@@ -87,7 +94,14 @@ pub async fn run(ctx: Ctx<'_>, statement: SecurityStatement) -> Result<Output> {
         } => {
             owner_or_superuser(ctx, &who, &stream)?;
             let privileges = privileges(p);
-            ("REVOKE", SecurityCommand::Revoke { privileges, stream, role })
+            (
+                "REVOKE",
+                SecurityCommand::Revoke {
+                    privileges,
+                    stream,
+                    role,
+                },
+            )
         }
         SecurityStatement::GrantRole { role, member } => ("GRANT ROLE", SecurityCommand::GrantRole { role, member }),
         SecurityStatement::RevokeRole { role, member } => ("REVOKE ROLE", SecurityCommand::RevokeRole { role, member }),
@@ -103,7 +117,10 @@ pub async fn run(ctx: Ctx<'_>, statement: SecurityStatement) -> Result<Output> {
             ("CREATE TOKEN", command)
         }
         SecurityStatement::DropToken { name, if_exists } => {
-            let owner = ctx.engine.master.with_security(|s| s.tokens.get(&name).map(|t| t.user.clone()));
+            let owner = ctx
+                .engine
+                .master
+                .with_security(|s| s.tokens.get(&name).map(|t| t.user.clone()));
             if !who.superuser && owner.as_ref().is_some_and(|o| o != &who.name) {
                 return Err(permission_denied("token", &name));
             }
