@@ -43,6 +43,10 @@ case "$command" in
             echo "a cluster already runs from $dir (scripts/cluster.sh stop --dir $dir)" >&2
             exit 1
         fi
+        # A master asks for passwords (SCRAM) by default; with
+        # SLUICE_SUPERUSER_PASSWORD set it keeps that, without it this
+        # loopback-only cluster trusts local clients as the playground does.
+        if [ -n "${SLUICE_SUPERUSER_PASSWORD:-}" ]; then auth=""; else auth="--auth trust --insecure"; fi
         if [ "$release" = 1 ]; then
             cargo build --release -p sluice --bin sluice
             binary="$CARGO_TARGET_DIR/release/sluice"
@@ -52,7 +56,7 @@ case "$command" in
         fi
         "$binary" master --id m1 --listen 127.0.0.1:7070 --pg-listen 127.0.0.1:5433 \
             --http-listen 127.0.0.1:8090 --data-dir "$dir/master" \
-            --checkpoint-dir "$dir/checkpoints" >"$dir/master.log" 2>&1 &
+            --checkpoint-dir "$dir/checkpoints" $auth >"$dir/master.log" 2>&1 &
         echo $! >"$dir/master.pid"
         for i in $(seq 1 "$workers"); do
             "$binary" worker --id "w$i" --masters 127.0.0.1:7070 --listen "127.0.0.1:$((7170 + i))" \

@@ -1,5 +1,7 @@
 //! The `sluice` binary.
 
+mod security_args;
+
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -60,6 +62,8 @@ enum Command {
         /// HTTP (REST API, health) address.
         #[arg(long, default_value = "127.0.0.1:8090")]
         http_listen: SocketAddr,
+        #[command(flatten)]
+        security: security_args::SecurityArgs,
     },
     /// Run a cluster master: catalog, planning, pgwire and HTTP; places
     /// pipelines' tasks on the workers that register with it.
@@ -101,6 +105,8 @@ enum Command {
         /// many workers as possible) or `pack` (fill a worker first).
         #[arg(long, default_value = "spread")]
         placement: String,
+        #[command(flatten)]
+        security: security_args::SecurityArgs,
     },
     /// Run a worker: registers with a master and runs the tasks it places here.
     Worker {
@@ -216,11 +222,14 @@ async fn run() -> anyhow::Result<()> {
             data_dir,
             pg_listen,
             http_listen,
+            security,
         } => {
+            let password = std::env::var(security_args::SUPERUSER_PASSWORD_ENV).ok();
             let config = sluice_server::ServerConfig {
                 data_dir: data_dir.clone(),
                 pg_addr: pg_listen,
                 http_addr: http_listen,
+                security: security.config(&[pg_listen, http_listen], password)?,
             };
             let server = sluice_server::start(config).await?;
             println!("Sluice {} playground is running.", env!("CARGO_PKG_VERSION"));
@@ -229,7 +238,8 @@ async fn run() -> anyhow::Result<()> {
                 server.pg_addr.ip(),
                 server.pg_addr.port()
             );
-            println!("  HTTP:  http://{}/health", server.http_addr);
+            let scheme = if server.engine.tls.is_some() { "https" } else { "http" };
+            println!("  HTTP:  {scheme}://{}/health", server.http_addr);
             println!("  data:  {}", data_dir.display());
             println!("Press Ctrl-C to stop.");
             tokio::signal::ctrl_c().await?;
@@ -247,6 +257,7 @@ async fn run() -> anyhow::Result<()> {
             checkpoint_dir,
             worker_timeout,
             placement,
+            security,
         } => {
             if !peers.is_empty() {
                 anyhow::bail!(
@@ -268,6 +279,8 @@ async fn run() -> anyhow::Result<()> {
                 checkpoint_dir: checkpoint_dir.clone(),
                 worker_timeout,
                 placement,
+                security: security
+                    .config_for_master(std::env::var(security_args::SUPERUSER_PASSWORD_ENV).ok())?,
             };
             let server = sluice_server::start_master(config).await?;
             println!("Sluice {} master {id} is running.", env!("CARGO_PKG_VERSION"));

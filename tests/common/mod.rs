@@ -43,11 +43,18 @@ impl TestServer {
     /// Starts a server on `data_dir` with extra environment variables
     /// (e.g. the `SLUICE_FAULT_PANIC_AT` test hook).
     pub fn start_in_with_env(data_dir: &Path, env: &[(&str, &str)]) -> TestServer {
+        TestServer::start_with(data_dir, &[], env)
+    }
+
+    /// Starts a server on `data_dir` with extra flags (`--auth …`) and
+    /// environment variables; a cluster when `SLUICE_TEST_WORKERS` is set
+    /// and there are no flags.
+    pub fn start_with(data_dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> TestServer {
         let workers: usize = std::env::var("SLUICE_TEST_WORKERS")
             .ok()
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        if workers > 0 {
+        if workers > 0 && flags.is_empty() {
             let mut s = TestServer::start_master(data_dir, env);
             for i in 0..workers {
                 s.add_worker(&format!("w{}", i + 1), 4, env);
@@ -65,6 +72,7 @@ impl TestServer {
                 "--data-dir",
             ])
             .arg(data_dir)
+            .args(flags)
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -96,6 +104,10 @@ impl TestServer {
                 "127.0.0.1:0",
                 "--worker-timeout",
                 "3s",
+                // Loopback only; the tests log in without passwords.
+                "--auth",
+                "trust",
+                "--insecure",
                 "--data-dir",
             ])
             .arg(data_dir)
@@ -249,6 +261,23 @@ impl TestServer {
             "host=127.0.0.1 port={} user=sluice dbname=sluice connect_timeout=10",
             self.pg_port
         )
+    }
+
+    /// Connects as `user` with `password` (tokio-postgres negotiates SCRAM).
+    pub async fn connect_as(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let conn = format!(
+            "host=127.0.0.1 port={} user={user} password='{password}' dbname=sluice connect_timeout=10",
+            self.pg_port
+        );
+        let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
     }
 
     /// Connects with tokio-postgres.

@@ -5,6 +5,8 @@
 //!   restarted server finds what was declared before;
 //! - [`command`]: the catalog commands statements turn into, the unit a
 //!   master quorum replicates;
+//! - [`security`]: roles, privileges on streams, owners of streams and
+//!   pipelines, API tokens (changed by catalog commands like the rest);
 //! - [`worker`]: deploys physical DAGs through the runtime and keeps their
 //!   handles;
 //! - [`scheduler`]: how the master hands a DAG to workers — the
@@ -39,6 +41,7 @@ pub mod master;
 pub mod placement;
 pub mod process;
 pub mod scheduler;
+pub mod security;
 pub mod status;
 pub mod supervisor;
 pub mod wire;

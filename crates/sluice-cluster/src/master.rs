@@ -155,8 +155,31 @@ impl Master {
     /// Returns once the change is made; an `ALTER PIPELINE` that changes
     /// the running DAG returns once the old version stopped at its barrier
     /// and the new one was started.
+    ///
+    /// `AsRole { role, .. }` runs its command for `role`: what it creates
+    /// is owned by `role`. Whatever drops a stream or pipeline (with or
+    /// without a role) forgets its owner and grants in the same step.
     pub async fn apply(&self, command: CatalogCommand) -> Result<Applied> {
+        let (owner, command) = match command {
+            CatalogCommand::AsRole { role, command } => (Some(role), *command),
+            command => (None, command),
+        };
+        let effect = crate::security::ownership_effect(&self.lock(), &command);
+        let applied = self.apply_unowned(command).await?;
+        if applied == Applied::Changed
+            && let Some(effect) = effect
+        {
+            let mut state = self.lock();
+            state.security.record_ownership(owner.as_deref().unwrap_or(""), &effect);
+            self.store.save(&state)?;
+        }
+        Ok(applied)
+    }
+
+    async fn apply_unowned(&self, command: CatalogCommand) -> Result<Applied> {
         let changed = match command {
+            CatalogCommand::Security(command) => self.apply_security(command)?,
+            CatalogCommand::AsRole { .. } => return Err(Error::internal("AsRole inside AsRole")),
             CatalogCommand::CreateStream { def, if_not_exists } => self.create_stream(def, if_not_exists)?,
             CatalogCommand::CreatePipeline {
                 name,
@@ -195,6 +218,27 @@ impl Master {
             }
         };
         Ok(if changed { Applied::Changed } else { Applied::Unchanged })
+    }
+
+    /// Applies a change to roles, grants or tokens.
+    fn apply_security(&self, command: crate::security::SecurityCommand) -> Result<bool> {
+        let mut state = self.lock();
+        let CatalogState { streams, security, .. } = &mut *state;
+        let changed = security.apply(command, |s| streams.contains_key(s))?;
+        if changed {
+            self.store.save(&state)?;
+        }
+        Ok(changed)
+    }
+
+    /// The security part of the catalog, as it is now.
+    pub fn security(&self) -> crate::security::SecurityCatalog {
+        self.lock().security.clone()
+    }
+
+    /// Reads the security part of the catalog without copying it.
+    pub fn with_security<T>(&self, read: impl FnOnce(&crate::security::SecurityCatalog) -> T) -> T {
+        read(&self.lock().security)
     }
 
     pub fn stream(&self, name: &str) -> Option<StreamDef> {

@@ -22,6 +22,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub pg_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// Authentication, TLS, file root (`crate::security`).
+    pub security: crate::security::SecurityConfig,
 }
 
 /// A running server.
@@ -56,7 +58,8 @@ pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
     ));
     let scheduler = Arc::new(LocalScheduler { worker: worker.clone() });
     let master = Arc::new(Master::open(&config.data_dir, scheduler)?);
-    let engine = Engine::new(master, connectors);
+    crate::security::bootstrap_superuser(&master, &config.security).await?;
+    let engine = Engine::with_security(master, connectors, config.security.clone())?;
     serve_front(
         engine,
         worker,
@@ -123,6 +126,7 @@ pub struct MasterConfig {
     pub worker_timeout: std::time::Duration,
     /// `spread` or `pack`.
     pub placement: String,
+    pub security: crate::security::SecurityConfig,
 }
 
 /// Starts a cluster master: catalog, planning, pgwire and HTTP, the
@@ -172,7 +176,8 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
         strategy,
     ));
     let master = Arc::new(Master::open_with(&config.data_dir, &config.checkpoint_dir, scheduler)?);
-    let engine = Engine::new(master, connectors.clone());
+    crate::security::bootstrap_superuser(&master, &config.security).await?;
+    let engine = Engine::with_security(master, connectors.clone(), config.security.clone())?;
     let worker = Arc::new(Worker::new(
         connectors,
         InProcessTransport::default(),

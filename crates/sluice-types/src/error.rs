@@ -68,6 +68,18 @@ pub enum SqlCode {
     /// `53000`: the cluster lacks what a pipeline needs (workers, slots,
     /// workers with the labels it asks for).
     InsufficientResources,
+    /// `42501`: the session's role lacks a privilege on the named object.
+    InsufficientPrivilege,
+    /// `28000`: a role that does not exist or may not log in.
+    InvalidAuthorization,
+    /// `28P01`: a wrong password.
+    InvalidPassword,
+    /// `42710`: a role or token name already taken.
+    DuplicateRole,
+    /// `42939`: a name reserved for the system (`pg_*` roles).
+    ReservedName,
+    /// `53300`: too many connections (in total or for one role).
+    TooManyConnections,
 }
 
 impl SqlCode {
@@ -102,11 +114,17 @@ impl SqlCode {
             SqlCode::StatementTooComplex => "54001",
             SqlCode::ObjectInUse => "55006",
             SqlCode::InsufficientResources => "53000",
+            SqlCode::InsufficientPrivilege => "42501",
+            SqlCode::InvalidAuthorization => "28000",
+            SqlCode::InvalidPassword => "28P01",
+            SqlCode::DuplicateRole => "42710",
+            SqlCode::ReservedName => "42939",
+            SqlCode::TooManyConnections => "53300",
         }
     }
 
     /// Every code (to map a SQLSTATE back).
-    pub const ALL: [SqlCode; 28] = [
+    pub const ALL: [SqlCode; 34] = [
         SqlCode::Syntax,
         SqlCode::UndefinedTable,
         SqlCode::UndefinedColumn,
@@ -135,6 +153,12 @@ impl SqlCode {
         SqlCode::StatementTooComplex,
         SqlCode::ObjectInUse,
         SqlCode::InsufficientResources,
+        SqlCode::InsufficientPrivilege,
+        SqlCode::InvalidAuthorization,
+        SqlCode::InvalidPassword,
+        SqlCode::DuplicateRole,
+        SqlCode::ReservedName,
+        SqlCode::TooManyConnections,
     ];
 
     /// The code of a five-character SQLSTATE Sluice reports.
@@ -159,6 +183,10 @@ pub enum ObjectKind {
     Portal,
     /// `26000`
     PreparedStatement,
+    /// `42704`
+    Role,
+    /// `42704`: an API token.
+    Token,
 }
 
 impl ObjectKind {
@@ -171,6 +199,8 @@ impl ObjectKind {
             ObjectKind::Cursor => "cursor",
             ObjectKind::Portal => "portal",
             ObjectKind::PreparedStatement => "prepared statement",
+            ObjectKind::Role => "role",
+            ObjectKind::Token => "token",
         }
     }
 
@@ -178,7 +208,9 @@ impl ObjectKind {
     pub fn code(self) -> SqlCode {
         match self {
             ObjectKind::Stream => SqlCode::UndefinedTable,
-            ObjectKind::Pipeline | ObjectKind::RunningPipeline => SqlCode::UndefinedObject,
+            ObjectKind::Pipeline | ObjectKind::RunningPipeline | ObjectKind::Role | ObjectKind::Token => {
+                SqlCode::UndefinedObject
+            }
             ObjectKind::Cursor | ObjectKind::Portal => SqlCode::InvalidCursorName,
             ObjectKind::PreparedStatement => SqlCode::InvalidSqlStatementName,
         }
