@@ -50,6 +50,11 @@ command -v psql >/dev/null 2>&1 || want postgresql-client
 if [ "$mode" = all ]; then
     command -v curl >/dev/null 2>&1 || want curl
 fi
+# iproute2: the cluster test that puts each process in its own network
+# namespace and pulls a worker's cable (tests/cluster.rs, scripts/netns.sh).
+if [ "$mode" = all ]; then
+    command -v ip >/dev/null 2>&1 || want iproute2
+fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing system packages: ${need_apt[*]}"

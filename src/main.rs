@@ -279,8 +279,7 @@ async fn run() -> anyhow::Result<()> {
                 checkpoint_dir: checkpoint_dir.clone(),
                 worker_timeout,
                 placement,
-                security: security
-                    .config_for_master(std::env::var(security_args::SUPERUSER_PASSWORD_ENV).ok())?,
+                security: security.config_for_master(std::env::var(security_args::SUPERUSER_PASSWORD_ENV).ok())?,
             };
             let server = sluice_server::start_master(config).await?;
             println!("Sluice {} master {id} is running.", env!("CARGO_PKG_VERSION"));

@@ -235,3 +235,330 @@ async fn metrics_cover_tasks_workers_checkpoints_and_processes() {
         .sum();
     assert!(sent > 0.0, "no data-plane bytes:\n{text}");
 }
+
+/// SIGTERM to a worker: it drains (the master moves its tasks to the
+/// other worker, restored from the last checkpoint) and exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_worker_drains_its_tasks_and_exits() {
+    let (mut server, _tmp) = cluster(2);
+    let c = server.connect().await;
+    exec(
+        &c,
+        "CREATE STREAM d_ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '200',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
+    )
+    .await;
+    exec(&c, "SET parallelism = 2").await;
+    exec(
+        &c,
+        "CREATE SINK drained WITH (connector = 'blackhole', 'checkpoint.interval' = '1s') AS SELECT i FROM d_ticks",
+    )
+    .await;
+    let used = |s: &TestServer| -> Vec<(String, u64)> {
+        s.cluster_json()["workers"].as_array().map_or(vec![], |w| {
+            w.iter()
+                .map(|w| {
+                    (
+                        w["id"].as_str().unwrap_or_default().to_string(),
+                        w["used_slots"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while used(&server).iter().filter(|(_, n)| *n > 0).count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "tasks never spread: {}",
+            server.cluster_json()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let tasks: u64 = used(&server).iter().map(|(_, n)| n).sum();
+    let status = server.terminate_worker(0, Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "w1 did not drain and exit cleanly: {status:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = used(&server);
+        let state = pipeline_state(&c, "drained").await;
+        if now == vec![("w2".to_string(), tasks)] && state.as_deref() == Some("running") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "tasks did not move to w2: {now:?} {state:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Network namespaces for one test (scripts/netns.sh), removed on drop.
+struct Hosts {
+    name: String,
+    /// (host, address, link)
+    hosts: Vec<(String, String, String)>,
+}
+
+impl Hosts {
+    fn up(name: &str, hosts: &[&str]) -> Hosts {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/netns.sh");
+        let _ = std::process::Command::new(script)
+            .arg("down")
+            .arg(name)
+            .args(hosts)
+            .status();
+        let out = std::process::Command::new(script)
+            .arg("up")
+            .arg(name)
+            .args(hosts)
+            .output()
+            .expect("scripts/netns.sh (needs root and iproute2)");
+        assert!(
+            out.status.success(),
+            "netns up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let hosts = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[0].to_string(), f[1].to_string(), f[2].to_string())
+            })
+            .collect();
+        Hosts {
+            name: name.to_string(),
+            hosts,
+        }
+    }
+
+    fn get(&self, host: &str) -> &(String, String, String) {
+        self.hosts.iter().find(|h| h.0 == host).expect("host")
+    }
+
+    fn ns(&self, host: &str) -> String {
+        format!("{}-{host}", self.name)
+    }
+
+    fn ip(&self, host: &str) -> String {
+        self.get(host).1.clone()
+    }
+
+    /// Pulls (false) or plugs (true) the host's cable.
+    fn link(&self, host: &str, up: bool) {
+        let status = std::process::Command::new("ip")
+            .args(["link", "set", &self.get(host).2, if up { "up" } else { "down" }])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/netns.sh");
+        let hosts: Vec<&str> = self.hosts.iter().map(|h| h.0.as_str()).collect();
+        let _ = std::process::Command::new(script)
+            .arg("down")
+            .arg(&self.name)
+            .args(hosts)
+            .status();
+    }
+}
+
+/// Committed rows of a JSON file sink: (window_start, k, n).
+fn committed_windows(dir: &std::path::Path) -> Vec<(String, i64, i64)> {
+    let mut rows = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return rows;
+    };
+    for path in entries.map(|e| e.unwrap().path()) {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with('.') || !name.ends_with(".jsonl") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            rows.push((
+                v["window_start"].to_string(),
+                v["k"].as_i64().unwrap(),
+                v["n"].as_i64().unwrap(),
+            ));
+        }
+    }
+    rows
+}
+
+/// Master and workers each in its own network namespace (its own address,
+/// as on separate hosts). Pulling a worker's cable mid-stream: the master
+/// hears nothing (no reset), declares it dead after the worker timeout and
+/// restarts the pipeline on the other worker from its checkpoint; the cut
+/// worker, hearing nothing from the master, stops its tasks. Plugged back,
+/// it registers again. Every window of the exactly-once file sink is
+/// written once, with the count an independent computation gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pulled_cable_moves_the_tasks_and_keeps_windows_exactly_once() {
+    let hosts = Hosts::up(&format!("sl{}", std::process::id() % 10_000), &["m", "w1", "w2"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = TestServer::start_master_at(tmp.path(), &[], Some(&hosts.ns("m")), &hosts.ip("m"));
+    // Room for all six tasks (source, window, sink × 2) on one worker.
+    for w in ["w1", "w2"] {
+        server.add_worker_at(w, 8, &[], Some(&hosts.ns(w)), &hosts.ip(w));
+    }
+    server.wait_for_workers(2);
+    let c = server.connect().await;
+    // 300 rows/s; ts = i × 10 ms, so a 1-second window holds rows
+    // 100·w … 100·w + 99: 20 of each k = i % 5.
+    exec(
+        &c,
+        "CREATE STREAM n_ticks (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '300',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
+    )
+    .await;
+    exec(&c, "SET parallelism = 2").await;
+    let out = tmp.path().join("out");
+    exec(
+        &c,
+        &format!(
+            "CREATE SINK n_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
+                SELECT window_start, k, count(*) AS n FROM TUMBLE(n_ticks, ts, INTERVAL '1' SECOND)
+                GROUP BY window_start, window_end, k",
+            out.display()
+        ),
+    )
+    .await;
+    let workers = |s: &TestServer| -> Vec<(String, u64)> {
+        s.cluster_json()["workers"].as_array().map_or(vec![], |w| {
+            w.iter()
+                .map(|w| {
+                    (
+                        w["id"].as_str().unwrap_or_default().to_string(),
+                        w["used_slots"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while workers(&server).iter().filter(|(_, n)| *n > 0).count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "tasks never spread: {}",
+            server.cluster_json()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    hosts.link("w1", false);
+    // Declared dead after 3 s of silence; the pipeline runs again on w2.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = workers(&server);
+        let state = pipeline_state(&c, "n_out").await;
+        if now.len() == 1 && now[0].0 == "w2" && now[0].1 > 0 && state.as_deref() == Some("running") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pipeline did not move off the cut worker: {now:?} {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    hosts.link("w1", true);
+    // The cut worker stopped its tasks (no word from the master) and
+    // registers again once its cable is back.
+    server.wait_for_workers(2);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let rows = loop {
+        let rows = committed_windows(&out);
+        if rows.len() >= 150 {
+            break rows;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} windows committed in time",
+            rows.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let mut seen = std::collections::BTreeMap::new();
+    for (window, k, n) in &rows {
+        assert_eq!(*n, 20, "window {window} key {k} counted {n} rows, 20 expected");
+        *seen.entry((window.clone(), *k)).or_insert(0) += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(twice.is_empty(), "windows written more than once: {twice:?}");
+    drop(server);
+}
+
+/// `WITH (placement = 'zone=b')` puts every task on workers labelled
+/// zone=b; a label no worker has is a 53000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_labels_choose_the_workers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = TestServer::start_master(tmp.path(), &[]);
+    server.add_worker_with("wa", 4, &[], (None, "127.0.0.1"), &["--labels", "zone=a"]);
+    server.add_worker_with("wb", 4, &[], (None, "127.0.0.1"), &["--labels", "zone=b,disk=ssd"]);
+    server.wait_for_workers(2);
+    let c = server.connect().await;
+    exec(
+        &c,
+        "CREATE STREAM l_ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '100',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
+    )
+    .await;
+    exec(&c, "SET parallelism = 2").await;
+    exec(
+        &c,
+        "CREATE SINK in_b WITH (connector = 'blackhole', placement = 'zone=b') AS SELECT i FROM l_ticks",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let workers = server.cluster_json()["workers"].as_array().cloned().unwrap_or_default();
+        let used: Vec<(String, u64)> = workers
+            .iter()
+            .map(|w| {
+                (
+                    w["id"].as_str().unwrap().to_string(),
+                    w["used_slots"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        if used.iter().any(|(id, n)| id == "wb" && *n > 0) {
+            assert!(
+                used.iter().all(|(id, n)| id == "wb" || *n == 0),
+                "tasks outside zone=b: {used:?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "in_b never placed: {used:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    exec(
+        &c,
+        "CREATE SINK in_c WITH (connector = 'blackhole', placement = 'zone=c') AS SELECT i FROM l_ticks",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let messages = c.simple_query("SHOW PIPELINES").await.unwrap();
+        let row = messages.into_iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some("in_c") => {
+                Some((r.get("state").map(str::to_string), r.get("error").map(str::to_string)))
+            }
+            _ => None,
+        });
+        if let Some((Some(state), Some(error))) = &row
+            && state == "failed"
+        {
+            assert!(error.contains("zone=c"), "{error}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "in_c should fail to place: {row:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -20,6 +20,8 @@ pub struct TestServer {
     workers: Vec<Child>,
     /// A cluster master's control address (workers connect there).
     pub control: Option<String>,
+    /// Where clients reach it (127.0.0.1 unless in a network namespace).
+    pub host: String,
     pub pg_port: u16,
     pub http_port: u16,
     pub data_dir: PathBuf,
@@ -84,6 +86,7 @@ impl TestServer {
             child: Some(child),
             workers: Vec::new(),
             control: None,
+            host: "127.0.0.1".to_string(),
             pg_port,
             http_port,
             data_dir: data_dir.to_path_buf(),
@@ -93,18 +96,27 @@ impl TestServer {
 
     /// Starts a cluster master (no workers yet) on `data_dir`.
     pub fn start_master(data_dir: &Path, env: &[(&str, &str)]) -> TestServer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        TestServer::start_master_at(data_dir, env, None, "127.0.0.1")
+    }
+
+    /// Starts a cluster master listening on `ip`, inside network namespace
+    /// `netns` when given (scripts/netns.sh).
+    pub fn start_master_at(data_dir: &Path, env: &[(&str, &str)], netns: Option<&str>, ip: &str) -> TestServer {
+        let any = format!("{ip}:0");
+        let mut child = in_netns(netns)
             .args([
                 "master",
                 "--listen",
-                "127.0.0.1:0",
+                &any,
+                "--data-listen",
+                &any,
                 "--pg-listen",
-                "127.0.0.1:0",
+                &any,
                 "--http-listen",
-                "127.0.0.1:0",
+                &any,
                 "--worker-timeout",
                 "3s",
-                // Loopback only; the tests log in without passwords.
+                // Private addresses only; the tests log in without passwords.
                 "--auth",
                 "trust",
                 "--insecure",
@@ -125,6 +137,7 @@ impl TestServer {
             child: Some(child),
             workers: Vec::new(),
             control,
+            host: ip.to_string(),
             pg_port,
             http_port,
             data_dir: data_dir.to_path_buf(),
@@ -134,8 +147,26 @@ impl TestServer {
 
     /// Starts worker `id` with `slots` slots, registered with this master.
     pub fn add_worker(&mut self, id: &str, slots: u32, env: &[(&str, &str)]) {
+        self.add_worker_at(id, slots, env, None, "127.0.0.1");
+    }
+
+    /// Starts worker `id` listening on `ip`, inside network namespace
+    /// `netns` when given.
+    pub fn add_worker_at(&mut self, id: &str, slots: u32, env: &[(&str, &str)], netns: Option<&str>, ip: &str) {
+        self.add_worker_with(id, slots, env, (netns, ip), &[]);
+    }
+
+    /// Starts worker `id` with extra flags (`--labels zone=a`).
+    pub fn add_worker_with(
+        &mut self,
+        id: &str,
+        slots: u32,
+        env: &[(&str, &str)],
+        (netns, ip): (Option<&str>, &str),
+        flags: &[&str],
+    ) {
         let control = self.control.clone().expect("a cluster master");
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        let child = in_netns(netns)
             .args([
                 "worker",
                 "--id",
@@ -143,10 +174,11 @@ impl TestServer {
                 "--masters",
                 &control,
                 "--listen",
-                "127.0.0.1:0",
+                &format!("{ip}:0"),
                 "--slots",
             ])
             .arg(slots.to_string())
+            .args(flags)
             .arg("--data-dir")
             .arg(self.data_dir.join(format!("worker-{id}")))
             .env(
@@ -172,6 +204,25 @@ impl TestServer {
         let mut w = self.workers.remove(i);
         let _ = w.kill();
         let _ = w.wait();
+    }
+
+    /// Stops worker process `i` with SIGTERM (it drains first) and waits
+    /// for it to exit, at most `limit`.
+    pub fn terminate_worker(&mut self, i: usize, limit: Duration) -> Option<std::process::ExitStatus> {
+        let mut w = self.workers.remove(i);
+        let _ = Command::new("kill").args(["-TERM", &w.id().to_string()]).status();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = w.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = w.kill();
+                let _ = w.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// A cluster on `data_dir`: a master and `workers` workers of `slots`
@@ -205,7 +256,7 @@ impl TestServer {
     pub fn cluster_json(&self) -> serde_json::Value {
         use std::io::{Read, Write};
         let get = || -> std::io::Result<String> {
-            let mut c = std::net::TcpStream::connect(("127.0.0.1", self.http_port))?;
+            let mut c = std::net::TcpStream::connect((self.host.as_str(), self.http_port))?;
             c.set_read_timeout(Some(Duration::from_secs(10)))?;
             c.write_all(b"GET /api/v1/cluster HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
             let mut response = String::new();
@@ -215,6 +266,19 @@ impl TestServer {
         let response = get().unwrap_or_default();
         let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
         serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// The `sluice` binary, run inside network namespace `netns` when given
+/// (`ip netns exec` execs it: the child's pid is the server's).
+fn in_netns(netns: Option<&str>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_sluice")]);
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_sluice")),
     }
 }
 
@@ -258,8 +322,8 @@ impl TestServer {
     /// A libpq-style connection string.
     pub fn conn_str(&self) -> String {
         format!(
-            "host=127.0.0.1 port={} user=sluice dbname=sluice connect_timeout=10",
-            self.pg_port
+            "host={} port={} user=sluice dbname=sluice connect_timeout=10",
+            self.host, self.pg_port
         )
     }
 
@@ -270,8 +334,8 @@ impl TestServer {
         password: &str,
     ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
         let conn = format!(
-            "host=127.0.0.1 port={} user={user} password='{password}' dbname=sluice connect_timeout=10",
-            self.pg_port
+            "host={} port={} user={user} password='{password}' dbname=sluice connect_timeout=10",
+            self.host, self.pg_port
         );
         let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
         tokio::spawn(async move {

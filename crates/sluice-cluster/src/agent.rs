@@ -43,6 +43,12 @@ pub const SESSION_QUEUE_MAX: usize = 1024;
 /// arriving after its stop is dropped); the master never resends a start,
 /// so forgetting old ones is safe.
 const STOPPED_REMEMBERED_MAX: usize = 4096;
+/// Heartbeat intervals without a message from the master after which a
+/// worker stops its tasks (the master declares a silent worker dead after
+/// its --worker-timeout, 5 s by default: the two sides give up alike).
+const MASTER_SILENCE_MAX: u32 = 5;
+/// How long connecting to a master, or a full queue towards it, may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Between two connection attempts to the masters.
 const RECONNECT_WAIT: Duration = Duration::from_millis(500);
 
@@ -123,10 +129,19 @@ impl Agent {
     }
 
     async fn session(&self, master: &str) -> std::result::Result<SessionEnd, SessionError> {
-        let endpoint = format!("http://{master}");
-        let mut client = pb::master_client::MasterClient::connect(endpoint)
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{master}"))
+            .map_err(|e| SessionError::Refused(format!("--masters {master}: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            // A connection that silently died (a cut cable, not a reset)
+            // is noticed by HTTP/2 pings, not only by the silence below.
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(CONNECT_TIMEOUT)
+            .keep_alive_while_idle(true);
+        let channel = endpoint
+            .connect()
             .await
             .map_err(|e| SessionError::Connect(e.to_string()))?;
+        let mut client = pb::master_client::MasterClient::new(channel);
         let (up, up_rx) = mpsc::channel::<pb::WorkerEvent>(SESSION_QUEUE_MAX);
         let event = |e| pb::WorkerEvent {
             protocol_version: PROTOCOL_VERSION,
@@ -181,8 +196,15 @@ impl Agent {
         )));
         let mut draining = false;
         let mut link_failures = self.data.failures();
+        // The master speaks at least once per heartbeat interval; silence
+        // for MASTER_SILENCE_MAX intervals means it is gone or cut off.
+        let silence_max = heartbeat.period() * MASTER_SILENCE_MAX;
+        let mut last_heard = tokio::time::Instant::now();
         let end = loop {
             tokio::select! {
+                _ = tokio::time::sleep_until(last_heard + silence_max) => {
+                    break SessionEnd::Lost(format!("no word from the master for {silence_max:?}"));
+                }
                 failure = link_failures.recv() => {
                     use tokio::sync::broadcast::error::RecvError;
                     let failed: Vec<(DeploymentKey, String)> = match failure {
@@ -214,6 +236,7 @@ impl Agent {
                 }
                 command = down.message() => match command {
                     Ok(Some(c)) => {
+                        last_heard = tokio::time::Instant::now();
                         if c.protocol_version != PROTOCOL_VERSION {
                             break SessionEnd::Lost(version_mismatch(PROTOCOL_VERSION, c.protocol_version));
                         }
@@ -286,14 +309,18 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
+    /// Queues an event for the master; fails when the session is gone or
+    /// the master has not taken an event for [`CONNECT_TIMEOUT`] with the
+    /// queue full.
     async fn send(&self, event: pb::worker_event::Event) -> std::result::Result<(), ()> {
-        self.up
-            .send(pb::WorkerEvent {
-                protocol_version: PROTOCOL_VERSION,
-                event: Some(event),
-            })
-            .await
-            .map_err(|_| ())
+        let event = pb::WorkerEvent {
+            protocol_version: PROTOCOL_VERSION,
+            event: Some(event),
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, self.up.send(event)).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(()),
+        }
     }
 
     /// Fails this worker's part of a deployment (a broken data link): the

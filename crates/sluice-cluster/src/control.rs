@@ -27,7 +27,7 @@ use sluice_dataflow::deploy::{
 };
 use sluice_dataflow::metrics::TaskMetrics;
 use sluice_dataflow::part::{
-    PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part, task_instances,
+    PartCheckpoint, PartControl, PartEvent, PartSpec, instance_metrics, start_part, task_instances,
 };
 use sluice_plan::PhysicalDag;
 use sluice_proto::v1 as pb;
@@ -108,8 +108,9 @@ pub struct Cluster {
     worker_timeout: Duration,
     workers: Mutex<HashMap<WorkerId, WorkerConn>>,
     routes: Mutex<HashMap<DeploymentKey, Route>>,
-    /// Each pipeline's newest placement (SHOW PIPELINES, REST).
-    placements: Mutex<HashMap<PipelineId, Placement>>,
+    /// The running deployment of each pipeline (stop by id); a deployment
+    /// leaves when all its parts exited.
+    runtimes: Mutex<HashMap<PipelineId, Arc<PipelineRuntime>>>,
     next_session: AtomicU64,
     next_epoch: AtomicU64,
     local: MasterWorker,
@@ -124,7 +125,7 @@ impl Cluster {
             worker_timeout,
             workers: Mutex::default(),
             routes: Mutex::default(),
-            placements: Mutex::default(),
+            runtimes: Mutex::default(),
             next_session: AtomicU64::new(1),
             // Epochs differ across master restarts too (a restarted master
             // must not reuse an epoch a worker may still hold).
@@ -204,12 +205,6 @@ impl Cluster {
         used
     }
 
-    /// The worker each task instance of `pipeline`'s current deployment
-    /// runs on.
-    pub fn placement_of(&self, pipeline: PipelineId) -> Option<Placement> {
-        self.placements.lock().expect("placements lock").get(&pipeline).cloned()
-    }
-
     fn send(&self, worker: &WorkerId, command: pb::master_command::Command) {
         let workers = self.workers.lock().expect("workers lock");
         if let Some(w) = workers.get(worker) {
@@ -222,6 +217,27 @@ impl Cluster {
             if w.commands.try_send(Ok(message)).is_err() {
                 tracing::warn!(%worker, "command queue full or session gone; the worker will be declared dead");
             }
+        }
+    }
+
+    /// Sends every worker the data-plane addresses of all (and so a sign
+    /// of life).
+    fn keepalive(&self) {
+        let workers = self.workers.lock().expect("workers lock");
+        let mut addresses: HashMap<String, String> = workers
+            .iter()
+            .map(|(id, w)| (id.0.clone(), w.data_address.clone()))
+            .collect();
+        addresses.insert(self.local.id.0.clone(), self.local.data_address.clone());
+        for w in workers.values() {
+            let _ = w.commands.try_send(Ok(pb::MasterCommand {
+                protocol_version: PROTOCOL_VERSION,
+                request_id: 0,
+                term: 0,
+                command: Some(pb::master_command::Command::Peers(pb::Peers {
+                    data_addresses: addresses.clone(),
+                })),
+            }));
         }
     }
 
@@ -317,12 +333,20 @@ impl Cluster {
     }
 }
 
-/// Declares workers without heartbeats dead.
+/// Declares workers without heartbeats dead, and tells every worker the
+/// data-plane addresses of all (once per heartbeat interval: the
+/// master's own heartbeat — a worker that hears nothing from its master
+/// for its timeout stops its tasks).
 async fn watchdog(cluster: std::sync::Weak<Cluster>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut last_keepalive = Instant::now();
     loop {
         tick.tick().await;
         let Some(c) = cluster.upgrade() else { return };
+        if last_keepalive.elapsed() >= HEARTBEAT_INTERVAL {
+            last_keepalive = Instant::now();
+            c.keepalive();
+        }
         let silent: Vec<(WorkerId, u64)> = c
             .workers
             .lock()
@@ -474,7 +498,6 @@ pub struct ClusterScheduler {
     pub cluster: Arc<Cluster>,
     pub config: DeployConfig,
     pub strategy: Box<dyn Strategy>,
-    running: Mutex<HashMap<PipelineId, Arc<PipelineRuntime>>>,
 }
 
 impl ClusterScheduler {
@@ -483,7 +506,6 @@ impl ClusterScheduler {
             cluster,
             config,
             strategy,
-            running: Mutex::default(),
         }
     }
 
@@ -563,11 +585,6 @@ impl ClusterScheduler {
                 metrics: metrics_of.clone(),
             },
         );
-        cluster
-            .placements
-            .lock()
-            .expect("placements lock")
-            .insert(id, placement.clone());
         // Every worker's data-plane address (the data planes keep one map).
         let mut peers: HashMap<String, String> = cluster
             .workers
@@ -659,7 +676,11 @@ impl ClusterScheduler {
             owned.signals.clone(),
         ));
         tracing::info!(pipeline = %id, epoch, workers = ?placement.workers(), "deployment placed");
-        self.running.lock().expect("running lock").insert(id, runtime.clone());
+        cluster
+            .runtimes
+            .lock()
+            .expect("runtimes lock")
+            .insert(id, runtime.clone());
         Ok(runtime)
     }
 }
@@ -747,6 +768,10 @@ async fn forward(
     }));
     cluster.routes.lock().expect("routes lock").remove(&key);
     cluster.local.transport.close_deployment(key.pipeline, key.epoch);
+    let mut runtimes = cluster.runtimes.lock().expect("runtimes lock");
+    if runtimes.get(&key.pipeline).is_some_and(|r| Arc::ptr_eq(r, &runtime)) {
+        runtimes.remove(&key.pipeline);
+    }
 }
 
 impl Scheduler for ClusterScheduler {
@@ -764,7 +789,7 @@ impl Scheduler for ClusterScheduler {
     }
 
     fn stop(&self, id: PipelineId) {
-        if let Some(r) = self.running.lock().expect("running lock").remove(&id) {
+        if let Some(r) = self.cluster.runtimes.lock().expect("runtimes lock").remove(&id) {
             r.stop();
         }
     }

@@ -157,8 +157,9 @@ pub fn place(
     let eligible: Vec<&WorkerSlots> = workers.iter().filter(|w| constraints.admits(w)).collect();
     let mut load: HashMap<WorkerId, u32> = workers.iter().map(|w| (w.id.clone(), w.used)).collect();
     let mut per_op: HashMap<OperatorId, HashMap<WorkerId, u32>> = HashMap::new();
+    let mut placed: HashMap<(OperatorId, u32), WorkerId> = HashMap::new();
     let mut failure: Option<Error> = None;
-    let placement = Placement::new(dag, config, |op, _instance| {
+    let placement = Placement::new(dag, config, |op, instance| {
         if pinned.pinned(op) {
             return master.clone();
         }
@@ -171,10 +172,22 @@ pub fn place(
             failure.get_or_insert_with(|| unplaceable(dag, config, workers, &eligible, constraints));
             return master.clone();
         }
+        // Behind a forward edge, instance i reads only upstream instance
+        // i: on the same worker its rows never cross the network.
+        let upstream = dag
+            .inputs_of(op.id)
+            .into_iter()
+            .find(|e| e.partitioning == sluice_plan::Partitioning::Forward)
+            .and_then(|e| placed.get(&(task_root(dag, config, e.from), instance)))
+            .and_then(|w| free.iter().find(|f| f.id == *w).copied());
         let of_op = per_op.entry(op.id).or_default();
-        let chosen = strategy.choose(&free, &load, of_op).id.clone();
+        let chosen = match upstream {
+            Some(w) => w.id.clone(),
+            None => strategy.choose(&free, &load, of_op).id.clone(),
+        };
         *load.entry(chosen.clone()).or_default() += 1;
         *of_op.entry(chosen.clone()).or_default() += 1;
+        placed.insert((op.id, instance), chosen.clone());
         chosen
     });
     match failure {
@@ -324,6 +337,31 @@ mod tests {
         assert_eq!(count(&p, 0).get("a"), Some(&2));
         assert_eq!(count(&p, 1).get("a"), Some(&1));
         assert_eq!(count(&p, 1).get("b"), Some(&1));
+    }
+
+    #[test]
+    fn a_forward_edges_instances_share_a_worker() {
+        let mut d = dag(2);
+        d.edges[0].partitioning = Partitioning::Forward;
+        // Pack would put both sources on a; the sinks follow their sources
+        // even under spread.
+        let ws = [worker("a", 4, &[]), worker("b", 4, &[])];
+        let p = place(
+            &d,
+            &DeployConfig::default(),
+            (&Spread, &Constraints::default()),
+            &ws,
+            (&WorkerId(MASTER.into()), &MasterOwned),
+        )
+        .unwrap();
+        for i in 0..2 {
+            assert_eq!(
+                p.worker_of(OperatorId(0), i),
+                p.worker_of(OperatorId(1), i),
+                "instance {i}: {p:?}"
+            );
+        }
+        assert_eq!(p.workers().len(), 2, "still spread: {p:?}");
     }
 
     #[test]

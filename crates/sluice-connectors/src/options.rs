@@ -89,6 +89,10 @@ pub const SINK_COMMON: &[OptionDoc] = &[
         "checkpoint.dir",
         "where its checkpoints go: a local directory or 'hdfs://host:port/path'",
     ),
+    option(
+        "placement",
+        "in a cluster, the labels the workers running its tasks must have ('zone=a,disk=ssd')",
+    ),
 ];
 
 /// A non-negative integer option.

@@ -215,7 +215,7 @@ mod tests {
         assert_eq!(
             e,
             "unknown option 'colour' for sink connector 'file'; known options: checkpoint.dir, checkpoint.interval, \
-             connector, format, partition.by, path, retry.timeout, rollover.interval, rollover.size, \
+             connector, format, partition.by, path, placement, retry.timeout, rollover.interval, rollover.size, \
              sink.delivery-guarantee"
         );
     }
