@@ -282,9 +282,7 @@ impl ChannelSender {
     /// [`Self::credits_for`] the message.
     pub fn send_reserved(&self, message: Message) -> Result<(), Closed> {
         let credits = self.credits_for(&message);
-        self.tx
-            .send(Envelope { message, credits })
-            .map_err(|_| Closed)
+        self.tx.send(Envelope { message, credits }).map_err(|_| Closed)
     }
 }
 

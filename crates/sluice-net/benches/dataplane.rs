@@ -247,10 +247,7 @@ async fn process(a: &Args) -> (Run, String) {
     let batch = message_batch(a.batch);
     let pa = plane("a").await;
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .env(
-            CHILD,
-            format!("{} {} {}", pa.local_addr(), a.channels, a.messages),
-        )
+        .env(CHILD, format!("{} {} {}", pa.local_addr(), a.channels, a.messages))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -263,7 +260,9 @@ async fn process(a: &Args) -> (Run, String) {
         let tx = pa.sender_to(key(c), &WorkerId("b".into())).unwrap();
         tokio::spawn(send_all(tx, batch.clone(), a.messages));
     }
-    let done = tokio::task::spawn_blocking(move || lines.next().unwrap().unwrap()).await.unwrap();
+    let done = tokio::task::spawn_blocking(move || lines.next().unwrap().unwrap())
+        .await
+        .unwrap();
     let wall_s = start.elapsed().as_secs_f64();
     let child_cpu: f64 = done.strip_prefix("DONE ").unwrap().parse().unwrap();
     child.wait().unwrap();
@@ -305,12 +304,21 @@ fn main() {
                 let mut last = String::new();
                 for _ in 0..a.reps {
                     let (run, metrics) = runtime.block_on(async {
-                        if mode == "loopback" { loopback(&a).await } else { process(&a).await }
+                        if mode == "loopback" {
+                            loopback(&a).await
+                        } else {
+                            process(&a).await
+                        }
                     });
                     runs.push(run);
                     last = metrics;
                 }
-                report(&mode, a.messages * u64::from(a.channels), &runs, &format!("sender metrics (last rep): {last}"));
+                report(
+                    &mode,
+                    a.messages * u64::from(a.channels),
+                    &runs,
+                    &format!("sender metrics (last rep): {last}"),
+                );
             }
             other => panic!("unknown mode {other}"),
         }

@@ -73,11 +73,9 @@ impl ChannelEncoder {
             .is_some_and(|s| Arc::ptr_eq(s, &schema) || **s == *schema);
         if !same {
             self.dictionaries = DictionaryTracker::new(false);
-            let encoded = self.generator.schema_to_bytes_with_dictionary_tracker(
-                &schema,
-                &mut self.dictionaries,
-                &self.options,
-            );
+            let encoded =
+                self.generator
+                    .schema_to_bytes_with_dictionary_tracker(&schema, &mut self.dictionaries, &self.options);
             out.push(Body::Schema(Bytes::from(encoded.ipc_message)));
             self.schema = Some(schema);
         }
@@ -121,15 +119,14 @@ impl ChannelDecoder {
         Ok(match body {
             Body::Schema(bytes) => {
                 let message = arrow_ipc::root_as_message(&bytes).map_err(|e| format!("IPC schema: {e}"))?;
-                let fb = message
-                    .header_as_schema()
-                    .ok_or("a schema frame without a schema")?;
+                let fb = message.header_as_schema().ok_or("a schema frame without a schema")?;
                 self.schema = Some(Arc::new(arrow_ipc::convert::fb_to_schema(fb)));
                 self.dictionaries.clear();
                 Decoded::State
             }
             Body::Dictionary(ipc) => {
-                self.decode_dictionary(ipc).map_err(|e| format!("IPC dictionary: {e}"))?;
+                self.decode_dictionary(ipc)
+                    .map_err(|e| format!("IPC dictionary: {e}"))?;
                 Decoded::State
             }
             Body::Batch(ipc) => Decoded::Message(Message::Data(
@@ -151,8 +148,7 @@ impl ChannelDecoder {
             .schema
             .clone()
             .ok_or_else(|| ArrowError::IpcError("a batch before its schema".into()))?;
-        let message = arrow_ipc::root_as_message(&ipc.header)
-            .map_err(|e| ArrowError::IpcError(e.to_string()))?;
+        let message = arrow_ipc::root_as_message(&ipc.header).map_err(|e| ArrowError::IpcError(e.to_string()))?;
         let fb = message
             .header_as_record_batch()
             .ok_or_else(|| ArrowError::IpcError("a batch frame without a record batch".into()))?;
@@ -173,8 +169,7 @@ impl ChannelDecoder {
             .schema
             .clone()
             .ok_or_else(|| ArrowError::IpcError("a dictionary before its schema".into()))?;
-        let message = arrow_ipc::root_as_message(&ipc.header)
-            .map_err(|e| ArrowError::IpcError(e.to_string()))?;
+        let message = arrow_ipc::root_as_message(&ipc.header).map_err(|e| ArrowError::IpcError(e.to_string()))?;
         let fb = message
             .header_as_dictionary_batch()
             .ok_or_else(|| ArrowError::IpcError("a dictionary frame without a dictionary".into()))?;
@@ -291,11 +286,7 @@ mod tests {
             .collect();
         assert_eq!(kinds, ["schema", "batch", "batch", "schema", "batch"]);
         let mut decoder = ChannelDecoder::default();
-        let last = frames
-            .into_iter()
-            .map(|f| decoder.decode(f).unwrap())
-            .last()
-            .unwrap();
+        let last = frames.into_iter().map(|f| decoder.decode(f).unwrap()).last().unwrap();
         assert!(matches!(last, Decoded::Message(Message::Data(b)) if b == other));
     }
 

@@ -9,10 +9,10 @@
 //! trap of many streams sharing one window does not arise, since the
 //! sender never has more in flight than its credits.
 
+use crate::Shared;
 use crate::codec::{ChannelDecoder, Decoded, open_key};
 use crate::error::NetError;
 use crate::metrics::add;
-use crate::Shared;
 use futures::{Stream, StreamExt};
 use prost::Message as _;
 use sluice_dataflow::channel::{ChannelKey, ChannelReceiver, ChannelSender, channel};
@@ -128,7 +128,10 @@ impl Registry {
                 return Ok(receiver);
             }
             stream.slots.lock().expect("slots lock").remove(&open.channel);
-            stream.refuse(open.channel, format!("the receiver expects channel {key:?} from worker {peer}"));
+            stream.refuse(
+                open.channel,
+                format!("the receiver expects channel {key:?} from worker {peer}"),
+            );
         }
         state.expected.insert(key, Expected { peer, sender });
         Ok(receiver)
@@ -247,7 +250,10 @@ impl InStream {
             );
         }
         if shared.is_closed(&key) {
-            return self.refuse(channel, format!("deployment {} of pipeline {} is closed", key.deployment, key.pipeline.0));
+            return self.refuse(
+                channel,
+                format!("deployment {} of pipeline {} is closed", key.deployment, key.pipeline.0),
+            );
         }
         let mut state = shared.inbound.state.lock().expect("registry lock");
         match state.expected.remove(&key) {
@@ -255,7 +261,10 @@ impl InStream {
             Some(expected) => {
                 let peer = expected.peer.clone();
                 state.expected.insert(key, expected);
-                self.refuse(channel, format!("the receiver expects channel {key:?} from worker {peer}"));
+                self.refuse(
+                    channel,
+                    format!("the receiver expects channel {key:?} from worker {peer}"),
+                );
             }
             None if state.pending.contains_key(&key) => self.refuse(channel, format!("channel {key:?} opened twice")),
             None if state.pending.len() >= shared.config.pending_opens_max => self.refuse(
@@ -273,7 +282,10 @@ impl InStream {
                         channel,
                     },
                 );
-                self.slots.lock().expect("slots lock").insert(channel, Slot::Pending(key));
+                self.slots
+                    .lock()
+                    .expect("slots lock")
+                    .insert(channel, Slot::Pending(key));
             }
         }
     }
@@ -391,13 +403,20 @@ async fn grant(
 }
 
 /// Reads one stream's frames until it ends.
-async fn demux(shared: Weak<Shared>, stream: Arc<InStream>, first: Vec<DataFrame>, mut requests: Streaming<DataFrames>) {
+async fn demux(
+    shared: Weak<Shared>,
+    stream: Arc<InStream>,
+    first: Vec<DataFrame>,
+    mut requests: Streaming<DataFrames>,
+) {
     let mut pending = first;
     let error = 'read: loop {
         let Some(strong) = shared.upgrade() else { return };
         for frame in pending.drain(..) {
             if let Err(reason) = stream.on_frame(&strong, frame) {
-                let _ = stream.replies.try_send(Reply::Fail(Status::invalid_argument(reason.clone())));
+                let _ = stream
+                    .replies
+                    .try_send(Reply::Fail(Status::invalid_argument(reason.clone())));
                 break 'read Some(NetError::Protocol {
                     peer: stream.peer.0.clone(),
                     reason,
@@ -442,7 +461,10 @@ impl DataPlaneService for Service {
     type ExchangeStream = CreditStream;
 
     async fn exchange(&self, request: Request<Streaming<DataFrames>>) -> Result<Response<CreditStream>, Status> {
-        let shared = self.shared.upgrade().ok_or_else(|| Status::unavailable("data plane shut down"))?;
+        let shared = self
+            .shared
+            .upgrade()
+            .ok_or_else(|| Status::unavailable("data plane shut down"))?;
         let mut requests = request.into_inner();
         let hello = match tokio::time::timeout(shared.config.hello_timeout, requests.message()).await {
             Ok(Ok(Some(hello))) => hello,

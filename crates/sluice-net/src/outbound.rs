@@ -181,12 +181,7 @@ async fn run(shared: Weak<Shared>, link: Arc<Link>, address: String, frames: mps
     }
 }
 
-async fn exchange(
-    shared: &Weak<Shared>,
-    link: &Link,
-    address: &str,
-    frames: mpsc::Receiver<DataFrame>,
-) -> NetError {
+async fn exchange(shared: &Weak<Shared>, link: &Link, address: &str, frames: mpsc::Receiver<DataFrame>) -> NetError {
     let link_error = |reason: String| NetError::Link {
         peer: link.peer.0.clone(),
         reason,
@@ -256,7 +251,12 @@ async fn connect(shared: &Shared, address: &str) -> Result<Channel, String> {
     for attempt in 0..c.connect_attempts_max {
         match endpoint.connect().await {
             Ok(channel) => return Ok(channel),
-            Err(e) => last = format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()),
+            Err(e) => {
+                last = format!(
+                    "{e}: {}",
+                    std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()
+                )
+            }
         }
         if attempt + 1 < c.connect_attempts_max {
             tokio::time::sleep(Duration::from_millis(100 << attempt.min(6))).await;
@@ -313,7 +313,12 @@ async fn forward(shared: Weak<Shared>, link: Arc<Link>, id: u64, key: ChannelKey
         channel: id,
         body: Some(body),
     };
-    if link.frames.send(frame(Body::Open(open_frame(key, credits_max)))).await.is_err() {
+    if link
+        .frames
+        .send(frame(Body::Open(open_frame(key, credits_max))))
+        .await
+        .is_err()
+    {
         return drain(receiver).await;
     }
     let mut encoder = ChannelEncoder::default();

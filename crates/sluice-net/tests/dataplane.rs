@@ -101,7 +101,10 @@ async fn credits_bound_the_rows_across_the_link() {
     };
     // Nobody reads: the sender gets exactly the credits through.
     until("the credits to be spent", || sent.load(Ordering::SeqCst) == CREDITS).await;
-    until("the rows to reach the receiver", || rx.queued_credits() == CREDITS as usize).await;
+    until("the rows to reach the receiver", || {
+        rx.queued_credits() == CREDITS as usize
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(sent.load(Ordering::SeqCst), CREDITS, "the sender went past its credits");
     assert!(!sender.is_finished());
@@ -111,7 +114,10 @@ async fn credits_bound_the_rows_across_the_link() {
         let m = within("the next message", rx.recv()).await.unwrap();
         received += m.rows() as u64;
         let in_flight = sent.load(Ordering::SeqCst) - received;
-        assert!(in_flight <= CREDITS, "{in_flight} rows in flight with {CREDITS} credits");
+        assert!(
+            in_flight <= CREDITS,
+            "{in_flight} rows in flight with {CREDITS} credits"
+        );
         if matches!(m, Message::EndOfInput) {
             break;
         }
@@ -189,7 +195,10 @@ async fn a_sender_before_its_receiver_waits_for_credits() {
     // The Open frame reached b, and no credit came back: nothing sent.
     until("the open frame to reach b", || b.metrics().grpc_messages_received >= 1).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!sending.is_finished(), "a send completed before the receiver registered");
+    assert!(
+        !sending.is_finished(),
+        "a send completed before the receiver registered"
+    );
     assert_eq!(b.metrics().messages_received, 0);
     let mut rx = b.receiver_from(k, &worker("a")).unwrap();
     assert!(matches!(within("the batch", rx.recv()).await, Some(Message::Data(b)) if b == first));
@@ -219,7 +228,10 @@ async fn a_protocol_version_mismatch_is_an_error_on_both_sides() {
         };
         let (ours, theirs) = (sluice_proto::PROTOCOL_VERSION, sluice_proto::PROTOCOL_VERSION + 1);
         assert!(message.contains("protocol version mismatch"), "{side}: {message}");
-        assert!(message.contains(&ours.to_string()) && message.contains(&theirs.to_string()), "{message}");
+        assert!(
+            message.contains(&ours.to_string()) && message.contains(&theirs.to_string()),
+            "{message}"
+        );
     }
     assert!(!sending.is_finished(), "nothing was delivered");
 }
@@ -277,8 +289,13 @@ async fn a_cut_link_is_reported_not_ended_and_later_deployments_reconnect() {
     let k2 = key(6, 0);
     let mut rx2 = b.receiver_from(k2, &worker("a")).unwrap();
     let tx2 = a.sender_to(k2, &worker("b")).unwrap();
-    within("a send on the new link", tx2.send(Message::Watermark(Watermark(1)))).await.unwrap();
-    assert!(matches!(within("the watermark", rx2.recv()).await, Some(Message::Watermark(Watermark(1)))));
+    within("a send on the new link", tx2.send(Message::Watermark(Watermark(1))))
+        .await
+        .unwrap();
+    assert!(matches!(
+        within("the watermark", rx2.recv()).await,
+        Some(Message::Watermark(Watermark(1)))
+    ));
     assert_eq!(a.metrics().links_opened, 2);
 }
 
@@ -303,10 +320,17 @@ async fn close_deployment_frees_channels_in_every_state() {
         panic!("{failure:?}");
     };
     assert!(reason.contains("pending_opens_max"), "{reason}");
-    assert!(refused.send(Message::Idle).await.is_err(), "a refused channel is closed");
+    assert!(
+        refused.send(Message::Idle).await.is_err(),
+        "a refused channel is closed"
+    );
     // Closing the deployment frees the receiver …
     b.close_deployment(PipelineId(7), 8);
-    assert!(within("the unconnected receiver to close", never.recv()).await.is_none());
+    assert!(
+        within("the unconnected receiver to close", never.recv())
+            .await
+            .is_none()
+    );
     // … refuses its later channels on b …
     assert!(b.receiver_from(key(8, 5), &worker("a")).is_err());
     // … and a's senders waiting for credits fail once a closes it too.
@@ -315,11 +339,17 @@ async fn close_deployment_frees_channels_in_every_state() {
         assert!(within("the waiting sender", tx.send(Message::Idle)).await.is_err());
     }
     let (ma, mb) = (a.metrics(), b.metrics());
-    assert_eq!((ma.channels_out, mb.opens_waiting, mb.receivers_waiting), (0, 0, 0), "{ma:?} {mb:?}");
+    assert_eq!(
+        (ma.channels_out, mb.opens_waiting, mb.receivers_waiting),
+        (0, 0, 0),
+        "{ma:?} {mb:?}"
+    );
     // b forgot the pending opens: two new ones fit under the bound again.
     let txs: Vec<_> = (0..2).map(|e| a.sender_to(key(10, e), &worker("b")).unwrap()).collect();
     until("b to hold the new opens", || b.metrics().opens_waiting == 2).await;
-    let mut rxs: Vec<_> = (0..2).map(|e| b.receiver_from(key(10, e), &worker("a")).unwrap()).collect();
+    let mut rxs: Vec<_> = (0..2)
+        .map(|e| b.receiver_from(key(10, e), &worker("a")).unwrap())
+        .collect();
     for tx in &txs {
         within("a send", tx.send(Message::Idle)).await.unwrap();
     }
@@ -330,5 +360,9 @@ async fn close_deployment_frees_channels_in_every_state() {
     b.close_deployment(PipelineId(7), 10);
     a.close_deployment(PipelineId(7), 10);
     let (ma, mb) = (a.metrics(), b.metrics());
-    assert_eq!((ma.channels_out, mb.channels_in, mb.opens_waiting), (0, 0, 0), "{ma:?} {mb:?}");
+    assert_eq!(
+        (ma.channels_out, mb.channels_in, mb.opens_waiting),
+        (0, 0, 0),
+        "{ma:?} {mb:?}"
+    );
 }

@@ -37,7 +37,11 @@ fn peer_process() {
         while let Some(m) = rx.recv().await {
             if let Message::Data(batch) = m {
                 rows += batch.num_rows() as u64;
-                let keys = batch.column(0).as_any().downcast_ref::<arrow::array::Int64Array>().unwrap();
+                let keys = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .unwrap();
                 sum += keys.values().iter().sum::<i64>();
             }
         }
@@ -66,7 +70,9 @@ async fn a_peer_in_another_process_receives_and_its_death_is_reported() {
         }
     });
     let mut next_line = async |prefix: &str| loop {
-        let line = within("the peer's output", lines.recv()).await.expect("the peer exited");
+        let line = within("the peer's output", lines.recv())
+            .await
+            .expect("the peer exited");
         // libtest prints "test peer_process ... " before the peer's first line.
         if let Some((_, rest)) = line.split_once(prefix) {
             return rest.to_string();
@@ -77,7 +83,9 @@ async fn a_peer_in_another_process_receives_and_its_death_is_reported() {
 
     let tx = a.sender_to(key(1, 1), &worker("b")).unwrap();
     for i in 0..(ROWS_EXPECTED / 1000) {
-        within("a send", tx.send(Message::Data(batch(i as i64 * 1000, 1000)))).await.unwrap();
+        within("a send", tx.send(Message::Data(batch(i as i64 * 1000, 1000))))
+            .await
+            .unwrap();
     }
     tx.send(Message::EndOfInput).await.unwrap();
     drop(tx);

@@ -97,7 +97,9 @@ impl Proxy {
         let task = tokio::spawn(async move {
             let mut pipes = tokio::task::JoinSet::new();
             loop {
-                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
                 pipes.spawn(async move {
                     let mut outbound = TcpStream::connect(target).await.unwrap();
                     let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
