@@ -45,6 +45,11 @@ fi
 # <<< dashboard
 # psql: the README's first steps, and the tests.
 command -v psql >/dev/null 2>&1 || want postgresql-client
+# curl: the HTTPS test (tests/integration/tls.rs) checks the server's
+# certificate with a client that is not Sluice's own TLS stack.
+if [ "$mode" = all ]; then
+    command -v curl >/dev/null 2>&1 || want curl
+fi
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing system packages: ${need_apt[*]}"

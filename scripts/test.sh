@@ -46,6 +46,11 @@ echo "== test"
 log="$(mktemp)"
 status=0
 cargo test --workspace --lib --bins --tests --no-fail-fast -- --test-threads 2 2>&1 | tee "$log" || status=$?
+# The windows reference tests again, against a cluster: a master and two
+# worker processes (tests/common: SLUICE_TEST_WORKERS), so every exchange
+# crosses the data plane.
+echo "== windows reference tests on a two-worker cluster"
+SLUICE_TEST_WORKERS=2 cargo test --test integration --no-fail-fast windows:: -- --test-threads 2 2>&1 | tee -a "$log" || status=$?
 # One closing line over every test binary (cargo prints one per binary).
 awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) == "passed;") p += $i; if ($(i+1) == "failed;") f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -1,5 +1,7 @@
 //! The `sluice` binary.
 
+mod security_args;
+
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -60,7 +62,105 @@ enum Command {
         /// HTTP (REST API, health) address.
         #[arg(long, default_value = "127.0.0.1:8090")]
         http_listen: SocketAddr,
+        #[command(flatten)]
+        security: security_args::SecurityArgs,
     },
+    /// Run a cluster master: catalog, planning, pgwire and HTTP; places
+    /// pipelines' tasks on the workers that register with it.
+    Master {
+        /// This master's id.
+        #[arg(long, default_value = "m1")]
+        id: String,
+        /// Control-plane address workers connect to.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        listen: SocketAddr,
+        /// Other masters (`m2=HOST:PORT,m3=HOST:PORT`); a single master
+        /// needs none. (The master quorum is not built yet: a master with
+        /// peers refuses to start rather than run unreplicated.)
+        #[arg(long, value_delimiter = ',')]
+        peers: Vec<String>,
+        /// Data-plane address of the master's own worker (tasks whose
+        /// state lives in the master: session results, memory streams).
+        /// Port 0: any free port.
+        #[arg(long)]
+        data_listen: Option<SocketAddr>,
+        /// Postgres wire protocol address.
+        #[arg(long, default_value = "127.0.0.1:5433")]
+        pg_listen: SocketAddr,
+        /// HTTP (REST API, health, dashboard) address.
+        #[arg(long, default_value = "127.0.0.1:8090")]
+        http_listen: SocketAddr,
+        /// Where the catalog is kept.
+        #[arg(long, default_value = "./sluice-master")]
+        data_dir: PathBuf,
+        /// Where every worker writes task snapshots: a directory all
+        /// workers reach (one machine or a shared mount) or
+        /// `hdfs://HOST:PORT/DIR`. Default: DATA_DIR/checkpoints.
+        #[arg(long)]
+        checkpoint_dir: Option<String>,
+        /// A worker silent this long is dead: its tasks move (e.g. `5s`).
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        worker_timeout: std::time::Duration,
+        /// How tasks are placed: `spread` (an operator's instances over as
+        /// many workers as possible) or `pack` (fill a worker first).
+        #[arg(long, default_value = "spread")]
+        placement: String,
+        #[command(flatten)]
+        security: security_args::SecurityArgs,
+    },
+    /// Run a worker: registers with a master and runs the tasks it places here.
+    Worker {
+        /// This worker's id (unique in the cluster).
+        #[arg(long)]
+        id: String,
+        /// Masters' control addresses (`HOST:PORT[,HOST:PORT…]`).
+        #[arg(long, value_delimiter = ',', required = true)]
+        masters: Vec<String>,
+        /// Data-plane address other workers send rows to.
+        #[arg(long, default_value = "127.0.0.1:7171")]
+        listen: SocketAddr,
+        /// The address other workers dial, when it differs from --listen
+        /// (e.g. a pod's DNS name).
+        #[arg(long)]
+        advertise: Option<String>,
+        /// Task slots: how many task instances this worker runs.
+        #[arg(long, default_value_t = 4)]
+        slots: u32,
+        /// Labels placement constraints match (`zone=a,disk=ssd`).
+        #[arg(long, value_delimiter = ',')]
+        labels: Vec<String>,
+        /// Where the worker keeps local data.
+        #[arg(long, default_value = "./sluice-worker")]
+        data_dir: PathBuf,
+    },
+}
+
+/// `5s`, `500ms`, `1m`.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    sluice_types::parse_duration_ms(text)
+        .map(|ms| std::time::Duration::from_millis(ms.max(1)))
+        .ok_or_else(|| format!("'{text}' is not a duration like 5s, 500ms or 1m"))
+}
+
+/// `k=v` labels.
+fn parse_labels(labels: &[String]) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    labels
+        .iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| match l.split_once('=') {
+            Some((k, v)) => Ok((k.trim().to_string(), v.trim().to_string())),
+            None => Err(anyhow::anyhow!("label '{l}' is not key=value")),
+        })
+        .collect()
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn terminated() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }
 
 /// Sets mimalloc's purge delay and purge kind ([`PURGE_DELAY_MS`],
@@ -122,11 +222,14 @@ async fn run() -> anyhow::Result<()> {
             data_dir,
             pg_listen,
             http_listen,
+            security,
         } => {
+            let password = std::env::var(security_args::SUPERUSER_PASSWORD_ENV).ok();
             let config = sluice_server::ServerConfig {
                 data_dir: data_dir.clone(),
                 pg_addr: pg_listen,
                 http_addr: http_listen,
+                security: security.config(&[pg_listen, http_listen], password)?,
             };
             let server = sluice_server::start(config).await?;
             println!("Sluice {} playground is running.", env!("CARGO_PKG_VERSION"));
@@ -135,12 +238,95 @@ async fn run() -> anyhow::Result<()> {
                 server.pg_addr.ip(),
                 server.pg_addr.port()
             );
-            println!("  HTTP:  http://{}/health", server.http_addr);
+            let scheme = if server.engine.tls.is_some() { "https" } else { "http" };
+            println!("  HTTP:  {scheme}://{}/health", server.http_addr);
             println!("  data:  {}", data_dir.display());
             println!("Press Ctrl-C to stop.");
             tokio::signal::ctrl_c().await?;
             println!("Shutting down.");
             server.shutdown().await;
+        }
+        Command::Master {
+            id,
+            listen,
+            peers,
+            data_listen,
+            pg_listen,
+            http_listen,
+            data_dir,
+            checkpoint_dir,
+            worker_timeout,
+            placement,
+            security,
+        } => {
+            if !peers.is_empty() {
+                anyhow::bail!(
+                    "--peers: a master quorum is not available in this release; run one master (without --peers)"
+                );
+            }
+            let checkpoint_dir = match checkpoint_dir {
+                Some(d) if d.contains("://") => d,
+                Some(d) => std::path::absolute(&d)?.display().to_string(),
+                None => std::path::absolute(data_dir.join("checkpoints"))?.display().to_string(),
+            };
+            let config = sluice_server::MasterConfig {
+                id: id.clone(),
+                listen,
+                data_listen: data_listen.unwrap_or(SocketAddr::new(listen.ip(), 0)),
+                pg_addr: pg_listen,
+                http_addr: http_listen,
+                data_dir: data_dir.clone(),
+                checkpoint_dir: checkpoint_dir.clone(),
+                worker_timeout,
+                placement,
+                security: security
+                    .config_for_master(std::env::var(security_args::SUPERUSER_PASSWORD_ENV).ok())?,
+            };
+            let server = sluice_server::start_master(config).await?;
+            println!("Sluice {} master {id} is running.", env!("CARGO_PKG_VERSION"));
+            println!(
+                "  workers: sluice worker --masters {}",
+                server.control_addr.map(|a| a.to_string()).unwrap_or_default()
+            );
+            println!(
+                "  SQL:     psql -h {} -p {} -U sluice",
+                server.pg_addr.ip(),
+                server.pg_addr.port()
+            );
+            println!("  HTTP:    http://{}/health", server.http_addr);
+            println!("  checkpoints: {checkpoint_dir}");
+            terminated().await;
+            println!("Shutting down.");
+            server.shutdown().await;
+        }
+        Command::Worker {
+            id,
+            masters,
+            listen,
+            advertise,
+            slots,
+            labels,
+            data_dir,
+        } => {
+            let config = sluice_server::WorkerConfig {
+                id: id.clone(),
+                masters,
+                listen,
+                advertise,
+                slots,
+                labels: parse_labels(&labels)?,
+                data_dir,
+            };
+            let shutdown = tokio_util::sync::CancellationToken::new();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                terminated().await;
+                tracing::info!("stopping: draining this worker's tasks first");
+                stop.cancel();
+            });
+            println!("Sluice {} worker {id} is running.", env!("CARGO_PKG_VERSION"));
+            sluice_server::run_worker(config, shutdown).await?;
+            println!("Shutting down.");
         }
     }
     Ok(())

@@ -276,3 +276,39 @@ fn pgjdbc() {
         "jdbc: ok",
     );
 }
+
+/// psycopg logs in with SCRAM-SHA-256: the right password runs a query,
+/// a wrong one is refused with the server's message.
+#[test]
+fn psycopg3_scram() {
+    let python = psycopg_python();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start_with(
+        dir.path(),
+        &["--auth", "scram-sha-256"],
+        &[("SLUICE_SUPERUSER_PASSWORD", "py-scram-pw")],
+    );
+    let script = r#"
+import sys, psycopg
+port = int(sys.argv[1])
+def connect(password):
+    return psycopg.connect(host="127.0.0.1", port=port, user="sluice", dbname="sluice",
+                           password=password, connect_timeout=10, autocommit=True)
+with connect("py-scram-pw") as conn:
+    assert conn.execute("SELECT 20 + 22").fetchone()[0] == 42
+try:
+    connect("wrong")
+    raise SystemExit("a wrong password was accepted")
+except psycopg.OperationalError as e:
+    assert "password authentication failed" in str(e), str(e)
+print("psycopg scram: ok")
+"#;
+    assert_check(
+        "psycopg scram",
+        Command::new(&python)
+            .arg("-c")
+            .arg(script)
+            .arg(server.pg_port.to_string()),
+        "psycopg scram: ok",
+    );
+}

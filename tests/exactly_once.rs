@@ -321,6 +321,9 @@ enum Fault {
     /// equivalent query (a filter below the window that passes the same
     /// rows: the window's state moves).
     KillsDuringAlter,
+    /// A cluster (master + two workers): SIGKILL of a worker running tasks,
+    /// three times, a replacement worker joining after each.
+    KillsWorkers,
 }
 
 /// The pipelines' query with a filter that passes the same rows as
@@ -482,7 +485,11 @@ async fn scenario(fault: Fault) {
         Fault::Panic => vec![("SLUICE_FAULT_PANIC_AT", "window_aggregate:9000")],
         _ => vec![],
     };
-    let mut server = TestServer::start_in_with_env(tmp.path(), &env);
+    let mut server = if fault == Fault::KillsWorkers {
+        TestServer::start_cluster_in(tmp.path(), 2, 16)
+    } else {
+        TestServer::start_in_with_env(tmp.path(), &env)
+    };
     let out_dir = tempfile::tempdir().unwrap();
     let file_path = out_dir.path().join("windows");
     create_pipelines(
@@ -583,6 +590,18 @@ async fn scenario(fault: Fault) {
                 assert_eq!(after[name], v + 1, "{name}");
             }
         }
+        Fault::KillsWorkers => {
+            for next in 3..6 {
+                let wait = rand::rng().random_range(2000..4000);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                let victim = rand::rng().random_range(0..2);
+                server.kill_worker(victim); // SIGKILL
+                let back = rand::rng().random_range(0..3000);
+                tokio::time::sleep(Duration::from_millis(back)).await;
+                server.add_worker(&format!("w{next}"), 16, &[]);
+                server.wait_for_workers(2);
+            }
+        }
         Fault::Panic => {}
         Fault::CorruptNewest => {
             // Kill only once every pipeline has a checkpoint to fall back to
@@ -651,6 +670,14 @@ async fn scenario(fault: Fault) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_keeps_every_window_exactly_once() {
     scenario(Fault::Kills).await;
+}
+
+/// kill -9 of worker processes running the pipelines' tasks: the master
+/// declares each dead and the pipelines restart on the workers left (and
+/// the replacements), every window exactly once in Kafka, HDFS and files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_workers_keeps_every_window_exactly_once() {
+    scenario(Fault::KillsWorkers).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,9 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running `sluice playground`.
+/// A running `sluice playground` — or, when `SLUICE_TEST_WORKERS=N` (N ≥ 1)
+/// is set, a cluster: `sluice master` and N `sluice worker` processes on
+/// free ports, so any test written against one process runs with its tasks
+/// spread over worker processes.
 pub struct TestServer {
     child: Option<Child>,
+    /// A cluster's worker processes.
+    workers: Vec<Child>,
+    /// A cluster master's control address (workers connect there).
+    pub control: Option<String>,
     pub pg_port: u16,
     pub http_port: u16,
     pub data_dir: PathBuf,
@@ -36,6 +43,25 @@ impl TestServer {
     /// Starts a server on `data_dir` with extra environment variables
     /// (e.g. the `SLUICE_FAULT_PANIC_AT` test hook).
     pub fn start_in_with_env(data_dir: &Path, env: &[(&str, &str)]) -> TestServer {
+        TestServer::start_with(data_dir, &[], env)
+    }
+
+    /// Starts a server on `data_dir` with extra flags (`--auth …`) and
+    /// environment variables; a cluster when `SLUICE_TEST_WORKERS` is set
+    /// and there are no flags.
+    pub fn start_with(data_dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> TestServer {
+        let workers: usize = std::env::var("SLUICE_TEST_WORKERS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        if workers > 0 && flags.is_empty() {
+            let mut s = TestServer::start_master(data_dir, env);
+            for i in 0..workers {
+                s.add_worker(&format!("w{}", i + 1), 4, env);
+            }
+            s.wait_for_workers(workers);
+            return s;
+        }
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args([
                 "playground",
@@ -46,15 +72,159 @@ impl TestServer {
                 "--data-dir",
             ])
             .arg(data_dir)
+            .args(flags)
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start sluice");
+        let (pg_port, http_port, _) = read_addresses(&mut child);
+        TestServer {
+            child: Some(child),
+            workers: Vec::new(),
+            control: None,
+            pg_port,
+            http_port,
+            data_dir: data_dir.to_path_buf(),
+            _tmp: None,
+        }
+    }
+
+    /// Starts a cluster master (no workers yet) on `data_dir`.
+    pub fn start_master(data_dir: &Path, env: &[(&str, &str)]) -> TestServer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "master",
+                "--listen",
+                "127.0.0.1:0",
+                "--pg-listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--worker-timeout",
+                "3s",
+                // Loopback only; the tests log in without passwords.
+                "--auth",
+                "trust",
+                "--insecure",
+                "--data-dir",
+            ])
+            .arg(data_dir)
+            .env(
+                "RUST_LOG",
+                std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start sluice master");
+        let (pg_port, http_port, control) = read_addresses(&mut child);
+        TestServer {
+            child: Some(child),
+            workers: Vec::new(),
+            control,
+            pg_port,
+            http_port,
+            data_dir: data_dir.to_path_buf(),
+            _tmp: None,
+        }
+    }
+
+    /// Starts worker `id` with `slots` slots, registered with this master.
+    pub fn add_worker(&mut self, id: &str, slots: u32, env: &[(&str, &str)]) {
+        let control = self.control.clone().expect("a cluster master");
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "worker",
+                "--id",
+                id,
+                "--masters",
+                &control,
+                "--listen",
+                "127.0.0.1:0",
+                "--slots",
+            ])
+            .arg(slots.to_string())
+            .arg("--data-dir")
+            .arg(self.data_dir.join(format!("worker-{id}")))
+            .env(
+                "RUST_LOG",
+                std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start sluice worker");
+        self.workers.push(child);
+    }
+
+    /// The worker processes' ids (`kill -9` tests).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.workers.iter().map(|c| c.id()).collect()
+    }
+
+    /// Kills worker process `i` (in start order, of those alive) with
+    /// SIGKILL.
+    pub fn kill_worker(&mut self, i: usize) {
+        let mut w = self.workers.remove(i);
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+
+    /// A cluster on `data_dir`: a master and `workers` workers of `slots`
+    /// slots each, all registered.
+    pub fn start_cluster_in(data_dir: &Path, workers: usize, slots: u32) -> TestServer {
+        let mut s = TestServer::start_master(data_dir, &[]);
+        for i in 0..workers {
+            s.add_worker(&format!("w{}", i + 1), slots, &[]);
+        }
+        s.wait_for_workers(workers);
+        s
+    }
+
+    /// Waits until `n` workers are registered (REST `/api/v1/cluster`).
+    pub fn wait_for_workers(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let registered = self.cluster_json()["workers"].as_array().map_or(0, |w| w.len());
+            if registered >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{registered} of {n} workers registered after 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `GET /api/v1/cluster`.
+    pub fn cluster_json(&self) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let get = || -> std::io::Result<String> {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", self.http_port))?;
+            c.set_read_timeout(Some(Duration::from_secs(10)))?;
+            c.write_all(b"GET /api/v1/cluster HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+            let mut response = String::new();
+            c.read_to_string(&mut response)?;
+            Ok(response)
+        };
+        let response = get().unwrap_or_default();
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Reads the ports a starting `sluice` prints: pgwire, HTTP and (a master)
+/// the workers' control address; keeps draining its stdout afterwards.
+fn read_addresses(child: &mut Child) -> (u16, u16, Option<String>) {
+    {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let (mut pg_port, mut http_port) = (0, 0);
+        let (mut pg_port, mut http_port, mut control) = (0, 0, None);
         let deadline = Instant::now() + Duration::from_secs(60);
         while pg_port == 0 || http_port == 0 {
             assert!(Instant::now() < deadline, "server did not start in time");
@@ -70,6 +240,9 @@ impl TestServer {
                     .parse()
                     .unwrap();
             }
+            if let Some(rest) = line.trim().strip_prefix("workers: sluice worker --masters ") {
+                control = Some(rest.trim().to_string());
+            }
             if let Some(rest) = line.trim().strip_prefix("HTTP:") {
                 let addr = rest.trim().trim_start_matches("http://").trim_end_matches("/health");
                 http_port = addr.rsplit(':').next().unwrap().parse().unwrap();
@@ -77,21 +250,34 @@ impl TestServer {
         }
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        TestServer {
-            child: Some(child),
-            pg_port,
-            http_port,
-            data_dir: data_dir.to_path_buf(),
-            _tmp: None,
-        }
+        (pg_port, http_port, control)
     }
+}
 
+impl TestServer {
     /// A libpq-style connection string.
     pub fn conn_str(&self) -> String {
         format!(
             "host=127.0.0.1 port={} user=sluice dbname=sluice connect_timeout=10",
             self.pg_port
         )
+    }
+
+    /// Connects as `user` with `password` (tokio-postgres negotiates SCRAM).
+    pub async fn connect_as(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let conn = format!(
+            "host=127.0.0.1 port={} user={user} password='{password}' dbname=sluice connect_timeout=10",
+            self.pg_port
+        );
+        let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
     }
 
     /// Connects with tokio-postgres.
@@ -105,11 +291,15 @@ impl TestServer {
         client
     }
 
-    /// Stops the server (SIGKILL) and waits for it.
+    /// Stops the server (SIGKILL) and its workers, and waits for them.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        for mut w in self.workers.drain(..) {
+            let _ = w.kill();
+            let _ = w.wait();
         }
     }
 

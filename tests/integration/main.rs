@@ -7,9 +7,12 @@
 mod common;
 
 mod alter;
+mod auth;
 mod catalog;
 mod hdfs;
+mod hostile;
 mod http_api;
+mod http_auth;
 mod kafka;
 mod lifecycle;
 mod limits;
@@ -18,4 +21,5 @@ mod protocol;
 mod psql;
 mod sessions;
 mod support;
+mod tls;
 mod windows;

@@ -374,11 +374,20 @@ async fn late_rows_are_dropped_and_counted() {
     )
     .await;
     assert_eq!(read(direct), expected);
-    let pipelines = crate::support::simple_records(&client, "SHOW PIPELINES").await;
-    let p = pipelines
-        .iter()
-        .find(|r| r["name"].as_deref() == Some("per_user"))
-        .expect("per_user listed");
+    // Counters of tasks on other workers arrive with their heartbeats
+    // (every second): wait for the late row to be counted, at most 10 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let p = loop {
+        let pipelines = crate::support::simple_records(&client, "SHOW PIPELINES").await;
+        let p = pipelines
+            .into_iter()
+            .find(|r| r["name"].as_deref() == Some("per_user"))
+            .expect("per_user listed");
+        if p["late_rows_dropped"].as_deref() == Some("1") || std::time::Instant::now() > deadline {
+            break p;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     assert_eq!(p["late_rows_dropped"].as_deref(), Some("1"), "{p:?}");
     assert_eq!(p["rows_in"].as_deref(), Some("7"), "{p:?}");
     assert_eq!(p["rows_out"].as_deref(), Some("4"), "{p:?}");

@@ -129,6 +129,9 @@ pub struct CatalogState {
     pub pipelines: BTreeMap<String, PipelineDef>,
     /// Pipeline ids are never reused.
     pub next_pipeline_id: u64,
+    /// Roles, grants, owners and API tokens (absent in older catalogs).
+    #[serde(default)]
+    pub security: crate::security::SecurityCatalog,
 }
 
 /// The catalog file of a data directory.

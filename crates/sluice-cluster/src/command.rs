@@ -11,6 +11,7 @@
 //! catalog.
 
 use crate::catalog::PipelineKind;
+use crate::security::SecurityCommand;
 use serde::{Deserialize, Serialize};
 use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
@@ -69,6 +70,10 @@ pub enum CatalogCommand {
         /// When the statement ran (epoch ms).
         changed_ms: i64,
     },
+    /// Roles, grants and API tokens.
+    Security(SecurityCommand),
+    /// `command` run by `role`: what it creates is owned by `role`.
+    AsRole { role: String, command: Box<CatalogCommand> },
 }
 
 /// What applying a command did.
@@ -91,6 +96,8 @@ impl CatalogCommand {
             | CatalogCommand::DropPipeline { name, .. }
             | CatalogCommand::SetPaused { name, .. }
             | CatalogCommand::AlterPipeline { name, .. } => name,
+            CatalogCommand::Security(command) => command.name(),
+            CatalogCommand::AsRole { command, .. } => command.name(),
         }
     }
 }

@@ -5,6 +5,8 @@
 //!   restarted server finds what was declared before;
 //! - [`command`]: the catalog commands statements turn into, the unit a
 //!   master quorum replicates;
+//! - [`security`]: roles, privileges on streams, owners of streams and
+//!   pipelines, API tokens (changed by catalog commands like the rest);
 //! - [`worker`]: deploys physical DAGs through the runtime and keeps their
 //!   handles;
 //! - [`scheduler`]: how the master hands a DAG to workers — the
@@ -16,16 +18,33 @@
 //!   commands, runs pipelines and session queries, and reports status for
 //!   `SHOW PIPELINES`. It holds no data-plane object (memory logs, result
 //!   channels): those belong to the worker's connectors.
+//! - [`placement`]: which worker runs each task (spread, pack, labels,
+//!   slots);
+//! - [`control`]: the master's side of a cluster — workers' sessions, their
+//!   registry, and [`ClusterScheduler`](control::ClusterScheduler), which
+//!   places deployments on workers and owns them;
+//! - [`agent`]: a worker process's side — its session with the master and
+//!   the parts of deployments it runs;
+//! - [`wire`]: the runtime's events and metrics as control-plane messages;
+//! - [`process`]: this process's memory and CPU use.
 //!
-//! Even in one process the master talks to its worker only through the
-//! scheduler interface, so a networked scheduler can take its place.
+//! The master talks to workers only through the scheduler interface: the
+//! playground's [`LocalScheduler`](scheduler::LocalScheduler) runs every
+//! task in the process, a cluster's [`ClusterScheduler`](control::ClusterScheduler)
+//! sends the same deployment to worker processes.
 
+pub mod agent;
 pub mod catalog;
 pub mod command;
+pub mod control;
 pub mod master;
+pub mod placement;
+pub mod process;
 pub mod scheduler;
+pub mod security;
 pub mod status;
 pub mod supervisor;
+pub mod wire;
 pub mod worker;
 
 pub use command::{Applied, CatalogCommand};

@@ -12,7 +12,7 @@ use crate::scheduler::Scheduler;
 use crate::status::{PipelineInfo, describe_status, totals};
 use crate::supervisor::{Slot, Supervised, supervise};
 use sluice_dataflow::checkpoint::manifest::{prune, read_checkpoint};
-use sluice_dataflow::checkpoint::{CheckpointConfig, LocalStateStore, RestoredCheckpoint, StateStore};
+use sluice_dataflow::checkpoint::{CheckpointConfig, RestoredCheckpoint, StateStore};
 use sluice_dataflow::deploy::{CheckpointPlan, PipelineRuntime, PipelineStatus};
 use sluice_plan::OperatorKind;
 use sluice_plan::PhysicalDag;
@@ -20,7 +20,7 @@ use sluice_plan::catalog::StreamDef;
 use sluice_plan::diff::{ResetPolicy, diff};
 use sluice_types::{Error, ObjectKind, PipelineId, Result, SqlCode, now_ms};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -77,8 +77,9 @@ pub struct Master {
     /// Pipelines an ALTER is changing: one change at a time per pipeline.
     altering: Mutex<std::collections::HashSet<String>>,
     next_query_id: AtomicU64,
-    /// Where checkpoints go unless a pipeline says otherwise.
-    checkpoint_root: PathBuf,
+    /// Where checkpoints go unless a pipeline says otherwise: a directory
+    /// (every worker's, in a cluster) or `hdfs://host:port/dir`.
+    checkpoint_location: String,
 }
 
 /// The pipelines that read `stream`, but `except`.
@@ -107,12 +108,22 @@ fn ensure_unread(state: &CatalogState, stream: &str, what: &str) -> Result<()> {
 }
 
 impl Master {
-    /// Opens the catalog in `data_dir` and restarts its pipelines.
+    /// Opens the catalog in `data_dir` and restarts its pipelines;
+    /// checkpoints go to `data_dir/checkpoints` unless a pipeline says
+    /// otherwise.
     pub fn open(data_dir: &Path, scheduler: Arc<dyn Scheduler>) -> Result<Self> {
+        let root = data_dir.join("checkpoints");
+        Self::open_with(data_dir, &root.display().to_string(), scheduler)
+    }
+
+    /// Opens the catalog in `data_dir` and restarts its pipelines;
+    /// checkpoints go to `checkpoint_location` (a directory or
+    /// `hdfs://host:port/dir`) unless a pipeline says otherwise.
+    pub fn open_with(data_dir: &Path, checkpoint_location: &str, scheduler: Arc<dyn Scheduler>) -> Result<Self> {
         let store = CatalogStore::new(data_dir);
         let state = store.load()?;
         let master = Master {
-            checkpoint_root: data_dir.join("checkpoints"),
+            checkpoint_location: checkpoint_location.to_string(),
             store,
             state: Mutex::new(state),
             scheduler,
@@ -129,6 +140,13 @@ impl Master {
         Ok(master)
     }
 
+    /// The checkpoint store of a pipeline: its `'checkpoint.dir'`, or the
+    /// master's.
+    fn checkpoint_store(&self, dir: Option<&str>) -> Result<Arc<dyn StateStore>> {
+        let default = &self.checkpoint_location;
+        sluice_connectors::state_store::open_state_store(Some(dir.unwrap_or(default)), Path::new(default))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, CatalogState> {
         self.state.lock().expect("catalog lock")
     }
@@ -137,8 +155,31 @@ impl Master {
     /// Returns once the change is made; an `ALTER PIPELINE` that changes
     /// the running DAG returns once the old version stopped at its barrier
     /// and the new one was started.
+    ///
+    /// `AsRole { role, .. }` runs its command for `role`: what it creates
+    /// is owned by `role`. Whatever drops a stream or pipeline (with or
+    /// without a role) forgets its owner and grants in the same step.
     pub async fn apply(&self, command: CatalogCommand) -> Result<Applied> {
+        let (owner, command) = match command {
+            CatalogCommand::AsRole { role, command } => (Some(role), *command),
+            command => (None, command),
+        };
+        let effect = crate::security::ownership_effect(&self.lock(), &command);
+        let applied = self.apply_unowned(command).await?;
+        if applied == Applied::Changed
+            && let Some(effect) = effect
+        {
+            let mut state = self.lock();
+            state.security.record_ownership(owner.as_deref().unwrap_or(""), &effect);
+            self.store.save(&state)?;
+        }
+        Ok(applied)
+    }
+
+    async fn apply_unowned(&self, command: CatalogCommand) -> Result<Applied> {
         let changed = match command {
+            CatalogCommand::Security(command) => self.apply_security(command)?,
+            CatalogCommand::AsRole { .. } => return Err(Error::internal("AsRole inside AsRole")),
             CatalogCommand::CreateStream { def, if_not_exists } => self.create_stream(def, if_not_exists)?,
             CatalogCommand::CreatePipeline {
                 name,
@@ -177,6 +218,27 @@ impl Master {
             }
         };
         Ok(if changed { Applied::Changed } else { Applied::Unchanged })
+    }
+
+    /// Applies a change to roles, grants or tokens.
+    fn apply_security(&self, command: crate::security::SecurityCommand) -> Result<bool> {
+        let mut state = self.lock();
+        let CatalogState { streams, security, .. } = &mut *state;
+        let changed = security.apply(command, |s| streams.contains_key(s))?;
+        if changed {
+            self.store.save(&state)?;
+        }
+        Ok(changed)
+    }
+
+    /// The security part of the catalog, as it is now.
+    pub fn security(&self) -> crate::security::SecurityCatalog {
+        self.lock().security.clone()
+    }
+
+    /// Reads the security part of the catalog without copying it.
+    pub fn with_security<T>(&self, read: impl FnOnce(&crate::security::SecurityCatalog) -> T) -> T {
+        read(&self.lock().security)
     }
 
     pub fn stream(&self, name: &str) -> Option<StreamDef> {
@@ -297,7 +359,7 @@ impl Master {
     fn start_version(&self, def: &PipelineDef, slot: Arc<Slot>, restored: Option<RestoredCheckpoint>) -> Result<()> {
         match checkpointing(&def.dag)? {
             None => {
-                let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(&self.checkpoint_root));
+                let store = self.checkpoint_store(None)?;
                 let plan = CheckpointPlan {
                     config: CheckpointConfig::on_demand(store, slot.stats.clone()),
                     // Above every id an earlier ALTER stopped at.
@@ -310,8 +372,7 @@ impl Master {
                 slot.started.send_replace(true);
             }
             Some((interval, dir)) => {
-                let store: Arc<dyn StateStore> =
-                    sluice_connectors::state_store::open_state_store(dir.as_deref(), &self.checkpoint_root)?;
+                let store = self.checkpoint_store(dir.as_deref())?;
                 let run = Supervised {
                     dag: def.dag.clone(),
                     interval,
@@ -498,11 +559,12 @@ impl Master {
         // snapshot here (its supervisor-less start never looks for one).
         let restored = match checkpointing(&def.dag)? {
             None if checkpoint > 0 => {
-                let store = LocalStateStore::new(&self.checkpoint_root);
-                let restored = read_checkpoint(&store, def.id, checkpoint)
+                let store = self.checkpoint_store(None)?;
+                let store = store.as_ref();
+                let restored = read_checkpoint(store, def.id, checkpoint)
                     .await
                     .map_err(|e| Error::internal(format!("the snapshot of the switch is unreadable: {e}")))?;
-                prune(&store, def.id, &[checkpoint], 1).await?;
+                prune(store, def.id, &[checkpoint], 1).await?;
                 Some(restored)
             }
             _ => None,
@@ -589,6 +651,12 @@ impl Master {
                     None => ("not running".to_string(), def.created_ms, Default::default(), None),
                 };
                 let slot = running.get(&def.name).map(|r| r.slot.clone());
+                let workers = slot
+                    .as_ref()
+                    .and_then(|s| s.runtime())
+                    .filter(|r| r.status() == sluice_dataflow::deploy::PipelineStatus::Running)
+                    .map(|r| r.workers())
+                    .unwrap_or_default();
                 let checkpoints = slot.as_ref().map(|s| s.stats.completed()).unwrap_or_default();
                 let restarts = slot.as_ref().map_or(0, |s| s.restarts.load(Ordering::Relaxed));
                 let restored_from = slot.as_ref().and_then(|s| s.stats.restored_from());
@@ -614,6 +682,7 @@ impl Master {
                     checkpoints,
                     version: def.version(),
                     changed_ms: def.changed_ms.unwrap_or(def.created_ms),
+                    workers,
                 }
             })
             .collect()

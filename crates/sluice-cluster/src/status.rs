@@ -36,6 +36,9 @@ pub struct PipelineInfo {
     pub version: u32,
     /// When the running version started (its creation for version 1), ms.
     pub changed_ms: i64,
+    /// The workers running its tasks, with their task instances
+    /// (`w1 (2), w2 (2)`; `local` in the playground).
+    pub workers: String,
 }
 
 /// Counters summed over a runtime's tasks.

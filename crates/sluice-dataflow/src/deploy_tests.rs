@@ -10,9 +10,11 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use sluice_plan::{EdgeSpec, OperatorSpec, SinkSpec, SourceSpec};
+use sluice_plan::{OperatorKind, Partitioning};
 use sluice_types::{EdgeId, Watermark};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 
 const BATCH_ROWS: usize = 100;
 

@@ -39,6 +39,7 @@ pub mod join;
 pub mod message;
 pub mod metrics;
 pub mod operator;
+pub mod part;
 pub mod project;
 pub mod source;
 pub mod task;

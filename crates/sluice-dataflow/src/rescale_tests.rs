@@ -7,6 +7,7 @@
 use super::*;
 use crate::OperatorContext;
 use crate::channel::InProcessTransport;
+use crate::checkpoint::TaskState;
 use crate::checkpoint::manifest::{self, MANIFEST_FILE, Manifest};
 use crate::checkpoint::state::crc32;
 use crate::checkpoint::{CheckpointStats, LocalStateStore, StateStore};
@@ -16,9 +17,11 @@ use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use sluice_plan::{AggregateCall, EdgeSpec, SinkSpec, SourceSpec, WatermarkSpec, WindowAggSpec, WindowKind};
+use sluice_plan::{OperatorKind, OperatorSpec, Partitioning};
 use sluice_types::{EdgeId, OperatorUid, Watermark};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 
 const WINDOW_MS: i64 = 1_000;
 const KEYS: i64 = 50;

@@ -629,7 +629,7 @@ mod tests {
     /// Runs a source task restored from `state` and returns the first
     /// message it sends within 2 s (its idle timeout is 60 s), if any.
     async fn first_message_after_restore(state: TaskState, keeps_position: bool) -> Option<Message> {
-        let (handles, _coordinator, _stop) = crate::checkpoint::coordinator::channels(7);
+        let (handles, _acks, _coordinator) = crate::checkpoint::coordinator::test_handles(7);
         let (tx, mut rx) = crate::channel::channel(64);
         let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
         let restored = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -695,7 +695,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_checkpoint_keeps_the_event_time_only_for_readers_that_keep_a_position() {
-        let (handles, mut coordinator, _stop) = crate::checkpoint::coordinator::channels(0);
+        let (handles, mut acks, _coordinator) = crate::checkpoint::coordinator::test_handles(0);
         let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
         let (tx, _rx) = crate::channel::channel(64);
         for keeps_position in [true, false] {
@@ -725,7 +725,7 @@ mod tests {
             let mut g = WatermarkGenerator::new(2, 0, Duration::from_secs(60), t0);
             g.on_data(0, Some(42), t0);
             task.inject_barrier(1, &g).await.unwrap();
-            let state = match coordinator.next_ack().await {
+            let state = match acks.recv().await {
                 Some(crate::checkpoint::coordinator::AckEvent::Ack { state, .. }) => state,
                 other => panic!("{other:?}"),
             };

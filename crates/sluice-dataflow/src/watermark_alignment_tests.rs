@@ -12,7 +12,9 @@ use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use sluice_plan::{EdgeSpec, OperatorSpec, SinkSpec, SourceSpec, WatermarkSpec};
+use sluice_plan::{OperatorKind, Partitioning};
 use sluice_types::EdgeId;
+use std::sync::atomic::Ordering;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 use std::time::Instant;
 

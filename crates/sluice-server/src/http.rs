@@ -4,6 +4,7 @@
 //! from the catalog, live counters and the sampler's history.
 
 use crate::engine::Engine;
+use crate::http_auth::Caller;
 use crate::http_views::error;
 use crate::http_views::{dag_view, history_view, instance_views, pipeline_summary, stream_view, version_view};
 use crate::metrics_history::MetricsHistory;
@@ -12,13 +13,18 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::json;
 use sluice_cluster::CatalogCommand;
 use sluice_cluster::worker::Worker;
 use sluice_types::{ObjectKind, now_ms};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// The largest request body accepted: the longest statement
+/// (`sluice_types::limits::STATEMENT_BYTES_MAX`) plus room for its JSON
+/// wrapping and escapes; a larger body is `413` before it is parsed.
+pub const HTTP_BODY_BYTES_MAX: usize = sluice_types::limits::STATEMENT_BYTES_MAX + (64 << 10);
 
 /// A worker whose heartbeat is older than this is reported unhealthy.
 pub const HEARTBEAT_STALE_MS: i64 = 5_000;
@@ -30,14 +36,15 @@ pub struct HttpState {
     pub history: Arc<MetricsHistory>,
     /// The local worker (the playground runs one).
     pub worker: Arc<Worker>,
+    /// A cluster master's workers (None in the playground).
+    pub cluster: Option<Arc<sluice_cluster::control::Cluster>>,
 }
 
 type St = State<HttpState>;
 
 /// The router of the HTTP server.
 pub fn router(state: HttpState) -> Router {
-    Router::new()
-        .route("/health", get(health))
+    let protected = Router::new()
         .route("/api/v1/pipelines", get(pipelines))
         .route("/api/v1/pipelines/{name}", get(pipeline).delete(drop_pipeline))
         .route("/api/v1/pipelines/{name}/history", get(pipeline_history))
@@ -51,6 +58,14 @@ pub fn router(state: HttpState) -> Router {
         .route("/api/v1/explain", post(explain))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.engine.clone(),
+            crate::http_auth::require_caller,
+        ));
+    Router::new()
+        .route("/health", get(health))
+        .merge(protected)
+        .layer(axum::extract::DefaultBodyLimit::max(HTTP_BODY_BYTES_MAX))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(crate::http_ui::fallback)
         .with_state(state)
@@ -149,6 +164,16 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
         Some(_) => "stale",
         None => "starting",
     };
+    if let Some(cluster) = &s.cluster {
+        return Json(json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_ms": now - s.engine.started_ms,
+            "started_ms": s.engine.started_ms,
+            "masters": [{ "id": cluster.master_id(), "address": cluster.control_address(), "role": "leader", "health": "ok" }],
+            "workers": cluster.workers(),
+            "pipelines_running": running,
+        }));
+    }
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_ms": now - s.engine.started_ms,
@@ -165,30 +190,35 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
     }))
 }
 
-async fn drop_pipeline(State(s): St, Path(name): Path<String>) -> Response {
+async fn drop_pipeline(State(s): St, Extension(caller): Extension<Caller>, Path(name): Path<String>) -> Response {
     let command = CatalogCommand::DropPipeline {
         name,
         if_exists: false,
         only: None,
     };
-    match s.engine.master.apply(command).await {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => sluice_error(&e),
+    apply_as(&s.engine, &caller, command).await
+}
+
+async fn pause(State(s): St, Extension(caller): Extension<Caller>, Path(name): Path<String>) -> Response {
+    let command = CatalogCommand::SetPaused { name, paused: true };
+    apply_as(&s.engine, &caller, command).await
+}
+
+async fn resume(State(s): St, Extension(caller): Extension<Caller>, Path(name): Path<String>) -> Response {
+    let command = CatalogCommand::SetPaused { name, paused: false };
+    apply_as(&s.engine, &caller, command).await
+}
+
+/// Applies `command` for `caller` under the SQL privilege rules.
+async fn apply_as(engine: &Engine, caller: &Caller, command: CatalogCommand) -> Response {
+    let checked = crate::engine::authorize::who(engine, &caller.0)
+        .and_then(|who| crate::engine::authorize::check_command(engine, &who, &command));
+    if let Err(e) = checked {
+        return sluice_error(&e);
     }
-}
-
-async fn pause(State(s): St, Path(name): Path<String>) -> Response {
-    set_paused(&s.engine, &name, true).await
-}
-
-async fn resume(State(s): St, Path(name): Path<String>) -> Response {
-    set_paused(&s.engine, &name, false).await
-}
-
-async fn set_paused(engine: &Engine, name: &str, paused: bool) -> Response {
-    let command = CatalogCommand::SetPaused {
-        name: name.to_string(),
-        paused,
+    let command = CatalogCommand::AsRole {
+        role: caller.0.clone(),
+        command: Box::new(command),
     };
     match engine.master.apply(command).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
@@ -224,12 +254,16 @@ fn sql_body(body: Result<Json<SqlRequest>, JsonRejection>) -> Result<SqlRequest,
     }
 }
 
-async fn sql(State(s): St, body: Result<Json<SqlRequest>, JsonRejection>) -> Response {
+async fn sql(
+    State(s): St,
+    Extension(caller): Extension<Caller>,
+    body: Result<Json<SqlRequest>, JsonRejection>,
+) -> Response {
     let request = match sql_body(body) {
         Ok(r) => r,
         Err((status, message)) => return error(status, &message),
     };
-    match crate::http_sql::run(&s.engine, &request.sql).await {
+    match crate::http_sql::run(&s.engine, &caller.0, &request.sql).await {
         Ok(results) => Json(json!({ "results": results })).into_response(),
         Err((results, e)) => {
             let mut response = sluice_error(&e);
@@ -252,71 +286,35 @@ struct StreamQuery {
 /// A live preview of a query's rows as server-sent events.
 async fn sql_stream(
     State(s): St,
+    Extension(caller): Extension<Caller>,
     query: Result<axum::extract::Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     match query {
-        Ok(q) => crate::http_sql::stream(s.engine.clone(), q.0.sql).into_response(),
+        Ok(q) => crate::http_sql::stream(s.engine.clone(), caller.0, q.0.sql).into_response(),
         Err(_) => error(StatusCode::BAD_REQUEST, "expected ?sql=<a query>"),
     }
 }
 
 /// `POST /api/v1/explain`: the DAG a query would run as, without running it.
-async fn explain(State(s): St, body: Result<Json<SqlRequest>, JsonRejection>) -> Response {
+async fn explain(
+    State(s): St,
+    Extension(caller): Extension<Caller>,
+    body: Result<Json<SqlRequest>, JsonRejection>,
+) -> Response {
     let request = match sql_body(body) {
         Ok(r) => r,
         Err((status, message)) => return error(status, &message),
     };
-    let session = s.engine.new_session("http");
+    let session = s.engine.new_session(&caller.0);
     match session.plan_dag(&request.sql).await {
         Ok(dag) => Json(json!({ "dag": dag_view(&dag, None, now_ms()) })).into_response(),
         Err(e) => sluice_error(&e),
     }
 }
 
-/// A metric's name, help text, and how to read it from a pipeline's status.
-type MetricFamily = (
-    &'static str,
-    &'static str,
-    fn(&sluice_cluster::status::PipelineInfo) -> Option<i64>,
-);
-
-/// Prometheus text exposition of pipeline counters.
+/// Prometheus text exposition (see `metrics_export`).
 async fn metrics(State(s): St) -> Response {
-    let engine = &s.engine;
-    let mut out = String::new();
-    let families: [MetricFamily; 4] = [
-        (
-            "sluice_pipeline_rows_in_total",
-            "Rows read by a pipeline's sources.",
-            |p| Some(p.rows_in as i64),
-        ),
-        (
-            "sluice_pipeline_rows_out_total",
-            "Rows that reached a pipeline's sink.",
-            |p| Some(p.rows_out as i64),
-        ),
-        (
-            "sluice_pipeline_late_rows_dropped_total",
-            "Rows dropped as late.",
-            |p| Some(p.late_rows_dropped as i64),
-        ),
-        (
-            "sluice_pipeline_watermark_ms",
-            "Low watermark at the sink (epoch ms).",
-            |p| p.watermark_ms.filter(|w| *w != i64::MAX),
-        ),
-    ];
-    let pipelines = engine.master.pipelines();
-    for (name, help, value) in families {
-        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for p in &pipelines {
-            if let Some(v) = value(p) {
-                let label = p.name.replace('\\', "\\\\").replace('"', "\\\"");
-                out.push_str(&format!("{name}{{pipeline=\"{label}\"}} {v}\n"));
-            }
-        }
-    }
+    let out = crate::metrics_export::render(&s.engine.master, s.cluster.as_deref());
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
@@ -326,6 +324,7 @@ fn sluice_error(e: &sluice_types::Error) -> Response {
         sluice_types::Error::User { code, .. } => match code {
             sluice_types::SqlCode::UndefinedTable | sluice_types::SqlCode::UndefinedObject => StatusCode::NOT_FOUND,
             sluice_types::SqlCode::DuplicateObject => StatusCode::CONFLICT,
+            sluice_types::SqlCode::InsufficientPrivilege => StatusCode::FORBIDDEN,
             _ => StatusCode::BAD_REQUEST,
         },
         sluice_types::Error::External(_) => StatusCode::BAD_GATEWAY,
@@ -367,7 +366,14 @@ pub async fn serve(
     state: HttpState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    let tls = state.engine.tls.as_ref().map(|t| t.https.clone());
+    let router = router(state);
+    let stop = async move { shutdown.cancelled().await };
+    match tls {
+        Some(acceptor) => {
+            let listener = crate::security::tls::TlsListener::new(listener, acceptor);
+            axum::serve(listener, router).with_graceful_shutdown(stop).await
+        }
+        None => axum::serve(listener, router).with_graceful_shutdown(stop).await,
+    }
 }

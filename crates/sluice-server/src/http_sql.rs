@@ -31,8 +31,8 @@ const PREVIEW_EVENTS_MAX: usize = 16;
 
 /// Runs `sql` in a fresh session: one JSON result per statement, or the
 /// first error (with the results before it).
-pub async fn run(engine: &Arc<Engine>, sql: &str) -> Result<Vec<Value>, (Vec<Value>, Error)> {
-    let mut session = engine.new_session("http");
+pub async fn run(engine: &Arc<Engine>, user: &str, sql: &str) -> Result<Vec<Value>, (Vec<Value>, Error)> {
+    let mut session = engine.new_session(user);
     let mut results = Vec::new();
     for output in session.execute(sql).await {
         match output {
@@ -118,11 +118,15 @@ fn event(name: &str, data: Value) -> Event {
 }
 
 /// The live preview of `sql` as server-sent events.
-pub fn stream(engine: Arc<Engine>, sql: String) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
+pub fn stream(
+    engine: Arc<Engine>,
+    user: String,
+    sql: String,
+) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(PREVIEW_EVENTS_MAX);
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + PREVIEW_WAIT_MAX;
-        let mut session = engine.new_session("http");
+        let mut session = engine.new_session(&user);
         for output in session.execute(&sql).await {
             let sent = match output {
                 Err(e) => tx.send(error_event(&e)).await,

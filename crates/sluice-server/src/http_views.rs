@@ -129,12 +129,14 @@ pub fn version_view(v: &PipelineVersion) -> Value {
     })
 }
 
-/// One task instance: live counters and rates from its history.
-fn instance_view(m: &sluice_dataflow::metrics::TaskMetrics, rates: Rates, now_ms: i64) -> Value {
+/// One task instance: where it runs, live counters and rates from its
+/// history.
+fn instance_view(m: &sluice_dataflow::metrics::TaskMetrics, worker: Option<&str>, rates: Rates, now_ms: i64) -> Value {
     let s = Sample::read(m, now_ms);
     json!({
         "operator": m.operator.0,
         "instance": m.instance,
+        "worker": worker,
         "kind": m.kind,
         "rows_in": s.rows_in,
         "rows_out": s.rows_out,
@@ -170,7 +172,11 @@ pub fn instance_views(runtime: &PipelineRuntime, history: Option<&PipelineHistor
                 })
                 .map(|t| current_rates(&t.samples))
                 .unwrap_or_default();
-            instance_view(m, rates, now_ms)
+            let worker = runtime
+                .placement
+                .worker_of(m.operator, m.instance)
+                .map(|w| w.0.as_str());
+            instance_view(m, worker, rates, now_ms)
         })
         .collect()
 }

@@ -1,4 +1,5 @@
-//! Starting a whole Sluice process: master, worker, pgwire and HTTP.
+//! Starting a Sluice process: the playground (master, worker, pgwire and
+//! HTTP in one process), a cluster master, or a worker.
 
 use crate::engine::Engine;
 use crate::http::HttpState;
@@ -21,12 +22,16 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub pg_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// Authentication, TLS, file root (`crate::security`).
+    pub security: crate::security::SecurityConfig,
 }
 
 /// A running server.
 pub struct ServerHandle {
     pub pg_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// A cluster master's control-plane address (workers connect there).
+    pub control_addr: Option<SocketAddr>,
     pub engine: Arc<Engine>,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
@@ -53,16 +58,35 @@ pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
     ));
     let scheduler = Arc::new(LocalScheduler { worker: worker.clone() });
     let master = Arc::new(Master::open(&config.data_dir, scheduler)?);
-    let engine = Engine::new(master, connectors);
-    let pg = tokio::net::TcpListener::bind(config.pg_addr).await?;
-    let http = tokio::net::TcpListener::bind(config.http_addr).await?;
+    crate::security::bootstrap_superuser(&master, &config.security).await?;
+    let engine = Engine::with_security(master, connectors, config.security.clone())?;
+    serve_front(
+        engine,
+        worker,
+        None,
+        (config.pg_addr, config.http_addr),
+        CancellationToken::new(),
+    )
+    .await
+}
+
+/// Serves pgwire and HTTP for `engine`.
+async fn serve_front(
+    engine: Arc<Engine>,
+    worker: Arc<Worker>,
+    cluster: Option<Arc<sluice_cluster::control::Cluster>>,
+    (pg_addr, http_addr): (SocketAddr, SocketAddr),
+    shutdown: CancellationToken,
+) -> startup::Result<ServerHandle> {
+    let pg = tokio::net::TcpListener::bind(pg_addr).await?;
+    let http = tokio::net::TcpListener::bind(http_addr).await?;
     let (pg_addr, http_addr) = (pg.local_addr()?, http.local_addr()?);
-    let shutdown = CancellationToken::new();
     let history = Arc::new(MetricsHistory::default());
     let http_state = HttpState {
         engine: engine.clone(),
         history: history.clone(),
         worker,
+        cluster,
     };
     let sampler = run_sampler(engine.master.clone(), history, shutdown.clone());
     let tasks = vec![
@@ -76,10 +100,145 @@ pub async fn start(config: ServerConfig) -> startup::Result<ServerHandle> {
     Ok(ServerHandle {
         pg_addr,
         http_addr,
+        control_addr: None,
         engine,
         shutdown,
         tasks,
     })
+}
+
+/// Where a cluster master listens and keeps its data (`sluice master`).
+#[derive(Debug, Clone)]
+pub struct MasterConfig {
+    pub id: String,
+    /// The control plane (workers' sessions).
+    pub listen: SocketAddr,
+    /// The master's own worker's data plane (tasks pinned to the master:
+    /// session query results, memory streams). Port 0: any free port on
+    /// the control address's host.
+    pub data_listen: SocketAddr,
+    pub pg_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Where workers write task snapshots: a directory every worker
+    /// reaches, or `hdfs://host:port/dir`.
+    pub checkpoint_dir: String,
+    pub worker_timeout: std::time::Duration,
+    /// `spread` or `pack`.
+    pub placement: String,
+    pub security: crate::security::SecurityConfig,
+}
+
+/// Starts a cluster master: catalog, planning, pgwire and HTTP, the
+/// workers' control plane, and the master's own worker.
+pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle> {
+    use sluice_cluster::control::{Cluster, ClusterScheduler, MasterWorker};
+    std::fs::create_dir_all(&config.data_dir)?;
+    if !config.checkpoint_dir.contains("://") {
+        std::fs::create_dir_all(&config.checkpoint_dir)?;
+    }
+    let connectors = Connectors::default();
+    let master_worker = sluice_types::WorkerId(format!("master:{}", config.id));
+    let data_listener = tokio::net::TcpListener::bind(config.data_listen).await?;
+    let data = sluice_net::DataPlane::start(master_worker.clone(), data_listener, Default::default())?;
+    let cluster = Cluster::new(
+        config.id.clone(),
+        config.checkpoint_dir.clone(),
+        config.worker_timeout,
+        MasterWorker {
+            id: master_worker,
+            data_address: data.local_addr().to_string(),
+            connectors: connectors.clone(),
+            transport: data.clone(),
+        },
+    );
+    let control = tokio::net::TcpListener::bind(config.listen).await?;
+    let control_addr = control.local_addr()?;
+    cluster.set_control_address(control_addr.to_string());
+    let shutdown = CancellationToken::new();
+    let service = cluster.service();
+    let control_shutdown = shutdown.clone();
+    let control_task = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .serve_with_incoming_shutdown(
+                service,
+                tokio_stream::wrappers::TcpListenerStream::new(control),
+                control_shutdown.cancelled_owned(),
+            )
+            .await
+            .map_err(std::io::Error::other)
+    });
+    tracing::info!(id = %config.id, control = %control_addr, data = %data.local_addr(), "master listening for workers");
+    let strategy = sluice_cluster::placement::strategy(&config.placement)?;
+    let scheduler = Arc::new(ClusterScheduler::new(
+        cluster.clone(),
+        DeployConfig::default(),
+        strategy,
+    ));
+    let master = Arc::new(Master::open_with(&config.data_dir, &config.checkpoint_dir, scheduler)?);
+    crate::security::bootstrap_superuser(&master, &config.security).await?;
+    let engine = Engine::with_security(master, connectors.clone(), config.security.clone())?;
+    let worker = Arc::new(Worker::new(
+        connectors,
+        InProcessTransport::default(),
+        DeployConfig::default(),
+    ));
+    let mut handle = serve_front(
+        engine,
+        worker,
+        Some(cluster),
+        (config.pg_addr, config.http_addr),
+        shutdown,
+    )
+    .await?;
+    handle.tasks.push(control_task);
+    handle.control_addr = Some(control_addr);
+    Ok(handle)
+}
+
+/// How a worker process runs (`sluice worker`).
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub id: String,
+    pub masters: Vec<String>,
+    /// The data plane.
+    pub listen: SocketAddr,
+    /// The data-plane address other workers dial (default: `listen`).
+    pub advertise: Option<String>,
+    pub slots: u32,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub data_dir: PathBuf,
+}
+
+/// Runs a worker until `shutdown` (SIGTERM: drain first) or until a master
+/// refuses it.
+pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> startup::Result<()> {
+    use sluice_cluster::agent::{Agent, AgentConfig};
+    std::fs::create_dir_all(&config.data_dir)?;
+    let id = sluice_types::WorkerId(config.id.clone());
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let data = sluice_net::DataPlane::start(id.clone(), listener, Default::default())?;
+    let address = config
+        .advertise
+        .clone()
+        .unwrap_or_else(|| data.local_addr().to_string());
+    tracing::info!(worker = %id, data = %address, slots = config.slots, "worker starting");
+    let agent = Agent::new(
+        AgentConfig {
+            id,
+            masters: config.masters.clone(),
+            data_address: address,
+            slots: config.slots,
+            labels: config.labels.clone(),
+            shutdown,
+        },
+        Arc::new(Connectors::default()),
+        data.clone(),
+        DeployConfig::default(),
+    );
+    let outcome = agent.run().await;
+    data.shutdown();
+    Ok(outcome?)
 }
 
 /// Start-up errors: I/O (ports, data dir) or the catalog.

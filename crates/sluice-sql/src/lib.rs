@@ -4,6 +4,8 @@
 //!   Sluice's own (`CREATE STREAM … WATERMARK …`, `CREATE SINK … AS`,
 //!   `SHOW PIPELINES`, `EXPLAIN PIPELINE`, …) on sqlparser's parser, and
 //!   everything else as sqlparser's own AST;
+//! - [`security_statement`]: `CREATE USER`, `GRANT`, `REVOKE`, `CREATE
+//!   TOKEN`, `SET SESSION AUTHORIZATION` and their kin;
 //! - [`window_tvf`]: `TUMBLE` / `HOP` / `SESSION` table functions (and
 //!   Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(c), …))` spelling);
 //! - [`hidden`]: connector metadata columns left out of `SELECT *`;
@@ -22,6 +24,7 @@ pub mod errors;
 pub mod hidden;
 pub mod names;
 pub mod planner;
+pub mod security_statement;
 pub mod statement;
 pub mod types;
 pub mod window_tvf;

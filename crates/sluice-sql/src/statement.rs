@@ -106,6 +106,8 @@ pub enum SluiceStatement {
     },
     /// `SHOW PIPELINE HISTORY name`.
     ShowPipelineHistory(String),
+    /// Roles, privileges and tokens (`CREATE USER`, `GRANT`, …).
+    Security(crate::security_statement::SecurityStatement),
     /// Anything sqlparser parses: queries, INSERT, SET, BEGIN/COMMIT,
     /// DECLARE/FETCH/CLOSE, COPY, …
     Sql(Box<Statement>),
@@ -145,7 +147,8 @@ macro_rules! statement_walk {
                 | SluiceStatement::Describe(_)
                 | SluiceStatement::ExplainPipeline(_)
                 | SluiceStatement::ShowPipelineHistory(_)
-                | SluiceStatement::AlterPipelinePause { .. } => {}
+                | SluiceStatement::AlterPipelinePause { .. }
+                | SluiceStatement::Security(_) => {}
             }
             ControlFlow::Continue(())
             }
@@ -202,6 +205,11 @@ fn word(p: &Parser, n: usize) -> Option<String> {
 }
 
 fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
+    if crate::security_statement::starts_security_statement(p) {
+        return Ok(SluiceStatement::Security(
+            crate::security_statement::parse_security_statement(p)?,
+        ));
+    }
     let first = word(p, 0);
     let second = word(p, 1);
     match (first.as_deref(), second.as_deref()) {

@@ -8,7 +8,7 @@
 //! a stop), never the cause; the supervisor tells the two apart by it.
 
 /// Postgres SQLSTATE codes Sluice reports for user errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SqlCode {
     /// `42601`: the statement does not parse.
     Syntax,
@@ -65,6 +65,21 @@ pub enum SqlCode {
     StatementTooComplex,
     /// `55006`: the object is in use (a pipeline another ALTER is changing).
     ObjectInUse,
+    /// `53000`: the cluster lacks what a pipeline needs (workers, slots,
+    /// workers with the labels it asks for).
+    InsufficientResources,
+    /// `42501`: the session's role lacks a privilege on the named object.
+    InsufficientPrivilege,
+    /// `28000`: a role that does not exist or may not log in.
+    InvalidAuthorization,
+    /// `28P01`: a wrong password.
+    InvalidPassword,
+    /// `42710`: a role or token name already taken.
+    DuplicateRole,
+    /// `42939`: a name reserved for the system (`pg_*` roles).
+    ReservedName,
+    /// `53300`: too many connections (in total or for one role).
+    TooManyConnections,
 }
 
 impl SqlCode {
@@ -98,7 +113,57 @@ impl SqlCode {
             SqlCode::ProgramLimitExceeded => "54000",
             SqlCode::StatementTooComplex => "54001",
             SqlCode::ObjectInUse => "55006",
+            SqlCode::InsufficientResources => "53000",
+            SqlCode::InsufficientPrivilege => "42501",
+            SqlCode::InvalidAuthorization => "28000",
+            SqlCode::InvalidPassword => "28P01",
+            SqlCode::DuplicateRole => "42710",
+            SqlCode::ReservedName => "42939",
+            SqlCode::TooManyConnections => "53300",
         }
+    }
+
+    /// Every code (to map a SQLSTATE back).
+    pub const ALL: [SqlCode; 34] = [
+        SqlCode::Syntax,
+        SqlCode::UndefinedTable,
+        SqlCode::UndefinedColumn,
+        SqlCode::UndefinedObject,
+        SqlCode::InvalidCursorName,
+        SqlCode::InvalidSqlStatementName,
+        SqlCode::DatatypeMismatch,
+        SqlCode::InvalidTextRepresentation,
+        SqlCode::InvalidParameterValue,
+        SqlCode::FeatureNotSupported,
+        SqlCode::DuplicateObject,
+        SqlCode::DependentObjectsStillExist,
+        SqlCode::QueryCanceled,
+        SqlCode::ConfigurationLimitExceeded,
+        SqlCode::DataException,
+        SqlCode::DivisionByZero,
+        SqlCode::DuplicateColumn,
+        SqlCode::DuplicateCursor,
+        SqlCode::UndefinedFunction,
+        SqlCode::CantChangeRuntimeParam,
+        SqlCode::WrongObjectType,
+        SqlCode::NoActiveTransaction,
+        SqlCode::InFailedTransaction,
+        SqlCode::NotNullViolation,
+        SqlCode::ProgramLimitExceeded,
+        SqlCode::StatementTooComplex,
+        SqlCode::ObjectInUse,
+        SqlCode::InsufficientResources,
+        SqlCode::InsufficientPrivilege,
+        SqlCode::InvalidAuthorization,
+        SqlCode::InvalidPassword,
+        SqlCode::DuplicateRole,
+        SqlCode::ReservedName,
+        SqlCode::TooManyConnections,
+    ];
+
+    /// The code of a five-character SQLSTATE Sluice reports.
+    pub fn from_sqlstate(sqlstate: &str) -> Option<SqlCode> {
+        SqlCode::ALL.into_iter().find(|c| c.sqlstate() == sqlstate)
     }
 }
 
@@ -118,6 +183,10 @@ pub enum ObjectKind {
     Portal,
     /// `26000`
     PreparedStatement,
+    /// `42704`
+    Role,
+    /// `42704`: an API token.
+    Token,
 }
 
 impl ObjectKind {
@@ -130,6 +199,8 @@ impl ObjectKind {
             ObjectKind::Cursor => "cursor",
             ObjectKind::Portal => "portal",
             ObjectKind::PreparedStatement => "prepared statement",
+            ObjectKind::Role => "role",
+            ObjectKind::Token => "token",
         }
     }
 
@@ -137,7 +208,9 @@ impl ObjectKind {
     pub fn code(self) -> SqlCode {
         match self {
             ObjectKind::Stream => SqlCode::UndefinedTable,
-            ObjectKind::Pipeline | ObjectKind::RunningPipeline => SqlCode::UndefinedObject,
+            ObjectKind::Pipeline | ObjectKind::RunningPipeline | ObjectKind::Role | ObjectKind::Token => {
+                SqlCode::UndefinedObject
+            }
             ObjectKind::Cursor | ObjectKind::Portal => SqlCode::InvalidCursorName,
             ObjectKind::PreparedStatement => SqlCode::InvalidSqlStatementName,
         }
@@ -247,6 +320,19 @@ mod tests {
             Error::not_found(ObjectKind::Portal, "").to_string(),
             "portal \"\" does not exist"
         );
+    }
+
+    #[test]
+    fn every_sqlstate_maps_back_to_its_code() {
+        let mut seen = std::collections::HashSet::new();
+        for code in SqlCode::ALL {
+            assert!(
+                seen.insert(code.sqlstate()),
+                "{code:?} listed twice or shares a SQLSTATE"
+            );
+            assert_eq!(SqlCode::from_sqlstate(code.sqlstate()), Some(code));
+        }
+        assert_eq!(SqlCode::from_sqlstate("XX000"), None);
     }
 
     #[test]

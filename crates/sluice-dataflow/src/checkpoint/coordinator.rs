@@ -1,10 +1,19 @@
-//! The checkpoint coordinator of one pipeline deployment: every interval it
-//! asks the sources to inject barrier `n` (at most
-//! [`CHECKPOINTS_IN_FLIGHT_MAX`] pending), writes each task's state as its
-//! acknowledgement arrives (off the data path: tasks hand over Arrow
-//! arrays, the coordinator encodes and stores them), writes the manifest
-//! once every task acknowledged, tells the tasks (two-phase-commit sinks
-//! commit then), and deletes old checkpoints.
+//! The checkpoint coordinator of one pipeline deployment, and the state
+//! writer of each process running its tasks.
+//!
+//! The coordinator lives with the deployment's owner (the master): every
+//! interval it asks the sources to inject barrier `n` (at most
+//! [`CHECKPOINTS_IN_FLIGHT_MAX`] pending), records each task's stored file
+//! as its acknowledgement arrives, writes the manifest once every task
+//! acknowledged, tells the tasks (two-phase-commit sinks commit then), and
+//! deletes old checkpoints. It never sees task state.
+//!
+//! The state writer ([`write_states`]) runs in each process that runs
+//! tasks: tasks hand their snapshots (Arrow arrays) to it, off the data
+//! path; it encodes and stores each into the shared checkpoint store and
+//! passes the stored file's entry on to the coordinator
+//! ([`CoordinatorEvent::Stored`]) — in-process through a channel, across
+//! processes through the worker's session with the master.
 //!
 //! The bookkeeping is the pure [`PendingCheckpoints`]; [`run`] is the
 //! async shell around it.
@@ -68,7 +77,7 @@ impl CheckpointConfig {
     }
 }
 
-/// What tasks tell the coordinator.
+/// What tasks tell their process's state writer.
 #[derive(Debug)]
 pub enum AckEvent {
     /// A task took its snapshot for `checkpoint_id`.
@@ -79,6 +88,22 @@ pub enum AckEvent {
     },
     /// A task finished (its inputs ended): no more checkpoints complete.
     Finished { operator: OperatorId, instance: u32 },
+}
+
+/// What the state writers tell the coordinator.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub enum CoordinatorEvent {
+    /// Task `(operator, instance)` stored its state for `checkpoint_id`.
+    Stored {
+        checkpoint_id: u64,
+        operator: OperatorId,
+        instance: u32,
+        entry: TaskEntry,
+    },
+    /// A task finished (its inputs ended): no more checkpoints complete.
+    Finished { operator: OperatorId, instance: u32 },
+    /// A task's state could not be stored: the checkpoint fails.
+    WriteFailed { checkpoint_id: u64, error: String },
 }
 
 /// One completed checkpoint, as the status shows it.
@@ -236,19 +261,39 @@ impl PendingCheckpoints {
     }
 }
 
-/// The ends of the coordinator's channels that tasks hold.
+/// The coordinator's signals, as every process running tasks sees them.
 #[derive(Clone)]
-pub struct CheckpointHandles {
+pub struct BarrierSignals {
     /// Sources inject barrier `n` when this changes to `n`.
     pub trigger: watch::Receiver<u64>,
     /// The checkpoint the pipeline stops at (0: none): set before its
     /// trigger, so a source injecting barrier `n` knows whether it carries
     /// [`Mutation::Stop`](crate::message::Mutation::Stop).
     pub stop_at: watch::Receiver<u64>,
-    /// Acks and finish notices.
-    pub acks: mpsc::UnboundedSender<AckEvent>,
     /// The newest completed checkpoint id.
     pub completed: watch::Receiver<u64>,
+}
+
+/// The ends of the checkpoint channels that tasks hold.
+#[derive(Clone)]
+pub struct CheckpointHandles {
+    pub trigger: watch::Receiver<u64>,
+    pub stop_at: watch::Receiver<u64>,
+    /// Acks and finish notices, to the process's state writer.
+    pub acks: mpsc::UnboundedSender<AckEvent>,
+    pub completed: watch::Receiver<u64>,
+}
+
+impl CheckpointHandles {
+    /// Task handles over `signals`, acknowledging into `acks`.
+    pub fn new(signals: &BarrierSignals, acks: mpsc::UnboundedSender<AckEvent>) -> Self {
+        CheckpointHandles {
+            trigger: signals.trigger.clone(),
+            stop_at: signals.stop_at.clone(),
+            acks,
+            completed: signals.completed.clone(),
+        }
+    }
 }
 
 /// The coordinator's own ends.
@@ -257,7 +302,7 @@ pub struct CoordinatorChannels {
     stop_at: watch::Sender<u64>,
     /// Becomes true when the pipeline is asked to stop at a barrier.
     stop_requested: watch::Receiver<bool>,
-    acks: mpsc::UnboundedReceiver<AckEvent>,
+    events: mpsc::UnboundedReceiver<CoordinatorEvent>,
     completed: watch::Sender<u64>,
 }
 
@@ -270,37 +315,37 @@ pub struct StopHandles {
     pub completed: watch::Receiver<u64>,
 }
 
-#[cfg(test)]
-impl CoordinatorChannels {
-    /// The next ack or finish notice a task sent (tests of a single task).
-    pub(crate) async fn next_ack(&mut self) -> Option<AckEvent> {
-        self.acks.recv().await
-    }
-}
-
-/// Channels between the coordinator, the tasks and the deployment's owner.
-/// `restored` is the id of the checkpoint restored (it counts as
-/// completed).
-pub fn channels(restored: u64) -> (CheckpointHandles, CoordinatorChannels, StopHandles) {
+/// Channels between the coordinator, the processes running tasks and the
+/// deployment's owner. `restored` is the id of the checkpoint restored (it
+/// counts as completed). Returns the signals tasks observe, the
+/// coordinator's ends, the owner's stop handles and where state writers
+/// send their events.
+pub fn channels(
+    restored: u64,
+) -> (
+    BarrierSignals,
+    CoordinatorChannels,
+    StopHandles,
+    mpsc::UnboundedSender<CoordinatorEvent>,
+) {
     let (trigger_tx, trigger_rx) = watch::channel(0);
     let (stop_at_tx, stop_at_rx) = watch::channel(0);
     let (request_tx, request_rx) = watch::channel(false);
-    // Acks are bounded by construction: tasks × (CHECKPOINTS_IN_FLIGHT_MAX
+    // Events are bounded by construction: tasks × (CHECKPOINTS_IN_FLIGHT_MAX
     // + the stop checkpoint) plus one finish notice per task.
-    let (ack_tx, ack_rx) = mpsc::unbounded_channel();
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (completed_tx, completed_rx) = watch::channel(restored);
     (
-        CheckpointHandles {
+        BarrierSignals {
             trigger: trigger_rx,
             stop_at: stop_at_rx.clone(),
-            acks: ack_tx,
             completed: completed_rx.clone(),
         },
         CoordinatorChannels {
             trigger: trigger_tx,
             stop_at: stop_at_tx,
             stop_requested: request_rx,
-            acks: ack_rx,
+            events: events_rx,
             completed: completed_tx,
         },
         StopHandles {
@@ -308,7 +353,77 @@ pub fn channels(restored: u64) -> (CheckpointHandles, CoordinatorChannels, StopH
             stop_at: stop_at_rx,
             completed: completed_rx,
         },
+        events_tx,
     )
+}
+
+/// Task handles whose acknowledgements the test reads itself, and the
+/// coordinator's ends (kept alive by the test).
+#[cfg(test)]
+pub(crate) fn test_handles(
+    restored: u64,
+) -> (
+    CheckpointHandles,
+    mpsc::UnboundedReceiver<AckEvent>,
+    CoordinatorChannels,
+) {
+    let (signals, coordinator, _stop, _events) = channels(restored);
+    let (acks_tx, acks_rx) = mpsc::unbounded_channel();
+    (CheckpointHandles::new(&signals, acks_tx), acks_rx, coordinator)
+}
+
+/// The state writer of one process's part of a deployment: stores each
+/// snapshot its tasks acknowledge into `store` and passes the entry on to
+/// `coordinator`, in order, until every task's handle is gone. Encoding
+/// (Arrow IPC + CRC) is CPU work proportional to the state: it runs on the
+/// low-priority checkpoint thread, so neither the tasks nor the runtime's
+/// workers wait for it or compete with it. The file goes to the store as it
+/// is encoded, a buffer at a time, its length and CRC computed on the way
+/// (building it whole first touched hundreds of MB of fresh memory per
+/// checkpoint of a large join).
+pub async fn write_states(
+    pipeline: PipelineId,
+    store: Arc<dyn StateStore>,
+    mut acks: mpsc::UnboundedReceiver<AckEvent>,
+    coordinator: impl Fn(CoordinatorEvent),
+) {
+    while let Some(event) = acks.recv().await {
+        let (checkpoint_id, task, state) = match event {
+            AckEvent::Finished { operator, instance } => {
+                coordinator(CoordinatorEvent::Finished { operator, instance });
+                continue;
+            }
+            AckEvent::Ack {
+                checkpoint_id,
+                task,
+                state,
+            } => (checkpoint_id, task, state),
+        };
+        let dir = manifest::checkpoint_dir(pipeline, checkpoint_id);
+        let file = manifest::task_file(task.uid, task.instance);
+        let path = format!("{dir}/{file}");
+        match store.put_with(&path, Box::new(move |w| state.write_to(w))).await {
+            Ok(summary) => coordinator(CoordinatorEvent::Stored {
+                checkpoint_id,
+                operator: task.operator,
+                instance: task.instance,
+                entry: TaskEntry {
+                    operator: None,
+                    uid: task.uid,
+                    instance: task.instance,
+                    parallelism: Some(task.parallelism),
+                    key_groups: Some(task.key_groups),
+                    file,
+                    bytes: summary.bytes,
+                    crc32: summary.crc32,
+                },
+            }),
+            Err(e) => coordinator(CoordinatorEvent::WriteFailed {
+                checkpoint_id,
+                error: e.to_string(),
+            }),
+        }
+    }
 }
 
 /// Runs the coordinator until `cancel`. `fail` fails the pipeline (a store
@@ -352,7 +467,7 @@ pub async fn run(
             biased;
             _ = cancel.cancelled() => {
                 if stopping.is_some_and(|id| *ch.completed.borrow() < id) {
-                    while let Ok(event) = ch.acks.try_recv() {
+                    while let Ok(event) = ch.events.try_recv() {
                         if let Err(e) = on_event(pipeline, &config, &mut book, &mut ch, &mut complete, event).await {
                             config.stats.record_failure();
                             fail(format!("checkpoint failed: {e}"));
@@ -362,7 +477,7 @@ pub async fn run(
                 }
                 return;
             }
-            event = ch.acks.recv() => {
+            event = ch.events.recv() => {
                 let Some(event) = event else { return };
                 if let Err(e) = on_event(pipeline, &config, &mut book, &mut ch, &mut complete, event).await {
                     config.stats.record_failure();
@@ -398,43 +513,27 @@ async fn on_event(
     book: &mut PendingCheckpoints,
     ch: &mut CoordinatorChannels,
     complete: &mut Vec<u64>,
-    event: AckEvent,
+    event: CoordinatorEvent,
 ) -> sluice_types::Result<()> {
-    let (id, task, state) = match event {
-        AckEvent::Finished { .. } => {
+    let (id, task, entry) = match event {
+        CoordinatorEvent::Finished { .. } => {
             book.on_finished();
             return Ok(());
         }
-        AckEvent::Ack {
+        CoordinatorEvent::WriteFailed { checkpoint_id, error } => {
+            return Err(sluice_types::Error::external(format!(
+                "a task's state for checkpoint {checkpoint_id} could not be stored: {error}"
+            )));
+        }
+        CoordinatorEvent::Stored {
             checkpoint_id,
-            task,
-            state,
-        } => (checkpoint_id, task, state),
+            operator,
+            instance,
+            entry,
+        } => (checkpoint_id, (operator, instance), entry),
     };
     let dir = manifest::checkpoint_dir(pipeline, id);
-    let file = manifest::task_file(task.uid, task.instance);
-    // Encoding (Arrow IPC + CRC) is CPU work proportional to the state: on
-    // the low-priority checkpoint thread, so neither the tasks nor the
-    // runtime's workers wait for it or compete with it. The file goes to
-    // the store as it is encoded, a buffer at a time, its length and CRC
-    // computed on the way (building it whole first touched hundreds of MB
-    // of fresh memory per checkpoint of a large join).
-    let path = format!("{dir}/{file}");
-    let summary = config
-        .store
-        .put_with(&path, Box::new(move |w| state.write_to(w)))
-        .await?;
-    let entry = TaskEntry {
-        operator: None,
-        uid: task.uid,
-        instance: task.instance,
-        parallelism: Some(task.parallelism),
-        key_groups: Some(task.key_groups),
-        file: file.clone(),
-        bytes: summary.bytes,
-        crc32: summary.crc32,
-    };
-    let Some(m) = book.on_ack(id, (task.operator, task.instance), entry, pipeline, now_ms()) else {
+    let Some(m) = book.on_ack(id, task, entry, pipeline, now_ms()) else {
         return Ok(());
     };
     config.store.put(&format!("{dir}/{MANIFEST_FILE}"), m.encode()?).await?;

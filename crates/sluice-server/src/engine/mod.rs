@@ -51,6 +51,7 @@ pub struct Prepared {
 
 pub use self::session::Session;
 
+pub(crate) mod authorize;
 mod batch;
 mod catalog;
 mod column_names;
@@ -79,6 +80,10 @@ pub struct Engine {
     pub data: sluice_connectors::Connectors,
     /// When the server started (epoch ms).
     pub started_ms: i64,
+    /// Authentication, file root, TLS and connection limits.
+    pub security: crate::security::SecurityConfig,
+    /// TLS acceptors built from `security.tls` (pgwire and HTTPS).
+    pub tls: Option<crate::security::tls::TlsAcceptors>,
 }
 
 impl Engine {
@@ -90,12 +95,33 @@ impl Engine {
             master,
             data,
             started_ms: sluice_types::now_ms(),
+            security: crate::security::SecurityConfig::default(),
+            tls: None,
         })
     }
 
-    /// A new session for a connected client.
+    /// An engine with the given security settings; its TLS files are
+    /// read now (a bad one is an error here, not at the first client).
+    pub fn with_security(
+        master: std::sync::Arc<sluice_cluster::Master>,
+        data: sluice_connectors::Connectors,
+        security: crate::security::SecurityConfig,
+    ) -> sluice_types::Result<std::sync::Arc<Self>> {
+        let tls = match &security.tls {
+            Some(files) => Some(crate::security::tls::acceptors(files).map_err(sluice_types::Error::invalid_option)?),
+            None => None,
+        };
+        Ok(std::sync::Arc::new(Engine {
+            master,
+            data,
+            started_ms: sluice_types::now_ms(),
+            security,
+            tls,
+        }))
+    }
+
+    /// A new session for a client authenticated as role `user`.
     pub fn new_session(self: &std::sync::Arc<Self>, user: &str) -> Session {
-        let _ = user;
-        Session::new(self.clone())
+        Session::new(self.clone(), user)
     }
 }

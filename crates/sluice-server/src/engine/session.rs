@@ -4,13 +4,15 @@
 //! its family (`super::handler`); the session only dispatches, keeps the
 //! failed-transaction rule, and turns a panic into this statement's error.
 
+use super::authorize;
 use super::handler::cursor::Cursors;
 use super::handler::transaction::Transaction;
-use super::handler::{Ctx, command, ddl, inspect, variable};
+use super::handler::{Ctx, command, ddl, inspect, security, variable};
 use super::settings::Settings;
 use super::{Engine, Output, Prepared, insert, params};
 use datafusion::scalar::ScalarValue;
 use sluice_sql::planner::sink_spec;
+use sluice_sql::security_statement::SecurityStatement;
 use sluice_sql::statement::{SluiceStatement, normalize_ident, parse_statements};
 use sluice_types::{Error, Result, SqlCode};
 use sqlparser::ast::{CopySource, CopyTarget, Statement, Value};
@@ -20,6 +22,10 @@ use std::sync::Arc;
 /// One client's session. Not shared between connections.
 pub struct Session {
     engine: Arc<Engine>,
+    /// The role statements run as (`SET SESSION AUTHORIZATION` changes it).
+    user: String,
+    /// The role the client authenticated as.
+    session_user: String,
     settings: Settings,
     cursors: Cursors,
     transaction: Transaction,
@@ -67,9 +73,11 @@ fn injected_panic(sql: &str) {
 }
 
 impl Session {
-    pub(crate) fn new(engine: Arc<Engine>) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, user: &str) -> Self {
         Session {
             engine,
+            user: user.to_string(),
+            session_user: user.to_string(),
             settings: Settings::default(),
             cursors: Cursors::default(),
             transaction: Transaction::default(),
@@ -80,7 +88,13 @@ impl Session {
         Ctx {
             engine: &self.engine,
             settings: &self.settings,
+            user: &self.user,
         }
+    }
+
+    /// The role statements run as.
+    pub fn user(&self) -> &str {
+        &self.user
     }
 
     /// Runs every statement of a simple-protocol query string in order,
@@ -282,7 +296,12 @@ impl Session {
 
     /// Hands a statement to its family's handler.
     async fn dispatch(&mut self, statement: SluiceStatement) -> Result<Output> {
+        if let SluiceStatement::Security(statement) = statement {
+            return self.run_security(statement).await;
+        }
         if let Some(command) = ddl::command_for(self.ctx(), &statement).await? {
+            let who = authorize::who(&self.engine, &self.user)?;
+            authorize::check_command(&self.engine, &who, &command)?;
             return ddl::apply(self.ctx(), command).await;
         }
         let statement = match inspect::handle(self.ctx(), statement).await {
@@ -304,6 +323,9 @@ impl Session {
                 rows: self.ctx().rows(&q).await?,
             }),
             Statement::Insert(i) => {
+                if let sqlparser::ast::TableObject::TableName(name) = &i.table {
+                    authorize::check_insert(&self.engine, &self.user, &sluice_sql::names::normalize_name(name))?;
+                }
                 let n = insert::insert(&self.engine.master, &self.engine.data.memory, &i).await?;
                 Ok(Output::Command {
                     tag: "INSERT".into(),
@@ -329,6 +351,7 @@ impl Session {
                 let ctx = Ctx {
                     engine: &self.engine,
                     settings: &self.settings,
+                    user: &self.user,
                 };
                 self.cursors.declare(ctx, stmts, self.transaction.in_block()).await
             }
@@ -351,6 +374,23 @@ impl Session {
                     .join(" ")
             ))),
         }
+    }
+
+    /// A role, privilege or token statement; `SET SESSION AUTHORIZATION`
+    /// changes this session's role (allowed when the authenticated role is
+    /// a superuser, as in Postgres).
+    async fn run_security(&mut self, statement: SecurityStatement) -> Result<Output> {
+        if let SecurityStatement::SetSessionAuthorization(role) = statement {
+            let role = role.unwrap_or_else(|| self.session_user.clone());
+            let original = authorize::who(&self.engine, &self.session_user)?;
+            if !original.superuser && role != self.session_user {
+                return Err(sluice_cluster::security::permission_denied("role", &role));
+            }
+            authorize::who(&self.engine, &role)?;
+            self.user = role;
+            return Ok(command("SET"));
+        }
+        security::run(self.ctx(), statement).await
     }
 
     /// A transaction's end closes its cursors, except those declared WITH HOLD.

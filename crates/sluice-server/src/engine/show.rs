@@ -158,6 +158,7 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
         text("last_checkpoint"),
         int("version"),
         text("changed_at"),
+        text("workers"),
     ]));
     let rows = infos
         .iter()
@@ -186,6 +187,7 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
                 })),
                 Cell::Int(Some(i64::from(p.version))),
                 Cell::Text(Some(ts_ms_to_string(p.changed_ms))),
+                Cell::Text((!p.workers.is_empty()).then(|| p.workers.clone())),
             ]
         })
         .collect();

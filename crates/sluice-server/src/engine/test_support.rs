@@ -163,6 +163,9 @@ pub fn engine(label: &str) -> (std::sync::Arc<super::Engine>, TempDir) {
         DeployConfig::default(),
     ));
     let master = sluice_cluster::Master::open(&dir, Arc::new(LocalScheduler { worker })).expect("master");
+    let config = crate::security::SecurityConfig::default();
+    // Creating a role awaits nothing: block_on finishes at once.
+    futures::executor::block_on(crate::security::bootstrap_superuser(&master, &config)).expect("superuser");
     (super::Engine::new(Arc::new(master), connectors), TempDir(dir))
 }
 

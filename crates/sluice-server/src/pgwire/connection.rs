@@ -34,6 +34,26 @@ pub(crate) struct Shared {
     pub(crate) connections: Arc<ConnectionManager>,
     /// Process ids and secret keys for BackendKeyData.
     pub(crate) pids: RandomPidSecretKeyGenerator,
+    /// Open connections per role (for `connections_per_role_max`).
+    pub(crate) per_role: Arc<Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+/// One connection counted against its role; uncounted on drop.
+pub(crate) struct RoleSlot {
+    role: String,
+    counts: Arc<Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl Drop for RoleSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = counts.get_mut(&self.role) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.role);
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -42,6 +62,7 @@ impl Shared {
             engine,
             connections: Arc::new(ConnectionManager::new()),
             pids: RandomPidSecretKeyGenerator::default(),
+            per_role: Arc::default(),
         }
     }
 }
@@ -77,6 +98,10 @@ pub(crate) struct Connection {
     pub(crate) session: Arc<SessionSlot>,
     cancel: Mutex<Option<CancelRegistration>>,
     probe: Option<ClientProbe>,
+    /// A SCRAM exchange in progress (startup only).
+    pub(crate) scram: Mutex<Option<super::startup::PendingScram>>,
+    /// This connection's place in its role's connection count.
+    role_slot: Mutex<Option<RoleSlot>>,
 }
 
 impl Connection {
@@ -86,7 +111,28 @@ impl Connection {
             session: Arc::default(),
             cancel: Mutex::new(None),
             probe,
+            scram: Mutex::new(None),
+            role_slot: Mutex::new(None),
         }
+    }
+
+    /// Counts this connection against `role`; refused when the role holds
+    /// `connections_per_role_max` already.
+    pub(crate) fn hold_role_slot(&self, role: &str) -> Result<(), String> {
+        let max = self.shared.engine.security.connections_per_role_max;
+        let mut counts = self.shared.per_role.lock().unwrap_or_else(|p| p.into_inner());
+        let held = counts.entry(role.to_string()).or_default();
+        if *held >= max {
+            return Err(format!("too many connections for role \"{role}\" (at most {max})"));
+        }
+        *held += 1;
+        drop(counts);
+        let slot = RoleSlot {
+            role: role.to_string(),
+            counts: self.shared.per_role.clone(),
+        };
+        *self.role_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(slot);
+        Ok(())
     }
 
     /// Opens the engine session for `user`.

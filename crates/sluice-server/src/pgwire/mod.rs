@@ -90,7 +90,8 @@ async fn serve_connection(socket: TcpStream, shared: Arc<Shared>, cancel: Arc<De
         connection: Arc::new(Connection::new(shared, probe)),
         cancel,
     };
-    if let Err(error) = process_socket(socket, None, handlers).await {
+    let tls = handlers.connection.shared.engine.tls.as_ref().map(|t| t.pgwire.clone());
+    if let Err(error) = process_socket(socket, tls, handlers).await {
         tracing::debug!(%error, "client connection ended with an error");
     }
 }

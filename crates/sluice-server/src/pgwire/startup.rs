@@ -1,19 +1,30 @@
-//! Connection startup: no password (a playground server), any user name
-//! (`sluice` when absent), the ParameterStatus values drivers look at, and
-//! BackendKeyData so a client can cancel its statements.
+//! Connection startup: authentication (`trust`: any existing role, no
+//! password; `scram-sha-256`: the SASL exchange against the role's stored
+//! verifier, `28P01` for a wrong password, `28000` for an unknown role,
+//! both after the same delay), `--tls-required`, the per-role connection
+//! limit, the ParameterStatus values drivers look at, and BackendKeyData so
+//! a client can cancel its statements. A client naming no user is `sluice`.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 
 use async_trait::async_trait;
 use futures::Sink;
+use futures::SinkExt;
+use pgwire::api::PgWireConnectionState;
+use pgwire::api::auth::sasl::SCRAM_SHA_256_METHOD;
+use pgwire::api::auth::sasl::scram::{ScramServerAuth, ScramServerAuthWaitingForClientFinal};
 use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
     save_startup_parameters_to_metadata,
 };
 use pgwire::api::{ClientInfo, METADATA_APPLICATION_NAME, METADATA_USER, PidSecretKeyGenerator};
-use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult, SEVERITY_FATAL};
+use pgwire::messages::startup::{Authentication, PasswordMessageFamily};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+
+use crate::security::AuthMethod;
+use crate::security::password;
 
 use super::connection::Connection;
 
@@ -64,6 +75,128 @@ impl ServerParameterProvider for SluiceParameters {
     }
 }
 
+/// A SCRAM exchange waiting for the client's final message.
+pub(crate) struct PendingScram {
+    exchange: ScramServerAuthWaitingForClientFinal,
+    user: String,
+    /// False for a role that does not exist: the exchange ran against a
+    /// mock verifier and fails with `28000` at the end.
+    known: bool,
+}
+
+/// A FATAL startup error with `sqlstate`.
+fn fatal(sqlstate: &str, message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        SEVERITY_FATAL.to_owned(),
+        sqlstate.to_owned(),
+        message,
+    )))
+}
+
+impl Connection {
+    /// Fails an authentication after the configured delay (the same for
+    /// every failure, so timing tells a wrong password and an unknown role
+    /// apart no better than the SQLSTATE does).
+    async fn refuse(&self, sqlstate: &str, message: String) -> PgWireResult<()> {
+        tokio::time::sleep(self.shared.engine.security.auth_failure_delay).await;
+        Err(fatal(sqlstate, message))
+    }
+
+    /// Startup done: a session for `user`, BackendKeyData, parameters.
+    async fn admit<C>(&self, client: &mut C, user: &str) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let Err(refused) = self.hold_role_slot(user) {
+            return Err(fatal("53300", refused));
+        }
+        let (pid, secret) = self.shared.pids.generate(&*client);
+        client.set_pid_and_secret_key(pid, secret.clone());
+        self.register_cancel(pid, secret);
+        self.open_session(user).await;
+        finish_authentication(client, &SluiceParameters).await
+    }
+
+    /// The client-first message: look the role up (a mock verifier for an
+    /// unknown one) and send the server-first message.
+    async fn scram_first<C>(&self, client: &mut C, message: PasswordMessageFamily) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let initial = message.into_sasl_initial_response()?;
+        if initial.auth_method != SCRAM_SHA_256_METHOD {
+            return self
+                .refuse(
+                    "28000",
+                    format!("SASL mechanism {} is not supported", initial.auth_method),
+                )
+                .await;
+        }
+        let Some(data) = initial.data.as_ref() else {
+            return self.refuse("08P01", "empty SCRAM client-first message".into()).await;
+        };
+        let user = user_of(client);
+        let stored = self.shared.engine.master.with_security(|s| {
+            s.roles
+                .get(&user)
+                .filter(|r| r.login)
+                .map(|r| r.verifier.as_deref().and_then(password::parse_verifier))
+        });
+        let known = stored.is_some();
+        // A role without a (readable) password cannot log in with SCRAM.
+        let secret = stored.flatten().unwrap_or_else(|| password::mock_secret(&user));
+        let (server_first, exchange) = match ScramServerAuth::new().on_client_first_message_with_secret(data, secret) {
+            Ok(ok) => ok,
+            Err(e) => return self.refuse("08P01", format!("invalid SCRAM message: {e}")).await,
+        };
+        *self.scram.lock().unwrap_or_else(|p| p.into_inner()) = Some(PendingScram { exchange, user, known });
+        client.set_state(PgWireConnectionState::AuthenticationInProgress);
+        client
+            .send(PgWireBackendMessage::Authentication(Authentication::SASLContinue(
+                server_first.into(),
+            )))
+            .await?;
+        Ok(())
+    }
+
+    /// The client-final message: check the proof, then admit or refuse.
+    async fn scram_final<C>(
+        &self,
+        client: &mut C,
+        pending: PendingScram,
+        message: PasswordMessageFamily,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let response = message.into_sasl_response()?;
+        let verified = pending.exchange.on_client_final_message(&response.data);
+        let PendingScram { user, known, .. } = pending;
+        match verified {
+            Ok(server_final) if known => {
+                client
+                    .send(PgWireBackendMessage::Authentication(Authentication::SASLFinal(
+                        server_final.into(),
+                    )))
+                    .await?;
+                self.admit(client, &user).await
+            }
+            _ if !known => self.refuse("28000", format!("role \"{user}\" does not exist")).await,
+            _ => {
+                tracing::info!(%user, "password authentication failed");
+                self.refuse("28P01", format!("password authentication failed for user \"{user}\""))
+                    .await
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl StartupHandler for Connection {
     async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
@@ -72,17 +205,47 @@ impl StartupHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        // Only the startup message matters: no authentication is asked for.
-        let PgWireFrontendMessage::Startup(startup) = message else {
-            return Ok(());
-        };
-        protocol_negotiation(client, &startup).await?;
-        save_startup_parameters_to_metadata(client, &startup);
-        let (pid, secret) = self.shared.pids.generate(&*client);
-        client.set_pid_and_secret_key(pid, secret.clone());
-        self.register_cancel(pid, secret);
-        self.open_session(&user_of(client)).await;
-        finish_authentication(client, &SluiceParameters).await
+        match message {
+            PgWireFrontendMessage::Startup(startup) => {
+                protocol_negotiation(client, &startup).await?;
+                save_startup_parameters_to_metadata(client, &startup);
+                let security = &self.shared.engine.security;
+                if security.tls_required && !client.is_secure() {
+                    return self
+                        .refuse("28000", "this server requires TLS (sslmode=require or stronger)".into())
+                        .await;
+                }
+                match security.auth {
+                    AuthMethod::Trust => {
+                        let user = user_of(client);
+                        if crate::security::principal(&self.shared.engine.master, &user).is_err() {
+                            return self.refuse("28000", format!("role \"{user}\" does not exist")).await;
+                        }
+                        self.admit(client, &user).await
+                    }
+                    AuthMethod::ScramSha256 => {
+                        client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                        client
+                            .send(PgWireBackendMessage::Authentication(Authentication::SASL(vec![
+                                SCRAM_SHA_256_METHOD.to_owned(),
+                            ])))
+                            .await?;
+                        Ok(())
+                    }
+                }
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(message) => {
+                let pending = self.scram.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match pending {
+                    Some(pending) => self.scram_final(client, pending, message).await,
+                    None if self.shared.engine.security.auth == AuthMethod::ScramSha256 => {
+                        self.scram_first(client, message).await
+                    }
+                    None => Err(fatal("08P01", "unexpected password message".into())),
+                }
+            }
+            _ => Ok(()),
+        }
     }
 }
 

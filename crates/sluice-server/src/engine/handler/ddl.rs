@@ -73,6 +73,8 @@ pub fn tag(command: &CatalogCommand) -> &'static str {
             _ => "DROP PIPELINE",
         },
         CatalogCommand::SetPaused { .. } | CatalogCommand::AlterPipeline { .. } => "ALTER PIPELINE",
+        CatalogCommand::AsRole { command, .. } => tag(command),
+        CatalogCommand::Security(_) => "SECURITY",
     }
 }
 
@@ -89,6 +91,10 @@ pub async fn apply(ctx: Ctx<'_>, cmd: CatalogCommand) -> Result<Output> {
         }
         | CatalogCommand::AlterPipeline { name, .. } => Some(name.clone()),
         _ => None,
+    };
+    let cmd = CatalogCommand::AsRole {
+        role: ctx.user.to_string(),
+        command: Box::new(cmd),
     };
     let applied = ctx.engine.master.apply(cmd).await?;
     if let (Some(name), Applied::Changed) = (started, applied) {
@@ -325,6 +331,7 @@ mod tests {
         let ctx = Ctx {
             engine: &first,
             settings: &settings,
+            user: "sluice",
         };
         let script = [
             "CREATE STREAM clicks (user_id BIGINT, page TEXT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)",
@@ -424,6 +431,7 @@ mod one_change_at_a_time {
         let ctx = Ctx {
             engine: &e,
             settings: &settings,
+            user: "sluice",
         };
         let command = |sql: &'static str| async move {
             let statement = parse_statements(sql).unwrap().pop().unwrap();

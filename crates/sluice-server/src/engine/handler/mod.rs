@@ -9,6 +9,8 @@
 //! - [`inspect`]: `SHOW …`, `DESCRIBE`, `EXPLAIN` — rows about the catalog;
 //! - [`cursor`]: `DECLARE`, `FETCH`, `CLOSE` and the session's open cursors;
 //! - [`transaction`]: `BEGIN`, `COMMIT`, `ROLLBACK` and the block's state;
+//! - [`security`]: `CREATE USER`, `GRANT`, `CREATE TOKEN`, … — catalog
+//!   commands too, passwords turned into SCRAM verifiers first;
 //! - [`variable`]: `SET`, `SHOW name`, `SHOW ALL`;
 //! - queries (`SELECT`, `COPY … TO STDOUT`) and `INSERT` run through the
 //!   planning methods of [`Ctx`] here and `super::insert`.
@@ -16,6 +18,7 @@
 pub(super) mod cursor;
 pub(super) mod ddl;
 pub(super) mod inspect;
+pub(super) mod security;
 pub(super) mod transaction;
 pub(super) mod variable;
 
@@ -34,6 +37,8 @@ use std::collections::BTreeMap;
 pub(super) struct Ctx<'a> {
     pub engine: &'a Engine,
     pub settings: &'a Settings,
+    /// The role the statement runs as.
+    pub user: &'a str,
 }
 
 /// A statement's result without rows.
@@ -85,6 +90,8 @@ impl Ctx<'_> {
             batch::run(q, self.catalog_snapshot()).await?
         } else {
             let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
+            let who = super::authorize::who(self.engine, self.user)?;
+            super::authorize::check_reads(self.engine, &who, &planned.dag)?;
             query::start(&self.engine.master, &self.engine.data.clients, &planned)?
         };
         Ok(column_names::rename_rows(q, rows))

@@ -1,0 +1,776 @@
+//! The master's side of the control plane (`sluice master`): the workers'
+//! sessions (the `Master` gRPC service of `proto/sluice/v1/control.proto`),
+//! the registry of live workers, and [`ClusterScheduler`], which places a
+//! deployment's tasks on them and owns the deployment.
+//!
+//! A deployment is owned here ([`sluice_dataflow::deploy::own`]: status,
+//! checkpoint coordinator) and run by parts: one per worker holding some of
+//! its tasks, plus one on the master's own worker for tasks whose state
+//! lives in the master (a session query's results, a memory stream's log:
+//! [`crate::placement::MasterOwned`]). Worker reports are routed to the
+//! deployment by `(pipeline, epoch)`; the coordinator's barrier signals,
+//! a pause and a stop are forwarded to every worker of the deployment.
+//!
+//! A worker is dead when its session breaks or it sends no heartbeat for
+//! the worker timeout: each deployment it took part in fails ("worker …
+//! lost"), which stops the deployment's other parts; the pipeline's
+//! supervisor places it again on the workers left, restored from its last
+//! checkpoint. A dead worker's session is closed, so a worker that was only
+//! cut off stops its tasks and registers again with nothing running.
+
+use crate::placement::{Constraints, MasterOwned, Pinned, Strategy, WorkerSlots, place};
+use crate::scheduler::Scheduler;
+use crate::wire::{DeploymentKey, apply_metrics, event_from_wire};
+use sluice_dataflow::checkpoint::coordinator::BarrierSignals;
+use sluice_dataflow::deploy::{
+    CheckpointPlan, DeployConfig, Failure, OwnerCheckpoint, PipelineRuntime, own, with_uids,
+};
+use sluice_dataflow::metrics::TaskMetrics;
+use sluice_dataflow::part::{
+    PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part, task_instances,
+};
+use sluice_plan::PhysicalDag;
+use sluice_proto::v1 as pb;
+use sluice_proto::{PROTOCOL_VERSION, version_mismatch};
+use sluice_types::{OperatorId, PipelineId, Result, WorkerId};
+use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Commands queued for one worker, at most.
+pub const COMMAND_QUEUE_MAX: usize = 1024;
+/// Heartbeat interval the master asks workers for.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// A worker silent this long is dead (`--worker-timeout`).
+pub const WORKER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+
+/// A live worker as the master sees it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerInfo {
+    pub id: String,
+    pub data_address: String,
+    pub slots: u32,
+    pub used_slots: u32,
+    pub labels: BTreeMap<String, String>,
+    pub heartbeat_age_ms: u64,
+    /// `healthy`, `late` (no heartbeat for two intervals) or `draining`.
+    pub health: String,
+    pub rss_bytes: u64,
+    pub cpu_ns: u64,
+    pub data_bytes_sent: u64,
+    pub data_bytes_received: u64,
+    /// Time its tasks' senders waited for remote credits, ns.
+    pub credit_wait_ns: u64,
+}
+
+struct WorkerConn {
+    data_address: String,
+    slots: u32,
+    labels: BTreeMap<String, String>,
+    last_heartbeat: Instant,
+    draining: bool,
+    process: pb::ProcessMetrics,
+    commands: mpsc::Sender<std::result::Result<pb::MasterCommand, Status>>,
+    /// Tells this connection from an earlier one of the same worker id.
+    session: u64,
+}
+
+/// A deployment as the master routes to it.
+struct Route {
+    events: mpsc::UnboundedSender<PartEvent>,
+    /// Remote workers with a part, and whether that part exited.
+    parts: HashMap<WorkerId, bool>,
+    /// Slots each remote worker gives this deployment.
+    slots: HashMap<WorkerId, u32>,
+    metrics: HashMap<(OperatorId, u32), Arc<TaskMetrics>>,
+}
+
+/// The master's own worker: runs the tasks pinned to the master.
+pub struct MasterWorker {
+    pub id: WorkerId,
+    /// Its data-plane address as workers reach it.
+    pub data_address: String,
+    pub connectors: sluice_connectors::Connectors,
+    pub transport: Arc<sluice_net::DataPlane>,
+}
+
+/// The registry of workers and deployments, and the `Master` service.
+pub struct Cluster {
+    master_id: String,
+    control_address: Mutex<String>,
+    checkpoint_dir: String,
+    worker_timeout: Duration,
+    workers: Mutex<HashMap<WorkerId, WorkerConn>>,
+    routes: Mutex<HashMap<DeploymentKey, Route>>,
+    /// Each pipeline's newest placement (SHOW PIPELINES, REST).
+    placements: Mutex<HashMap<PipelineId, Placement>>,
+    next_session: AtomicU64,
+    next_epoch: AtomicU64,
+    local: MasterWorker,
+}
+
+impl Cluster {
+    pub fn new(master_id: String, checkpoint_dir: String, worker_timeout: Duration, local: MasterWorker) -> Arc<Self> {
+        let cluster = Arc::new(Cluster {
+            master_id,
+            control_address: Mutex::default(),
+            checkpoint_dir,
+            worker_timeout,
+            workers: Mutex::default(),
+            routes: Mutex::default(),
+            placements: Mutex::default(),
+            next_session: AtomicU64::new(1),
+            // Epochs differ across master restarts too (a restarted master
+            // must not reuse an epoch a worker may still hold).
+            next_epoch: AtomicU64::new((sluice_types::now_ms().max(0) as u64) << 8),
+            local,
+        });
+        tokio::spawn(watchdog(Arc::downgrade(&cluster)));
+        tokio::spawn(link_failures(
+            Arc::downgrade(&cluster),
+            cluster.local.transport.failures(),
+        ));
+        cluster
+    }
+
+    /// The gRPC service workers open their sessions with.
+    pub fn service(self: &Arc<Self>) -> pb::master_server::MasterServer<Service> {
+        pb::master_server::MasterServer::new(Service(self.clone()))
+    }
+
+    pub fn master_id(&self) -> &str {
+        &self.master_id
+    }
+
+    /// Where workers reach this master (set once it listens).
+    pub fn control_address(&self) -> String {
+        self.control_address.lock().expect("address lock").clone()
+    }
+
+    pub fn set_control_address(&self, address: String) {
+        *self.control_address.lock().expect("address lock") = address;
+    }
+
+    /// The live workers.
+    pub fn workers(&self) -> Vec<WorkerInfo> {
+        let used = self.used_slots();
+        let workers = self.workers.lock().expect("workers lock");
+        let mut list: Vec<WorkerInfo> = workers
+            .iter()
+            .map(|(id, w)| {
+                let age = w.last_heartbeat.elapsed();
+                WorkerInfo {
+                    id: id.0.clone(),
+                    data_address: w.data_address.clone(),
+                    slots: w.slots,
+                    used_slots: used.get(id).copied().unwrap_or(0),
+                    labels: w.labels.clone(),
+                    heartbeat_age_ms: age.as_millis() as u64,
+                    health: if w.draining {
+                        "draining"
+                    } else if age > HEARTBEAT_INTERVAL * 2 {
+                        "late"
+                    } else {
+                        "healthy"
+                    }
+                    .to_string(),
+                    rss_bytes: w.process.rss_bytes,
+                    cpu_ns: w.process.cpu_ns,
+                    data_bytes_sent: w.process.data_bytes_sent,
+                    data_bytes_received: w.process.data_bytes_received,
+                    credit_wait_ns: w.process.credit_waits_ns,
+                }
+            })
+            .collect();
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        list
+    }
+
+    fn used_slots(&self) -> HashMap<WorkerId, u32> {
+        let mut used: HashMap<WorkerId, u32> = HashMap::new();
+        for r in self.routes.lock().expect("routes lock").values() {
+            for (w, n) in &r.slots {
+                if r.parts.get(w) == Some(&false) {
+                    *used.entry(w.clone()).or_default() += n;
+                }
+            }
+        }
+        used
+    }
+
+    /// The worker each task instance of `pipeline`'s current deployment
+    /// runs on.
+    pub fn placement_of(&self, pipeline: PipelineId) -> Option<Placement> {
+        self.placements.lock().expect("placements lock").get(&pipeline).cloned()
+    }
+
+    fn send(&self, worker: &WorkerId, command: pb::master_command::Command) {
+        let workers = self.workers.lock().expect("workers lock");
+        if let Some(w) = workers.get(worker) {
+            let message = pb::MasterCommand {
+                protocol_version: PROTOCOL_VERSION,
+                request_id: 0,
+                term: 0,
+                command: Some(command),
+            };
+            if w.commands.try_send(Ok(message)).is_err() {
+                tracing::warn!(%worker, "command queue full or session gone; the worker will be declared dead");
+            }
+        }
+    }
+
+    /// A worker is gone: every deployment with a part on it fails.
+    fn worker_lost(&self, id: &WorkerId, session: u64, why: &str) {
+        {
+            let mut workers = self.workers.lock().expect("workers lock");
+            match workers.get(id) {
+                Some(w) if w.session == session => {
+                    workers.remove(id);
+                }
+                _ => return,
+            }
+        }
+        tracing::warn!(worker = %id, %why, "worker lost; its pipelines restart on the other workers");
+        let mut routes = self.routes.lock().expect("routes lock");
+        for route in routes.values_mut() {
+            if route.parts.get(id) == Some(&false) {
+                route.parts.insert(id.clone(), true);
+                let _ = route.events.send(PartEvent::Failed {
+                    operator: OperatorId(0),
+                    instance: 0,
+                    failure: Failure::message(format!("worker {id} was lost: {why}")),
+                    after_cancel: false,
+                });
+                let _ = route.events.send(PartEvent::Exited);
+            }
+        }
+    }
+
+    /// A worker asks to leave: its deployments fail over to the others
+    /// (restored from their last checkpoints), then it exits.
+    fn drain(&self, id: &WorkerId) {
+        if let Some(w) = self.workers.lock().expect("workers lock").get_mut(id) {
+            w.draining = true;
+        }
+        let routes = self.routes.lock().expect("routes lock");
+        for route in routes.values() {
+            if route.parts.get(id) == Some(&false) {
+                let _ = route.events.send(PartEvent::Failed {
+                    operator: OperatorId(0),
+                    instance: 0,
+                    failure: Failure::message(format!("worker {id} is draining; moving its tasks")),
+                    after_cancel: false,
+                });
+            }
+        }
+    }
+
+    fn on_event(&self, worker: &WorkerId, event: pb::worker_event::Event) {
+        use pb::worker_event::Event;
+        match &event {
+            Event::Heartbeat(h) => {
+                if let Some(w) = self.workers.lock().expect("workers lock").get_mut(worker) {
+                    w.last_heartbeat = Instant::now();
+                    w.process = h.process.unwrap_or_default();
+                }
+                let routes = self.routes.lock().expect("routes lock");
+                for t in &h.tasks {
+                    let key = DeploymentKey {
+                        pipeline: PipelineId(t.pipeline),
+                        epoch: t.epoch,
+                    };
+                    if let Some(m) = routes
+                        .get(&key)
+                        .and_then(|r| r.metrics.get(&(OperatorId(t.operator), t.instance)))
+                    {
+                        apply_metrics(m, t);
+                    }
+                }
+                return;
+            }
+            Event::Drain(_) => return self.drain(worker),
+            _ => {}
+        }
+        match event_from_wire(&event) {
+            Ok(Some((key, part_event))) => {
+                let mut routes = self.routes.lock().expect("routes lock");
+                let Some(route) = routes.get_mut(&key) else { return };
+                // A part that exited (or was declared lost) reports nothing more.
+                match route.parts.get(worker) {
+                    Some(false) => {}
+                    _ => return,
+                }
+                if part_event == PartEvent::Exited {
+                    route.parts.insert(worker.clone(), true);
+                }
+                let _ = route.events.send(part_event);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(%worker, error = %e, "malformed event from a worker"),
+        }
+    }
+}
+
+/// Declares workers without heartbeats dead.
+async fn watchdog(cluster: std::sync::Weak<Cluster>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let Some(c) = cluster.upgrade() else { return };
+        let silent: Vec<(WorkerId, u64)> = c
+            .workers
+            .lock()
+            .expect("workers lock")
+            .iter()
+            .filter(|(_, w)| w.last_heartbeat.elapsed() > c.worker_timeout)
+            .map(|(id, w)| (id.clone(), w.session))
+            .collect();
+        for (id, session) in silent {
+            let why = format!("no heartbeat for {:?}", c.worker_timeout);
+            c.worker_lost(&id, session, &why);
+        }
+    }
+}
+
+/// A broken data link of the master's own worker fails the deployments
+/// whose channels it carried.
+async fn link_failures(
+    cluster: std::sync::Weak<Cluster>,
+    mut failures: tokio::sync::broadcast::Receiver<sluice_net::LinkFailure>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let failed = match failures.recv().await {
+            Ok(f) => Some((
+                f.pipeline,
+                f.deployment,
+                format!("the data link to worker {} failed: {}", f.peer, f.error),
+            )),
+            Err(RecvError::Lagged(_)) => None,
+            Err(RecvError::Closed) => return,
+        };
+        let Some(c) = cluster.upgrade() else { return };
+        let routes = c.routes.lock().expect("routes lock");
+        for (key, route) in routes.iter() {
+            let why = match &failed {
+                Some((p, d, why)) if key.pipeline == *p && key.epoch == *d => why.clone(),
+                Some(_) => continue,
+                None => "data links failed (reports were missed)".to_string(),
+            };
+            let _ = route.events.send(PartEvent::Failed {
+                operator: OperatorId(0),
+                instance: 0,
+                failure: Failure::message(why),
+                after_cancel: false,
+            });
+        }
+    }
+}
+
+/// The `Master` gRPC service.
+pub struct Service(Arc<Cluster>);
+
+type CommandStream = Pin<Box<dyn Stream<Item = std::result::Result<pb::MasterCommand, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::master_server::Master for Service {
+    type SessionStream = CommandStream;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<pb::WorkerEvent>>,
+    ) -> std::result::Result<Response<Self::SessionStream>, Status> {
+        let mut events = request.into_inner();
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE_MAX);
+        let first = events.message().await?;
+        let refuse = |reason: String| pb::MasterCommand {
+            protocol_version: PROTOCOL_VERSION,
+            request_id: 0,
+            term: 0,
+            command: Some(pb::master_command::Command::Refused(pb::Refused { reason })),
+        };
+        let register = match first {
+            Some(e) if e.protocol_version != PROTOCOL_VERSION => {
+                let _ = tx.try_send(Ok(refuse(version_mismatch(PROTOCOL_VERSION, e.protocol_version))));
+                return Ok(Response::new(Box::pin(ReceiverStream::new(rx))));
+            }
+            Some(pb::WorkerEvent {
+                event: Some(pb::worker_event::Event::Register(r)),
+                ..
+            }) => r,
+            _ => return Err(Status::invalid_argument("a session starts with Register")),
+        };
+        let cluster = self.0.clone();
+        let id = WorkerId(register.worker_id.clone());
+        let session = cluster.next_session.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut workers = cluster.workers.lock().expect("workers lock");
+            if workers.contains_key(&id) {
+                drop(workers);
+                // The same id again: the old session is stale (a worker that
+                // restarted before its timeout); it is declared lost first.
+                let old = cluster
+                    .workers
+                    .lock()
+                    .expect("workers lock")
+                    .get(&id)
+                    .map(|w| w.session);
+                if let Some(old) = old {
+                    cluster.worker_lost(&id, old, "it registered again");
+                }
+                workers = cluster.workers.lock().expect("workers lock");
+            }
+            workers.insert(
+                id.clone(),
+                WorkerConn {
+                    data_address: register.data_address.clone(),
+                    slots: register.slots,
+                    labels: register.labels.into_iter().collect(),
+                    last_heartbeat: Instant::now(),
+                    draining: false,
+                    process: pb::ProcessMetrics::default(),
+                    commands: tx.clone(),
+                    session,
+                },
+            );
+        }
+        let _ = tx.try_send(Ok(pb::MasterCommand {
+            protocol_version: PROTOCOL_VERSION,
+            request_id: 0,
+            term: 0,
+            command: Some(pb::master_command::Command::Registered(pb::Registered {
+                master_id: cluster.master_id.clone(),
+                checkpoint_dir: cluster.checkpoint_dir.clone(),
+                heartbeat_interval_ms: HEARTBEAT_INTERVAL.as_millis() as u32,
+            })),
+        }));
+        tracing::info!(worker = %id, address = %register.data_address, slots = register.slots, "worker registered");
+        tokio::spawn(async move {
+            let why = loop {
+                match events.message().await {
+                    Ok(Some(e)) if e.protocol_version != PROTOCOL_VERSION => {
+                        break version_mismatch(PROTOCOL_VERSION, e.protocol_version);
+                    }
+                    Ok(Some(pb::WorkerEvent { event: Some(e), .. })) => cluster.on_event(&id, e),
+                    Ok(Some(_)) => {}
+                    Ok(None) => break "the worker closed its session".to_string(),
+                    Err(e) => break format!("its session broke: {}", e.message()),
+                }
+            };
+            cluster.worker_lost(&id, session, &why);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Places deployments on the cluster's workers.
+pub struct ClusterScheduler {
+    pub cluster: Arc<Cluster>,
+    pub config: DeployConfig,
+    pub strategy: Box<dyn Strategy>,
+    running: Mutex<HashMap<PipelineId, Arc<PipelineRuntime>>>,
+}
+
+impl ClusterScheduler {
+    pub fn new(cluster: Arc<Cluster>, config: DeployConfig, strategy: Box<dyn Strategy>) -> Self {
+        ClusterScheduler {
+            cluster,
+            config,
+            strategy,
+            running: Mutex::default(),
+        }
+    }
+
+    fn deploy_placed(
+        &self,
+        id: PipelineId,
+        dag: &PhysicalDag,
+        plan: Option<CheckpointPlan>,
+    ) -> Result<Arc<PipelineRuntime>> {
+        let dag = with_uids(dag);
+        let dag = dag.as_ref();
+        let cluster = &self.cluster;
+        let used = cluster.used_slots();
+        let workers: Vec<WorkerSlots> = {
+            let conns = cluster.workers.lock().expect("workers lock");
+            conns
+                .iter()
+                .filter(|(_, w)| !w.draining)
+                .map(|(id, w)| WorkerSlots {
+                    id: id.clone(),
+                    slots: w.slots,
+                    used: used.get(id).copied().unwrap_or(0),
+                    labels: w.labels.clone(),
+                })
+                .collect()
+        };
+        let constraints = Constraints::parse(dag_placement(dag))?;
+        let local = &cluster.local;
+        let placement = place(
+            dag,
+            &self.config,
+            (self.strategy.as_ref(), &constraints),
+            &workers,
+            (&local.id, &MasterOwned as &dyn Pinned),
+        )?;
+        let epoch = cluster.next_epoch.fetch_add(1, Ordering::Relaxed);
+        let key = DeploymentKey { pipeline: id, epoch };
+        let parts = placement.workers();
+        let (metrics, metrics_of) = instance_metrics(dag);
+        let (checkpoint, part_plan) = match plan {
+            Some(plan) => {
+                let restored_id = plan.restored.as_ref().map_or(0, |r| r.id);
+                let location = plan.config.store.describe();
+                let owner = OwnerCheckpoint {
+                    config: plan.config,
+                    restored_id,
+                    highest_id: plan.highest_id,
+                };
+                (
+                    Some(owner),
+                    Some((restored_id, plan.restored.map(Arc::new), plan.handoff, location)),
+                )
+            }
+            None => (None, None),
+        };
+        let owned = own(
+            id,
+            dag,
+            task_instances(dag, &self.config),
+            metrics,
+            parts.len(),
+            checkpoint,
+        );
+        let remote: Vec<WorkerId> = parts.iter().filter(|w| **w != local.id).cloned().collect();
+        let mut slots: HashMap<WorkerId, u32> = HashMap::new();
+        for (op, instance) in task_instances(dag, &self.config) {
+            if let Some(w) = placement.worker_of(op, instance).filter(|w| **w != local.id) {
+                *slots.entry(w.clone()).or_default() += 1;
+            }
+        }
+        cluster.routes.lock().expect("routes lock").insert(
+            key,
+            Route {
+                events: owned.events.clone(),
+                parts: remote.iter().map(|w| (w.clone(), false)).collect(),
+                slots,
+                metrics: metrics_of.clone(),
+            },
+        );
+        cluster
+            .placements
+            .lock()
+            .expect("placements lock")
+            .insert(id, placement.clone());
+        // Every worker's data-plane address (the data planes keep one map).
+        let mut peers: HashMap<String, String> = cluster
+            .workers
+            .lock()
+            .expect("workers lock")
+            .iter()
+            .map(|(id, w)| (id.0.clone(), w.data_address.clone()))
+            .collect();
+        peers.insert(local.id.0.clone(), local.data_address.clone());
+        local
+            .transport
+            .set_peers(peers.iter().map(|(k, v)| (WorkerId(k.clone()), v.clone())).collect());
+        // The master's own part (pinned tasks).
+        if parts.contains(&local.id) {
+            let events = owned.events.clone();
+            let spec = PartSpec {
+                id,
+                deployment: epoch,
+                dag,
+                placement: &placement,
+                me: &local.id,
+                connectors: &local.connectors,
+                transport: local.transport.as_ref(),
+                config: &self.config,
+                metrics: &metrics_of,
+                control: PartControl {
+                    cancel: owned.cancel.child_token(),
+                    paused: owned.paused.clone(),
+                },
+                checkpoint: match (&part_plan, &owned.signals, &owned.store) {
+                    (Some((_, restored, handoff, _)), Some(signals), Some(store)) => Some(PartCheckpoint {
+                        store: store.clone(),
+                        signals: signals.clone(),
+                        restored: restored.clone(),
+                        handoff: handoff.clone(),
+                    }),
+                    _ => None,
+                },
+            };
+            if let Err(e) = start_part(spec, move |e| {
+                let _ = events.send(e);
+            }) {
+                cluster.routes.lock().expect("routes lock").remove(&key);
+                owned.abandon();
+                return Err(e);
+            }
+        }
+        // The workers' parts.
+        let dag_json = serde_json::to_vec(dag).map_err(|e| sluice_types::Error::internal(format!("DAG: {e}")))?;
+        let start = pb::StartTasks {
+            pipeline: id.0,
+            epoch,
+            dag_json: dag_json.into(),
+            placement: placement
+                .tasks
+                .iter()
+                .map(|(o, i, w)| pb::Placement {
+                    operator: o.0,
+                    instance: *i,
+                    worker_id: w.0.clone(),
+                })
+                .collect(),
+            peers,
+            checkpoint: part_plan
+                .as_ref()
+                .map(|(restored_id, _, handoff, location)| pb::CheckpointPlan {
+                    restored_id: *restored_id,
+                    handoff_json: handoff
+                        .as_ref()
+                        .and_then(|h| serde_json::to_vec(h).ok())
+                        .unwrap_or_default()
+                        .into(),
+                    store: location.clone(),
+                }),
+        };
+        for w in &remote {
+            cluster.send(w, pb::master_command::Command::Start(start.clone()));
+        }
+        let mut runtime = owned.runtime;
+        runtime.placement = placement.clone();
+        let runtime = Arc::new(runtime);
+        tokio::spawn(forward(
+            cluster.clone(),
+            key,
+            remote,
+            runtime.clone(),
+            owned.cancel.clone(),
+            owned.paused.clone(),
+            owned.signals.clone(),
+        ));
+        tracing::info!(pipeline = %id, epoch, workers = ?placement.workers(), "deployment placed");
+        self.running.lock().expect("running lock").insert(id, runtime.clone());
+        Ok(runtime)
+    }
+}
+
+/// The placement constraint a DAG carries (its sinks' `placement` option).
+fn dag_placement(dag: &PhysicalDag) -> &str {
+    dag.operators
+        .iter()
+        .find_map(|o| match &o.kind {
+            sluice_plan::OperatorKind::Sink(s) => s.options.get("placement").map(String::as_str),
+            _ => None,
+        })
+        .unwrap_or("")
+}
+
+/// Forwards the owner's signals to the deployment's workers until every
+/// part exited.
+async fn forward(
+    cluster: Arc<Cluster>,
+    key: DeploymentKey,
+    workers: Vec<WorkerId>,
+    runtime: Arc<PipelineRuntime>,
+    cancel: tokio_util::sync::CancellationToken,
+    mut paused: tokio::sync::watch::Receiver<bool>,
+    signals: Option<BarrierSignals>,
+) {
+    let send_all = |command: pb::master_command::Command| {
+        for w in &workers {
+            cluster.send(w, command.clone());
+        }
+    };
+    let (mut trigger, mut stop_at, mut completed) = match &signals {
+        Some(s) => (
+            Some(s.trigger.clone()),
+            Some(s.stop_at.clone()),
+            Some(s.completed.clone()),
+        ),
+        None => (None, None, None),
+    };
+    let checkpoint = |t: &Option<tokio::sync::watch::Receiver<u64>>,
+                      s: &Option<tokio::sync::watch::Receiver<u64>>,
+                      c: &Option<tokio::sync::watch::Receiver<u64>>| {
+        pb::master_command::Command::Checkpoint(pb::Checkpoint {
+            pipeline: key.pipeline.0,
+            epoch: key.epoch,
+            trigger: t.as_ref().map_or(0, |r| *r.borrow()),
+            stop_at: s.as_ref().map_or(0, |r| *r.borrow()),
+            completed: c.as_ref().map_or(0, |r| *r.borrow()),
+        })
+    };
+    async fn changed(r: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+        let closed = match r {
+            Some(r) => r.changed().await.is_err(),
+            None => true,
+        };
+        if closed {
+            std::future::pending::<()>().await;
+        }
+    }
+    let mut cancelled = false;
+    loop {
+        tokio::select! {
+            _ = runtime.wait() => break,
+            _ = cancel.cancelled(), if !cancelled => {
+                cancelled = true;
+                send_all(pb::master_command::Command::Stop(pb::StopTasks { pipeline: key.pipeline.0, epoch: key.epoch }));
+            }
+            r = paused.changed() => {
+                if r.is_err() { continue; }
+                let p = *paused.borrow();
+                send_all(pb::master_command::Command::Paused(pb::SetPaused { pipeline: key.pipeline.0, epoch: key.epoch, paused: p }));
+            }
+            _ = changed(&mut trigger) => send_all(checkpoint(&trigger, &stop_at, &completed)),
+            _ = changed(&mut stop_at) => send_all(checkpoint(&trigger, &stop_at, &completed)),
+            _ = changed(&mut completed) => send_all(checkpoint(&trigger, &stop_at, &completed)),
+        }
+    }
+    // The deployment ended: its last commit reaches the sinks, its parts
+    // are told to stop (a part still running after its owner settled —
+    // it cannot, but a stale command costs nothing).
+    send_all(checkpoint(&trigger, &stop_at, &completed));
+    send_all(pb::master_command::Command::Stop(pb::StopTasks {
+        pipeline: key.pipeline.0,
+        epoch: key.epoch,
+    }));
+    cluster.routes.lock().expect("routes lock").remove(&key);
+    cluster.local.transport.close_deployment(key.pipeline, key.epoch);
+}
+
+impl Scheduler for ClusterScheduler {
+    fn deploy(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
+        self.deploy_placed(id, dag, None)
+    }
+
+    fn deploy_checkpointed(
+        &self,
+        id: PipelineId,
+        dag: &PhysicalDag,
+        plan: CheckpointPlan,
+    ) -> Result<Arc<PipelineRuntime>> {
+        self.deploy_placed(id, dag, Some(plan))
+    }
+
+    fn stop(&self, id: PipelineId) {
+        if let Some(r) = self.running.lock().expect("running lock").remove(&id) {
+            r.stop();
+        }
+    }
+
+    fn release_stream(&self, stream: &str) {
+        // Memory logs live in the master.
+        self.cluster.local.connectors.memory.remove(stream);
+    }
+}

@@ -1,0 +1,355 @@
+//! Placing a deployment's tasks on workers.
+//!
+//! A worker offers `slots` (`sluice worker --slots`): one slot runs one task
+//! instance (an operator instance not chained into another's task). A
+//! [`Strategy`] picks, for each task in the DAG's order, a worker with a
+//! free slot among those that match the pipeline's label constraints
+//! (`WITH (placement = 'zone=a')`):
+//!
+//! - [`Spread`] (the default): the instances of each operator go to as many
+//!   workers as possible, the least loaded first — a failure takes out the
+//!   smallest share of each operator, and every worker's cores are used;
+//! - [`Pack`]: fill a worker's slots before the next — fewer data-plane
+//!   hops, fewer workers to keep up.
+//!
+//! Tasks that must run on the master's own worker ([`Pinned`]: a session
+//! query's result sink, a memory stream's reader — their state lives in
+//! the master) go there whatever the strategy and take no worker slot.
+//! A deployment that cannot be placed fails with SQLSTATE 53000 saying
+//! what was missing.
+
+use sluice_dataflow::deploy::DeployConfig;
+use sluice_dataflow::part::{Placement, task_root};
+use sluice_plan::{OperatorKind, OperatorSpec, PhysicalDag};
+use sluice_types::{Error, OperatorId, Result, SqlCode, WorkerId};
+use std::collections::{BTreeMap, HashMap};
+
+/// A worker as placement sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSlots {
+    pub id: WorkerId,
+    pub slots: u32,
+    /// Slots taken by tasks of other deployments.
+    pub used: u32,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Label constraints: every `key=value` must match the worker's labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Constraints(pub BTreeMap<String, String>);
+
+impl Constraints {
+    /// Parses `zone=a,disk=ssd` (empty: no constraint).
+    pub fn parse(text: &str) -> Result<Self> {
+        let mut labels = BTreeMap::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((k, v)) = part.split_once('=') else {
+                return Err(Error::invalid_option(format!(
+                    "placement '{text}': expected key=value pairs separated by commas, e.g. 'zone=a,disk=ssd'"
+                )));
+            };
+            labels.insert(k.trim().to_string(), v.trim().to_string());
+        }
+        Ok(Constraints(labels))
+    }
+
+    fn admits(&self, worker: &WorkerSlots) -> bool {
+        self.0.iter().all(|(k, v)| worker.labels.get(k) == Some(v))
+    }
+}
+
+/// Tasks that run on the master's worker.
+pub trait Pinned {
+    fn pinned(&self, op: &OperatorSpec) -> bool;
+}
+
+/// Session query results and memory streams live in the master.
+pub struct MasterOwned;
+
+impl Pinned for MasterOwned {
+    fn pinned(&self, op: &OperatorSpec) -> bool {
+        match &op.kind {
+            OperatorKind::Source(s) => s.connector == "memory",
+            OperatorKind::Sink(s) => s.connector == "client" || s.connector == "memory",
+            _ => false,
+        }
+    }
+}
+
+/// Chooses a worker for each task.
+pub trait Strategy: Send + Sync {
+    /// `spread`, `pack`.
+    fn name(&self) -> &'static str;
+    /// The worker for the next instance of `op`, among `candidates` (each
+    /// with a free slot and matching labels); `load` counts the slots used
+    /// on each worker so far and `of_op` the instances of `op` on each.
+    fn choose<'a>(
+        &self,
+        candidates: &[&'a WorkerSlots],
+        load: &HashMap<WorkerId, u32>,
+        of_op: &HashMap<WorkerId, u32>,
+    ) -> &'a WorkerSlots;
+}
+
+/// Instances of an operator over as many workers as possible.
+pub struct Spread;
+
+impl Strategy for Spread {
+    fn name(&self) -> &'static str {
+        "spread"
+    }
+    fn choose<'a>(
+        &self,
+        candidates: &[&'a WorkerSlots],
+        load: &HashMap<WorkerId, u32>,
+        of_op: &HashMap<WorkerId, u32>,
+    ) -> &'a WorkerSlots {
+        let key = |w: &WorkerSlots| {
+            let mine = of_op.get(&w.id).copied().unwrap_or(0);
+            let used = load.get(&w.id).copied().unwrap_or(0);
+            // Fewest instances of this operator, then the lowest share of
+            // its slots in use, then the id (deterministic).
+            (mine, (u64::from(used) << 16) / u64::from(w.slots.max(1)), w.id.clone())
+        };
+        candidates.iter().min_by_key(|w| key(w)).expect("candidates")
+    }
+}
+
+/// Fill one worker's slots before the next.
+pub struct Pack;
+
+impl Strategy for Pack {
+    fn name(&self) -> &'static str {
+        "pack"
+    }
+    fn choose<'a>(
+        &self,
+        candidates: &[&'a WorkerSlots],
+        load: &HashMap<WorkerId, u32>,
+        _of_op: &HashMap<WorkerId, u32>,
+    ) -> &'a WorkerSlots {
+        // The worker with the most slots already used (then the id).
+        let key = |w: &WorkerSlots| (std::cmp::Reverse(load.get(&w.id).copied().unwrap_or(0)), w.id.clone());
+        candidates.iter().min_by_key(|w| key(w)).expect("candidates")
+    }
+}
+
+/// The strategy named `name`.
+pub fn strategy(name: &str) -> Result<Box<dyn Strategy>> {
+    match name {
+        "" | "spread" => Ok(Box::new(Spread)),
+        "pack" => Ok(Box::new(Pack)),
+        other => Err(Error::invalid_option(format!(
+            "placement strategy '{other}' is not known; use 'spread' or 'pack'"
+        ))),
+    }
+}
+
+/// Places every task of `dag`: pinned ones on `master`, the others by
+/// `strategy` on `workers` that match `constraints`.
+pub fn place(
+    dag: &PhysicalDag,
+    config: &DeployConfig,
+    (strategy, constraints): (&dyn Strategy, &Constraints),
+    workers: &[WorkerSlots],
+    (master, pinned): (&WorkerId, &dyn Pinned),
+) -> Result<Placement> {
+    let eligible: Vec<&WorkerSlots> = workers.iter().filter(|w| constraints.admits(w)).collect();
+    let mut load: HashMap<WorkerId, u32> = workers.iter().map(|w| (w.id.clone(), w.used)).collect();
+    let mut per_op: HashMap<OperatorId, HashMap<WorkerId, u32>> = HashMap::new();
+    let mut failure: Option<Error> = None;
+    let placement = Placement::new(dag, config, |op, _instance| {
+        if pinned.pinned(op) {
+            return master.clone();
+        }
+        let free: Vec<&WorkerSlots> = eligible
+            .iter()
+            .copied()
+            .filter(|w| load.get(&w.id).copied().unwrap_or(0) < w.slots)
+            .collect();
+        if free.is_empty() {
+            failure.get_or_insert_with(|| unplaceable(dag, config, workers, &eligible, constraints));
+            return master.clone();
+        }
+        let of_op = per_op.entry(op.id).or_default();
+        let chosen = strategy.choose(&free, &load, of_op).id.clone();
+        *load.entry(chosen.clone()).or_default() += 1;
+        *of_op.entry(chosen.clone()).or_default() += 1;
+        chosen
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(placement),
+    }
+}
+
+/// Why a deployment does not fit.
+fn unplaceable(
+    dag: &PhysicalDag,
+    config: &DeployConfig,
+    workers: &[WorkerSlots],
+    eligible: &[&WorkerSlots],
+    constraints: &Constraints,
+) -> Error {
+    let needed = dag
+        .operators
+        .iter()
+        .filter(|o| task_root(dag, config, o.id) == o.id)
+        .map(|o| o.parallelism)
+        .sum::<u32>();
+    let message = if workers.is_empty() {
+        format!(
+            "no worker is registered with the master; the pipeline needs {needed} task slot(s): start `sluice worker --masters …`"
+        )
+    } else if eligible.is_empty() {
+        let wanted: Vec<String> = constraints.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!(
+            "no worker has the labels {} (workers: {})",
+            wanted.join(","),
+            workers
+                .iter()
+                .map(|w| format!(
+                    "{} [{}]",
+                    w.id,
+                    w.labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        let free: u32 = eligible.iter().map(|w| w.slots.saturating_sub(w.used)).sum();
+        format!(
+            "not enough free task slots: the pipeline needs {needed}, the {} eligible worker(s) have {free} free",
+            eligible.len()
+        )
+    };
+    Error::user(SqlCode::InsufficientResources, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_plan::{EdgeSpec, Partitioning, SinkSpec, SourceSpec};
+    use sluice_types::EdgeId;
+
+    fn worker(id: &str, slots: u32, labels: &[(&str, &str)]) -> WorkerSlots {
+        WorkerSlots {
+            id: WorkerId(id.into()),
+            slots,
+            used: 0,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    /// source(p) → sink(p) over a hash edge: 2p tasks.
+    fn dag(p: u32) -> PhysicalDag {
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::empty());
+        let op = |id: u32, kind| OperatorSpec {
+            id: OperatorId(id),
+            uid: Default::default(),
+            kind,
+            parallelism: p,
+            output_schema: schema.clone(),
+        };
+        let source = SourceSpec {
+            stream: "s".into(),
+            connector: "datagen".into(),
+            options: BTreeMap::new(),
+            watermark: None,
+            idle_timeout_ms: 1000,
+            computed: vec![],
+            unread: vec![],
+            alignment_max_drift_ms: None,
+        };
+        let sink = SinkSpec {
+            connector: "blackhole".into(),
+            options: BTreeMap::new(),
+            event_time_column: None,
+        };
+        PhysicalDag {
+            operators: vec![op(0, OperatorKind::Source(source)), op(1, OperatorKind::Sink(sink))],
+            edges: vec![EdgeSpec {
+                id: EdgeId(0),
+                from: OperatorId(0),
+                to: OperatorId(1),
+                partitioning: Partitioning::Hash(vec![]),
+            }],
+            key_groups: 256,
+        }
+    }
+
+    fn count(p: &Placement, op: u32) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for (o, _, w) in &p.tasks {
+            if o.0 == op {
+                *m.entry(w.0.clone()).or_default() += 1;
+            }
+        }
+        m
+    }
+
+    const MASTER: &str = "master";
+
+    fn run(strategy: &dyn Strategy, c: &Constraints, workers: &[WorkerSlots], p: u32) -> Result<Placement> {
+        place(
+            &dag(p),
+            &DeployConfig::default(),
+            (strategy, c),
+            workers,
+            (&WorkerId(MASTER.into()), &MasterOwned),
+        )
+    }
+
+    #[test]
+    fn spread_puts_each_operators_instances_on_every_worker() {
+        let ws = [worker("a", 4, &[]), worker("b", 4, &[])];
+        let p = run(&Spread, &Constraints::default(), &ws, 2).unwrap();
+        assert_eq!(count(&p, 0), BTreeMap::from([("a".into(), 1), ("b".into(), 1)]));
+        assert_eq!(count(&p, 1), BTreeMap::from([("a".into(), 1), ("b".into(), 1)]));
+    }
+
+    #[test]
+    fn pack_fills_one_worker_first() {
+        let ws = [worker("a", 4, &[]), worker("b", 4, &[])];
+        let p = run(&Pack, &Constraints::default(), &ws, 2).unwrap();
+        assert_eq!(p.workers(), vec![WorkerId("a".into())]);
+        // Five tasks over 4 + 4 slots: the fifth goes to b.
+        let mut ws = ws;
+        ws[0].used = 1;
+        let p = run(&Pack, &Constraints::default(), &ws, 2).unwrap();
+        assert_eq!(count(&p, 0).get("a"), Some(&2));
+        assert_eq!(count(&p, 1).get("a"), Some(&1));
+        assert_eq!(count(&p, 1).get("b"), Some(&1));
+    }
+
+    #[test]
+    fn labels_restrict_the_workers() {
+        let ws = [worker("a", 4, &[("zone", "a")]), worker("b", 4, &[("zone", "b")])];
+        let c = Constraints::parse("zone=b").unwrap();
+        let p = run(&Spread, &c, &ws, 2).unwrap();
+        assert_eq!(p.workers(), vec![WorkerId("b".into())]);
+        let e = run(&Spread, &Constraints::parse("zone=c").unwrap(), &ws, 1).unwrap_err();
+        assert_eq!(e.sqlstate(), "53000");
+        assert!(e.to_string().contains("zone=c"), "{e}");
+        assert!(Constraints::parse("zone").is_err());
+    }
+
+    #[test]
+    fn too_few_slots_or_no_worker_is_a_53000_naming_what_is_missing() {
+        let ws = [worker("a", 1, &[]), worker("b", 2, &[])];
+        let e = run(&Spread, &Constraints::default(), &ws, 2).unwrap_err();
+        assert_eq!(e.sqlstate(), "53000");
+        assert!(
+            e.to_string().contains("needs 4") && e.to_string().contains("3 free"),
+            "{e}"
+        );
+        // At the limit it fits.
+        assert!(run(&Spread, &Constraints::default(), &ws, 1).is_ok());
+        let e = run(&Spread, &Constraints::default(), &[], 1).unwrap_err();
+        assert!(e.to_string().contains("no worker is registered"), "{e}");
+    }
+}

@@ -1,0 +1,82 @@
+//! Who is calling the REST API. With `trust`, every request runs as the
+//! bootstrap superuser (the playground, as before). With `scram-sha-256`,
+//! every `/api/v1` route and `/metrics` need `Authorization: Basic` with a
+//! SQL role's password, or `Authorization: Bearer <token>` with a token
+//! from `CREATE TOKEN`; anything else is `401` (after the same delay as a
+//! failed pgwire login) with `WWW-Authenticate: Basic`. `/health` and the
+//! dashboard's static files stay open. Handlers read the [`Caller`] and
+//! run as that role, so the SQL privilege rules apply (`403` when they
+//! refuse).
+
+use crate::engine::Engine;
+use crate::http_views::error;
+use crate::security::{AuthMethod, password};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use sluice_cluster::security::BOOTSTRAP_SUPERUSER;
+use std::sync::Arc;
+
+/// The role a request runs as.
+#[derive(Debug, Clone)]
+pub struct Caller(pub String);
+
+/// The role `authorization` (an `Authorization` header's value) proves,
+/// or `None`.
+pub fn authenticate(engine: &Engine, authorization: Option<&str>) -> Option<String> {
+    let value = authorization?;
+    if let Some(token) = value.strip_prefix("Bearer ") {
+        let digest = password::token_digest(token.trim());
+        let user = engine
+            .master
+            .with_security(|s| s.token_by_digest(&digest).map(|t| t.user.clone()))?;
+        return crate::security::principal(&engine.master, &user).ok().map(|p| p.name);
+    }
+    let encoded = value.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, given) = text.split_once(':')?;
+    let verifier = engine
+        .master
+        .with_security(|s| s.roles.get(user).filter(|r| r.login).and_then(|r| r.verifier.clone()));
+    match verifier {
+        Some(v) if password::password_matches(&v, given) => Some(user.to_string()),
+        _ => None,
+    }
+}
+
+/// The middleware in front of every protected route.
+pub async fn require_caller(State(engine): State<Arc<Engine>>, mut request: Request, next: Next) -> Response {
+    let caller = match engine.security.auth {
+        AuthMethod::Trust => Some(BOOTSTRAP_SUPERUSER.to_string()),
+        AuthMethod::ScramSha256 => {
+            let header = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            // PBKDF2 is CPU work: off the async workers.
+            let engine_for_check = engine.clone();
+            let header = header.map(str::to_string);
+            tokio::task::spawn_blocking(move || authenticate(&engine_for_check, header.as_deref()))
+                .await
+                .ok()
+                .flatten()
+        }
+    };
+    let Some(caller) = caller else {
+        tokio::time::sleep(engine.security.auth_failure_delay).await;
+        let mut response = error(
+            StatusCode::UNAUTHORIZED,
+            "authentication required: HTTP Basic with a SQL role's password, or Bearer with a token",
+        );
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"sluice\""),
+        );
+        return response.into_response();
+    };
+    request.extensions_mut().insert(Caller(caller));
+    next.run(request).await
+}
