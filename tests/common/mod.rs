@@ -57,9 +57,11 @@ impl TestServer {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         if workers > 0 && flags.is_empty() {
+            // Slots for the largest reference query (q8: 11 tasks at
+            // parallelism 2) on either worker alone.
             let mut s = TestServer::start_master(data_dir, env);
             for i in 0..workers {
-                s.add_worker(&format!("w{}", i + 1), 4, env);
+                s.add_worker(&format!("w{}", i + 1), 16, env);
             }
             s.wait_for_workers(workers);
             return s;

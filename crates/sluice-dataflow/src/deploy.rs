@@ -21,56 +21,14 @@ use crate::channel::Transport;
 use crate::checkpoint::coordinator::{self, BarrierSignals, CoordinatorEvent, PendingCheckpoints};
 use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint};
 use crate::metrics::TaskMetrics;
-use crate::operator::Operator;
+pub use crate::part::{ConnectorFactory, DeployConfig, Failure, InstanceContext};
 use crate::part::{PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part};
-use crate::source::SourceReader;
-use arrow::datatypes::SchemaRef;
-use serde::{Deserialize, Serialize};
-use sluice_plan::{PhysicalDag, SinkSpec, SourceSpec};
+use sluice_plan::PhysicalDag;
 use sluice_types::{Error, OperatorId, PipelineId, Result, SqlCode, WorkerId};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-
-/// Which task instance a connector builds a reader or sink for.
-#[derive(Debug, Clone)]
-pub struct InstanceContext {
-    pub pipeline: PipelineId,
-    pub instance: u32,
-    pub parallelism: u32,
-    /// The task's metrics: connectors count malformed records and report
-    /// transient conditions (e.g. a broker that is down) here.
-    pub metrics: Arc<TaskMetrics>,
-}
-
-/// Builds sources and sinks for connector names. Implemented by the
-/// connectors crate; the runtime only calls it.
-pub trait ConnectorFactory: Send + Sync {
-    /// The reader of one source instance.
-    fn source(&self, spec: &SourceSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn SourceReader>>;
-    /// A sink operator instance.
-    fn sink(&self, spec: &SinkSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn Operator>>;
-}
-
-/// Runtime settings of a deployment.
-#[derive(Debug, Clone)]
-pub struct DeployConfig {
-    /// Largest batch a source emits.
-    pub batch_rows_max: usize,
-    /// Operator chaining: filters/projections behind a forward edge run in
-    /// their upstream's task ([`PhysicalDag::chained_into`]).
-    pub chain_operators: bool,
-}
-
-impl Default for DeployConfig {
-    fn default() -> Self {
-        DeployConfig {
-            batch_rows_max: 8192,
-            chain_operators: true,
-        }
-    }
-}
 
 /// Where a pipeline is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,47 +180,6 @@ impl PipelineRuntime {
         let mut done = self.done.clone();
         let _ = done.wait_for(|d| *d).await;
         self.status()
-    }
-}
-
-/// Why a task (or the checkpoint coordinator) failed, as its supervisor
-/// records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Failure {
-    pub error: String,
-    /// The SQLSTATE class of a user error.
-    pub code: Option<SqlCode>,
-    /// The task's downstream went away ([`Error::DownstreamClosed`]): the
-    /// consequence of a failure downstream, which replaces it when it comes.
-    pub consequence: bool,
-}
-
-impl Failure {
-    pub fn of(e: &Error) -> Self {
-        Failure {
-            error: e.to_string(),
-            code: match e {
-                Error::User { code, .. } => Some(*code),
-                _ => None,
-            },
-            consequence: matches!(e, Error::DownstreamClosed),
-        }
-    }
-
-    pub fn message(error: String) -> Self {
-        Failure {
-            error,
-            code: None,
-            consequence: false,
-        }
-    }
-
-    pub fn panic(panic: &Box<dyn std::any::Any + Send>) -> Self {
-        Failure {
-            error: format!("task panicked: {}", panic_message(panic)),
-            code: None,
-            consequence: false,
-        }
     }
 }
 
@@ -594,16 +511,6 @@ async fn follow(
     coordinator_stop.cancel();
     status.settle(cancel.is_cancelled());
     let _ = done.send(true);
-}
-
-pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
 }
 
 #[cfg(test)]

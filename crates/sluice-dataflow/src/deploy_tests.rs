@@ -4,8 +4,11 @@
 use super::*;
 use crate::OperatorContext;
 use crate::channel::InProcessTransport;
+use crate::operator::Operator;
 use crate::source::SourceEvent;
+use crate::source::SourceReader;
 use arrow::array::Int64Array;
+use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;

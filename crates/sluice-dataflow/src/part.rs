@@ -19,21 +19,21 @@ use crate::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport};
 use crate::checkpoint::coordinator::{self, AckEvent, BarrierSignals, CheckpointHandles, CoordinatorEvent};
 use crate::checkpoint::{RestoredCheckpoint, StateStore, TaskCheckpoint, TaskIdentity, TaskState};
 use crate::computed::ComputedColumnsReader;
-use crate::deploy::{ConnectorFactory, DeployConfig, Failure, InstanceContext};
 use crate::exchange::{Blame, Chained, Output, OutputEdge};
 use crate::join::JoinOperator;
 use crate::metrics::{TaskMetrics, Timed};
 use crate::operator::Operator;
 use crate::project::ProjectOperator;
-use crate::source::SourceTask;
+use crate::source::{SourceReader, SourceTask};
 use crate::task::Task;
 use crate::watermark_alignment::AlignmentGroup;
 use crate::window::build_window_operator;
+use arrow::datatypes::SchemaRef;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use sluice_plan::diff::StateHandoff;
-use sluice_plan::{EdgeSpec, OperatorKind, OperatorSpec, Partitioning, PhysicalDag};
-use sluice_types::{Error, OperatorId, PipelineId, Result, WorkerId};
+use sluice_plan::{EdgeSpec, OperatorKind, OperatorSpec, Partitioning, PhysicalDag, SinkSpec, SourceSpec};
+use sluice_types::{Error, OperatorId, PipelineId, Result, SqlCode, WorkerId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -42,6 +42,96 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+
+/// Which task instance a connector builds a reader or sink for.
+#[derive(Debug, Clone)]
+pub struct InstanceContext {
+    pub pipeline: PipelineId,
+    pub instance: u32,
+    pub parallelism: u32,
+    /// The task's metrics: connectors count malformed records and report
+    /// transient conditions (e.g. a broker that is down) here.
+    pub metrics: Arc<TaskMetrics>,
+}
+
+/// Builds sources and sinks for connector names. Implemented by the
+/// connectors crate; the runtime only calls it.
+pub trait ConnectorFactory: Send + Sync {
+    /// The reader of one source instance.
+    fn source(&self, spec: &SourceSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn SourceReader>>;
+    /// A sink operator instance.
+    fn sink(&self, spec: &SinkSpec, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Box<dyn Operator>>;
+}
+
+/// Runtime settings of a deployment.
+#[derive(Debug, Clone)]
+pub struct DeployConfig {
+    /// Largest batch a source emits.
+    pub batch_rows_max: usize,
+    /// Operator chaining: filters/projections behind a forward edge run in
+    /// their upstream's task ([`PhysicalDag::chained_into`]).
+    pub chain_operators: bool,
+}
+
+impl Default for DeployConfig {
+    fn default() -> Self {
+        DeployConfig {
+            batch_rows_max: 8192,
+            chain_operators: true,
+        }
+    }
+}
+
+/// Why a task (or the checkpoint coordinator) failed, as its supervisor
+/// records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub error: String,
+    /// The SQLSTATE class of a user error.
+    pub code: Option<SqlCode>,
+    /// The task's downstream went away ([`Error::DownstreamClosed`]): the
+    /// consequence of a failure downstream, which replaces it when it comes.
+    pub consequence: bool,
+}
+
+impl Failure {
+    pub fn of(e: &Error) -> Self {
+        Failure {
+            error: e.to_string(),
+            code: match e {
+                Error::User { code, .. } => Some(*code),
+                _ => None,
+            },
+            consequence: matches!(e, Error::DownstreamClosed),
+        }
+    }
+
+    pub fn message(error: String) -> Self {
+        Failure {
+            error,
+            code: None,
+            consequence: false,
+        }
+    }
+
+    pub fn panic(panic: &Box<dyn std::any::Any + Send>) -> Self {
+        Failure {
+            error: format!("task panicked: {}", panic_message(panic)),
+            code: None,
+            consequence: false,
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
 
 /// Which worker runs each operator instance of a deployment.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
