@@ -59,6 +59,12 @@ pub enum SourceEvent {
 
 /// A connector's reader for one source instance. It may own several
 /// partitions (e.g. Kafka partitions); each gets its own watermark.
+///
+/// A reader that wraps another (e.g. [`ComputedColumnsReader`]) must
+/// forward `snapshot`, `restore` and `restore_rescaled`: the defaults
+/// would silently start the stream over on every restore.
+///
+/// [`ComputedColumnsReader`]: crate::computed::ComputedColumnsReader
 #[async_trait]
 pub trait SourceReader: Send {
     /// How many partitions this instance reads, as far as it knows at start
