@@ -176,14 +176,24 @@ async fn metrics_cover_tasks_workers_checkpoints_and_processes() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let text = loop {
         let text = body().await;
+        // Each window instance's snapshot, stored by its worker, is sized.
+        let windows_sized = text
+            .lines()
+            .filter(|l| l.starts_with("sluice_task_state_bytes") && l.contains("kind=\"window_aggregate\""))
+            .filter(|l| !l.ends_with(" 0"))
+            .count();
         if text.contains("sluice_checkpoint_duration_seconds{pipeline=\"m_plain\"}")
             && text
                 .lines()
                 .any(|l| l.starts_with("sluice_task_rows_out_total") && !l.ends_with(" 0"))
+            && windows_sized == 2
         {
             break text;
         }
-        assert!(Instant::now() < deadline, "no checkpoint or counters in 60 s:\n{text}");
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint, counters or sized window state in 60 s:\n{text}"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     for family in [
@@ -199,6 +209,10 @@ async fn metrics_cover_tasks_workers_checkpoints_and_processes() {
         "sluice_task_busy_seconds_total",
         "sluice_task_state_groups",
         "sluice_task_late_rows_total",
+        "sluice_task_state_bytes",
+        "sluice_task_checkpoint_alignment_seconds_total",
+        "sluice_task_watermark_lag_seconds",
+        "sluice_checkpoint_alignment_seconds",
         "sluice_worker_slots",
         "sluice_worker_used_slots",
         "sluice_worker_heartbeat_age_seconds",

@@ -8,7 +8,7 @@ const SCHEMA_VERSION_MIN: u64 = 36;
 
 /// What an operator of a cluster looks for (issue 24), with a series that
 /// shows it: the dashboard must use each.
-const REQUIRED: [(&str, &str); 18] = [
+const REQUIRED: [(&str, &str); 21] = [
     ("pipeline rows in", "sluice_pipeline_rows_in_total"),
     ("pipeline rows out", "sluice_pipeline_rows_out_total"),
     ("per-task rows by worker", "sluice_task_rows_out_total"),
@@ -19,6 +19,12 @@ const REQUIRED: [(&str, &str); 18] = [
     ("late rows", "sluice_task_late_rows_total"),
     ("checkpoint duration", "sluice_checkpoint_duration_seconds"),
     ("checkpoint bytes", "sluice_checkpoint_bytes"),
+    ("checkpoint alignment", "sluice_checkpoint_alignment_seconds"),
+    (
+        "barrier alignment per task",
+        "sluice_task_checkpoint_alignment_seconds_total",
+    ),
+    ("state bytes", "sluice_task_state_bytes"),
     ("worker slots", "sluice_worker_slots"),
     ("worker used slots", "sluice_worker_used_slots"),
     ("data-plane bytes", "sluice_worker_data_bytes_sent_total"),

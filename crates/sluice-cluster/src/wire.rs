@@ -157,6 +157,9 @@ pub fn metrics_to_wire(key: DeploymentKey, m: &TaskMetrics) -> pb::TaskMetrics {
         watermark_ms: m.watermark_ms.load(Ordering::Relaxed),
         state_groups: get(&m.state_groups),
         condition: m.condition().unwrap_or_default(),
+        checkpoint_alignment_us: get(&m.checkpoint_alignment_us),
+        last_checkpoint_alignment_us: get(&m.last_checkpoint_alignment_us),
+        state_bytes: get(&m.state_bytes),
     }
 }
 
@@ -172,6 +175,9 @@ pub fn apply_metrics(m: &TaskMetrics, w: &pb::TaskMetrics) {
     set(&m.busy_us, w.busy_us);
     set(&m.poll_max_us, w.poll_max_us);
     set(&m.alignment_held_us, w.alignment_held_us);
+    set(&m.checkpoint_alignment_us, w.checkpoint_alignment_us);
+    set(&m.last_checkpoint_alignment_us, w.last_checkpoint_alignment_us);
+    set(&m.state_bytes, w.state_bytes);
     m.watermark_ms.store(w.watermark_ms, Ordering::Relaxed);
     set(&m.state_groups, w.state_groups);
     m.set_condition(Some(w.condition.clone()).filter(|c| !c.is_empty()));

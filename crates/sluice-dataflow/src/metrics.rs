@@ -40,6 +40,14 @@ pub struct TaskMetrics {
     pub state_groups: AtomicU64,
     /// Input records a source could not decode (skipped or dead-lettered).
     pub records_malformed: AtomicU64,
+    /// Time spent aligning checkpoint barriers (from a checkpoint's first
+    /// barrier on one input to its last), all checkpoints, µs; inputs whose
+    /// barrier arrived wait meanwhile.
+    pub checkpoint_alignment_us: AtomicU64,
+    /// The same, of the task's latest checkpoint only, µs.
+    pub last_checkpoint_alignment_us: AtomicU64,
+    /// Size of the task's latest stored snapshot (its state), bytes.
+    pub state_bytes: AtomicU64,
     /// A problem the task is working around right now (e.g. "broker
     /// unreachable, retrying"); cleared when it passes.
     condition: Mutex<Option<String>>,
@@ -62,6 +70,9 @@ impl TaskMetrics {
             queued_rows: AtomicU64::new(0),
             state_groups: AtomicU64::new(0),
             records_malformed: AtomicU64::new(0),
+            checkpoint_alignment_us: AtomicU64::new(0),
+            last_checkpoint_alignment_us: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
             condition: Mutex::new(None),
         })
     }

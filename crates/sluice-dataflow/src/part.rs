@@ -329,7 +329,18 @@ pub fn start_part(spec: PartSpec<'_>, report: impl Fn(PartEvent) + Send + Sync +
     // goes with `checkpointing` here).
     let writer = checkpointing.map(|c| {
         let report = report.clone();
+        let metrics = spec.metrics.clone();
         tokio::spawn(coordinator::write_states(spec.id, c.store, acks_rx, move |e| {
+            if let CoordinatorEvent::Stored {
+                operator,
+                instance,
+                entry,
+                ..
+            } = &e
+                && let Some(m) = metrics.get(&(*operator, *instance))
+            {
+                m.state_bytes.store(entry.bytes, std::sync::atomic::Ordering::Relaxed);
+            }
             report(PartEvent::Checkpoint(e))
         }))
     });

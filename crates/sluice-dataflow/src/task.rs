@@ -129,6 +129,8 @@ impl Task {
         // The mutation of the barrier being aligned (every input's copy
         // carries the same).
         let mut mutation: Option<Mutation> = None;
+        // When the barrier being aligned first arrived.
+        let mut aligning_since: Option<std::time::Instant> = None;
         let mut timer = self.operator.timer_interval().map(|every| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -157,20 +159,26 @@ impl Task {
             let done = match message {
                 Message::Barrier(b) => {
                     mutation = mutation.or(b.mutation);
-                    if let Some(id) = aligner.on_barrier(input, b.checkpoint_id)
-                        && self.aligned(id, mutation.take(), &frontier).await?
-                    {
-                        return Ok(());
+                    let since = *aligning_since.get_or_insert_with(std::time::Instant::now);
+                    if let Some(id) = aligner.on_barrier(input, b.checkpoint_id) {
+                        self.record_alignment(since);
+                        aligning_since = None;
+                        if self.aligned(id, mutation.take(), &frontier).await? {
+                            return Ok(());
+                        }
                     }
                     false
                 }
                 Message::EndOfInput => {
                     let aligned = aligner.on_end(input);
                     let done = self.handle(&mut frontier, input, Message::EndOfInput).await?;
-                    if let (Some(id), false) = (aligned, done)
-                        && self.aligned(id, mutation.take(), &frontier).await?
-                    {
-                        return Ok(());
+                    if let (Some(id), false) = (aligned, done) {
+                        if let Some(since) = aligning_since.take() {
+                            self.record_alignment(since);
+                        }
+                        if self.aligned(id, mutation.take(), &frontier).await? {
+                            return Ok(());
+                        }
                     }
                     done
                 }
@@ -231,6 +239,12 @@ impl Task {
             }
         }
         self.operator.commit(id).await
+    }
+
+    fn record_alignment(&self, since: std::time::Instant) {
+        let us = since.elapsed().as_micros() as u64;
+        self.metrics.checkpoint_alignment_us.fetch_add(us, Ordering::Relaxed);
+        self.metrics.last_checkpoint_alignment_us.store(us, Ordering::Relaxed);
     }
 
     fn record_queue(&self) {
@@ -399,6 +413,69 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         panic!("the operator was never freed");
+    }
+
+    struct Noop;
+
+    #[async_trait::async_trait]
+    impl Operator for Noop {
+        async fn process_batch(&mut self, _: RecordBatch, _: usize, _: &mut OperatorContext<'_>) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Alignment time runs from a checkpoint's first barrier (input 0) to
+    /// its last (input 1, sent at least 60 ms later); a second checkpoint
+    /// whose barriers come together adds almost nothing.
+    #[tokio::test]
+    async fn barrier_alignment_is_timed_from_first_barrier_to_last() {
+        let (a_tx, a_rx) = crate::channel::channel(16);
+        let (b_tx, b_rx) = crate::channel::channel(16);
+        let (out_tx, _out_rx) = crate::channel::channel(64);
+        let metrics = TaskMetrics::new(sluice_types::OperatorId(1), 0, "test");
+        let task = Task {
+            operator: Box::new(Noop),
+            inputs: vec![a_rx, b_rx],
+            output: Output::new(
+                vec![OutputEdge::new(
+                    sluice_plan::Partitioning::Forward,
+                    vec![out_tx],
+                    0,
+                    sluice_plan::KEY_GROUPS_DEFAULT,
+                )],
+                metrics.clone(),
+            ),
+            metrics: metrics.clone(),
+            cancel: CancellationToken::new(),
+            checkpoint: None,
+        };
+        let running = tokio::spawn(task.run());
+        a_tx.send(Message::Barrier(Barrier::checkpoint(1))).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+        b_tx.send(Message::Barrier(Barrier::checkpoint(1))).await.unwrap();
+        let first = loop {
+            let us = metrics.last_checkpoint_alignment_us.load(Ordering::Relaxed);
+            if us > 0 {
+                break us;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        };
+        assert!(
+            first >= 60_000,
+            "aligned in {first} µs, the last barrier came 60 ms after the first"
+        );
+        b_tx.send(Message::Barrier(Barrier::checkpoint(2))).await.unwrap();
+        a_tx.send(Message::Barrier(Barrier::checkpoint(2))).await.unwrap();
+        a_tx.send(Message::EndOfInput).await.unwrap();
+        b_tx.send(Message::EndOfInput).await.unwrap();
+        running.await.unwrap().unwrap();
+        let second = metrics.last_checkpoint_alignment_us.load(Ordering::Relaxed);
+        assert!(second < first, "the second alignment ({second} µs) is timed on its own");
+        assert_eq!(
+            metrics.checkpoint_alignment_us.load(Ordering::Relaxed),
+            first + second,
+            "the total adds every checkpoint's alignment"
+        );
     }
 
     #[test]

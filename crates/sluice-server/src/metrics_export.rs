@@ -5,8 +5,10 @@
 //!   checkpoint's duration and bytes, checkpoints completed and failed;
 //! - per operator instance (labels `pipeline`, `operator`, `kind`,
 //!   `instance`, `worker`): rows in/out, queued rows, backpressure and busy
-//!   time, open window groups (state rows), watermark lag, late rows,
-//!   malformed records;
+//!   time, open window groups (state rows), the latest snapshot's bytes
+//!   (state bytes), barrier alignment time, watermark lag, late rows,
+//!   malformed records; per pipeline the longest alignment of any instance
+//!   in its latest checkpoint;
 //! - per worker (label `worker`; a cluster master only): slots, used slots,
 //!   heartbeat age, data-plane bytes sent/received, time waiting for remote
 //!   credits, resident memory and CPU time;
@@ -156,7 +158,7 @@ pub fn render(master: &Master, cluster: Option<&Cluster>) -> String {
 /// Per operator instance, of every running named pipeline.
 fn task_families(out: &mut String, master: &Master, pipelines: &[sluice_cluster::status::PipelineInfo], now: i64) {
     type Get = fn(&sluice_dataflow::metrics::TaskMetrics, i64) -> Option<f64>;
-    let families: [(&str, &str, &str, Get); 9] = [
+    let families: [(&str, &str, &str, Get); 11] = [
         (
             "sluice_task_rows_in_total",
             "counter",
@@ -192,6 +194,18 @@ fn task_families(out: &mut String, master: &Master, pipelines: &[sluice_cluster:
             "gauge",
             "Open window groups an instance holds (its state rows).",
             |m, _| Some(m.state_groups.load(Ordering::Relaxed) as f64),
+        ),
+        (
+            "sluice_task_state_bytes",
+            "gauge",
+            "Size of an instance's latest stored snapshot (its state).",
+            |m, _| Some(m.state_bytes.load(Ordering::Relaxed) as f64),
+        ),
+        (
+            "sluice_task_checkpoint_alignment_seconds_total",
+            "counter",
+            "Time an instance spent aligning checkpoint barriers (first barrier to last).",
+            |m, _| Some(m.checkpoint_alignment_us.load(Ordering::Relaxed) as f64 / 1e6),
         ),
         (
             "sluice_task_watermark_lag_seconds",
@@ -241,6 +255,27 @@ fn task_families(out: &mut String, master: &Master, pipelines: &[sluice_cluster:
         }
         family(out, (name, kind, help), &samples);
     }
+    let longest: Vec<(String, f64)> = runtimes
+        .iter()
+        .map(|(pipeline, r)| {
+            let us = r
+                .metrics
+                .iter()
+                .map(|m| m.last_checkpoint_alignment_us.load(Ordering::Relaxed))
+                .max()
+                .unwrap_or(0);
+            (labels(&[("pipeline", pipeline)]), us as f64 / 1e6)
+        })
+        .collect();
+    family(
+        out,
+        (
+            "sluice_checkpoint_alignment_seconds",
+            "gauge",
+            "The longest barrier alignment of any instance in its latest checkpoint.",
+        ),
+        &longest,
+    );
 }
 
 /// Per worker of a cluster.
