@@ -31,6 +31,8 @@ export interface PipelineSummary {
 export interface InstanceMetrics {
   operator: number;
   instance: number;
+  /** The worker running the instance ("local" in the playground); null when not placed. */
+  worker: string | null;
   kind: string;
   rows_in: number;
   rows_out: number;
@@ -151,18 +153,56 @@ export interface History {
   operators: OperatorHistory[];
 }
 
+/** A master: its control address (absent in the playground, where the
+ * master and its one worker share the process). */
+export interface ClusterMaster {
+  id: string;
+  address?: string;
+  role: string;
+  health: string;
+}
+
+/**
+ * A worker. A cluster master lists its registered workers (health
+ * `healthy`, `late` or `draining`, with slots used, labels and process
+ * metrics); the playground lists its one in-process worker (health `ok`,
+ * `stale` or `starting`, with its running tasks). A worker declared dead is
+ * no longer listed.
+ */
+export interface ClusterWorker {
+  id: string;
+  health: string;
+  slots: number;
+  heartbeat_age_ms: number | null;
+  /** Cluster only. */
+  data_address?: string;
+  used_slots?: number;
+  labels?: Record<string, string>;
+  rss_bytes?: number;
+  /** CPU time the worker process has used, ns. */
+  cpu_ns?: number;
+  data_bytes_sent?: number;
+  data_bytes_received?: number;
+  /** Time its tasks' senders waited for remote credits, ns. */
+  credit_wait_ns?: number;
+  /** Playground only. */
+  tasks?: number;
+  pipelines_running?: number;
+}
+
 export interface Cluster {
   version: string;
   uptime_ms: number;
-  masters: { id: string; role: string; health: string }[];
-  workers: {
-    id: string;
-    health: string;
-    slots: number;
-    tasks: number;
-    pipelines_running: number;
-    heartbeat_age_ms: number | null;
-  }[];
+  masters: ClusterMaster[];
+  workers: ClusterWorker[];
+}
+
+/** The worker id task instances carry in the playground (one process). */
+export const LOCAL_WORKER = "local";
+
+/** The playground: one process, no master control address. */
+export function singleProcess(c: Cluster): boolean {
+  return c.masters.every((m) => m.address === undefined);
 }
 
 export interface SqlResult {

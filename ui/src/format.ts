@@ -21,6 +21,19 @@ export function duration(ms: number | null | undefined): string {
   return `${(ms / 86_400_000).toFixed(1)} d`;
 }
 
+/** Bytes in binary units: "512 B", "88.1 MiB". */
+export function bytes(n: number | null | undefined): string {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = n;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
 export function timestamp(ms: number | null | undefined): string {
   if (ms === null || ms === undefined) return "–";
   return new Date(ms).toISOString().replace("T", " ").replace("Z", "");

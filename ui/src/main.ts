@@ -1,11 +1,12 @@
 // The Sluice dashboard: a small single-page app over the REST API.
-// Routes: / (overview), /pipelines/:name, /sql. Pages poll the API once a
+// Routes: / (overview), /pipelines/:name, /workers, /sql. Pages poll the API once a
 // second, so everything updates without a manual refresh.
 
 import "./style.css";
 import { overviewPage } from "./pages/overview";
 import { pipelinePage } from "./pages/pipeline";
 import { sqlPage } from "./pages/sql";
+import { workersPage } from "./pages/workers";
 import { el } from "./format";
 import type { Page } from "./poll";
 
@@ -19,7 +20,7 @@ function nav(): HTMLElement {
     if (here) a.classList.add("active");
     return a;
   };
-  return el("header", {}, el("span", { class: "brand" }, "Sluice"), link("/", "Overview"), link("/sql", "SQL"));
+  return el("header", {}, el("span", { class: "brand" }, "Sluice"), link("/", "Overview"), link("/workers", "Workers"), link("/sql", "SQL"));
 }
 
 function render(): void {
@@ -30,6 +31,7 @@ function render(): void {
   const pipeline = path.match(/^\/pipelines\/([^/]+)$/);
   if (pipeline) current = pipelinePage(main, decodeURIComponent(pipeline[1]));
   else if (path === "/sql") current = sqlPage(main);
+  else if (path === "/workers") current = workersPage(main);
   else current = overviewPage(main);
 }
 

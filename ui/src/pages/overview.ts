@@ -9,13 +9,11 @@ function clusterCard(c: Cluster): HTMLElement {
   const masters = c.masters.map((m) =>
     el("li", {}, el("span", { class: `health ${m.health}` }, m.health), ` ${m.id} (${m.role})`),
   );
+  // The playground's worker counts its tasks; a cluster's count the slots they use.
+  const load = (w: Cluster["workers"][number]) =>
+    w.used_slots !== undefined ? `${w.used_slots} of ${w.slots} slots used` : `${w.tasks ?? 0} tasks on ${w.slots} slots, ${w.pipelines_running ?? 0} pipelines`;
   const workers = c.workers.map((w) =>
-    el(
-      "li",
-      {},
-      el("span", { class: `health ${w.health}` }, w.health),
-      ` ${w.id}: ${w.tasks} tasks on ${w.slots} slots, ${w.pipelines_running} pipelines, heartbeat ${duration(w.heartbeat_age_ms)} ago`,
-    ),
+    el("li", {}, el("span", { class: `health ${w.health}` }, w.health), ` ${w.id}: ${load(w)}, heartbeat ${duration(w.heartbeat_age_ms)} ago`),
   );
   return el(
     "section",
@@ -26,6 +24,8 @@ function clusterCard(c: Cluster): HTMLElement {
     el("ul", {}, ...masters),
     el("h3", {}, "Workers"),
     el("ul", {}, ...workers),
+    workers.length === 0 ? el("p", { class: "muted" }, "No worker is registered.") : "",
+    el("p", {}, el("a", { href: "/workers" }, "Workers and their tasks →")),
   );
 }
 

@@ -10,12 +10,13 @@ import { count, duration, el, percent, rate, timestamp } from "../format";
 import { navigate, poll, type Page } from "../poll";
 
 function instanceTable(instances: InstanceMetrics[]): HTMLElement {
-  const head = ["instance", "rows in", "in/s", "rows out", "out/s", "busy", "backpressure", "queued rows", "state groups", "watermark", "lag"];
+  const head = ["instance", "worker", "rows in", "in/s", "rows out", "out/s", "busy", "backpressure", "queued rows", "state groups", "watermark", "lag"];
   const rows = instances.map((i) =>
     el(
       "tr",
       { "data-testid": "instance-row" },
       el("td", {}, String(i.instance)),
+      el("td", { "data-testid": "instance-worker" }, i.worker === null ? "–" : el("a", { href: "/workers" }, i.worker)),
       el("td", { class: "num" }, count(i.rows_in)),
       el("td", { class: "num" }, rate(i.rows_in_per_s)),
       el("td", { class: "num" }, count(i.rows_out)),
