@@ -180,7 +180,7 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
         "started_ms": s.engine.started_ms,
         "masters": [{ "id": "master-0", "role": "leader", "health": "ok" }],
         "workers": [{
-            "id": "worker-0",
+            "id": sluice_types::WorkerId::local().0,
             "health": worker_health,
             "slots": s.worker.slots(),
             "tasks": s.worker.tasks_running(),
