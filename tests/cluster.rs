@@ -404,17 +404,94 @@ fn committed_windows(dir: &std::path::Path) -> Vec<(String, i64, i64)> {
     rows
 }
 
-/// Master and workers each in its own network namespace (its own address,
-/// as on separate hosts). Pulling a worker's cable mid-stream: the master
-/// hears nothing (no reset), declares it dead after the worker timeout and
-/// restarts the pipeline on the other worker from its checkpoint; the cut
-/// worker, hearing nothing from the master, stops its tasks. Plugged back,
-/// it registers again. Every window of the exactly-once file sink is
-/// written once, with the count computed by hand: 20 rows of each key.
-/// (It once caught a stream with computed columns restoring no source
-/// position: replayed rows were counted twice.)
+/// A network fault, in network namespaces (each process its own address,
+/// as on separate hosts).
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// w1's cable pulled: it hears nobody, nobody hears it.
+    Cable,
+    /// Packets between w1 and w2 dropped (the data plane breaks); both
+    /// still hear the master.
+    BetweenWorkers,
+    /// Packets between w1 and the master dropped; w1 still reaches w2.
+    WorkerMaster,
+}
+
+impl Hosts {
+    /// Drops (true) or passes again (false) every packet between hosts
+    /// `a` and `b`: a blackhole route on each side, so no reset comes from
+    /// the peer; the link breaks on the local route error TCP meets when
+    /// it sends, or on the keepalive, whichever comes first.
+    fn partition(&self, a: &str, b: &str, cut: bool) {
+        for (from, to) in [(a, b), (b, a)] {
+            let status = std::process::Command::new("ip")
+                .args(["-n", &self.ns(from), "route", if cut { "add" } else { "del" }])
+                .args(["blackhole", &format!("{}/32", self.ip(to))])
+                .status()
+                .unwrap();
+            assert!(status.success(), "blackhole {from} -> {to}");
+        }
+    }
+
+    fn fault(&self, fault: Fault, on: bool) {
+        match fault {
+            Fault::Cable => self.link("w1", !on),
+            Fault::BetweenWorkers => self.partition("w1", "w2", on),
+            Fault::WorkerMaster => self.partition("w1", "m", on),
+        }
+    }
+}
+
+/// Pulling a worker's cable mid-stream: the master hears nothing (no
+/// reset), declares it dead after the worker timeout and restarts the
+/// pipeline on the other worker from its checkpoint; the cut worker,
+/// hearing nothing from the master, stops its tasks. Plugged back, it
+/// registers again. Every window of the exactly-once file sink is written
+/// once, with the count computed by hand: 20 rows of each key. (It once
+/// caught a stream with computed columns restoring no source position:
+/// replayed rows were counted twice.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pulled_cable_moves_the_tasks_keeps_windows_exact_and_the_worker_rejoins() {
+    network_fault(Fault::Cable).await;
+}
+
+/// Cutting only the data plane between the two workers: both keep their
+/// sessions with the master, but the link's keepalive fails, the pipeline
+/// fails with the broken link in SHOW PIPELINES and restarts from its
+/// checkpoint with backoff until the link is back; then every window is
+/// written once with its full count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_between_workers_restarts_the_pipeline_and_keeps_windows_exact() {
+    network_fault(Fault::BetweenWorkers).await;
+}
+
+/// Cutting only w1 from the master (w1 still reaches w2): the master
+/// declares w1 dead and moves its tasks to w2; w1, hearing no master,
+/// stops its own — never two live copies writing. Mended, w1 registers
+/// again; every window written once with its full count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cut_from_the_master_is_replaced_and_keeps_windows_exact() {
+    network_fault(Fault::WorkerMaster).await;
+}
+
+/// SHOW PIPELINES' `state` and `error` of `name`.
+async fn pipeline_row(c: &tokio_postgres::Client, name: &str) -> (String, String) {
+    let Ok(messages) = c.simple_query("SHOW PIPELINES").await else {
+        return Default::default();
+    };
+    messages
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => Some((
+                r.get("state").unwrap_or_default().to_string(),
+                r.get("error").unwrap_or_default().to_string(),
+            )),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+async fn network_fault(fault: Fault) {
     let hosts = Hosts::up(&format!("sl{}", std::process::id() % 10_000), &["m", "w1", "w2"]);
     let tmp = tempfile::tempdir().unwrap();
     let mut server = TestServer::start_master_at(tmp.path(), &[], Some(&hosts.ns("m")), &hosts.ip("m"));
@@ -467,36 +544,54 @@ async fn a_pulled_cable_moves_the_tasks_keeps_windows_exact_and_the_worker_rejoi
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    hosts.link("w1", false);
-    // Declared dead after 3 s of silence; the pipeline runs again on w2.
+    let before = committed_windows(&out).len();
+    hosts.fault(fault, true);
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = workers(&server);
-        let state = pipeline_state(&c, "n_out").await;
-        if now.len() == 1 && now[0].0 == "w2" && now[0].1 > 0 && state.as_deref() == Some("running") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the pipeline did not move off the cut worker: {now:?} {state:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    match fault {
+        // Declared dead after 3 s of silence; the pipeline runs again on w2.
+        Fault::Cable | Fault::WorkerMaster => loop {
+            let now = workers(&server);
+            let (state, _) = pipeline_row(&c, "n_out").await;
+            if now.len() == 1 && now[0].0 == "w2" && now[0].1 > 0 && state == "running" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the pipeline did not move off the cut worker: {now:?} {state:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        },
+        // Both workers stay; the broken link shows.
+        Fault::BetweenWorkers => loop {
+            let (state, error) = pipeline_row(&c, "n_out").await;
+            if error.contains("data link") {
+                assert_eq!(workers(&server).len(), 2, "both workers still registered");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the broken data link never showed: {state:?} {error:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        },
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    hosts.link("w1", true);
-    // The cut worker stopped its tasks (no word from the master) and
-    // registers again once its cable is back.
+    hosts.fault(fault, false);
+    // A cut-off worker stopped its tasks (no word from the master) and
+    // registers again once it hears the master.
     server.wait_for_workers(2);
+    // Well past the windows committed before the fault.
     let deadline = Instant::now() + Duration::from_secs(120);
     let rows = loop {
         let rows = committed_windows(&out);
-        if rows.len() >= 150 {
+        if rows.len() >= before + 100 {
             break rows;
         }
         assert!(
             Instant::now() < deadline,
-            "only {} windows committed in time",
-            rows.len()
+            "only {} windows committed in time ({before} before the fault): {:?}",
+            rows.len(),
+            pipeline_row(&c, "n_out").await
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
@@ -507,6 +602,22 @@ async fn a_pulled_cable_moves_the_tasks_keeps_windows_exact_and_the_worker_rejoi
     }
     let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
     assert!(twice.is_empty(), "windows written more than once: {twice:?}");
+    // No gap: every second's window from 0 on, each with all five keys.
+    let seconds: std::collections::BTreeSet<i64> = seen
+        .keys()
+        .map(|(w, _)| {
+            let hms = w.trim_matches('"').rsplit('T').next().unwrap().to_string();
+            hms.split(':')
+                .fold(0, |acc, part| acc * 60 + part.parse::<i64>().unwrap())
+        })
+        .collect();
+    assert_eq!(seen.len(), seconds.len() * 5, "a window lacks a key");
+    let last = *seconds.last().unwrap();
+    assert_eq!(
+        seconds.len() as i64,
+        last + 1,
+        "windows 0..={last} not all committed: {seconds:?}"
+    );
     drop(server);
 }
 
