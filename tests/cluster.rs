@@ -250,11 +250,14 @@ async fn metrics_cover_tasks_workers_checkpoints_and_processes() {
     assert!(sent > 0.0, "no data-plane bytes:\n{text}");
 }
 
-/// SIGTERM to a worker: it drains (the master moves its tasks to the
-/// other worker, restored from the last checkpoint) and exits cleanly.
+/// SIGTERM to a worker: it drains — the pipeline stops at a barrier and
+/// starts again from that barrier's checkpoint on the other worker, which
+/// is no failure (no restart counted, no error) — and exits cleanly. The
+/// exactly-once file sink then holds every number of the sequence from 0
+/// on, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_terminated_worker_drains_its_tasks_and_exits() {
-    let (mut server, _tmp) = cluster(2);
+async fn a_terminated_worker_drains_its_tasks_at_a_barrier_and_exits() {
+    let (mut server, tmp) = cluster(2);
     let c = server.connect().await;
     exec(
         &c,
@@ -263,9 +266,16 @@ async fn a_terminated_worker_drains_its_tasks_and_exits() {
     )
     .await;
     exec(&c, "SET parallelism = 2").await;
+    let out = tmp.path().join("drained");
+    // Checkpoints every 30 s: a fail-over would go back to the last one
+    // (and count a restart); a stop at a barrier needs none of them.
     exec(
         &c,
-        "CREATE SINK drained WITH (connector = 'blackhole', 'checkpoint.interval' = '1s') AS SELECT i FROM d_ticks",
+        &format!(
+            "CREATE SINK drained WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '30s')
+                AS SELECT i FROM d_ticks",
+            out.display()
+        ),
     )
     .await;
     let used = |s: &TestServer| -> Vec<(String, u64)> {
@@ -289,6 +299,7 @@ async fn a_terminated_worker_drains_its_tasks_and_exits() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let tasks: u64 = used(&server).iter().map(|(_, n)| n).sum();
     let status = server.terminate_worker(0, Duration::from_secs(30));
     assert!(
@@ -305,6 +316,44 @@ async fn a_terminated_worker_drains_its_tasks_and_exits() {
         assert!(Instant::now() < deadline, "tasks did not move to w2: {now:?} {state:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let rows = c.simple_query("SHOW PIPELINES").await.unwrap();
+    let (restarts, error) = rows
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some("drained") => Some((
+                r.get("restarts").unwrap().parse::<i64>().unwrap(),
+                r.get("error").filter(|e| !e.is_empty()).map(str::to_string),
+            )),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((restarts, error), (0, None), "the drain counted as a failure");
+    // The stop checkpoint committed everything read before the barrier;
+    // wait for the next commit after the move (30 s checkpoints).
+    let committed = || -> Vec<i64> {
+        let mut values = Vec::new();
+        for path in std::fs::read_dir(&out).into_iter().flatten().map(|e| e.unwrap().path()) {
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if name.starts_with('.') || !name.ends_with(".jsonl") {
+                continue;
+            }
+            for line in std::fs::read_to_string(&path).unwrap().lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                values.push(v["i"].as_i64().unwrap());
+            }
+        }
+        values.sort_unstable();
+        values
+    };
+    let values = committed();
+    assert!(!values.is_empty(), "the stop at the barrier committed nothing");
+    let expected: Vec<i64> = (0..values.len() as i64).collect();
+    assert!(
+        values == expected,
+        "committed numbers are not 0..{} once each (first difference at {:?})",
+        values.len(),
+        values.iter().zip(&expected).position(|(a, b)| a != b)
+    );
 }
 
 /// Network namespaces for one test (scripts/netns.sh), removed on drop.

@@ -43,6 +43,10 @@ pub const SESSION_QUEUE_MAX: usize = 1024;
 /// arriving after its stop is dropped); the master never resends a start,
 /// so forgetting old ones is safe.
 const STOPPED_REMEMBERED_MAX: usize = 4096;
+/// A drained worker (no part left running) waits at most this long for
+/// the master to stop the deployments its parts belonged to before it
+/// exits (their channels may still carry its last rows and barrier).
+const DRAIN_LINGER_MAX: Duration = Duration::from_secs(10);
 /// Heartbeat intervals without a message from the master after which a
 /// worker stops its tasks (the master declares a silent worker dead after
 /// its --worker-timeout, 5 s by default: the two sides give up alike).
@@ -188,6 +192,7 @@ impl Agent {
             events: events_tx,
             running: HashMap::new(),
             stopped: HashSet::new(),
+            closing: HashSet::new(),
             checkpoint_dir: registered.checkpoint_dir,
             term: 0,
         };
@@ -195,13 +200,26 @@ impl Agent {
             registered.heartbeat_interval_ms.max(100),
         )));
         let mut draining = false;
+        // Once draining and no part runs here: exit when the master stopped
+        // every deployment they belonged to, or at this deadline.
+        let mut leave_by: Option<tokio::time::Instant> = None;
         let mut link_failures = self.data.failures();
         // The master speaks at least once per heartbeat interval; silence
         // for MASTER_SILENCE_MAX intervals means it is gone or cut off.
         let silence_max = heartbeat.period() * MASTER_SILENCE_MAX;
         let mut last_heard = tokio::time::Instant::now();
         let end = loop {
+            if draining && session.running.is_empty() {
+                if session.closing.is_empty() {
+                    break SessionEnd::Shutdown;
+                }
+                leave_by.get_or_insert_with(|| tokio::time::Instant::now() + DRAIN_LINGER_MAX);
+            }
             tokio::select! {
+                _ = tokio::time::sleep_until(leave_by.unwrap_or(last_heard + silence_max)), if leave_by.is_some() => {
+                    tracing::warn!(worker = %self.config.id, "drained, but the master did not stop every deployment in time; leaving");
+                    break SessionEnd::Shutdown;
+                }
                 _ = tokio::time::sleep_until(last_heard + silence_max) => {
                     break SessionEnd::Lost(format!("no word from the master for {silence_max:?}"));
                 }
@@ -228,9 +246,6 @@ impl Agent {
                     draining = true;
                     tracing::info!(worker = %self.config.id, "draining: asking the master to move this worker's tasks");
                     if session.send(pb::worker_event::Event::Drain(pb::Drain {})).await.is_err() {
-                        break SessionEnd::Shutdown;
-                    }
-                    if session.running.is_empty() {
                         break SessionEnd::Shutdown;
                     }
                 }
@@ -260,10 +275,13 @@ impl Agent {
                     if exited {
                         // Its channels stay until the master says the whole
                         // deployment stopped: the data plane may still be
-                        // sending what the part's last tasks wrote.
-                        session.running.remove(&key);
-                        if draining && session.running.is_empty() {
-                            break SessionEnd::Shutdown;
+                        // sending what the part's last tasks wrote (a
+                        // draining worker waits for that before it exits).
+                        if session.running.remove(&key).is_some() {
+                            if session.closing.len() >= STOPPED_REMEMBERED_MAX {
+                                session.closing.clear();
+                            }
+                            session.closing.insert(key);
                         }
                     }
                 }
@@ -303,6 +321,10 @@ struct Session<'a> {
     /// Deployments stopped in this session: later commands for them are
     /// stale.
     stopped: HashSet<DeploymentKey>,
+    /// Deployments whose part here exited and that the master has not
+    /// stopped yet (their channels may still carry this worker's last
+    /// rows and barrier).
+    closing: HashSet<DeploymentKey>,
     checkpoint_dir: String,
     /// The highest master term seen (commands of a lower one are refused).
     term: u64,
@@ -393,6 +415,7 @@ impl Session<'_> {
                     self.stopped.clear();
                 }
                 self.stopped.insert(k);
+                self.closing.remove(&k);
                 if let Some(r) = self.running.get(&k) {
                     r.cancel.cancel();
                 }

@@ -49,6 +49,9 @@ pub const COMMAND_QUEUE_MAX: usize = 1024;
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 /// A worker silent this long is dead (`--worker-timeout`).
 pub const WORKER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// A draining worker's deployments stop at a barrier within this, or fail
+/// over from their last checkpoint.
+pub const DRAIN_STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A live worker as the master sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -268,21 +271,44 @@ impl Cluster {
         }
     }
 
-    /// A worker asks to leave: its deployments fail over to the others
-    /// (restored from their last checkpoints), then it exits.
+    /// A worker asks to leave: each deployment with a part on it stops at
+    /// a barrier and starts again from that barrier's checkpoint on the
+    /// other workers (nothing replayed, nothing lost); one that cannot stop
+    /// at a barrier, or does not in [`DRAIN_STOP_TIMEOUT`], fails over
+    /// from its last checkpoint instead. The worker exits once its parts
+    /// exited and their deployments stopped.
     fn drain(&self, id: &WorkerId) {
         if let Some(w) = self.workers.lock().expect("workers lock").get_mut(id) {
             w.draining = true;
         }
         let routes = self.routes.lock().expect("routes lock");
-        for route in routes.values() {
-            if route.parts.get(id) == Some(&false) {
-                let _ = route.events.send(PartEvent::Failed {
-                    operator: OperatorId(0),
-                    instance: 0,
-                    failure: Failure::message(format!("worker {id} is draining; moving its tasks")),
-                    after_cancel: false,
-                });
+        for (key, route) in routes.iter() {
+            if route.parts.get(id) != Some(&false) {
+                continue;
+            }
+            let runtime = self.runtimes.lock().expect("runtimes lock").get(&key.pipeline).cloned();
+            match runtime {
+                Some(runtime) if runtime.can_stop_at_barrier() => {
+                    let (pipeline, worker) = (key.pipeline, id.clone());
+                    tokio::spawn(async move {
+                        match runtime.relocate(DRAIN_STOP_TIMEOUT).await {
+                            Ok(checkpoint) => {
+                                tracing::info!(%pipeline, %worker, checkpoint, "stopped at a barrier to leave a draining worker")
+                            }
+                            Err(e) => {
+                                tracing::warn!(%pipeline, %worker, error = %e, "could not stop at a barrier to drain; failing over")
+                            }
+                        }
+                    });
+                }
+                _ => {
+                    let _ = route.events.send(PartEvent::Failed {
+                        operator: OperatorId(0),
+                        instance: 0,
+                        failure: Failure::message(format!("worker {id} is draining; moving its tasks")),
+                        after_cancel: false,
+                    });
+                }
             }
         }
     }

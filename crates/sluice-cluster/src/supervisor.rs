@@ -97,6 +97,14 @@ pub async fn supervise(id: PipelineId, run: Supervised, scheduler: Arc<dyn Sched
         slot.started.send_replace(true);
         let error = match outcome {
             Ok(PipelineStatus::Failed { error, .. }) => error,
+            // Stopped at a barrier to move (a draining worker): on again
+            // from that barrier's checkpoint, placed anew, at once.
+            Ok(PipelineStatus::Stopped)
+                if !slot.stop.is_cancelled() && slot.runtime().is_some_and(|r| r.relocating()) =>
+            {
+                tracing::info!(pipeline = %id, "pipeline stopped at a barrier to move; starting it again");
+                continue;
+            }
             Ok(_) => return,
             Err(e) => e.to_string(),
         };

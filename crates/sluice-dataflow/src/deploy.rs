@@ -75,6 +75,10 @@ pub struct PipelineRuntime {
     paused: watch::Sender<bool>,
     /// Stops the pipeline at a barrier (a checkpointed deployment).
     stop: Option<coordinator::StopHandles>,
+    /// Set when it stops at a barrier only to run again elsewhere (a
+    /// draining worker): its supervisor restarts it from that barrier's
+    /// checkpoint at once, as no failure.
+    relocating: std::sync::atomic::AtomicBool,
 }
 
 impl PipelineRuntime {
@@ -105,6 +109,26 @@ impl PipelineRuntime {
     /// True while paused.
     pub fn is_paused(&self) -> bool {
         *self.paused.borrow()
+    }
+
+    /// True when the deployment can stop at a barrier
+    /// ([`PipelineRuntime::stop_at_barrier`]).
+    pub fn can_stop_at_barrier(&self) -> bool {
+        self.stop.is_some()
+    }
+
+    /// Stops the pipeline at a barrier to run it again from that barrier's
+    /// checkpoint, placed anew (a worker drains): nothing read before the
+    /// barrier is read again, nothing after it is lost. On an error the
+    /// pipeline failed instead and restarts from its last checkpoint.
+    pub async fn relocate(&self, timeout: Duration) -> Result<u64> {
+        self.relocating.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop_at_barrier(timeout).await
+    }
+
+    /// True once [`PipelineRuntime::relocate`] was asked.
+    pub fn relocating(&self) -> bool {
+        self.relocating.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Asks every task to stop.
@@ -465,6 +489,7 @@ pub fn own(
             done,
             paused,
             stop,
+            relocating: Default::default(),
         },
         events: events_tx,
         cancel,
