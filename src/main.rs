@@ -84,6 +84,10 @@ enum Command {
         /// Port 0: any free port.
         #[arg(long)]
         data_listen: Option<SocketAddr>,
+        /// The data-plane address workers dial for the master's own worker,
+        /// when it differs from --data-listen (e.g. a pod's IP or DNS name).
+        #[arg(long)]
+        advertise: Option<String>,
         /// Postgres wire protocol address.
         #[arg(long, default_value = "127.0.0.1:5433")]
         pg_listen: SocketAddr,
@@ -251,6 +255,7 @@ async fn run() -> anyhow::Result<()> {
             listen,
             peers,
             data_listen,
+            advertise,
             pg_listen,
             http_listen,
             data_dir,
@@ -273,6 +278,7 @@ async fn run() -> anyhow::Result<()> {
                 id: id.clone(),
                 listen,
                 data_listen: data_listen.unwrap_or(SocketAddr::new(listen.ip(), 0)),
+                advertise,
                 pg_addr: pg_listen,
                 http_addr: http_listen,
                 data_dir: data_dir.clone(),

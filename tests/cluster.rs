@@ -738,3 +738,47 @@ async fn placement_labels_choose_the_workers() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A data plane bound to a wildcard address (0.0.0.0) without
+/// `--advertise` would hand peers an address they cannot dial: master and
+/// worker refuse to start, naming the flag.
+#[test]
+fn a_wildcard_data_address_needs_advertise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .env("SLUICE_SUPERUSER_PASSWORD", "not-used-here")
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let dir = tmp.path().join("w").display().to_string();
+    let (ok, err) = run(&[
+        "worker",
+        "--id",
+        "w",
+        "--masters",
+        "127.0.0.1:1",
+        "--listen",
+        "0.0.0.0:0",
+        "--data-dir",
+        &dir,
+    ]);
+    assert!(!ok && err.contains("--advertise"), "worker: {err}");
+    let dir = tmp.path().join("m").display().to_string();
+    let (ok, err) = run(&[
+        "master",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-listen",
+        "0.0.0.0:0",
+        "--pg-listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &dir,
+    ]);
+    assert!(!ok && err.contains("--advertise"), "master: {err}");
+}

@@ -117,6 +117,9 @@ pub struct MasterConfig {
     /// session query results, memory streams). Port 0: any free port on
     /// the control address's host.
     pub data_listen: SocketAddr,
+    /// The data-plane address workers dial for the master's own worker
+    /// (default: the address `data_listen` bound).
+    pub advertise: Option<String>,
     pub pg_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub data_dir: PathBuf,
@@ -141,13 +144,14 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
     let master_worker = sluice_types::WorkerId(format!("master:{}", config.id));
     let data_listener = tokio::net::TcpListener::bind(config.data_listen).await?;
     let data = sluice_net::DataPlane::start(master_worker.clone(), data_listener, Default::default())?;
+    let data_address = advertised(data.local_addr(), config.advertise.clone(), "--data-listen")?;
     let cluster = Cluster::new(
         config.id.clone(),
         config.checkpoint_dir.clone(),
         config.worker_timeout,
         MasterWorker {
             id: master_worker,
-            data_address: data.local_addr().to_string(),
+            data_address,
             connectors: connectors.clone(),
             transport: data.clone(),
         },
@@ -218,10 +222,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> st
     let id = sluice_types::WorkerId(config.id.clone());
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let data = sluice_net::DataPlane::start(id.clone(), listener, Default::default())?;
-    let address = config
-        .advertise
-        .clone()
-        .unwrap_or_else(|| data.local_addr().to_string());
+    let address = advertised(data.local_addr(), config.advertise.clone(), "--listen")?;
     tracing::info!(worker = %id, data = %address, slots = config.slots, "worker starting");
     let agent = Agent::new(
         AgentConfig {
@@ -239,6 +240,20 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> st
     let outcome = agent.run().await;
     data.shutdown();
     Ok(outcome?)
+}
+
+/// The data-plane address others dial: `advertise`, or the address bound —
+/// refused when that is a wildcard (0.0.0.0 or ::), which no peer can dial.
+fn advertised(bound: SocketAddr, advertise: Option<String>, listen_flag: &str) -> startup::Result<String> {
+    match advertise {
+        Some(a) if !a.trim().is_empty() => Ok(a),
+        _ if bound.ip().is_unspecified() => Err(sluice_types::Error::invalid_option(format!(
+            "the data plane listens on {bound} ({listen_flag}), an address other processes cannot dial: \
+             give --advertise HOST:PORT (the address they reach this process at), or a specific address"
+        ))
+        .into()),
+        _ => Ok(bound.to_string()),
+    }
 }
 
 /// Start-up errors: I/O (ports, data dir) or the catalog.
