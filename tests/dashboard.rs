@@ -28,45 +28,6 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Installs playwright-core for the script once (`npm ci` from its lock file).
-fn install_script_deps(dir: &Path) {
-    if dir.join("node_modules/playwright-core").exists() {
-        return;
-    }
-    let status = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(dir)
-        .status()
-        .expect("npm is needed for the dashboard test (apt-get install nodejs npm)");
-    assert!(status.success(), "npm ci in {} failed", dir.display());
-}
-
-fn psql(server: &TestServer, sql: &str) {
-    let output = Command::new("psql")
-        .args([
-            "-X",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "sluice",
-            "-d",
-            "sluice",
-        ])
-        .arg("-p")
-        .arg(server.pg_port.to_string())
-        .arg("-c")
-        .arg(sql)
-        .output()
-        .expect("run psql");
-    assert!(
-        output.status.success(),
-        "psql failed on {sql}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// Runs node with a deadline; returns (success, stdout + stderr).
 fn run_script(script_dir: &Path, args: &[String]) -> (bool, String) {
     let out_file = std::env::temp_dir().join(format!("sluice-e2e-{}.log", std::process::id()));
@@ -102,8 +63,7 @@ fn the_dashboard_shows_a_live_pipeline_in_chromium() {
         Path::new(&chromium).exists(),
         "{chromium} is missing: apt-get install chromium (scripts/test.sh does)"
     );
-    let script_dir = repo().join("tests/dashboard");
-    install_script_deps(&script_dir);
+    let script_dir = common::dashboard_scripts();
 
     let server = TestServer::start();
     // Event time starts now, so the watermark lag the page shows is small;
@@ -112,16 +72,12 @@ fn the_dashboard_shows_a_live_pipeline_in_chromium() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_millis();
-    psql(
-        &server,
-        &format!(
-            "CREATE STREAM bids (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
+    server.psql(&format!(
+        "CREATE STREAM bids (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
              date_time TIMESTAMP, extra VARCHAR, WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND) \
              WITH (connector = 'nexmark', table = 'bid', 'events.per.second' = 5000, 'base.time' = {now_ms})"
-        ),
-    );
-    psql(
-        &server,
+    ));
+    server.psql(
         "SET parallelism = 2; CREATE SINK top_bids WITH (connector = 'blackhole') AS \
          SELECT window_start, auction, count(*) AS bids, max(price) AS top \
          FROM TUMBLE(bids, date_time, INTERVAL '100' MILLISECOND) GROUP BY window_start, window_end, auction",
@@ -135,17 +91,14 @@ fn the_dashboard_shows_a_live_pipeline_in_chromium() {
              GROUP BY window_start, window_end, k) WHERE n > {min}"
         )
     };
-    psql(
-        &server,
-        &format!(
-            "CREATE STREAM ev (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
+    server.psql(&format!(
+        "CREATE STREAM ev (k BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
              WITH (connector = 'memory'); \
              INSERT INTO ev VALUES (1, TIMESTAMP '2024-01-01 00:00:01'), (1, TIMESTAMP '2024-01-01 00:00:02'), \
              (2, TIMESTAMP '2024-01-01 00:00:03'); \
              CREATE SINK counts WITH (connector = 'blackhole') AS {}",
-            counts_above(1)
-        ),
-    );
+        counts_above(1)
+    ));
 
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
     let url = format!("http://127.0.0.1:{}", server.http_port);

@@ -30,69 +30,13 @@ const SCRIPT_DEADLINE: Duration = Duration::from_secs(300);
 /// One browser and server set at a time: the machine may have two cores.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn shots() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard")
 }
 
-/// The browser and the script's npm packages (playwright-core, once).
-fn prerequisites() -> PathBuf {
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&chromium).exists(),
-        "{chromium} is missing: apt-get install chromium (scripts/test.sh does)"
-    );
-    let dir = repo().join("tests/dashboard");
-    if !dir.join("node_modules/playwright-core").exists() {
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .status()
-            .expect("npm is needed for the dashboard test (apt-get install nodejs npm)");
-        assert!(status.success(), "npm ci in {} failed", dir.display());
-    }
-    dir
-}
-
-fn psql(server: &TestServer, sql: &str) {
-    let output = Command::new("psql")
-        .args(["-X", "-v", "ON_ERROR_STOP=1", "-U", "sluice", "-d", "sluice", "-h"])
-        .arg(&server.host)
-        .arg("-p")
-        .arg(server.pg_port.to_string())
-        .arg("-c")
-        .arg(sql)
-        .output()
-        .expect("run psql");
-    assert!(
-        output.status.success(),
-        "psql failed on {sql}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// `GET path` on the server's HTTP port, as JSON (Null on any failure).
-fn get_json(server: &TestServer, path: &str) -> serde_json::Value {
-    use std::io::Read;
-    let get = || -> std::io::Result<String> {
-        let mut c = std::net::TcpStream::connect((server.host.as_str(), server.http_port))?;
-        c.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(c, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut response = String::new();
-        c.read_to_string(&mut response)?;
-        Ok(response)
-    };
-    let response = get().unwrap_or_default();
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
-}
-
 /// The workers REST names in `pipeline`'s task instances.
 fn task_workers(server: &TestServer, pipeline: &str) -> Vec<String> {
-    let detail = get_json(server, &format!("/api/v1/pipelines/{pipeline}"));
+    let detail = server.get_json(&format!("/api/v1/pipelines/{pipeline}"));
     let mut workers: Vec<String> = detail["tasks"].as_array().map_or(vec![], |t| {
         t.iter()
             .filter_map(|t| t["worker"].as_str().map(str::to_string))
@@ -182,7 +126,7 @@ fn assert_shot(name: &str) {
 #[test]
 fn the_workers_page_follows_a_two_worker_cluster_and_a_killed_worker_in_chromium() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let script_dir = prerequisites();
+    let script_dir = common::dashboard_scripts();
     let tmp = tempfile::tempdir().expect("temp dir");
     let mut server = TestServer::start_master(tmp.path(), &[]);
     server.add_worker_with("w1", 8, &[], (None, "127.0.0.1"), &["--labels", "zone=a,disk=ssd"]);
@@ -192,24 +136,20 @@ fn the_workers_page_follows_a_two_worker_cluster_and_a_killed_worker_in_chromium
     // Two pipelines at parallelism 2, checkpointed so that they restart on
     // the survivor: a filter over a generator, and a keyed window count
     // (its hash exchange crosses the data plane).
-    psql(
-        &server,
+    server.psql(
         "CREATE STREAM ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '200', \
          'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
     );
-    psql(
-        &server,
+    server.psql(
         "CREATE STREAM nums (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts) \
          WITH (connector = 'datagen', 'rows-per-second' = '200', \
          'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
     );
-    psql(
-        &server,
+    server.psql(
         "SET parallelism = 2; CREATE SINK spread WITH (connector = 'blackhole', 'checkpoint.interval' = '1s') AS \
          SELECT i FROM ticks WHERE i >= 0",
     );
-    psql(
-        &server,
+    server.psql(
         "SET parallelism = 2; CREATE SINK counts WITH (connector = 'blackhole', 'checkpoint.interval' = '1s') AS \
          SELECT window_start, k, count(*) AS n FROM TUMBLE(nums, ts, INTERVAL '1' SECOND) \
          GROUP BY window_start, window_end, k",
@@ -255,12 +195,11 @@ fn the_workers_page_follows_a_two_worker_cluster_and_a_killed_worker_in_chromium
 #[test]
 fn the_workers_page_explains_the_playground_in_chromium() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let script_dir = prerequisites();
+    let script_dir = common::dashboard_scripts();
     // A flag keeps it a playground even under SLUICE_TEST_WORKERS.
     let tmp = tempfile::tempdir().expect("temp dir");
     let mut server = TestServer::start_with(tmp.path(), &["--auth", "trust"], &[]);
-    psql(
-        &server,
+    server.psql(
         "CREATE STREAM ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '100'); \
          SET parallelism = 2; CREATE SINK local_sink WITH (connector = 'blackhole') AS SELECT i FROM ticks WHERE i >= 0",
     );

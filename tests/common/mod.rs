@@ -256,11 +256,17 @@ impl TestServer {
 
     /// `GET /api/v1/cluster`.
     pub fn cluster_json(&self) -> serde_json::Value {
+        self.get_json("/api/v1/cluster")
+    }
+
+    /// `GET path` on the HTTP port (no credentials), as JSON (Null on any
+    /// failure).
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
         use std::io::{Read, Write};
         let get = || -> std::io::Result<String> {
             let mut c = std::net::TcpStream::connect((self.host.as_str(), self.http_port))?;
             c.set_read_timeout(Some(Duration::from_secs(10)))?;
-            c.write_all(b"GET /api/v1/cluster HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+            write!(c, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
             let mut response = String::new();
             c.read_to_string(&mut response)?;
             Ok(response)
@@ -269,6 +275,45 @@ impl TestServer {
         let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
         serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
     }
+
+    /// Runs `sql` with the real `psql` binary as `sluice` (stopping at the
+    /// first error); panics when it fails.
+    pub fn psql(&self, sql: &str) {
+        let output = Command::new("psql")
+            .args(["-X", "-v", "ON_ERROR_STOP=1", "-U", "sluice", "-d", "sluice", "-h"])
+            .arg(&self.host)
+            .arg("-p")
+            .arg(self.pg_port.to_string())
+            .arg("-c")
+            .arg(sql)
+            .output()
+            .expect("run psql");
+        assert!(
+            output.status.success(),
+            "psql failed on {sql}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// The dashboard's browser scripts (tests/dashboard), ready to run: the
+/// browser is there and playwright-core installed (`npm ci`, once).
+pub fn dashboard_scripts() -> PathBuf {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists(),
+        "{chromium} is missing: apt-get install chromium (scripts/test.sh does)"
+    );
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/dashboard");
+    if !dir.join("node_modules/playwright-core").exists() {
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .status()
+            .expect("npm is needed for the dashboard tests (apt-get install nodejs npm)");
+        assert!(status.success(), "npm ci in {} failed", dir.display());
+    }
+    dir
 }
 
 /// The `sluice` binary, run inside network namespace `netns` when given

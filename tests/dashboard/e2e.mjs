@@ -14,9 +14,8 @@
 // diff (each operator's change named and coloured) and the DAG outlined.
 // Prints "e2e: N passed, 0 failed" and exits 0, or the failure and exits 1.
 
-import { chromium } from "playwright-core";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { launchChromium } from "./browser.mjs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 
 const [base, name, shots, altered, alterStatement] = process.argv.slice(2);
@@ -155,22 +154,8 @@ async function checkAlteredPipeline(page) {
   await page.screenshot({ path: join(shots, "altered.png"), fullPage: true });
 }
 
-const userDataDir = mkdtempSync(join(tmpdir(), "sluice-chromium-"));
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1400, height: 1000 },
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
+const browser = await launchChromium({ width: 1400, height: 1000 });
+const context = browser.context;
 const pageErrors = [];
 let status = 0;
 try {
@@ -256,8 +241,7 @@ try {
     console.error(`failure screenshot: ${join(shots, "failure.png")}`);
   } catch {}
 } finally {
-  await context.close();
-  rmSync(userDataDir, { recursive: true, force: true });
+  await browser.close();
 }
 console.log(`e2e: ${passed} passed, ${status} failed`);
 process.exit(status);

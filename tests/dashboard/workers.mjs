@@ -22,9 +22,8 @@
 //
 // Prints "workers: N passed, 0 failed" and exits 0, or the failure and exits 1.
 
-import { chromium } from "playwright-core";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { launchChromium } from "./browser.mjs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
@@ -373,22 +372,8 @@ async function playgroundRun(page) {
   await page.screenshot({ path: join(shots, "workers-playground.png"), fullPage: true });
 }
 
-const userDataDir = mkdtempSync(join(tmpdir(), "sluice-chromium-"));
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1500, height: 1000 },
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
+const browser = await launchChromium({ width: 1500, height: 1000 });
+const context = browser.context;
 const pageErrors = [];
 let status = 0;
 try {
@@ -408,8 +393,7 @@ try {
     console.error(`failure screenshot: ${join(shots, `failure-${mode}.png`)}`);
   } catch {}
 } finally {
-  await context.close();
-  rmSync(userDataDir, { recursive: true, force: true });
+  await browser.close();
 }
 console.log(`workers: ${passed} passed, ${status} failed`);
 process.exit(status);

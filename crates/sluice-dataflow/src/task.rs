@@ -366,25 +366,21 @@ mod tests {
         }
     }
 
-    /// A task that ended hands its downstream the end of input and returns
-    /// without waiting for its operator's state to be freed.
-    #[tokio::test]
-    async fn an_ended_task_frees_its_operator_off_the_worker() {
-        let (release_tx, release) = std::sync::mpsc::channel();
-        let freed = Arc::new(AtomicBool::new(false));
-        let (in_tx, in_rx) = crate::channel::channel(16);
-        let (out_tx, mut out_rx) = crate::channel::channel(16);
+    /// A task without checkpoints running `operator` over `inputs`, its
+    /// output one forward edge into `out`.
+    fn test_task(
+        operator: Box<dyn Operator>,
+        inputs: Vec<crate::channel::ChannelReceiver>,
+        out: crate::channel::ChannelSender,
+    ) -> Task {
         let metrics = TaskMetrics::new(sluice_types::OperatorId(1), 0, "test");
-        let task = Task {
-            operator: Box::new(SlowToFree {
-                release,
-                freed: freed.clone(),
-            }),
-            inputs: vec![in_rx],
+        Task {
+            operator,
+            inputs,
             output: Output::new(
                 vec![OutputEdge::new(
                     sluice_plan::Partitioning::Forward,
-                    vec![out_tx],
+                    vec![out],
                     0,
                     sluice_plan::KEY_GROUPS_DEFAULT,
                 )],
@@ -393,7 +389,25 @@ mod tests {
             metrics,
             cancel: CancellationToken::new(),
             checkpoint: None,
-        };
+        }
+    }
+
+    /// A task that ended hands its downstream the end of input and returns
+    /// without waiting for its operator's state to be freed.
+    #[tokio::test]
+    async fn an_ended_task_frees_its_operator_off_the_worker() {
+        let (release_tx, release) = std::sync::mpsc::channel();
+        let freed = Arc::new(AtomicBool::new(false));
+        let (in_tx, in_rx) = crate::channel::channel(16);
+        let (out_tx, mut out_rx) = crate::channel::channel(16);
+        let task = test_task(
+            Box::new(SlowToFree {
+                release,
+                freed: freed.clone(),
+            }),
+            vec![in_rx],
+            out_tx,
+        );
         in_tx.send(Message::EndOfInput).await.unwrap();
         task.run().await.unwrap();
         let mut ended = false;
@@ -432,23 +446,8 @@ mod tests {
         let (a_tx, a_rx) = crate::channel::channel(16);
         let (b_tx, b_rx) = crate::channel::channel(16);
         let (out_tx, _out_rx) = crate::channel::channel(64);
-        let metrics = TaskMetrics::new(sluice_types::OperatorId(1), 0, "test");
-        let task = Task {
-            operator: Box::new(Noop),
-            inputs: vec![a_rx, b_rx],
-            output: Output::new(
-                vec![OutputEdge::new(
-                    sluice_plan::Partitioning::Forward,
-                    vec![out_tx],
-                    0,
-                    sluice_plan::KEY_GROUPS_DEFAULT,
-                )],
-                metrics.clone(),
-            ),
-            metrics: metrics.clone(),
-            cancel: CancellationToken::new(),
-            checkpoint: None,
-        };
+        let task = test_task(Box::new(Noop), vec![a_rx, b_rx], out_tx);
+        let metrics = task.metrics.clone();
         let running = tokio::spawn(task.run());
         a_tx.send(Message::Barrier(Barrier::checkpoint(1))).await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(60)).await;
