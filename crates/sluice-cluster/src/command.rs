@@ -10,8 +10,8 @@
 //! replicate the sequence of commands and every replica ends with the same
 //! catalog.
 
-use crate::catalog::PipelineKind;
-use crate::security::SecurityCommand;
+use crate::catalog::{CatalogState, PipelineKind};
+use crate::security::{OwnershipEffect, SecurityCommand};
 use serde::{Deserialize, Serialize};
 use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
@@ -98,6 +98,37 @@ impl CatalogCommand {
             | CatalogCommand::AlterPipeline { name, .. } => name,
             CatalogCommand::Security(command) => command.name(),
             CatalogCommand::AsRole { command, .. } => command.name(),
+        }
+    }
+
+    /// What this command would do to owned objects if it changes the catalog
+    /// (computed before it is applied: a drop's derived objects are known then).
+    pub(crate) fn ownership_effect(&self, state: &CatalogState) -> Option<OwnershipEffect> {
+        match self {
+            CatalogCommand::CreateStream { def, .. } => Some(OwnershipEffect::CreatedStream(def.name.clone())),
+            CatalogCommand::CreatePipeline { name, derived, .. } => Some(OwnershipEffect::CreatedPipeline {
+                name: name.clone(),
+                stream: derived.as_ref().map(|d| d.name.clone()),
+            }),
+            CatalogCommand::DropStream { name, .. } => Some(OwnershipEffect::Dropped {
+                streams: vec![name.clone()],
+                pipelines: state
+                    .streams
+                    .get(name)
+                    .and_then(|s| s.pipeline.clone())
+                    .into_iter()
+                    .collect(),
+            }),
+            CatalogCommand::DropPipeline { name, .. } => Some(OwnershipEffect::Dropped {
+                streams: state
+                    .streams
+                    .values()
+                    .filter(|s| s.pipeline.as_deref() == Some(name))
+                    .map(|s| s.name.clone())
+                    .collect(),
+                pipelines: vec![name.clone()],
+            }),
+            _ => None,
         }
     }
 }

@@ -164,7 +164,7 @@ impl Master {
             CatalogCommand::AsRole { role, command } => (Some(role), *command),
             command => (None, command),
         };
-        let effect = crate::security::ownership_effect(&self.lock(), &command);
+        let effect = command.ownership_effect(&self.lock());
         let applied = self.apply_unowned(command).await?;
         if applied == Applied::Changed
             && let Some(effect) = effect

@@ -11,8 +11,6 @@
 //! key>:<server key>`, as Postgres stores it) that the front ends compute
 //! and check; a token stores the hex SHA-256 of its secret.
 
-use crate::catalog::CatalogState;
-use crate::command::CatalogCommand;
 use serde::{Deserialize, Serialize};
 use sluice_types::{Error, ObjectKind, Result, SqlCode};
 use std::collections::{BTreeMap, BTreeSet};
@@ -153,37 +151,6 @@ impl SecurityCommand {
             SecurityCommand::Grant { stream, .. } | SecurityCommand::Revoke { stream, .. } => stream,
             SecurityCommand::GrantRole { role, .. } | SecurityCommand::RevokeRole { role, .. } => role,
         }
-    }
-}
-
-/// What `command` would do to owned objects if it changes the catalog
-/// (computed before it is applied: a drop's derived objects are known then).
-pub(crate) fn ownership_effect(state: &CatalogState, command: &CatalogCommand) -> Option<OwnershipEffect> {
-    match command {
-        CatalogCommand::CreateStream { def, .. } => Some(OwnershipEffect::CreatedStream(def.name.clone())),
-        CatalogCommand::CreatePipeline { name, derived, .. } => Some(OwnershipEffect::CreatedPipeline {
-            name: name.clone(),
-            stream: derived.as_ref().map(|d| d.name.clone()),
-        }),
-        CatalogCommand::DropStream { name, .. } => Some(OwnershipEffect::Dropped {
-            streams: vec![name.clone()],
-            pipelines: state
-                .streams
-                .get(name)
-                .and_then(|s| s.pipeline.clone())
-                .into_iter()
-                .collect(),
-        }),
-        CatalogCommand::DropPipeline { name, .. } => Some(OwnershipEffect::Dropped {
-            streams: state
-                .streams
-                .values()
-                .filter(|s| s.pipeline.as_deref() == Some(name))
-                .map(|s| s.name.clone())
-                .collect(),
-            pipelines: vec![name.clone()],
-        }),
-        _ => None,
     }
 }
 

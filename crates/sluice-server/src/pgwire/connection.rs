@@ -91,6 +91,16 @@ struct CancelRegistration {
     _guard: ConnectionGuard,
 }
 
+/// A SCRAM exchange waiting for the client's final message (`startup.rs`
+/// runs it).
+pub(crate) struct PendingScram {
+    pub(super) exchange: pgwire::api::auth::sasl::scram::ScramServerAuthWaitingForClientFinal,
+    pub(super) user: String,
+    /// False for a role that does not exist: the exchange ran against a
+    /// mock verifier and fails with `28000` at the end.
+    pub(super) known: bool,
+}
+
 /// One client connection; implements pgwire's startup, simple-query and
 /// extended-query handlers (see `startup.rs`, `simple.rs`, `extended.rs`).
 pub(crate) struct Connection {
@@ -99,7 +109,7 @@ pub(crate) struct Connection {
     cancel: Mutex<Option<CancelRegistration>>,
     probe: Option<ClientProbe>,
     /// A SCRAM exchange in progress (startup only).
-    pub(crate) scram: Mutex<Option<super::startup::PendingScram>>,
+    pub(crate) scram: Mutex<Option<PendingScram>>,
     /// This connection's place in its role's connection count.
     role_slot: Mutex<Option<RoleSlot>>,
 }

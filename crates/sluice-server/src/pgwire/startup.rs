@@ -13,7 +13,7 @@ use futures::Sink;
 use futures::SinkExt;
 use pgwire::api::PgWireConnectionState;
 use pgwire::api::auth::sasl::SCRAM_SHA_256_METHOD;
-use pgwire::api::auth::sasl::scram::{ScramServerAuth, ScramServerAuthWaitingForClientFinal};
+use pgwire::api::auth::sasl::scram::ScramServerAuth;
 use pgwire::api::auth::{
     ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
     save_startup_parameters_to_metadata,
@@ -26,7 +26,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use crate::security::AuthMethod;
 use crate::security::password;
 
-use super::connection::Connection;
+use super::connection::{Connection, PendingScram};
 
 /// The user of a client that names none.
 pub(crate) const DEFAULT_USER: &str = "sluice";
@@ -73,15 +73,6 @@ impl ServerParameterProvider for SluiceParameters {
         let parameters = server_parameters(&application_name, &user_of(client));
         Some(parameters.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
     }
-}
-
-/// A SCRAM exchange waiting for the client's final message.
-pub(crate) struct PendingScram {
-    exchange: ScramServerAuthWaitingForClientFinal,
-    user: String,
-    /// False for a role that does not exist: the exchange ran against a
-    /// mock verifier and fails with `28000` at the end.
-    known: bool,
 }
 
 /// A FATAL startup error with `sqlstate`.
