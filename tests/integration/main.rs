@@ -13,6 +13,7 @@ mod hdfs;
 mod hostile;
 mod http_api;
 mod http_auth;
+mod introspection;
 mod kafka;
 mod lifecycle;
 mod limits;
