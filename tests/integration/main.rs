@@ -24,3 +24,4 @@ mod sessions;
 mod support;
 mod tls;
 mod windows;
+mod wire_limits;
