@@ -20,6 +20,7 @@ mod limits;
 mod nexmark_queries;
 mod protocol;
 mod psql;
+mod redaction;
 mod sessions;
 mod support;
 mod tls;
