@@ -9,6 +9,7 @@ mod common;
 mod alter;
 mod auth;
 mod catalog;
+mod fuzz_targets;
 mod hdfs;
 mod hostile;
 mod http_api;

@@ -13,14 +13,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A playground whose stderr (its log, at `debug`) goes to `log`.
-struct LoggedServer {
+pub(crate) struct LoggedServer {
     child: Child,
-    pg_port: u16,
+    pub(crate) pg_port: u16,
     http_port: u16,
 }
 
 impl LoggedServer {
-    fn start(data_dir: &Path, log: &Path) -> LoggedServer {
+    pub(crate) fn start(data_dir: &Path, log: &Path) -> LoggedServer {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args([
                 "playground",
@@ -59,7 +59,7 @@ impl LoggedServer {
         }
     }
 
-    async fn connect(&self) -> tokio_postgres::Client {
+    pub(crate) async fn connect(&self) -> tokio_postgres::Client {
         let conn = format!(
             "host=127.0.0.1 port={} user=sluice dbname=sluice connect_timeout=10",
             self.pg_port

@@ -73,7 +73,7 @@ impl Framing {
                 at += n;
                 continue;
             }
-            let started = at.checked_sub(self.header_len).unwrap_or(0);
+            let started = at.saturating_sub(self.header_len);
             let need = if self.untyped { 8 } else { 5 };
             let n = (need - self.header_len).min(bytes.len() - at);
             self.header[self.header_len..self.header_len + n].copy_from_slice(&bytes[at..at + n]);
