@@ -147,11 +147,6 @@ impl Snapshot {
         out
     }
 
-    /// The oid of role `name`.
-    pub fn role_oid(&self, name: &str) -> Option<i64> {
-        self.roles().into_iter().find(|r| r.name == name).map(|r| r.oid)
-    }
-
     /// The name of the role with `oid`.
     pub fn role_name(&self, oid: i64) -> Option<String> {
         self.roles().into_iter().find(|r| r.oid == oid).map(|r| r.name)

@@ -774,13 +774,16 @@ fn pg_auth_members(snapshot: &Snapshot) -> Vec<Row> {
 const AUTH_MEMBERS_OID_BASE: i64 = 2_000_000_000;
 
 fn pg_class(snapshot: &Snapshot) -> Vec<Row> {
+    // Role oids looked up once, not per relation.
+    let role_oids: std::collections::HashMap<String, i64> =
+        snapshot.roles().into_iter().map(|r| (r.name, r.oid)).collect();
     snapshot
         .relations()
         .into_iter()
         .map(|r| {
             let table = r.kind == 'r';
             let owner = relation_owner(snapshot, &r);
-            let owner_oid = snapshot.role_oid(owner).unwrap_or(ROLE_OID);
+            let owner_oid = role_oids.get(owner).copied().unwrap_or(ROLE_OID);
             let acl = r
                 .stream
                 .and_then(|i| snapshot.stream_acl(&snapshot.streams[i].name))
