@@ -216,8 +216,14 @@ fn main() -> anyhow::Result<()> {
 async fn run() -> anyhow::Result<()> {
     keep_freed_memory();
     avoid_transparent_huge_pages();
+    // sqlparser logs every statement it parses at debug level, passwords of
+    // CREATE/ALTER USER included: its debug output stays off whatever
+    // RUST_LOG says (docs/security.md, "Secrets").
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info".into())
+        .add_directive("sqlparser=info".parse().expect("a valid directive"));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

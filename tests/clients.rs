@@ -312,3 +312,27 @@ print("psycopg scram: ok")
         "psycopg scram: ok",
     );
 }
+
+/// pgJDBC logs in with SCRAM-SHA-256: right and wrong passwords, an
+/// unknown role, a role created over JDBC refused (42501) until granted.
+#[test]
+fn pgjdbc_scram() {
+    check_java();
+    let jar = pgjdbc_jar();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start_with(
+        dir.path(),
+        &["--auth", "scram-sha-256"],
+        &[("SLUICE_SUPERUSER_PASSWORD", "jdbc-scram-pw")],
+    );
+    assert_check(
+        "jdbc scram",
+        Command::new("java")
+            .arg("-cp")
+            .arg(&jar)
+            .arg(client_program("JdbcScramCheck.java"))
+            .arg(server.pg_port.to_string())
+            .arg("jdbc-scram-pw"),
+        "jdbc scram: ok",
+    );
+}

@@ -395,8 +395,18 @@ async fn random_deep_and_wide_statements_never_crash_the_server() {
                  'fields.seq.kind' = 'sequence', 'fields.seq.start' = '1', 'fields.seq.end' = '50')",
     )
     .await;
+    // `scripts/fuzz.sh` bounds the time instead of the count.
+    let seconds = std::env::var("SLUICE_FUZZ_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(std::time::Duration::from_secs);
+    let started = std::time::Instant::now();
     let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
     for case in 0..cases {
+        if seconds.is_some_and(|s| started.elapsed() > s) {
+            eprintln!("fuzz: time bound reached after {case} cases");
+            break;
+        }
         let sql = random_statement(&mut rng);
         let outcome = match answer(&client, &sql).await {
             Answer::Rows(_) => "answered".to_string(),
@@ -406,6 +416,13 @@ async fn random_deep_and_wide_statements_never_crash_the_server() {
             }
         };
         *outcomes.entry(outcome).or_default() += 1;
+        // The same statement through parse → plan → EXPLAIN.
+        if let Answer::Failed(code) = answer(&client, &format!("EXPLAIN {sql}")).await {
+            assert_ne!(
+                code, "XX000",
+                "case {case} (seed {seed}): an internal error explaining\n{sql}"
+            );
+        }
         assert_alive(&client, &format!("case {case} (seed {seed})")).await;
     }
     eprintln!("fuzz outcomes: {outcomes:?}");

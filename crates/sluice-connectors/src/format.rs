@@ -105,25 +105,38 @@ impl RecordDecoder {
         Decoded { batch, good, bad }
     }
 
-    /// Decodes the payloads as one buffer (a record per line).
+    /// Decodes the payloads with one decoder, a record per line, checking
+    /// after each record that it added exactly one row: a record holding
+    /// two values (`{…}{…}`, a CSV line with a `\r`) or an unfinished one
+    /// (an open object or quote that the next record would complete) is an
+    /// error here, never rows shifted onto the other records' offsets.
     fn decode_all(&self, payloads: &[&[u8]]) -> std::result::Result<RecordBatch, String> {
         // One more than expected, so a record holding two values shows.
         let rows = payloads.len() + 1;
-        let mut buf = Vec::with_capacity(payloads.iter().map(|p| p.len() + 1).sum());
-        for p in payloads {
-            if p.contains(&b'\n') && self.format == RecordFormat::Csv {
-                return Err("a CSV record must be one line".into());
+        let one_each = |i: usize, buffered: usize, partial: bool| -> std::result::Result<(), String> {
+            if partial {
+                Err("the record is not one complete value".into())
+            } else if buffered != i + 1 {
+                Err(format!(
+                    "the record holds {} values, expected one",
+                    buffered.saturating_sub(i)
+                ))
+            } else {
+                Ok(())
             }
-            buf.extend_from_slice(p);
-            buf.push(b'\n');
-        }
+        };
         let batch = match self.format {
             RecordFormat::Json => {
                 let mut d = arrow::json::ReaderBuilder::new(self.schema.clone())
                     .with_batch_size(rows)
                     .build_decoder()
                     .map_err(|e| e.to_string())?;
-                feed(&buf, |b| d.decode(b)).map_err(|e| e.to_string())?;
+                for (i, p) in payloads.iter().enumerate() {
+                    feed(p, |b| d.decode(b)).map_err(|e| e.to_string())?;
+                    feed(b"\n", |b| d.decode(b)).map_err(|e| e.to_string())?;
+                    let partial = d.has_partial_record();
+                    one_each(i, d.len() - usize::from(partial), partial)?;
+                }
                 d.flush().map_err(|e| e.to_string())?
             }
             RecordFormat::Csv => {
@@ -131,7 +144,15 @@ impl RecordDecoder {
                     .with_header(false)
                     .with_batch_size(rows)
                     .build_decoder();
-                feed(&buf, |b| d.decode(b)).map_err(|e| e.to_string())?;
+                for (i, p) in payloads.iter().enumerate() {
+                    if p.contains(&b'\n') {
+                        return Err("a CSV record must be one line".into());
+                    }
+                    feed(p, |b| d.decode(b)).map_err(|e| e.to_string())?;
+                    feed(b"\n", |b| d.decode(b)).map_err(|e| e.to_string())?;
+                    // An open quote keeps the line in the decoder: no row.
+                    one_each(i, rows - d.capacity(), false)?;
+                }
                 d.flush().map_err(|e| e.to_string())?
             }
             RecordFormat::Raw => unreachable!("raw records are not decoded as a buffer"),

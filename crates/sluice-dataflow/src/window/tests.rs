@@ -336,3 +336,20 @@ fn an_unkeyed_session_snapshot_round_trips() {
     // One session [0, 11) over all three rows: count 3, sum 7.
     assert_eq!((b.num_rows(), ints(2), ints(3)), (1, 3, 7));
 }
+
+#[test]
+fn open_sessions_are_bounded_and_the_error_names_the_bound() {
+    let session = WindowKind::Session { gap_ms: 5 };
+    let mut op = SessionWindowOperator::new(&spec(session, 2), 5, output_schema()).unwrap();
+    // Two keys, one session each: at the bound.
+    op.update(&rows(&[(1, 1, 1), (2, 2, 1)]), Watermark::MIN).unwrap();
+    // A row joining an open session opens none: still accepted at the bound.
+    op.update(&rows(&[(4, 1, 1)]), Watermark::MIN).unwrap();
+    // A third session is refused, naming the bound.
+    let err = op.update(&rows(&[(3, 3, 1)]), Watermark::MIN).unwrap_err();
+    assert_eq!(err.sqlstate(), "53400");
+    assert!(err.to_string().contains("2 open sessions"), "{err}");
+    // Firing closes them: room again.
+    op.fire(Watermark::MAX).unwrap();
+    op.update(&rows(&[(100, 3, 1)]), Watermark::MIN).unwrap();
+}

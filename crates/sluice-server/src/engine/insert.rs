@@ -15,6 +15,19 @@ use sluice_types::{Error, ObjectKind, Result, SqlCode};
 use sqlparser::ast::{Insert, Statement, TableObject};
 use std::sync::Arc;
 
+/// Rows one `INSERT` may write: 100 000. A VALUES list longer than this is
+/// refused before anything is evaluated, an `INSERT … SELECT` (from
+/// `generate_series`, `unnest`, …) as soon as its rows pass it; either way
+/// `54000` naming the limit, and nothing is appended.
+pub const INSERT_ROWS_MAX: usize = 100_000;
+
+fn too_many_rows(rows: &str) -> Error {
+    Error::user(
+        SqlCode::ProgramLimitExceeded,
+        format!("INSERT of {rows} rows is over the limit of {INSERT_ROWS_MAX} rows per statement; insert in batches"),
+    )
+}
+
 /// Appends the rows of `insert` to its stream's log in `logs`; returns how many.
 pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Result<u64> {
     let TableObject::TableName(name) = &insert.table else {
@@ -43,6 +56,12 @@ pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Resu
             ));
         }
     }
+    if let Some(source) = &insert.source
+        && let sqlparser::ast::SetExpr::Values(values) = source.body.as_ref()
+        && values.rows.len() > INSERT_ROWS_MAX
+    {
+        return Err(too_many_rows(&values.rows.len().to_string()));
+    }
     let ctx = SessionContext::new();
     // Plan against nullable columns so NOT NULL is checked below, by name.
     let nullable: Vec<arrow::datatypes::Field> = def
@@ -66,9 +85,15 @@ pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Resu
         .execute_logical_plan(dml.input.as_ref().clone())
         .await
         .map_err(plan_error)?;
-    let batches = df.collect().await.map_err(plan_error)?;
-    let mut rows = Vec::with_capacity(batches.len());
-    for b in batches {
+    let mut batches = df.execute_stream().await.map_err(plan_error)?;
+    let mut rows = Vec::new();
+    let mut count = 0usize;
+    while let Some(b) = futures::StreamExt::next(&mut batches).await {
+        let b = b.map_err(plan_error)?;
+        count += b.num_rows();
+        if count > INSERT_ROWS_MAX {
+            return Err(too_many_rows(&format!("more than {INSERT_ROWS_MAX}")));
+        }
         rows.push(conform(&b, &def.schema)?);
     }
     logs.get_or_create(&def.name, &def.options)?.append(rows)

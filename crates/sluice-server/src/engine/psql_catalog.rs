@@ -20,6 +20,9 @@ pub fn answer(sql: &str, snapshot: impl FnOnce() -> Snapshot) -> Option<Result<O
         return None;
     }
     let snapshot = snapshot();
+    if let Some(answer) = super::pg_catalog::psql_meta::answer(sql, &snapshot) {
+        return Some(answer.table().output("SELECT"));
+    }
     let streams = snapshot.streams.as_slice();
     if sql.trim_start().starts_with("SELECT c.relchecks, c.relkind") {
         let columns = [

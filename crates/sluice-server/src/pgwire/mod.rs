@@ -26,6 +26,7 @@ mod delivery;
 mod encode;
 mod extended;
 mod format;
+mod frame_limit;
 mod params;
 mod simple;
 mod startup;
@@ -44,7 +45,6 @@ use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::error::{ErrorInfo, SEVERITY_FATAL};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::tokio::process_socket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -94,6 +94,135 @@ async fn serve_connection(socket: TcpStream, shared: Arc<Shared>, cancel: Arc<De
     if let Err(error) = process_socket(socket, tls, handlers).await {
         tracing::debug!(%error, "client connection ended with an error");
     }
+}
+
+/// How long a client has to complete startup (pgwire's own value).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// pgwire's `process_socket` with Sluice's message cap
+/// ([`frame_limit::MESSAGE_BYTES_MAX`]) between the stream and the
+/// framing: the same TLS negotiation, startup timeout and message loop,
+/// and a FATAL `54000` before closing a connection that declares a longer
+/// message.
+async fn process_socket(
+    tcp: TcpStream,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+    handlers: ConnectionHandlers,
+) -> std::io::Result<()> {
+    use frame_limit::{FrameLimit, MESSAGE_BYTES_MAX};
+    use futures::{SinkExt, StreamExt};
+    use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState};
+    use pgwire::messages::PgWireFrontendMessage;
+    use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+    use tokio_util::codec::{Framed, FramedParts};
+
+    let startup_timeout = tokio::time::sleep(STARTUP_TIMEOUT);
+    tokio::pin!(startup_timeout);
+    let negotiated = tokio::select! {
+        _ = &mut startup_timeout => return Ok(()),
+        socket = negotiate_tls(tcp, tls) => socket?,
+    };
+    let Some(negotiated) = negotiated else {
+        return Ok(());
+    };
+    let old = negotiated.into_parts();
+    let limited = FrameLimit::new(old.io, MESSAGE_BYTES_MAX, &old.read_buf);
+    let mut parts = FramedParts::new(limited, old.codec);
+    parts.read_buf = old.read_buf;
+    parts.write_buf = old.write_buf;
+    let mut socket = Framed::from_parts(parts);
+
+    let startup_handler = handlers.startup_handler();
+    let simple_query_handler = handlers.simple_query_handler();
+    let extended_query_handler = handlers.extended_query_handler();
+    let copy_handler = handlers.copy_handler();
+    let cancel_handler = handlers.cancel_handler();
+    let error_handler = handlers.error_handler();
+    loop {
+        let starting = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingStartup | PgWireConnectionState::AuthenticationInProgress
+        );
+        // pgwire's decoder panics on some malformed messages (a Bind whose
+        // counts run past its body, found by tests/integration/
+        // fuzz_targets.rs): caught here, so the client gets an error and the
+        // connection closes cleanly instead of its task unwinding.
+        let next = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(socket.next()));
+        let msg = if starting {
+            tokio::select! {
+                _ = &mut startup_timeout => Ok(None),
+                msg = next => msg,
+            }
+        } else {
+            next.await
+        };
+        let Ok(msg) = msg else {
+            tracing::info!("a client message could not be decoded: closing its connection");
+            let info = ErrorInfo::new(
+                SEVERITY_FATAL.to_owned(),
+                "08P01".to_owned(),
+                "invalid message: it could not be decoded; closing the connection".to_owned(),
+            );
+            let _ = socket.send(PgWireBackendMessage::ErrorResponse(info.into())).await;
+            let _ = socket.close().await;
+            return Ok(());
+        };
+        let msg = match msg {
+            Some(Ok(msg)) => msg,
+            Some(Err(error)) => {
+                if let Some(declared) = socket.get_ref().refused() {
+                    tracing::info!(
+                        declared,
+                        max = MESSAGE_BYTES_MAX,
+                        "client message over the size limit: closing"
+                    );
+                    let info = ErrorInfo::new(
+                        SEVERITY_FATAL.to_owned(),
+                        "54000".to_owned(),
+                        format!(
+                            "message of {declared} bytes is over the limit of {MESSAGE_BYTES_MAX} bytes; \
+                             closing the connection"
+                        ),
+                    );
+                    socket.send(PgWireBackendMessage::ErrorResponse(info.into())).await?;
+                    let _ = socket.close().await;
+                    return Ok(());
+                }
+                return Err(std::io::Error::other(error.to_string()));
+            }
+            None => break,
+        };
+        if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
+            break;
+        }
+        let is_extended_query = match socket.state() {
+            PgWireConnectionState::CopyInProgress(is_extended_query) => is_extended_query,
+            _ => msg.is_extended_query(),
+        };
+        let is_cancel_request = matches!(msg, PgWireFrontendMessage::CancelRequest(_));
+        if let Err(mut e) = process_message(
+            msg,
+            &mut socket,
+            startup_handler.clone(),
+            simple_query_handler.clone(),
+            extended_query_handler.clone(),
+            copy_handler.clone(),
+            cancel_handler.clone(),
+        )
+        .await
+        {
+            error_handler.on_error(&socket, &mut e);
+            let is_fatal = e.is_fatal();
+            process_error(&mut socket, e, is_extended_query).await?;
+            if is_fatal {
+                break;
+            }
+        }
+        if is_cancel_request {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// pgwire's handler set for one connection.

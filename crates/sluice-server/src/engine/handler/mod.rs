@@ -106,5 +106,6 @@ impl Ctx<'_> {
     /// What the catalog tables show this session now.
     pub fn catalog_snapshot(&self) -> pg_catalog::Snapshot {
         pg_catalog::Snapshot::new(self.engine.master.streams(), self.settings.all())
+            .with_security(self.engine.master.with_security(|s| s.clone()), self.user)
     }
 }

@@ -4,7 +4,7 @@
 //! evaluated row by row: catalog tables are small.
 
 use super::resolve::{self, OID_FUNCTION, REGCLASS_NAME, REGNAMESPACE_NAME, REGTYPE_NAME};
-use super::{DATABASE_NAME, PG_CATALOG_OID, PUBLIC_OID, ROLE_NAME, ROLE_OID, Snapshot};
+use super::{DATABASE_NAME, PG_CATALOG_OID, PUBLIC_OID, ROLE_OID, Snapshot};
 use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::error::Result as DfResult;
@@ -12,6 +12,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionImplementation, ScalarUDF, Signature, SimpleScalarUDF, TypeSignature, Volatility,
 };
 use datafusion::prelude::SessionContext;
+use sluice_cluster::security::{Principal, Privilege};
 use std::sync::Arc;
 
 /// The version string `version()` returns.
@@ -22,7 +23,12 @@ pub fn version_string() -> String {
     )
 }
 
-type RowFn = dyn Fn(&[ScalarValue]) -> ScalarValue + Send + Sync;
+type RowFn = dyn Fn(&[ScalarValue]) -> DfResult<ScalarValue> + Send + Sync;
+
+/// A function that cannot fail, as a [`RowFn`].
+fn ok(f: impl Fn(&[ScalarValue]) -> ScalarValue + Send + Sync + 'static) -> Arc<RowFn> {
+    Arc::new(move |a: &[ScalarValue]| Ok(f(a)))
+}
 
 /// A function of `arities` arguments (any types) returning `ret`, computed
 /// by `f` per row.
@@ -52,7 +58,7 @@ fn row_fn(name: &str, arities: &[usize], ret: DataType, f: Arc<RowFn>) -> Scalar
                     ColumnarValue::Array(array) => ScalarValue::try_from_array(array, i),
                 })
                 .collect::<DfResult<Vec<_>>>()?;
-            f(&values).cast_to(&out_type)
+            f(&values)?.cast_to(&out_type)
         };
         match rows {
             None => Ok(ColumnarValue::Scalar(row(0)?)),
@@ -132,7 +138,7 @@ struct Def {
 }
 
 fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
-    let constant = |v: ScalarValue| -> Arc<RowFn> { Arc::new(move |_: &[ScalarValue]| v.clone()) };
+    let constant = |v: ScalarValue| -> Arc<RowFn> { ok(move |_: &[ScalarValue]| v.clone()) };
     let mut defs = vec![
         Def {
             name: "version",
@@ -156,19 +162,19 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             name: "current_user",
             arities: &[0],
             ret: DataType::Utf8,
-            f: constant(text(ROLE_NAME)),
+            f: constant(text(snapshot.current_user())),
         },
         Def {
             name: "session_user",
             arities: &[0],
             ret: DataType::Utf8,
-            f: constant(text(ROLE_NAME)),
+            f: constant(text(snapshot.current_user())),
         },
         Def {
             name: "current_schemas",
             arities: &[1],
             ret: DataType::Utf8,
-            f: Arc::new(|a: &[ScalarValue]| match a.first() {
+            f: ok(|a: &[ScalarValue]| match a.first() {
                 Some(ScalarValue::Boolean(Some(true))) => text("{pg_catalog,public}"),
                 Some(ScalarValue::Boolean(Some(false))) => text("{public}"),
                 _ => NULL_TEXT,
@@ -178,17 +184,19 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             name: "pg_get_userbyid",
             arities: &[1],
             ret: DataType::Utf8,
-            f: Arc::new(|a: &[ScalarValue]| match int_arg(a.first()) {
-                Some(ROLE_OID) => text(ROLE_NAME),
-                Some(oid) => text(format!("unknown (OID={oid})")),
-                None => NULL_TEXT,
-            }),
+            f: {
+                let s = snapshot.clone();
+                ok(move |a: &[ScalarValue]| match int_arg(a.first()) {
+                    Some(oid) => text(s.role_name(oid).unwrap_or_else(|| format!("unknown (OID={oid})"))),
+                    None => NULL_TEXT,
+                })
+            },
         },
         Def {
             name: "format_type",
             arities: &[2],
             ret: DataType::Utf8,
-            f: Arc::new(|a: &[ScalarValue]| {
+            f: ok(|a: &[ScalarValue]| {
                 let Some(oid) = int_arg(a.first()) else {
                     return NULL_TEXT;
                 };
@@ -200,7 +208,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             name: "pg_encoding_to_char",
             arities: &[1],
             ret: DataType::Utf8,
-            f: Arc::new(|a: &[ScalarValue]| match int_arg(a.first()) {
+            f: ok(|a: &[ScalarValue]| match int_arg(a.first()) {
                 Some(6) => text("UTF8"),
                 Some(0) => text("SQL_ASCII"),
                 Some(_) => text(""),
@@ -223,7 +231,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             name: "quote_ident",
             arities: &[1],
             ret: DataType::Utf8,
-            f: Arc::new(|a: &[ScalarValue]| match text_arg(a.first()) {
+            f: ok(|a: &[ScalarValue]| match text_arg(a.first()) {
                 Some(s) => text(quote_ident(&s)),
                 None => NULL_TEXT,
             }),
@@ -232,13 +240,13 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             name: OID_FUNCTION,
             arities: &[1],
             ret: DataType::Int64,
-            f: Arc::new(|a: &[ScalarValue]| ScalarValue::Int64(int_arg(a.first()))),
+            f: ok(|a: &[ScalarValue]| ScalarValue::Int64(int_arg(a.first()))),
         },
         Def {
             name: REGTYPE_NAME,
             arities: &[1],
             ret: DataType::Utf8,
-            f: Arc::new(|a: &[ScalarValue]| match int_arg(a.first()) {
+            f: ok(|a: &[ScalarValue]| match int_arg(a.first()) {
                 Some(oid) => text(resolve::format_type(oid, -1).unwrap_or_else(|| oid.to_string())),
                 None => NULL_TEXT,
             }),
@@ -247,7 +255,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             name: REGNAMESPACE_NAME,
             arities: &[1],
             ret: DataType::Utf8,
-            f: Arc::new(|a: &[ScalarValue]| match int_arg(a.first()) {
+            f: ok(|a: &[ScalarValue]| match int_arg(a.first()) {
                 Some(PG_CATALOG_OID) => text("pg_catalog"),
                 Some(PUBLIC_OID) => text("public"),
                 Some(super::INFORMATION_SCHEMA_OID) => text("information_schema"),
@@ -279,24 +287,52 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             f: constant(NULL_TEXT),
         });
     }
-    // One superuser: every privilege.
+    // Schemas, the database, functions and sequences: every role may use
+    // them (Sluice has no privileges on them).
     for name in [
-        "has_table_privilege",
         "has_schema_privilege",
         "has_database_privilege",
-        "has_column_privilege",
-        "has_any_column_privilege",
         "has_function_privilege",
         "has_sequence_privilege",
-        "pg_has_role",
     ] {
         defs.push(Def {
             name,
-            arities: &[2, 3, 4],
+            arities: &[2, 3],
             ret: DataType::Boolean,
             f: constant(ScalarValue::Boolean(Some(true))),
         });
     }
+    // Streams: by the executor's rules (`SecurityCatalog::allows`).
+    for name in ["has_table_privilege", "has_any_column_privilege"] {
+        let s = snapshot.clone();
+        defs.push(Def {
+            name,
+            arities: &[2, 3],
+            ret: DataType::Boolean,
+            f: Arc::new(move |a: &[ScalarValue]| table_privilege(&s, a)),
+        });
+    }
+    let s = snapshot.clone();
+    defs.push(Def {
+        name: "has_column_privilege",
+        arities: &[3, 4],
+        ret: DataType::Boolean,
+        // A column has its table's privileges: drop the column argument.
+        f: Arc::new(move |a: &[ScalarValue]| {
+            let mut a = a.to_vec();
+            if a.len() >= 3 {
+                a.remove(a.len() - 2);
+            }
+            table_privilege(&s, &a)
+        }),
+    });
+    let s = snapshot.clone();
+    defs.push(Def {
+        name: "pg_has_role",
+        arities: &[2, 3],
+        ret: DataType::Boolean,
+        f: Arc::new(move |a: &[ScalarValue]| has_role(&s, a)),
+    });
     // Streams keep no relation files.
     for name in [
         "pg_total_relation_size",
@@ -316,7 +352,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         name: "current_setting",
         arities: &[1, 2],
         ret: DataType::Utf8,
-        f: Arc::new(move |a: &[ScalarValue]| match text_arg(a.first()) {
+        f: ok(move |a: &[ScalarValue]| match text_arg(a.first()) {
             Some(name) => s.setting(&name).map(text).unwrap_or(NULL_TEXT),
             None => NULL_TEXT,
         }),
@@ -329,7 +365,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             name,
             arities: &[1],
             ret: DataType::Boolean,
-            f: Arc::new(move |a: &[ScalarValue]| {
+            f: ok(move |a: &[ScalarValue]| {
                 let Some(oid) = int_arg(a.first()) else {
                     return ScalarValue::Boolean(None);
                 };
@@ -346,7 +382,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         name: REGCLASS_NAME,
         arities: &[1],
         ret: DataType::Utf8,
-        f: Arc::new(move |a: &[ScalarValue]| match int_arg(a.first()) {
+        f: ok(move |a: &[ScalarValue]| match int_arg(a.first()) {
             Some(oid) => text(
                 s.relations()
                     .into_iter()
@@ -365,7 +401,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         name: "to_regclass",
         arities: &[1],
         ret: DataType::Int64,
-        f: Arc::new(move |a: &[ScalarValue]| {
+        f: ok(move |a: &[ScalarValue]| {
             let oid = text_arg(a.first()).and_then(|name| {
                 let (schema, name) = resolve::split_qualified(&name);
                 s.relation_oid(schema.as_deref(), &name)
@@ -377,7 +413,7 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         name: "pg_size_pretty",
         arities: &[1],
         ret: DataType::Utf8,
-        f: Arc::new(|a: &[ScalarValue]| match int_arg(a.first()) {
+        f: ok(|a: &[ScalarValue]| match int_arg(a.first()) {
             Some(n) => text(size_pretty(n)),
             None => NULL_TEXT,
         }),
@@ -386,9 +422,166 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         name: "to_regtype",
         arities: &[1],
         ret: DataType::Int64,
-        f: Arc::new(|a: &[ScalarValue]| ScalarValue::Int64(text_arg(a.first()).and_then(|t| resolve::type_oid(&t)))),
+        f: ok(|a: &[ScalarValue]| ScalarValue::Int64(text_arg(a.first()).and_then(|t| resolve::type_oid(&t)))),
     });
     defs
+}
+
+const NULL_BOOL: ScalarValue = ScalarValue::Boolean(None);
+
+fn is_text(v: &ScalarValue) -> bool {
+    matches!(v.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+fn execution_error(message: String) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::Execution(message)
+}
+
+/// The role an argument names (a name, or an oid); `Ok(None)` for an oid
+/// no role has (Postgres answers NULL), an error for an unknown name.
+fn role_arg(s: &Snapshot, v: &ScalarValue) -> DfResult<Option<Principal>> {
+    let name = if is_text(v) {
+        let name = text_arg(Some(v)).unwrap_or_default();
+        return s
+            .principal(&name)
+            .map(Some)
+            .ok_or_else(|| execution_error(format!("role \"{name}\" does not exist")));
+    } else {
+        match int_arg(Some(v)).and_then(|oid| s.role_name(oid)) {
+            Some(name) => name,
+            None => return Ok(None),
+        }
+    };
+    Ok(s.principal(&name))
+}
+
+/// A privilege `has_table_privilege` is asked about.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Asked {
+    /// SELECT or INSERT, optionally WITH GRANT OPTION.
+    Stream(Privilege, bool),
+    /// UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER, MAINTAIN: statements
+    /// Sluice does not have, so no role holds them.
+    Absent,
+}
+
+/// Postgres' privilege list: comma-separated, any case, each optionally
+/// `WITH GRANT OPTION`.
+fn parse_privileges(list: &str) -> DfResult<Vec<Asked>> {
+    list.split(',')
+        .map(|item| {
+            let words: Vec<String> = item.split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
+            let grant_option = match words.as_slice() {
+                [_] => false,
+                [_, w, g, o] if w == "WITH" && g == "GRANT" && o == "OPTION" => true,
+                _ => {
+                    return Err(execution_error(format!(
+                        "unrecognized privilege type: \"{}\"",
+                        item.trim()
+                    )));
+                }
+            };
+            Ok(match words[0].as_str() {
+                "SELECT" => Asked::Stream(Privilege::Select, grant_option),
+                "INSERT" => Asked::Stream(Privilege::Insert, grant_option),
+                "UPDATE" | "DELETE" | "TRUNCATE" | "REFERENCES" | "TRIGGER" | "MAINTAIN" => Asked::Absent,
+                _ => {
+                    return Err(execution_error(format!(
+                        "unrecognized privilege type: \"{}\"",
+                        item.trim()
+                    )));
+                }
+            })
+        })
+        .collect()
+}
+
+/// `has_table_privilege([role,] table, privileges)`: whether the role holds
+/// any of the privileges, by the rules the executor enforces: on a stream,
+/// SELECT and INSERT for a superuser, the owner or a grantee; a grant
+/// option only for the owner or a superuser (they are the ones who may
+/// GRANT); on a catalog table SELECT for everyone. NULL for an oid that is
+/// no relation or no role, as in Postgres.
+fn table_privilege(s: &Snapshot, a: &[ScalarValue]) -> DfResult<ScalarValue> {
+    let (role, table, list) = match a {
+        [role, table, list] => (Some(role), table, list),
+        [table, list] => (None, table, list),
+        _ => return Ok(NULL_BOOL),
+    };
+    if table.is_null() || list.is_null() || role.is_some_and(ScalarValue::is_null) {
+        return Ok(NULL_BOOL);
+    }
+    let who = match role {
+        Some(role) => match role_arg(s, role)? {
+            Some(who) => who,
+            None => return Ok(NULL_BOOL),
+        },
+        None => s
+            .principal(s.current_user())
+            .ok_or_else(|| execution_error(format!("role \"{}\" does not exist", s.current_user())))?,
+    };
+    let asked = parse_privileges(&text_arg(Some(list)).unwrap_or_default())?;
+    let relations = s.relations();
+    let relation = if is_text(table) {
+        let name = text_arg(Some(table)).unwrap_or_default();
+        let (schema, unqualified) = resolve::split_qualified(&name);
+        let oid = s
+            .relation_oid(schema.as_deref(), &unqualified)
+            .ok_or_else(|| execution_error(format!("relation \"{name}\" does not exist")))?;
+        relations.iter().find(|r| r.oid == oid)
+    } else {
+        let oid = int_arg(Some(table));
+        relations.iter().find(|r| Some(r.oid) == oid)
+    };
+    let Some(relation) = relation else {
+        return Ok(NULL_BOOL);
+    };
+    let held = asked.iter().any(|asked| match (relation.stream, asked) {
+        (_, Asked::Absent) => false,
+        (Some(i), Asked::Stream(privilege, grant_option)) => {
+            let stream = &s.streams[i].name;
+            if *grant_option {
+                who.superuser || s.stream_owner(stream) == who.name
+            } else {
+                who.superuser || s.stream_owner(stream) == who.name || s.security.allows(&who, *privilege, stream)
+            }
+        }
+        (None, Asked::Stream(privilege, _)) => *privilege == Privilege::Select,
+    });
+    Ok(ScalarValue::Boolean(Some(held)))
+}
+
+/// `pg_has_role([user,] role, 'MEMBER' | 'USAGE')`: the role itself, a
+/// superuser, or a member of it.
+fn has_role(s: &Snapshot, a: &[ScalarValue]) -> DfResult<ScalarValue> {
+    let (user, role) = match a {
+        [user, role, _] => (Some(user), role),
+        [role, _] => (None, role),
+        _ => return Ok(NULL_BOOL),
+    };
+    if role.is_null() || user.is_some_and(ScalarValue::is_null) {
+        return Ok(NULL_BOOL);
+    }
+    let who = match user {
+        Some(user) => match role_arg(s, user)? {
+            Some(who) => who,
+            None => return Ok(NULL_BOOL),
+        },
+        None => match s.principal(s.current_user()) {
+            Some(who) => who,
+            None => return Ok(NULL_BOOL),
+        },
+    };
+    let Some(role) = role_arg(s, role)? else {
+        return Ok(NULL_BOOL);
+    };
+    let member = s
+        .roles()
+        .into_iter()
+        .any(|r| r.name == who.name && r.member_of.contains(&role.name));
+    Ok(ScalarValue::Boolean(Some(
+        who.superuser || who.name == role.name || member,
+    )))
 }
 
 /// Registers every catalog function in `ctx`.

@@ -19,6 +19,7 @@
 //! tables by default (pgJDBC's `getTables(…, {"TABLE"})`, psql's `\dt`).
 
 mod functions;
+pub mod psql_meta;
 mod resolve;
 pub mod rewrite;
 mod tables;
@@ -29,6 +30,9 @@ use datafusion::catalog::{MemorySchemaProvider, SchemaProvider, TableProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
 use datafusion::prelude::SessionContext;
+use sluice_cluster::security::{
+    BOOTSTRAP_SUPERUSER, BUILTIN_ROLES, PG_WRITE_SERVER_FILES, Principal, Privilege, SecurityCatalog,
+};
 use sluice_plan::catalog::StreamDef;
 use sqlparser::ast::{ObjectName, Query, Visit, Visitor};
 use std::ops::ControlFlow;
@@ -42,9 +46,15 @@ pub const STREAM_OID_BASE: u32 = 16384;
 pub const PG_CATALOG_OID: i64 = 11;
 pub const PUBLIC_OID: i64 = 2200;
 pub const INFORMATION_SCHEMA_OID: i64 = 13_000;
-/// The one role, `sluice` (Postgres' bootstrap superuser oid).
+/// The bootstrap superuser, `sluice` (Postgres' bootstrap superuser oid).
 pub const ROLE_OID: i64 = 10;
 pub const ROLE_NAME: &str = "sluice";
+/// `pg_write_server_files`, with Postgres' oid for it.
+pub const PG_WRITE_SERVER_FILES_OID: i64 = 4570;
+/// Oid of the first created role other than `sluice` (roles in name
+/// order); above any stream oid a catalog of 10 000 roles and a million
+/// streams reaches, so a role and a relation never share an oid.
+pub const ROLE_OID_BASE: i64 = 1_000_000_000;
 /// The one database.
 pub const DATABASE_NAME: &str = "sluice";
 pub const DATABASE_OID: i64 = 5;
@@ -56,12 +66,143 @@ pub struct Snapshot {
     pub streams: Vec<StreamDef>,
     /// The session's settings: (name, value, description).
     pub settings: Vec<(String, String, String)>,
+    /// Roles, grants and owners, as the executor checks them
+    /// (`engine/authorize.rs`): `pg_roles`, `pg_auth_members`,
+    /// `pg_class.relacl` and `has_table_privilege` read them.
+    pub security: SecurityCatalog,
+    /// The role the query runs as (empty: `sluice`).
+    pub user: String,
+}
+
+/// A role as `pg_roles` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoleRow {
+    pub oid: i64,
+    pub name: String,
+    pub superuser: bool,
+    pub login: bool,
+    /// Roles it is a member of, by name.
+    pub member_of: Vec<String>,
 }
 
 impl Snapshot {
     pub fn new(mut streams: Vec<StreamDef>, settings: Vec<(String, String, String)>) -> Self {
         streams.sort_by(|a, b| a.name.cmp(&b.name));
-        Snapshot { streams, settings }
+        Snapshot {
+            streams,
+            settings,
+            security: SecurityCatalog::default(),
+            user: String::new(),
+        }
+    }
+
+    /// This snapshot with the security catalog and the query's role.
+    pub fn with_security(mut self, security: SecurityCatalog, user: &str) -> Self {
+        self.security = security;
+        self.user = user.to_string();
+        self
+    }
+
+    /// The role the query runs as.
+    pub fn current_user(&self) -> &str {
+        if self.user.is_empty() { ROLE_NAME } else { &self.user }
+    }
+
+    /// Every role: `sluice` (oid 10, present even in a catalog that has
+    /// not recorded it), the built-in roles, then created roles in name
+    /// order.
+    pub fn roles(&self) -> Vec<RoleRow> {
+        let mut out = Vec::new();
+        let bootstrap = self.security.roles.get(BOOTSTRAP_SUPERUSER);
+        out.push(RoleRow {
+            oid: ROLE_OID,
+            name: ROLE_NAME.to_string(),
+            superuser: bootstrap.is_none_or(|r| r.superuser),
+            login: bootstrap.is_none_or(|r| r.login),
+            member_of: bootstrap
+                .map(|r| r.member_of.iter().cloned().collect())
+                .unwrap_or_default(),
+        });
+        out.push(RoleRow {
+            oid: PG_WRITE_SERVER_FILES_OID,
+            name: PG_WRITE_SERVER_FILES.to_string(),
+            superuser: false,
+            login: false,
+            member_of: Vec::new(),
+        });
+        let created = self
+            .security
+            .roles
+            .values()
+            .filter(|r| r.name != BOOTSTRAP_SUPERUSER && !BUILTIN_ROLES.contains(&r.name.as_str()));
+        for (i, r) in created.enumerate() {
+            out.push(RoleRow {
+                oid: ROLE_OID_BASE + i as i64,
+                name: r.name.clone(),
+                superuser: r.superuser,
+                login: r.login,
+                member_of: r.member_of.iter().cloned().collect(),
+            });
+        }
+        out
+    }
+
+    /// The name of the role with `oid`.
+    pub fn role_name(&self, oid: i64) -> Option<String> {
+        self.roles().into_iter().find(|r| r.oid == oid).map(|r| r.name)
+    }
+
+    /// What role `name` may do, as the executor resolves it (a built-in
+    /// role: nothing beyond its membership meaning).
+    pub fn principal(&self, name: &str) -> Option<Principal> {
+        if let Some(p) = self.security.principal(name) {
+            return Some(p);
+        }
+        if name == ROLE_NAME {
+            return Some(Principal {
+                name: name.to_string(),
+                superuser: true,
+                writes_server_files: true,
+            });
+        }
+        BUILTIN_ROLES.contains(&name).then(|| Principal {
+            name: name.to_string(),
+            superuser: false,
+            writes_server_files: name == PG_WRITE_SERVER_FILES,
+        })
+    }
+
+    /// The owner of stream `name` (`sluice` when none is recorded: a
+    /// stream created before roles existed, which only superusers reach).
+    pub fn stream_owner(&self, name: &str) -> &str {
+        self.security
+            .stream_owners
+            .get(name)
+            .map(String::as_str)
+            .unwrap_or(ROLE_NAME)
+    }
+
+    /// `pg_class.relacl` of stream `name`: NULL while nothing is granted
+    /// (Postgres' "default privileges": the owner's only), else the owner's
+    /// item first, then each grantee's in name order, in Postgres' aclitem
+    /// text (`grantee=privileges/grantor`, `a` INSERT, `r` SELECT); the
+    /// grantor is the owner, as Postgres records a superuser's grant.
+    pub fn stream_acl(&self, name: &str) -> Option<String> {
+        let grants = self.security.grants.get(name).filter(|g| !g.is_empty())?;
+        let owner = self.stream_owner(name);
+        let mut items = vec![format!("{}=ar/{}", acl_name(owner), acl_name(owner))];
+        for (role, privileges) in grants {
+            if role == owner || privileges.is_empty() {
+                continue;
+            }
+            let letters: String = [(Privilege::Insert, 'a'), (Privilege::Select, 'r')]
+                .into_iter()
+                .filter(|(p, _)| privileges.contains(p))
+                .map(|(_, c)| c)
+                .collect();
+            items.push(format!("{}={letters}/{}", acl_name(role), acl_name(owner)));
+        }
+        Some(format!("{{{}}}", items.join(",")))
     }
 
     /// The oid of the stream at `index`.
@@ -113,6 +254,20 @@ impl Snapshot {
             .iter()
             .find(|(n, _, _)| *n == name)
             .map(|(_, v, _)| v.as_str())
+    }
+}
+
+/// A role name inside an aclitem: double-quoted unless plain lower-case
+/// letters, digits and underscores (as Postgres' `putid`).
+fn acl_name(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
     }
 }
 

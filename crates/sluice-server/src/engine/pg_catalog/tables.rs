@@ -636,27 +636,42 @@ fn rows(def: &TableDef, snapshot: &Snapshot) -> Vec<Row> {
                 ]
             })
             .collect(),
-        (PG, "pg_roles") => vec![vec![
-            ("rolname", s(ROLE_NAME)),
-            ("rolsuper", b(true)),
-            ("rolinherit", b(true)),
-            ("rolcreaterole", b(true)),
-            ("rolcreatedb", b(true)),
-            ("rolcanlogin", b(true)),
-            ("rolreplication", b(false)),
-            ("rolconnlimit", i(-1)),
-            ("rolpassword", s("********")),
-            ("rolbypassrls", b(true)),
-            ("oid", o(ROLE_OID)),
-        ]],
-        (PG, "pg_user") => vec![vec![
-            ("usename", s(ROLE_NAME)),
-            ("usesysid", o(ROLE_OID)),
-            ("usecreatedb", b(true)),
-            ("usesuper", b(true)),
-            ("usebypassrls", b(true)),
-            ("passwd", s("********")),
-        ]],
+        (PG, "pg_roles") => snapshot
+            .roles()
+            .into_iter()
+            .map(|r| {
+                vec![
+                    ("rolname", s(r.name)),
+                    ("rolsuper", b(r.superuser)),
+                    ("rolinherit", b(true)),
+                    ("rolcreaterole", b(r.superuser)),
+                    ("rolcreatedb", b(r.superuser)),
+                    ("rolcanlogin", b(r.login)),
+                    ("rolreplication", b(false)),
+                    ("rolconnlimit", i(-1)),
+                    // Postgres shows this constant, never the verifier.
+                    ("rolpassword", s("********")),
+                    ("rolbypassrls", b(r.superuser)),
+                    ("oid", o(r.oid)),
+                ]
+            })
+            .collect(),
+        (PG, "pg_user") => snapshot
+            .roles()
+            .into_iter()
+            .filter(|r| r.login)
+            .map(|r| {
+                vec![
+                    ("usename", s(r.name)),
+                    ("usesysid", o(r.oid)),
+                    ("usecreatedb", b(r.superuser)),
+                    ("usesuper", b(r.superuser)),
+                    ("usebypassrls", b(r.superuser)),
+                    ("passwd", s("********")),
+                ]
+            })
+            .collect(),
+        (PG, "pg_auth_members") => pg_auth_members(snapshot),
         (PG, "pg_settings") => pg_settings(snapshot),
         (PG, "pg_tables") => snapshot
             .relations()
@@ -665,8 +680,8 @@ fn rows(def: &TableDef, snapshot: &Snapshot) -> Vec<Row> {
             .map(|r| {
                 vec![
                     ("schemaname", s(r.schema_name)),
+                    ("tableowner", s(relation_owner(snapshot, &r).to_string())),
                     ("tablename", s(r.name)),
-                    ("tableowner", s(ROLE_NAME)),
                 ]
             })
             .collect(),
@@ -726,17 +741,60 @@ fn namespaces() -> Vec<(i64, &'static str)> {
     ]
 }
 
+/// The owner of a relation: a stream's recorded owner, else `sluice`.
+fn relation_owner<'a>(snapshot: &'a Snapshot, r: &Relation) -> &'a str {
+    match r.stream {
+        Some(i) => snapshot.stream_owner(&snapshot.streams[i].name),
+        None => ROLE_NAME,
+    }
+}
+
+/// Memberships: one row per (role, member), oids from `pg_roles`.
+fn pg_auth_members(snapshot: &Snapshot) -> Vec<Row> {
+    let roles = snapshot.roles();
+    let mut out = Vec::new();
+    for member in &roles {
+        for role in &member.member_of {
+            let Some(role_oid) = roles.iter().find(|r| &r.name == role).map(|r| r.oid) else {
+                continue;
+            };
+            out.push(vec![
+                ("oid", o(AUTH_MEMBERS_OID_BASE + out.len() as i64)),
+                ("roleid", o(role_oid)),
+                ("member", o(member.oid)),
+                ("grantor", o(ROLE_OID)),
+                ("admin_option", b(false)),
+            ]);
+        }
+    }
+    out
+}
+
+/// Oid of the first `pg_auth_members` row.
+const AUTH_MEMBERS_OID_BASE: i64 = 2_000_000_000;
+
 fn pg_class(snapshot: &Snapshot) -> Vec<Row> {
+    // Role oids looked up once, not per relation.
+    let role_oids: std::collections::HashMap<String, i64> =
+        snapshot.roles().into_iter().map(|r| (r.name, r.oid)).collect();
     snapshot
         .relations()
         .into_iter()
         .map(|r| {
             let table = r.kind == 'r';
+            let owner = relation_owner(snapshot, &r);
+            let owner_oid = role_oids.get(owner).copied().unwrap_or(ROLE_OID);
+            let acl = r
+                .stream
+                .and_then(|i| snapshot.stream_acl(&snapshot.streams[i].name))
+                .map(s)
+                .unwrap_or(ScalarValue::Utf8(None));
             vec![
                 ("oid", o(r.oid)),
                 ("relname", s(r.name)),
                 ("relnamespace", o(r.namespace)),
-                ("relowner", o(ROLE_OID)),
+                ("relowner", o(owner_oid)),
+                ("relacl", acl),
                 ("relam", o(if table { 2 } else { 0 })),
                 ("relfilenode", o(if table { r.oid } else { 0 })),
                 ("reltuples", ScalarValue::Float32(Some(-1.0))),
