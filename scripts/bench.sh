@@ -3,6 +3,10 @@
 #   scripts/bench.sh                  # Nexmark, latency, SOL, Flink side by side
 #   SLUICE_BENCH_FLINK=0 scripts/bench.sh   # without Flink
 #   scripts/bench.sh --queries q0,q7  # any sluice-bench option (--help lists them)
+#   scripts/bench.sh --queries '' --latency-queries '' --checkpoint-queries '' \
+#     --alter-switches 0 --sol-messages 0 --cluster-runs 3 --results-dir benches/results/cluster
+#                                     # only the cluster runs (stages on two worker
+#                                     # processes, kill -9 / SIGSTOP failover)
 # Results: benches/results/latest.{md,json} and throughput.svg.
 #
 # Installs what a fresh Debian machine lacks (scripts/install-deps.sh) and

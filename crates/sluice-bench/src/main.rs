@@ -5,11 +5,16 @@
 //!   sink), with the generator-only rate of the tables each one reads;
 //! - end-to-end latency at half the measured rate (q0, q7);
 //! - SOL message throughput (100-byte messages, random shuffle, counting);
-//! - the Flink peer harness's six queries, Flink and Sluice alternately.
+//! - the Flink peer harness's six queries, Flink and Sluice alternately;
+//! - the cluster: Nexmark queries and SOL-like messages with their stages
+//!   on two worker processes beside one process, and the time a pipeline
+//!   takes to run again after `kill -9` of a worker.
 //!
-//! Writes `benches/results/latest.{json,md}` and `throughput.svg`.
+//! Writes `benches/results/latest.{json,md}` and `throughput.svg`
+//! (`--results-dir` elsewhere).
 
 mod alter;
+mod cluster;
 mod flink;
 mod nexmark;
 mod report;
@@ -24,7 +29,8 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(about = "Sluice benchmarks: Nexmark, latency, SOL message throughput, Flink side by side")]
 struct Args {
-    /// Queries to run (files in benches/nexmark).
+    /// Queries to run (files in benches/nexmark; '' for none, which also
+    /// skips the generator-only runs).
     #[arg(long, value_delimiter = ',', default_value = "q0,q1,q2,q3,q5,q7,q8,q22")]
     queries: Vec<String>,
     /// Instances per operator.
@@ -69,6 +75,34 @@ struct Args {
     /// Rows per Flink/Sluice datagen run (0: the harness's defaults, 3-8 M).
     #[arg(long, default_value_t = 0)]
     flink_rows: u64,
+    /// Nexmark queries run with their stages on two worker processes
+    /// (pack placement, p slots each: every row crosses the data plane)
+    /// beside one process, over --events events ('' for none).
+    #[arg(long, value_delimiter = ',', default_value = "q5,q0")]
+    cluster_queries: Vec<String>,
+    /// SOL-like messages (100-byte strings, shuffled by key and counted per
+    /// window, in SQL) across two worker processes beside one process (0: skip).
+    #[arg(long, default_value_t = 20_000_000)]
+    cluster_sol_messages: u64,
+    /// Repetitions of each cluster throughput comparison.
+    #[arg(long, default_value_t = 1)]
+    cluster_runs: usize,
+    /// kill -9 failovers of a paced q5-shaped pipeline over three workers (0: skip).
+    #[arg(long, default_value_t = 10)]
+    failover_runs: usize,
+    /// Failovers as above with the worker frozen (SIGSTOP: connections
+    /// open, silent, as a host that drops off the network) (0: skip).
+    #[arg(long, default_value_t = 10)]
+    freeze_runs: usize,
+    /// Paced global Nexmark events/s of the failover pipeline.
+    #[arg(long, default_value_t = 200_000)]
+    failover_rate: u64,
+    /// The master's --worker-timeout in the failover runs.
+    #[arg(long, default_value = "5s")]
+    worker_timeout: String,
+    /// Where the results are written (default ROOT/benches/results).
+    #[arg(long)]
+    results_dir: Option<PathBuf>,
     /// The repository root (benches/ lives there).
     #[arg(long, default_value = ".")]
     root: PathBuf,
@@ -97,7 +131,11 @@ async fn main() -> Result<()> {
         None => std::env::current_exe()?.with_file_name("sluice"),
     };
     let dir = args.root.join("benches/nexmark");
-    let out_dir = args.root.join("benches/results");
+    let out_dir = args
+        .results_dir
+        .clone()
+        .unwrap_or_else(|| args.root.join("benches/results"));
+    let queries_to_run: Vec<&String> = args.queries.iter().filter(|q| !q.is_empty()).collect();
     std::fs::create_dir_all(&out_dir)?;
     let p = args.parallelism;
     let mut results = json!({
@@ -109,7 +147,12 @@ async fn main() -> Result<()> {
 
     eprintln!("== generator-only rates");
     let mut generators = serde_json::Map::new();
-    for table in ["bid", "auction", "person"] {
+    let tables: &[&str] = if queries_to_run.is_empty() {
+        &[]
+    } else {
+        &["bid", "auction", "person"]
+    };
+    for &table in tables {
         let events = if table == "bid" { args.events } else { args.join_events };
         let s = nexmark::generator_only(&binary, table, p, events).await?;
         eprintln!("  {table}: {:.0} rows/s", s.rows_per_s());
@@ -119,7 +162,7 @@ async fn main() -> Result<()> {
 
     eprintln!("== Nexmark throughput");
     let mut queries = serde_json::Map::new();
-    for q in &args.queries {
+    for q in queries_to_run {
         let (_, sql) = nexmark::read_query(&dir, q)?;
         let tables = nexmark::tables_of(&sql);
         let events = if tables.contains(&"bid") {
@@ -225,6 +268,32 @@ async fn main() -> Result<()> {
         results["alter"] = a;
     }
     results["nexmark"] = Value::Object(queries);
+
+    let cluster_queries: Vec<&String> = args.cluster_queries.iter().filter(|q| !q.is_empty()).collect();
+    if !cluster_queries.is_empty() || args.cluster_sol_messages > 0 || args.failover_runs > 0 || args.freeze_runs > 0 {
+        eprintln!("== cluster: stages on two worker processes, and kill -9 failover");
+        let mut across = serde_json::Map::new();
+        for q in cluster_queries {
+            let v = cluster::nexmark_across(&binary, &dir, q, p, args.events, args.cluster_runs).await?;
+            if let Some(why) = v["skipped"].as_str() {
+                eprintln!("  {q}: skipped, {why}");
+            }
+            across.insert(q.clone(), v);
+        }
+        let mut c = json!({ "nexmark": across });
+        if args.cluster_sol_messages > 0 {
+            c["sol"] = cluster::sol_across(&binary, p, args.cluster_sol_messages, args.cluster_runs).await?;
+        }
+        for (key, runs, fault) in [
+            ("failover", args.failover_runs, cluster::Fault::Kill),
+            ("freeze", args.freeze_runs, cluster::Fault::Freeze),
+        ] {
+            if runs > 0 {
+                c[key] = cluster::failover(&binary, runs, args.failover_rate, &args.worker_timeout, fault).await?;
+            }
+        }
+        results["cluster"] = c;
+    }
 
     if args.sol_messages == 0 {
         results["finished_utc"] = json!(report::utc_now());

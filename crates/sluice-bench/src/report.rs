@@ -93,12 +93,12 @@ pub fn markdown(r: &Value) -> String {
         m["loadavg_at_start"].as_str().unwrap_or("?"),
         r["parallelism"]
     );
-    let _ = writeln!(
-        md,
-        "| query | events/s | events/s per core | cores used | CPU s | peak RSS | generator-only events/s | target | met |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
-    if let Some(qs) = r["nexmark"].as_object() {
+    if let Some(qs) = r["nexmark"].as_object().filter(|qs| !qs.is_empty()) {
+        let _ = writeln!(
+            md,
+            "| query | events/s | events/s per core | cores used | CPU s | peak RSS | generator-only events/s | target | met |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
         for (q, v) in qs {
             let rate = f(&v["events_per_s"]);
             let (t, met) = match target(q) {
@@ -210,6 +210,7 @@ pub fn markdown(r: &Value) -> String {
             samples.join(", ")
         );
     }
+    cluster_markdown(&mut md, &r["cluster"]);
     let s = &r["sol"];
     if !s.is_null() {
         let _ = writeln!(
@@ -248,6 +249,98 @@ pub fn markdown(r: &Value) -> String {
         }
     }
     md
+}
+
+/// `lo–hi` of `key` over `runs[*][side]`, formatted by `fmt`.
+fn range(runs: &[Value], side: &str, key: &str, fmt: impl Fn(f64) -> String) -> String {
+    let values: Vec<f64> = runs.iter().filter_map(|r| r[side][key].as_f64()).collect();
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match values.len() {
+        0 => "–".into(),
+        _ if fmt(lo) == fmt(hi) => fmt(lo),
+        _ => format!("{}–{}", fmt(lo), fmt(hi)),
+    }
+}
+
+/// The cluster section: throughput across two workers beside one process,
+/// and kill -9 failover.
+fn cluster_markdown(md: &mut String, c: &Value) {
+    if c.is_null() {
+        return;
+    }
+    let mut rows: Vec<(String, &Value, u64)> = Vec::new();
+    for (q, v) in c["nexmark"].as_object().into_iter().flatten() {
+        if let Some(why) = v["skipped"].as_str() {
+            let _ = writeln!(md, "\nCluster, Nexmark {q}: not run across workers — {why}.");
+            continue;
+        }
+        rows.push((format!("Nexmark {q}"), v, v["global_events"].as_u64().unwrap_or(0)));
+    }
+    if !c["sol"].is_null() {
+        rows.push((
+            "SOL-like (100-byte messages, hash by key, count)".into(),
+            &c["sol"],
+            c["sol"]["messages"].as_u64().unwrap_or(0),
+        ));
+    }
+    if !rows.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nStages on two worker processes (pack placement, every row over the data plane) beside one process; \
+             min–max over the runs; CPU summed over every process of the run (master and workers):\n"
+        );
+        let _ = writeln!(
+            md,
+            "| pipeline | runs | events | one process /s | two workers /s | CPU ns/event, one process | CPU ns/event, two workers | data plane bytes/event | payload GB/s | generator alone /s |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+        for (name, v, events) in rows {
+            let runs = v["runs"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            let _ = writeln!(
+                md,
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                runs.len(),
+                si(events as f64),
+                range(runs, "one_process", "events_per_s", si),
+                range(runs, "two_workers", "events_per_s", si),
+                range(runs, "one_process", "cpu_ns_per_event", |v| format!("{v:.0}")),
+                range(runs, "two_workers", "cpu_ns_per_event", |v| format!("{v:.0}")),
+                range(runs, "two_workers", "data_bytes_per_event", |v| format!("{v:.0}")),
+                range(runs, "two_workers", "data_gb_per_s", |v| format!("{v:.2}")),
+                range(runs, "generator_only", "events_per_s", si),
+            );
+        }
+    }
+    for key in ["failover", "freeze"] {
+        let f_ = &c[key];
+        if f_.is_null() {
+            continue;
+        }
+        let runs = f_["runs"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        let _ = writeln!(
+            md,
+            "\n`{}` of a worker running tasks ({} runs; {} workers × {} slots, parallelism {}, paced {} events/s, \
+             checkpoints every {} s, worker timeout {}): running again without it p50 {:.2} s, max {:.2} s; \
+             sources reading again p50 {:.2} s, max {:.2} s. Per run (running / reading, s): {}\n",
+            f_["fault"].as_str().unwrap_or("?"),
+            runs.len(),
+            f_["workers"],
+            f_["slots_per_worker"],
+            f_["parallelism"],
+            si(f(&f_["events_per_s_paced"])),
+            f_["checkpoint_interval_s"],
+            f_["worker_timeout"].as_str().unwrap_or("?"),
+            f(&f_["running_again_p50_s"]),
+            f(&f_["running_again_max_s"]),
+            f(&f_["reading_again_p50_s"]),
+            f(&f_["reading_again_max_s"]),
+            runs.iter()
+                .map(|r| format!("{:.2} / {:.2}", f(&r["running_again_s"]), f(&r["reading_again_s"])))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
 }
 
 /// Horizontal bars: events/s per query (and Sluice vs Flink rows/s).

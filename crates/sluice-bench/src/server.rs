@@ -16,6 +16,8 @@ pub struct Server {
     child: Child,
     pub client: Client,
     data_dir: PathBuf,
+    /// The REST API's port on 127.0.0.1.
+    pub http_port: u16,
 }
 
 /// CPU seconds (user + system) and resident memory of a process.
@@ -61,60 +63,133 @@ pub fn proc_sample(pid: &str) -> ProcSample {
     }
 }
 
+/// A fresh directory name under the system's temp directory (not created).
+pub fn fresh_dir(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "sluice-bench-{tag}{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos() ^ rand_suffix()
+    ))
+}
+
+/// The servers' log filter: quiet by default; SLUICE_BENCH_LOG sets it
+/// (e.g. `sluice_dataflow::metrics=debug` logs polls over 5 ms).
+pub fn log_filter() -> String {
+    std::env::var("SLUICE_BENCH_LOG").unwrap_or_else(|_| "error".into())
+}
+
+/// What a starting server prints: its pgwire and HTTP ports and (a cluster
+/// master) the control address workers register at.
+struct Addresses {
+    pg_port: u16,
+    http_port: u16,
+    control: Option<String>,
+}
+
+fn read_addresses(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> Result<Addresses> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut pg_port, mut http_port, mut control) = (0, 0, None);
+    while pg_port == 0 || http_port == 0 {
+        if Instant::now() > deadline {
+            bail!("server did not start within 60 s");
+        }
+        let line = lines.next().context("server exited early")??;
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("SQL:") {
+            pg_port = rest
+                .rsplit("-p ")
+                .next()
+                .and_then(|s| s.split_whitespace().next())
+                .context("port")?
+                .parse()?;
+        } else if let Some(rest) = line.strip_prefix("HTTP:") {
+            http_port = rest
+                .trim()
+                .trim_end_matches("/health")
+                .rsplit(':')
+                .next()
+                .context("HTTP port")?
+                .parse()?;
+        } else if let Some(rest) = line.strip_prefix("workers: sluice worker --masters ") {
+            control = Some(rest.trim().to_string());
+        }
+    }
+    Ok(Addresses {
+        pg_port,
+        http_port,
+        control,
+    })
+}
+
 impl Server {
     /// Starts `binary playground` on free ports with a fresh data directory.
     pub async fn start(binary: &Path) -> Result<Server> {
-        let data_dir = std::env::temp_dir().join(format!(
-            "sluice-bench-{}-{}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos() ^ rand_suffix()
-        ));
+        let data_dir = fresh_dir("");
+        let mut args: Vec<std::ffi::OsString> = [
+            "playground",
+            "--pg-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        args.push(data_dir.clone().into());
+        Ok(Server::spawn(binary, &args, data_dir).await?.0)
+    }
+
+    /// Starts `binary args…` (a playground, or a cluster master, which also
+    /// returns the control address workers register at), reads the ports
+    /// it prints and connects; `data_dir` is removed when it is dropped.
+    pub async fn spawn(
+        binary: &Path,
+        args: &[std::ffi::OsString],
+        data_dir: PathBuf,
+    ) -> Result<(Server, Option<String>)> {
         let mut child = Command::new(binary)
-            .args([
-                "playground",
-                "--pg-listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(&data_dir)
-            // Quiet by default; SLUICE_BENCH_LOG sets the servers' log filter
-            // (e.g. `sluice_dataflow::metrics=debug` logs polls over 5 ms).
-            .env(
-                "RUST_LOG",
-                std::env::var("SLUICE_BENCH_LOG").unwrap_or_else(|_| "error".into()),
-            )
+            .args(args)
+            .env("RUST_LOG", log_filter())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
         let stdout = child.stdout.take().context("stdout")?;
         let mut lines = BufReader::new(stdout).lines();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let port: u16 = loop {
-            if Instant::now() > deadline {
-                bail!("server did not start within 60 s");
-            }
-            let line = lines.next().context("server exited early")??;
-            if let Some(rest) = line.trim().strip_prefix("SQL:") {
-                break rest
-                    .rsplit("-p ")
-                    .next()
-                    .and_then(|s| s.split_whitespace().next())
-                    .context("port")?
-                    .parse()?;
+        let addresses = match read_addresses(&mut lines) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(&data_dir);
+                return Err(e);
             }
         };
         std::thread::spawn(move || for _ in lines {});
-        let (client, connection) =
-            tokio_postgres::connect(&format!("host=127.0.0.1 port={port} user=sluice"), NoTls).await?;
+        // From here on the server is dropped (killed, its directory
+        // removed) on any error.
+        let connected =
+            tokio_postgres::connect(&format!("host=127.0.0.1 port={} user=sluice", addresses.pg_port), NoTls).await;
+        let (client, connection) = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(&data_dir);
+                return Err(e.into());
+            }
+        };
         tokio::spawn(connection);
-        Ok(Server {
-            child,
-            client,
-            data_dir,
-        })
+        Ok((
+            Server {
+                child,
+                client,
+                data_dir,
+                http_port: addresses.http_port,
+            },
+            addresses.control,
+        ))
     }
 
     pub fn pid(&self) -> String {
@@ -130,6 +205,38 @@ impl Server {
             .batch_execute(sql)
             .await
             .map_err(|e| anyhow::anyhow!("{sql}\n  failed: {}", describe(&e)))
+    }
+
+    /// `GET path` of the REST API, parsed as JSON.
+    pub async fn rest(&self, path: &str) -> Result<serde_json::Value> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let get = async {
+            let mut c = tokio::net::TcpStream::connect(("127.0.0.1", self.http_port)).await?;
+            c.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+                .await?;
+            let mut response = String::new();
+            c.read_to_string(&mut response).await?;
+            anyhow::Ok(response)
+        };
+        let response = tokio::time::timeout(Duration::from_secs(10), get)
+            .await
+            .with_context(|| format!("GET {path} timed out"))??;
+        let (head, body) = response.split_once("\r\n\r\n").context("an HTTP response")?;
+        if head.split_whitespace().nth(1) != Some("200") {
+            bail!("GET {path}: {}", head.lines().next().unwrap_or_default());
+        }
+        Ok(serde_json::from_str(body)?)
+    }
+
+    /// Every row of `sql`'s result as text (NULL as the empty string).
+    pub async fn rows(&self, sql: &str) -> Result<Vec<Vec<String>>> {
+        let mut rows = Vec::new();
+        for m in self.client.simple_query(sql).await? {
+            if let SimpleQueryMessage::Row(r) = m {
+                rows.push((0..r.len()).map(|i| r.get(i).unwrap_or_default().to_string()).collect());
+            }
+        }
+        Ok(rows)
     }
 
     /// `SHOW PIPELINES` row of `name`: (state, rows_in, rows_out, error),
@@ -200,7 +307,19 @@ impl RunStats {
 /// Creates sink `name` over `query` and waits for the bounded pipeline to
 /// finish; times it from the statement to the end.
 pub async fn run_sink(server: &Server, name: &str, with: &str, query: &str) -> Result<RunStats> {
-    let before = server.sample();
+    run_sink_sampled(server, name, with, query, || server.sample()).await
+}
+
+/// [`run_sink`] with the CPU time and memory of the run read by `sample`
+/// (a cluster: summed over its processes).
+pub async fn run_sink_sampled(
+    server: &Server,
+    name: &str,
+    with: &str,
+    query: &str,
+    sample: impl Fn() -> ProcSample,
+) -> Result<RunStats> {
+    let before = sample();
     let started = Instant::now();
     server
         .exec(&format!("CREATE SINK {name} WITH ({with}) AS {query}"))
@@ -215,7 +334,7 @@ pub async fn run_sink(server: &Server, name: &str, with: &str, query: &str) -> R
             match state.as_str() {
                 "finished" => {
                     let wall_s = started.elapsed().as_secs_f64();
-                    let after = server.sample();
+                    let after = sample();
                     samples.push((wall_s, after.rss_bytes));
                     return Ok(RunStats {
                         wall_s,
@@ -231,7 +350,7 @@ pub async fn run_sink(server: &Server, name: &str, with: &str, query: &str) -> R
             }
         }
         if last_sample.elapsed() >= Duration::from_millis(250) {
-            samples.push((started.elapsed().as_secs_f64(), server.sample().rss_bytes));
+            samples.push((started.elapsed().as_secs_f64(), sample().rss_bytes));
             last_sample = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
