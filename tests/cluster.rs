@@ -81,6 +81,47 @@ async fn a_query_spread_over_two_workers_is_exact() {
     assert_eq!(workers.len(), 2, "{cluster}");
 }
 
+/// A bounded pipeline that finished on the workers shows every row it
+/// read and wrote: each part's final counters reach the master before it
+/// exits (the last periodic heartbeat is up to a second old).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_pipelines_counts_are_complete() {
+    let (server, _tmp) = cluster(2);
+    let c = server.connect().await;
+    exec(
+        &c,
+        "CREATE STREAM bounded (i BIGINT) WITH (connector = 'datagen', 'number-of-rows' = '250000',
+            'rows-per-second' = '0', 'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '249999')",
+    )
+    .await;
+    exec(&c, "SET parallelism = 2").await;
+    exec(
+        &c,
+        "CREATE SINK counted WITH (connector = 'blackhole') AS SELECT i FROM bounded WHERE i % 5 = 0",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (rows_in, rows_out) = loop {
+        let rows = c.simple_query("SHOW PIPELINES").await.unwrap();
+        let row = rows.into_iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some("counted") => Some((
+                r.get("state").unwrap_or_default().to_string(),
+                r.get("rows_in").unwrap_or("0").parse::<u64>().unwrap(),
+                r.get("rows_out").unwrap_or("0").parse::<u64>().unwrap(),
+            )),
+            _ => None,
+        });
+        if let Some((state, rows_in, rows_out)) = row
+            && state == "finished"
+        {
+            break (rows_in, rows_out);
+        }
+        assert!(Instant::now() < deadline, "the bounded pipeline did not finish");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!((rows_in, rows_out), (250_000, 50_000), "rows read and written");
+}
+
 /// A pipeline that cannot be placed fails with 53000 saying what was missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_without_room_is_refused_with_53000() {

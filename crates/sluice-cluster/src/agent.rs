@@ -264,6 +264,14 @@ impl Agent {
                 },
                 Some((key, event)) = events.recv() => {
                     let exited = event == PartEvent::Exited;
+                    if exited {
+                        // Its tasks' final counters first: the master keeps
+                        // the last it heard (a finished pipeline's rows).
+                        let last = session.final_counters(key);
+                        if session.send(pb::worker_event::Event::Heartbeat(last)).await.is_err() {
+                            break SessionEnd::Lost("the master closed the session".into());
+                        }
+                    }
                     match event_to_wire(key, &event) {
                         Ok(e) => {
                             if session.send(e).await.is_err() {
@@ -360,6 +368,21 @@ impl Session<'_> {
             },
         ));
         r.cancel.cancel();
+    }
+
+    /// A heartbeat carrying only the counters of deployment `key`'s part
+    /// here (sent as it exits).
+    fn final_counters(&self, key: DeploymentKey) -> pb::Heartbeat {
+        let tasks = self
+            .running
+            .get(&key)
+            .map(|r| r.metrics.iter().map(|m| metrics_to_wire(key, m)).collect())
+            .unwrap_or_default();
+        pb::Heartbeat {
+            sent_ms: sluice_types::now_ms().max(0) as u64,
+            tasks,
+            process: Some(crate::process::metrics(&self.agent.data.metrics())),
+        }
     }
 
     fn heartbeat(&self) -> pb::Heartbeat {
