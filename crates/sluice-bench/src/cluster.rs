@@ -473,7 +473,7 @@ pub async fn nexmark_across(binary: &Path, dir: &Path, q: &str, p: u32, events: 
         let (mut across, mut extra) = run_across(&cluster, "bench", &query, &plan).await?;
         drop(cluster);
         // A bounded run that finished read every event, as the one-process
-        // run did; the cluster's rows_in may miss the last heartbeat.
+        // run did (the cluster reports its own count too, kept beside it).
         extra["rows_in_reported"] = json!(across.rows_in);
         ensure!(
             across.rows_in <= local.rows_in,
