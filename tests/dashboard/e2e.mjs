@@ -14,7 +14,7 @@
 // diff (each operator's change named and coloured) and the DAG outlined.
 // Prints "e2e: N passed, 0 failed" and exits 0, or the failure and exits 1.
 
-import { launchChromium } from "./browser.mjs";
+import { checks, getJsonFrom, launchChromium } from "./browser.mjs";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 
@@ -25,19 +25,8 @@ if (!base || !name || !shots || (altered && !alterStatement)) {
 }
 mkdirSync(shots, { recursive: true });
 const WAIT_MS = 30_000;
-let passed = 0;
-
-function check(condition, what) {
-  if (!condition) throw new Error(`check failed: ${what}`);
-  passed += 1;
-  console.log(`ok - ${what}`);
-}
-
-async function getJson(path) {
-  const response = await fetch(new URL(path, base));
-  if (!response.ok) throw new Error(`GET ${path}: ${response.status}`);
-  return response.json();
-}
+const { check, passed } = checks();
+const getJson = (path) => getJsonFrom(base, path);
 
 async function postSql(sql) {
   const response = await fetch(new URL("/api/v1/sql", base), {
@@ -243,5 +232,5 @@ try {
 } finally {
   await browser.close();
 }
-console.log(`e2e: ${passed} passed, ${status} failed`);
+console.log(`e2e: ${passed()} passed, ${status} failed`);
 process.exit(status);

@@ -22,7 +22,7 @@
 //
 // Prints "workers: N passed, 0 failed" and exits 0, or the failure and exits 1.
 
-import { launchChromium } from "./browser.mjs";
+import { checks, getJsonFrom, launchChromium } from "./browser.mjs";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -34,19 +34,8 @@ if (!base || !shots || !["cluster", "playground"].includes(mode)) {
 }
 mkdirSync(shots, { recursive: true });
 const WAIT_MS = 30_000;
-let passed = 0;
-
-function check(condition, what) {
-  if (!condition) throw new Error(`check failed: ${what}`);
-  passed += 1;
-  console.log(`ok - ${what}`);
-}
-
-async function getJson(path) {
-  const response = await fetch(new URL(path, base));
-  if (!response.ok) throw new Error(`GET ${path}: ${response.status}`);
-  return response.json();
-}
+const { check, passed } = checks();
+const getJson = (path) => getJsonFrom(base, path);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -395,5 +384,5 @@ try {
 } finally {
   await browser.close();
 }
-console.log(`workers: ${passed} passed, ${status} failed`);
+console.log(`workers: ${passed()} passed, ${status} failed`);
 process.exit(status);

@@ -18,45 +18,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// SplitMix64, seeded.
-struct Rng(u64);
+#[path = "../support/fuzz.rs"]
+mod fuzz;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// Cases, seed and time bound from the environment.
-fn plan(name: &str, default_cases: usize) -> (usize, u64, Option<Duration>) {
-    let cases = std::env::var("SLUICE_FUZZ_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(default_cases);
-    let seed = std::env::var("SLUICE_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    let seconds = std::env::var("SLUICE_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs);
-    eprintln!("{name}: {cases} cases, SLUICE_FUZZ_SEED={seed}");
-    (cases, seed, seconds)
-}
+use fuzz::{Rng, plan};
 
 fn startup() -> Vec<u8> {
     let mut body = 196_608u32.to_be_bytes().to_vec();

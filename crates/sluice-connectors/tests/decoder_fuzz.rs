@@ -10,46 +10,12 @@ use arrow::array::{Array, Int64Array};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use sluice_connectors::format::{RecordDecoder, RecordFormat};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// SplitMix64: a small seeded generator, so the target needs no dependency.
-struct Rng(u64);
+#[path = "../../../tests/support/fuzz.rs"]
+mod fuzz;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// Cases, seed and time bound from the environment.
-fn plan(default_cases: usize) -> (usize, u64, Option<Duration>) {
-    let cases = std::env::var("SLUICE_FUZZ_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(default_cases);
-    let seed = std::env::var("SLUICE_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    let seconds = std::env::var("SLUICE_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs);
-    (cases, seed, seconds)
-}
+use fuzz::{Rng, plan};
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
@@ -137,8 +103,7 @@ fn random_bytes(rng: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn json_and_csv_decoders_sort_any_bytes_into_rows_and_bad_records() {
-    let (cases, seed, seconds) = plan(300);
-    eprintln!("decoder fuzz: {cases} cases, SLUICE_FUZZ_SEED={seed}");
+    let (cases, seed, seconds) = plan("decoder fuzz", 300);
     let mut rng = Rng(seed);
     let started = Instant::now();
     let mut bad_seen = 0usize;
