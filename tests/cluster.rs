@@ -398,14 +398,20 @@ async fn a_terminated_worker_drains_its_tasks_at_a_barrier_and_exits() {
 }
 
 /// Network namespaces for one test (scripts/netns.sh), removed on drop.
+/// Tests that use them run one at a time (they share the namespace names
+/// of this process, and the harness runs tests in parallel).
 struct Hosts {
     name: String,
     /// (host, address, link)
     hosts: Vec<(String, String, String)>,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+static NAMESPACES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Hosts {
     fn up(name: &str, hosts: &[&str]) -> Hosts {
+        let one_at_a_time = NAMESPACES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/netns.sh");
         let _ = std::process::Command::new(script)
             .arg("down")
@@ -434,6 +440,7 @@ impl Hosts {
         Hosts {
             name: name.to_string(),
             hosts,
+            _one_at_a_time: one_at_a_time,
         }
     }
 
