@@ -156,21 +156,8 @@ async fn a_killed_workers_pipeline_moves_to_the_others() {
         "CREATE SINK moved WITH (connector = 'blackhole', 'checkpoint.interval' = '1s') AS SELECT i FROM ticks WHERE i >= 0",
     )
     .await;
-    let used = |s: &TestServer| -> Vec<u64> {
-        s.cluster_json()["workers"].as_array().map_or(vec![], |w| {
-            w.iter().map(|w| w["used_slots"].as_u64().unwrap_or(0)).collect()
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while used(&server).iter().filter(|n| **n > 0).count() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "tasks never spread: {}",
-            server.cluster_json()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let tasks: u64 = used(&server).iter().sum();
+    wait_until_spread(&server).await;
+    let tasks: u64 = used_slots(&server).iter().map(|(_, n)| n).sum();
     server.kill_worker(0);
     // Declared dead within the timeout (3 s in tests), then the pipeline
     // runs again with every task on the remaining worker.
@@ -319,29 +306,9 @@ async fn a_terminated_worker_drains_its_tasks_at_a_barrier_and_exits() {
         ),
     )
     .await;
-    let used = |s: &TestServer| -> Vec<(String, u64)> {
-        s.cluster_json()["workers"].as_array().map_or(vec![], |w| {
-            w.iter()
-                .map(|w| {
-                    (
-                        w["id"].as_str().unwrap_or_default().to_string(),
-                        w["used_slots"].as_u64().unwrap_or(0),
-                    )
-                })
-                .collect()
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while used(&server).iter().filter(|(_, n)| *n > 0).count() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "tasks never spread: {}",
-            server.cluster_json()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until_spread(&server).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let tasks: u64 = used(&server).iter().map(|(_, n)| n).sum();
+    let tasks: u64 = used_slots(&server).iter().map(|(_, n)| n).sum();
     let status = server.terminate_worker(0, Duration::from_secs(30));
     assert!(
         status.is_some_and(|s| s.success()),
@@ -349,7 +316,7 @@ async fn a_terminated_worker_drains_its_tasks_at_a_barrier_and_exits() {
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let now = used(&server);
+        let now = used_slots(&server);
         let state = pipeline_state(&c, "drained").await;
         if now == vec![("w2".to_string(), tasks)] && state.as_deref() == Some("running") {
             break;
@@ -395,6 +362,29 @@ async fn a_terminated_worker_drains_its_tasks_at_a_barrier_and_exits() {
         values.len(),
         values.iter().zip(&expected).position(|(a, b)| a != b)
     );
+}
+
+/// (worker id, used slots) of every worker REST lists.
+fn used_slots(s: &TestServer) -> Vec<(String, u64)> {
+    s.cluster_json()["workers"].as_array().map_or(vec![], |w| {
+        w.iter()
+            .map(|w| {
+                (
+                    w["id"].as_str().unwrap_or_default().to_string(),
+                    w["used_slots"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    })
+}
+
+/// Waits (at most 30 s) until tasks run on two workers.
+async fn wait_until_spread(s: &TestServer) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while used_slots(s).iter().filter(|(_, n)| *n > 0).count() < 2 {
+        assert!(Instant::now() < deadline, "tasks never spread: {}", s.cluster_json());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Network namespaces for one test (scripts/netns.sh), removed on drop.
@@ -619,27 +609,7 @@ async fn network_fault(fault: Fault) {
         ),
     )
     .await;
-    let workers = |s: &TestServer| -> Vec<(String, u64)> {
-        s.cluster_json()["workers"].as_array().map_or(vec![], |w| {
-            w.iter()
-                .map(|w| {
-                    (
-                        w["id"].as_str().unwrap_or_default().to_string(),
-                        w["used_slots"].as_u64().unwrap_or(0),
-                    )
-                })
-                .collect()
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while workers(&server).iter().filter(|(_, n)| *n > 0).count() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "tasks never spread: {}",
-            server.cluster_json()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until_spread(&server).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let before = committed_windows(&out).len();
     hosts.fault(fault, true);
@@ -647,7 +617,7 @@ async fn network_fault(fault: Fault) {
     match fault {
         // Declared dead after 3 s of silence; the pipeline runs again on w2.
         Fault::Cable | Fault::WorkerMaster => loop {
-            let now = workers(&server);
+            let now = used_slots(&server);
             let (state, _) = pipeline_row(&c, "n_out").await;
             if now.len() == 1 && now[0].0 == "w2" && now[0].1 > 0 && state == "running" {
                 break;
@@ -662,7 +632,7 @@ async fn network_fault(fault: Fault) {
         Fault::BetweenWorkers => loop {
             let (state, error) = pipeline_row(&c, "n_out").await;
             if error.contains("data link") {
-                assert_eq!(workers(&server).len(), 2, "both workers still registered");
+                assert_eq!(used_slots(&server).len(), 2, "both workers still registered");
                 break;
             }
             assert!(
@@ -742,16 +712,7 @@ async fn placement_labels_choose_the_workers() {
     .await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let workers = server.cluster_json()["workers"].as_array().cloned().unwrap_or_default();
-        let used: Vec<(String, u64)> = workers
-            .iter()
-            .map(|w| {
-                (
-                    w["id"].as_str().unwrap().to_string(),
-                    w["used_slots"].as_u64().unwrap_or(0),
-                )
-            })
-            .collect();
+        let used = used_slots(&server);
         if used.iter().any(|(id, n)| id == "wb" && *n > 0) {
             assert!(
                 used.iter().all(|(id, n)| id == "wb" || *n == 0),
