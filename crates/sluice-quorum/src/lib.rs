@@ -1,0 +1,20 @@
+//! The masters' quorum: cluster state replicated as CRDTs among three or
+//! five `sluice master` processes, one leader per term deciding, every
+//! decision held by a majority before it is acknowledged.
+//!
+//! - [`state`]: the replicated map of last-writer-wins registers;
+//! - [`replica`]: one master's protocol state machine (election with
+//!   pre-votes, terms, leases, majority writes, anti-entropy) — pure, driven
+//!   by the caller's clock and transport;
+//! - [`store`]: a master's [`Durable`](replica::Durable) part on disk.
+//!
+//! The protocol is checked by a seeded simulation (`tests/simulation.rs`)
+//! that crashes, restarts, partitions and drops messages over thousands of
+//! histories.
+
+pub mod replica;
+pub mod state;
+pub mod store;
+
+pub use replica::{Config, Durable, MasterId, Message, Output, QuorumError, Replica, RoleName, Status};
+pub use state::{ReplicatedState, Stamp};
