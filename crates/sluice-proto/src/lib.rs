@@ -4,6 +4,8 @@
 //! - `control.proto`: worker ↔ master (a worker's session with its master:
 //!   registration, heartbeats with task metrics, task deployment, barriers,
 //!   checkpoint acknowledgements, task outcomes);
+//! - `quorum.proto`: master ↔ master (the quorum protocol of
+//!   `sluice-quorum`, one message per call);
 //! - `dataplane.proto`: worker ↔ worker (task channels: Arrow IPC record
 //!   batches, watermarks and barriers in band, credits flowing back).
 //!

@@ -6,15 +6,19 @@
 //! - [`replica`]: one master's protocol state machine (election with
 //!   pre-votes, terms, leases, majority writes, anti-entropy) — pure, driven
 //!   by the caller's clock and transport;
-//! - [`store`]: a master's [`Durable`](replica::Durable) part on disk.
+//! - [`store`]: a master's [`Durable`](replica::Durable) part on disk;
+//! - [`node`]: a member on a real network (tokio clock, gRPC `Quorum`
+//!   service of `proto/sluice/v1/quorum.proto`).
 //!
 //! The protocol is checked by a seeded simulation (`tests/simulation.rs`)
 //! that crashes, restarts, partitions and drops messages over thousands of
 //! histories.
 
+pub mod node;
 pub mod replica;
 pub mod state;
 pub mod store;
 
+pub use node::{NodeError, QuorumNode};
 pub use replica::{Config, Durable, MasterId, Message, Output, QuorumError, Replica, RoleName, Status};
 pub use state::{ReplicatedState, Stamp};

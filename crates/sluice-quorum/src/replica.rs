@@ -191,7 +191,9 @@ pub struct Status {
     /// The leader holds its lease, or a follower heard from its leader within
     /// the minimum election timeout.
     pub has_quorum: bool,
-    /// Peers heard from within the minimum election timeout.
+    /// Peers heard from within the minimum election timeout (followers talk
+    /// only to their leader, so a follower lists its leader; the leader
+    /// lists every follower that answers).
     pub reachable: Vec<MasterId>,
     pub version: Stamp,
     pub entries: usize,
