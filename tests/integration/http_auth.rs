@@ -3,7 +3,7 @@
 //! bearer token from `CREATE TOKEN`; `/health` stays open; 401 without or
 //! with wrong credentials, 403 when the role lacks the privilege, and
 //! `POST /api/v1/sql` runs as the caller; a script's 401 (the dashboard's)
-//! is challenged without `Basic`. Plus the request body limit.
+//! is challenged without `Basic`; no CORS. Plus the request body limit.
 
 use crate::common::TestServer;
 use crate::support::{exec, simple_rows};
@@ -159,6 +159,42 @@ async fn a_scripts_401_is_challenged_without_basic() {
         .await
         .unwrap();
     assert_eq!(ok.status(), StatusCode::OK);
+}
+
+/// No CORS: another origin's page gets no `Access-Control-Allow-*` header,
+/// neither on a preflight (so its script cannot send `Authorization` or
+/// `X-Requested-With`) nor on a plain request (so it cannot read the
+/// answer); the dashboard is served from the API's own origin.
+#[tokio::test]
+async fn other_origins_get_no_cors_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = scram_server(dir.path());
+    let http = reqwest::Client::new();
+    let origin = "http://evil.example";
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, url(&server, "/api/v1/pipelines"))
+        .header("origin", origin)
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "authorization, x-requested-with")
+        .send()
+        .await
+        .unwrap();
+    let plain = http
+        .get(url(&server, "/api/v1/pipelines"))
+        .header("origin", origin)
+        .basic_auth("sluice", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), StatusCode::OK);
+    for response in [&preflight, &plain] {
+        let granted: Vec<_> = response
+            .headers()
+            .keys()
+            .filter(|k| k.as_str().starts_with("access-control-"))
+            .collect();
+        assert!(granted.is_empty(), "{} {granted:?}", response.url());
+    }
 }
 
 /// A body at the limit is read (and refused by SQL for its length, 400);
