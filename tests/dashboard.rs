@@ -18,42 +18,13 @@ mod common;
 
 use common::TestServer;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The whole browser run may take this long at most.
 const E2E_DEADLINE: Duration = Duration::from_secs(240);
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Runs node with a deadline; returns (success, stdout + stderr).
-fn run_script(script_dir: &Path, args: &[String]) -> (bool, String) {
-    let out_file = std::env::temp_dir().join(format!("sluice-e2e-{}.log", std::process::id()));
-    let log = std::fs::File::create(&out_file).expect("log file");
-    let mut child = Command::new("node")
-        .arg(script_dir.join("e2e.mjs"))
-        .args(args)
-        .stdout(Stdio::from(log.try_clone().expect("clone log")))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .expect("node is needed for the dashboard test");
-    let deadline = Instant::now() + E2E_DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for node") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let text = std::fs::read_to_string(&out_file).unwrap_or_default();
-    let _ = std::fs::remove_file(&out_file);
-    (status.is_some_and(|s| s.success()), text)
 }
 
 #[test]
@@ -102,8 +73,8 @@ fn the_dashboard_shows_a_live_pipeline_in_chromium() {
 
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
     let url = format!("http://127.0.0.1:{}", server.http_port);
-    let (ok, output) = run_script(
-        &script_dir,
+    let (ok, output) = common::run_node_script(
+        &script_dir.join("e2e.mjs"),
         &[
             url,
             "top_bids".into(),
@@ -111,11 +82,13 @@ fn the_dashboard_shows_a_live_pipeline_in_chromium() {
             "counts".into(),
             format!("ALTER PIPELINE counts AS {}", counts_above(5)),
         ],
+        &[],
+        E2E_DEADLINE,
     );
     println!("{output}");
     println!("screenshots in {}", shots.display());
     assert!(ok, "the browser test failed:\n{output}");
-    assert!(output.contains("e2e: 29 passed, 0 failed"), "{output}");
+    assert!(output.contains("e2e: 30 passed, 0 failed"), "{output}");
     for shot in ["overview.png", "pipeline.png", "sql.png", "altered.png"] {
         let size = std::fs::metadata(shots.join(shot)).map(|m| m.len()).unwrap_or(0);
         assert!(size > 10_000, "{shot} is missing or empty ({size} bytes)");

@@ -316,6 +316,35 @@ pub fn dashboard_scripts() -> PathBuf {
     dir
 }
 
+/// Runs `node script args…` with extra environment variables, killed after
+/// `deadline`; returns (exited with success, its stdout and stderr).
+pub fn run_node_script(script: &Path, args: &[String], env: &[(&str, &str)], deadline: Duration) -> (bool, String) {
+    let out_file = tempfile::NamedTempFile::new().expect("log file");
+    let log = out_file.reopen().expect("open log file");
+    let mut child = Command::new("node")
+        .arg(script)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::from(log.try_clone().expect("clone log")))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("node is needed for the dashboard tests");
+    let until = Instant::now() + deadline;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for node") {
+            break Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text = std::fs::read_to_string(out_file.path()).unwrap_or_default();
+    (status.is_some_and(|s| s.success()), text)
+}
+
 /// The `sluice` binary, run inside network namespace `netns` when given
 /// (`ip netns exec` execs it: the child's pid is the server's).
 fn in_netns(netns: Option<&str>) -> Command {

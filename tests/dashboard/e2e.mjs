@@ -8,6 +8,7 @@
 // pipeline is listed; its page draws one node per DAG operator; the rates
 // shown become > 0 and the counters move; clicking a node lists one row per
 // instance and draws charts; the SQL page draws a plan and previews rows.
+// The playground trusts its clients: no login form, no sign-out.
 // With <altered>, a windowed count filtered above its window, and an
 // <alter-statement> changing only that filter: its open page shows version
 // 1, then, after the ALTER is posted to /api/v1/sql, version 2 with its
@@ -157,6 +158,10 @@ try {
   const row = page.locator(`[data-testid=pipeline-row][data-name="${name}"]`);
   await row.waitFor();
   check((await row.count()) === 1, `overview lists pipeline ${name}`);
+  check(
+    (await page.locator("[data-testid=login]").count()) === 0 && (await page.locator("[data-testid=sign-out]").count()) === 0,
+    "with trust auth (the playground) there is no login form and no sign-out",
+  );
   await page.locator("[data-testid=cluster] .health.ok").first().waitFor();
   check(true, "overview shows a healthy cluster");
   await page.waitForFunction(

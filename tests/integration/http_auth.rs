@@ -2,7 +2,8 @@
 //! `/api/v1/*` and `/metrics` need HTTP Basic (a SQL role's password) or a
 //! bearer token from `CREATE TOKEN`; `/health` stays open; 401 without or
 //! with wrong credentials, 403 when the role lacks the privilege, and
-//! `POST /api/v1/sql` runs as the caller. Plus the request body limit.
+//! `POST /api/v1/sql` runs as the caller; a script's 401 (the dashboard's)
+//! is challenged without `Basic`; no CORS. Plus the request body limit.
 
 use crate::common::TestServer;
 use crate::support::{exec, simple_rows};
@@ -110,6 +111,90 @@ async fn rest_needs_a_sql_users_password_or_a_token() {
     exec(&dave_sql, "DROP TOKEN ci").await;
     let (status, _) = post_sql(&http, &server, |r| r.bearer_auth(&secret), "SELECT 1").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// A 401 challenges curl and other clients with `Basic`, but a script's
+/// request (the dashboard's, `X-Requested-With: XMLHttpRequest`) with
+/// `Bearer` only, so a browser opens no login dialog of its own over the
+/// dashboard's form; the status and body are the same.
+#[tokio::test]
+async fn a_scripts_401_is_challenged_without_basic() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = scram_server(dir.path());
+    let http = reqwest::Client::new();
+    let challenge = |r: &reqwest::Response| {
+        r.headers()
+            .get_all("www-authenticate")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    for path in ["/api/v1/pipelines", "/api/v1/sql/stream?sql=SELECT%201", "/metrics"] {
+        let plain = http.get(url(&server, path)).send().await.unwrap();
+        assert_eq!(plain.status(), StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(challenge(&plain), ["Basic realm=\"sluice\""], "{path}");
+        for wrong in [None, Some("Basic c2x1aWNlOndyb25n"), Some("Bearer sluice_forged")] {
+            let mut request = http
+                .get(url(&server, path))
+                .header("X-Requested-With", "XMLHttpRequest");
+            if let Some(wrong) = wrong {
+                request = request.header("authorization", wrong);
+            }
+            let script = request.send().await.unwrap();
+            assert_eq!(script.status(), StatusCode::UNAUTHORIZED, "{path} {wrong:?}");
+            assert_eq!(challenge(&script), ["Bearer realm=\"sluice\""], "{path} {wrong:?}");
+            let body: Value = script.json().await.unwrap();
+            assert!(
+                body["error"].as_str().unwrap().starts_with("authentication required"),
+                "{body}"
+            );
+        }
+    }
+    // The header changes only the challenge: with it, the right password is 200.
+    let ok = http
+        .get(url(&server, "/api/v1/pipelines"))
+        .header("X-Requested-With", "XMLHttpRequest")
+        .basic_auth("sluice", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+}
+
+/// No CORS: another origin's page gets no `Access-Control-Allow-*` header,
+/// neither on a preflight (so its script cannot send `Authorization` or
+/// `X-Requested-With`) nor on a plain request (so it cannot read the
+/// answer); the dashboard is served from the API's own origin.
+#[tokio::test]
+async fn other_origins_get_no_cors_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = scram_server(dir.path());
+    let http = reqwest::Client::new();
+    let origin = "http://evil.example";
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, url(&server, "/api/v1/pipelines"))
+        .header("origin", origin)
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "authorization, x-requested-with")
+        .send()
+        .await
+        .unwrap();
+    let plain = http
+        .get(url(&server, "/api/v1/pipelines"))
+        .header("origin", origin)
+        .basic_auth("sluice", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), StatusCode::OK);
+    for response in [&preflight, &plain] {
+        let granted: Vec<_> = response
+            .headers()
+            .keys()
+            .filter(|k| k.as_str().starts_with("access-control-"))
+            .collect();
+        assert!(granted.is_empty(), "{} {granted:?}", response.url());
+    }
 }
 
 /// A body at the limit is read (and refused by SQL for its length, 400);

@@ -2,10 +2,11 @@
 //! lists the roles with their attributes and memberships, `\dp` shows the
 //! grants after GRANT and REVOKE. The expected text is computed from what
 //! the test set up (a small model of roles and grants, formatted by psql's
-//! rules), never taken from the server.
+//! rules), never taken from the server. The privilege functions fail with
+//! Postgres' SQLSTATEs, as tokio-postgres and psql receive them.
 
 use crate::common::TestServer;
-use crate::support::{exec, simple_rows};
+use crate::support::{describe, exec, simple_rows, sqlstate};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
@@ -189,4 +190,119 @@ async fn psql_du_and_dp_show_roles_and_grants() {
     .map(|r| du_line(r) + "\n")
     .collect();
     assert_eq!(psql(&server, "\\du"), after, "\\du after REVOKE and DROP ROLE");
+}
+
+/// `psql -c sql` with `VERBOSITY verbose`, which prints an error's SQLSTATE:
+/// psql's stderr (it must fail).
+fn psql_error(server: &TestServer, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.pg_port.to_string(),
+            "-U",
+            "sluice",
+            "-d",
+            "sluice",
+        ])
+        .args(["-X", "-w", "-v", "VERBOSITY=verbose", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .env_remove("PGPASSWORD")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run psql (install postgresql-client)");
+    assert!(!out.status.success(), "psql succeeded on {sql}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// An unknown role is `42704`, an unknown relation `42P01`, an unknown
+/// column `42703` and an unknown privilege word `22023`, as Postgres
+/// reports them (not DataFusion's `22000`), over the simple and the
+/// extended protocol and in psql.
+#[tokio::test]
+async fn privilege_functions_fail_with_postgres_sqlstates() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(&client, "CREATE STREAM intro_p (id BIGINT)").await;
+    exec(&client, "CREATE ROLE intro_p_reader").await;
+    let cases = [
+        (
+            "SELECT has_table_privilege('nosuchuser', 'intro_p', 'SELECT')",
+            "42704",
+            "role \"nosuchuser\" does not exist",
+        ),
+        (
+            "SELECT has_table_privilege('nosuchtable', 'SELECT')",
+            "42P01",
+            "relation \"nosuchtable\" does not exist",
+        ),
+        (
+            "SELECT has_table_privilege('intro_p', 'SELECT, FLY')",
+            "22023",
+            "unrecognized privilege type: \"FLY\"",
+        ),
+        (
+            "SELECT has_column_privilege('intro_p_reader', 'intro_p', 'nosuchcol', 'SELECT')",
+            "42703",
+            "column \"nosuchcol\" of relation \"intro_p\" does not exist",
+        ),
+        (
+            "SELECT has_column_privilege('intro_p', 'id', 'DELETE')",
+            "22023",
+            "unrecognized privilege type: \"DELETE\"",
+        ),
+        (
+            "SELECT has_any_column_privilege('nosuchuser', 'intro_p', 'SELECT')",
+            "42704",
+            "role \"nosuchuser\" does not exist",
+        ),
+        (
+            "SELECT pg_has_role('intro_p_reader', 'nosuchrole', 'MEMBER')",
+            "42704",
+            "role \"nosuchrole\" does not exist",
+        ),
+        (
+            "SELECT pg_has_role('intro_p_reader', 'OWNER')",
+            "22023",
+            "unrecognized privilege type: \"OWNER\"",
+        ),
+        // Row by row over a catalog table, not only a folded constant.
+        (
+            "SELECT has_table_privilege(rolname, 'intro_p', 'FLY') FROM pg_roles",
+            "22023",
+            "unrecognized privilege type: \"FLY\"",
+        ),
+    ];
+    for (sql, code, message) in cases {
+        let simple = client.simple_query(sql).await.expect_err(sql);
+        assert_eq!(
+            sqlstate(&simple),
+            Some(code),
+            "simple protocol, {sql}: {}",
+            describe(&simple)
+        );
+        assert_eq!(simple.as_db_error().map(|d| d.message()), Some(message), "{sql}");
+        let extended = client.query(sql, &[]).await.expect_err(sql);
+        assert_eq!(
+            sqlstate(&extended),
+            Some(code),
+            "extended protocol, {sql}: {}",
+            describe(&extended)
+        );
+        let stderr = psql_error(&server, sql);
+        assert!(
+            stderr.contains(&format!("ERROR:  {code}: {message}")),
+            "psql, {sql}: {stderr}"
+        );
+    }
+    // The session goes on, and what exists is answered.
+    let rows = simple_rows(
+        &client,
+        "SELECT has_table_privilege('intro_p_reader', 'intro_p', 'SELECT'), \
+         has_column_privilege('intro_p_reader', 'intro_p', 'id', 'SELECT'), \
+         pg_has_role('intro_p_reader', 'intro_p_reader', 'MEMBER')",
+    )
+    .await;
+    assert_eq!(rows, vec![vec![Some("f".into()), Some("f".into()), Some("t".into())]]);
 }

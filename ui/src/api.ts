@@ -1,5 +1,7 @@
 // Types and calls of the Sluice REST API (see /api/v1/openapi.json).
 
+import { credential, rejected, type Credential } from "./auth";
+
 export interface Sparkline {
   rows_in_per_s: number[];
   rows_out_per_s: number[];
@@ -223,18 +225,110 @@ export class ApiError extends Error {
   ) {
     super(message);
   }
+
+  /** The caller's role lacks a privilege: 403, or SQLSTATE 42501 in a result. */
+  get denied(): boolean {
+    return this.status === 403 || this.sqlstate === INSUFFICIENT_PRIVILEGE;
+  }
+}
+
+/** The SQLSTATE of a statement refused for a missing privilege. */
+export const INSUFFICIENT_PRIVILEGE = "42501";
+
+/**
+ * What a page shows for a failed call: a refusal (403, 42501) as
+ * "Permission denied …" (the role is signed in but may not do this: not a
+ * reason to sign in again), anything else by its message.
+ */
+export function errorText(e: unknown): string {
+  if (!(e instanceof ApiError)) return String(e);
+  return e.denied ? deniedText(e.message) : e.message;
+}
+
+/** "Permission denied …" from a server message (which usually starts so). */
+export function deniedText(message: string): string {
+  return /^permission denied/i.test(message) ? `P${message.slice(1)}` : `Permission denied: ${message}`;
+}
+
+/**
+ * Marks every request as a script's (`X-Requested-With: XMLHttpRequest`):
+ * the server then answers a 401 with a `Bearer` challenge instead of
+ * `Basic`, so the browser opens no login dialog of its own over the
+ * dashboard's form (crates/sluice-server/src/http_auth.rs).
+ */
+const SCRIPT_REQUEST: Record<string, string> = { "x-requested-with": "XMLHttpRequest" };
+
+/**
+ * Sends a request with `as`'s Authorization header (by default the one
+ * held). `credentials: "omit"`: no cookies, and no credentials the browser
+ * may have cached for this origin (from its own login dialog on an API URL
+ * opened directly), so only what the user gave the dashboard is sent. A 401
+ * tells the auth module, which asks the user.
+ */
+async function send(method: string, path: string, body?: unknown, as: Credential | null = credential(), signal?: AbortSignal): Promise<Response> {
+  const headers: Record<string, string> = { ...SCRIPT_REQUEST };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  if (as !== null) headers.authorization = as.authorization;
+  const response = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "omit",
+    cache: "no-store",
+    signal,
+  });
+  if (response.status === 401) rejected(as);
+  return response;
+}
+
+async function failure(response: Response): Promise<ApiError> {
+  const json = await response.json().catch(() => ({ error: response.statusText }));
+  return new ApiError(json.error ?? response.statusText, response.status, json.sqlstate, json.results);
 }
 
 async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const response = await fetch(path, {
-    method,
-    headers: body === undefined ? {} : { "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  const response = await send(method, path, body);
   if (response.status === 204) return undefined as T;
-  const json = await response.json().catch(() => ({ error: response.statusText }));
-  if (!response.ok) throw new ApiError(json.error ?? response.statusText, response.status, json.sqlstate, json.results);
-  return json as T;
+  if (!response.ok) throw await failure(response);
+  return (await response.json()) as T;
+}
+
+/** One server-sent event: its name and its data (JSON text). */
+export type StreamEvent = { event: string; data: string };
+
+/**
+ * GET `path`'s server-sent events through fetch (EventSource cannot send an
+ * Authorization header), each passed to `on` as it arrives; resolves when
+ * the server ends the stream, rejects on a failed request or when `signal`
+ * aborts it.
+ */
+async function events(path: string, on: (e: StreamEvent) => void, signal: AbortSignal): Promise<void> {
+  const response = await send("GET", path, undefined, credential(), signal);
+  if (!response.ok || response.body === null) throw await failure(response);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    // Events end at a blank line; `:` lines are keep-alive comments.
+    let end: number;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let event = "message";
+      const data: string[] = [];
+      for (const raw of block.split("\n")) {
+        const line = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        const text = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (field === "event") event = text;
+        else if (field === "data") data.push(text);
+      }
+      if (data.length > 0) on({ event, data: data.join("\n") });
+    }
+  }
 }
 
 export const api = {
@@ -247,4 +341,13 @@ export const api = {
   drop: (name: string) => call<void>("DELETE", `/api/v1/pipelines/${encodeURIComponent(name)}`),
   sql: (sql: string) => call<{ results: SqlResult[] }>("POST", "/api/v1/sql", { sql }),
   explain: (sql: string) => call<{ dag: Dag }>("POST", "/api/v1/explain", { sql }),
+  /** The live preview of `sql` (GET /api/v1/sql/stream): command, columns, rows, end, error events. */
+  preview: (sql: string, on: (e: StreamEvent) => void, signal: AbortSignal) =>
+    events(`/api/v1/sql/stream?sql=${encodeURIComponent(sql)}`, on, signal),
+  /**
+   * Whether the server accepts `candidate` (the login form's): the status
+   * of a cheap authenticated GET made with it. Its 401 does not touch the
+   * credential held.
+   */
+  accepts: async (candidate: Credential): Promise<number> => (await send("GET", "/api/v1/cluster", undefined, candidate)).status,
 };

@@ -7,12 +7,20 @@
 //! dashboard's static files stay open. Handlers read the [`Caller`] and
 //! run as that role, so the SQL privilege rules apply (`403` when they
 //! refuse).
+//!
+//! A browser answers a `Basic` challenge to a page's own `fetch` with its
+//! login dialog, over the dashboard's form (and remembers what was typed
+//! there for the whole origin). So a request marked as a script's, with
+//! `X-Requested-With: XMLHttpRequest` (the header many servers recognise
+//! for this), is challenged with `Bearer` alone: a scheme the server
+//! accepts and browsers leave to the page. Every other client (curl, a
+//! CLI) gets the standard `Basic` challenge.
 
 use crate::engine::Engine;
 use crate::http_views::error;
 use crate::security::{AuthMethod, password};
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -47,6 +55,26 @@ pub fn authenticate(engine: &Engine, authorization: Option<&str>) -> Option<Stri
     }
 }
 
+/// Marks a request as a script's (the dashboard's): see [`challenge`].
+pub const SCRIPT_REQUEST_HEADER: &str = "x-requested-with";
+/// The value of [`SCRIPT_REQUEST_HEADER`] that marks it.
+pub const SCRIPT_REQUEST_VALUE: &str = "XMLHttpRequest";
+
+/// The `WWW-Authenticate` of a `401` for a request with `headers`:
+/// `Bearer` for a script's request (no browser login dialog), else
+/// `Basic`.
+pub fn challenge(headers: &HeaderMap) -> HeaderValue {
+    let script = headers
+        .get(SCRIPT_REQUEST_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(SCRIPT_REQUEST_VALUE));
+    if script {
+        HeaderValue::from_static("Bearer realm=\"sluice\"")
+    } else {
+        HeaderValue::from_static("Basic realm=\"sluice\"")
+    }
+}
+
 /// The middleware in front of every protected route.
 pub async fn require_caller(State(engine): State<Arc<Engine>>, mut request: Request, next: Next) -> Response {
     let caller = match engine.security.auth {
@@ -71,12 +99,26 @@ pub async fn require_caller(State(engine): State<Arc<Engine>>, mut request: Requ
             StatusCode::UNAUTHORIZED,
             "authentication required: HTTP Basic with a SQL role's password, or Bearer with a token",
         );
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"sluice\""),
-        );
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, challenge(request.headers()));
         return response.into_response();
     };
     request.extensions_mut().insert(Caller(caller));
     next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scripts_request_is_challenged_without_basic() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(challenge(&headers), "Basic realm=\"sluice\"");
+        headers.insert(SCRIPT_REQUEST_HEADER, HeaderValue::from_static("xmlhttprequest"));
+        assert_eq!(challenge(&headers), "Bearer realm=\"sluice\"");
+        headers.insert(SCRIPT_REQUEST_HEADER, HeaderValue::from_static("something else"));
+        assert_eq!(challenge(&headers), "Basic realm=\"sluice\"");
+    }
 }

@@ -19,8 +19,31 @@ pub fn parser_error(e: ParserError) -> Error {
     Error::syntax(format!("syntax error: {message}"))
 }
 
+/// A Sluice error as a DataFusion error, for code DataFusion calls (a
+/// catalog function, say): [`plan_error`] gives it back unchanged, SQLSTATE
+/// included, however DataFusion wrapped it on the way (an optimizer's
+/// context, an Arrow error around a failed batch, a shared error).
+pub fn carry(e: Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// The Sluice error [`carry`] put somewhere in `e`'s chain of sources.
+fn carried(e: &DataFusionError) -> Option<&Error> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(current) = next {
+        if let Some(found) = current.downcast_ref::<Error>() {
+            return Some(found);
+        }
+        next = current.source();
+    }
+    None
+}
+
 /// A DataFusion planning error, classified by what it says.
 pub fn plan_error(e: DataFusionError) -> Error {
+    if let Some(sluice) = carried(&e) {
+        return sluice.clone();
+    }
     match e {
         DataFusionError::SQL(p, _) => parser_error(*p),
         DataFusionError::SchemaError(s, _) => {
@@ -62,5 +85,36 @@ fn classify_plan_message(m: String) -> Error {
         Error::user(SqlCode::DatatypeMismatch, m)
     } else {
         Error::user(SqlCode::Syntax, m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_carried_error_keeps_its_sqlstate_and_message_through_datafusion_wrappers() {
+        let original = || Error::user(SqlCode::UndefinedObject, "role \"nobody\" does not exist");
+        let wrapped = [
+            carry(original()),
+            carry(original()).context("Optimizer rule 'simplify_expressions' failed"),
+            DataFusionError::ArrowError(
+                Box::new(arrow::error::ArrowError::ExternalError(Box::new(carry(original())))),
+                None,
+            ),
+            DataFusionError::Shared(Arc::new(carry(original()))),
+            DataFusionError::Collection(vec![carry(original()), DataFusionError::Execution("later".into())]),
+        ];
+        for e in wrapped {
+            let shown = format!("{e:?}");
+            let back = plan_error(e);
+            assert_eq!(back.sqlstate(), "42704", "{shown}");
+            assert_eq!(back.to_string(), "role \"nobody\" does not exist", "{shown}");
+        }
+        // Anything else is classified as before.
+        assert_eq!(plan_error(DataFusionError::Execution("x".into())).sqlstate(), "22000");
+        let foreign = DataFusionError::External(Box::new(std::io::Error::other("disk")));
+        assert_eq!(plan_error(foreign).sqlstate(), "XX000");
     }
 }

@@ -1,6 +1,6 @@
 // Overview: cluster health and every pipeline with its rates and sparkline.
 
-import { api, type Cluster, type PipelineSummary } from "../api";
+import { api, errorText, type Cluster, type PipelineSummary } from "../api";
 import { sparkline } from "../chart";
 import { count, duration, el, rate, timestamp } from "../format";
 import { poll, type Page } from "../poll";
@@ -52,8 +52,10 @@ export function overviewPage(root: HTMLElement): Page {
   const cluster = el("div");
   const table = el("tbody");
   const empty = el("p", { class: "muted" }, "No pipelines yet: CREATE SINK … AS SELECT … in psql or on the SQL page.");
+  const message = el("p", { class: "error", "data-testid": "page-error" });
   const head = ["pipeline", "state", "version", "rows in", "in/s", "last minute", "rows out", "out/s", "watermark lag", "late rows", "errors"];
   root.append(
+    message,
     cluster,
     el(
       "section",
@@ -64,7 +66,15 @@ export function overviewPage(root: HTMLElement): Page {
     ),
   );
   return poll(async () => {
-    const [c, p] = await Promise.all([api.cluster(), api.pipelines()]);
+    let c: Cluster;
+    let p: { pipelines: PipelineSummary[] };
+    try {
+      [c, p] = await Promise.all([api.cluster(), api.pipelines()]);
+    } catch (e) {
+      message.textContent = errorText(e);
+      return;
+    }
+    message.textContent = "";
     cluster.replaceChildren(clusterCard(c));
     table.replaceChildren(...p.pipelines.map(pipelineRow));
     empty.hidden = p.pipelines.length > 0;

@@ -3,7 +3,7 @@
 // version with the statement that made it and its diff from the one before
 // (the DAG outlines what the last ALTER kept, replaced or added).
 
-import { api, ApiError, CHANGES, type Change, type DiffLine, type History, type InstanceMetrics, type PipelineDetail, type PipelineVersion } from "../api";
+import { api, CHANGES, errorText, type Change, type DiffLine, type History, type InstanceMetrics, type PipelineDetail, type PipelineVersion } from "../api";
 import { TimeChart } from "../chart";
 import { DagView } from "../dag";
 import { count, duration, el, percent, rate, timestamp } from "../format";
@@ -93,7 +93,7 @@ export function pipelinePage(root: HTMLElement, name: string): Page {
   const title = el("h1", {}, name);
   const status = el("p", { class: "status-line" });
   const actions = el("div", { class: "actions" });
-  const message = el("p", { class: "error" });
+  const message = el("p", { class: "error", "data-testid": "page-error" });
   const dagBox = el("div", { class: "dag-box" });
   const operatorTitle = el("h2", {}, "Operator");
   const instances = el("div");
@@ -139,7 +139,7 @@ export function pipelinePage(root: HTMLElement, name: string): Page {
         await run();
         message.textContent = "";
       } catch (e) {
-        message.textContent = e instanceof ApiError ? e.message : String(e);
+        message.textContent = errorText(e);
       }
     });
     return b;
@@ -177,7 +177,7 @@ export function pipelinePage(root: HTMLElement, name: string): Page {
     try {
       [latest, history] = await Promise.all([api.pipeline(name), api.history(name)]);
     } catch (e) {
-      message.textContent = e instanceof ApiError ? e.message : String(e);
+      message.textContent = errorText(e);
       return;
     }
     const p = latest.pipeline;

@@ -1,8 +1,10 @@
 // SQL: type a query, see its plan drawn while typing (EXPLAIN through
 // /api/v1/explain), run it and watch the first rows arrive live
-// (server-sent events from /api/v1/sql/stream).
+// (server-sent events from /api/v1/sql/stream, read through fetch so they
+// carry the credential). A statement the role may not run shows
+// "Permission denied"; it runs as the signed-in role, as in psql.
 
-import { api, ApiError } from "../api";
+import { api, ApiError, deniedText, errorText, INSUFFICIENT_PRIVILEGE, type StreamEvent } from "../api";
 import { DagView } from "../dag";
 import { el } from "../format";
 import type { Page } from "../poll";
@@ -30,7 +32,7 @@ export function sqlPage(root: HTMLElement): Page {
     el("section", { class: "card" }, el("h2", {}, "Result"), status, results),
   );
   const plan = new DagView(planBox);
-  let source: EventSource | null = null;
+  let running: AbortController | null = null;
   let timer: number | undefined;
   let explainSeq = 0;
 
@@ -47,14 +49,15 @@ export function sqlPage(root: HTMLElement): Page {
       plan.update(dag);
     } catch (e) {
       if (seq !== explainSeq) return;
-      planNote.textContent = e instanceof ApiError ? `No plan: ${e.message}` : String(e);
+      planNote.textContent = e instanceof ApiError && !e.denied ? `No plan: ${e.message}` : errorText(e);
       planBox.hidden = true;
     }
   }
 
+  /** Stops the preview running, if any (the server then stops the query). */
   function closeSource(): void {
-    source?.close();
-    source = null;
+    running?.abort();
+    running = null;
   }
 
   function table(columns: { name: string; type: string }[]): HTMLTableSectionElement {
@@ -65,46 +68,55 @@ export function sqlPage(root: HTMLElement): Page {
     return body;
   }
 
+  function fail(text: string): void {
+    status.textContent = text;
+    status.classList.add("error");
+  }
+
   function start(): void {
     closeSource();
     results.replaceChildren();
     status.textContent = "running…";
+    status.classList.remove("error");
     let body: HTMLTableSectionElement | null = null;
     let received = 0;
-    const es = new EventSource(`/api/v1/sql/stream?sql=${encodeURIComponent(editor.value)}`);
-    source = es;
-    es.addEventListener("command", (e) => {
-      const c = JSON.parse((e as MessageEvent).data);
-      status.textContent = c.rows_affected === null ? c.tag : `${c.tag} ${c.rows_affected}`;
-    });
-    es.addEventListener("columns", (e) => {
-      body = table(JSON.parse((e as MessageEvent).data));
-      status.textContent = "waiting for rows…";
-    });
-    es.addEventListener("rows", (e) => {
-      const rows: (string | null)[][] = JSON.parse((e as MessageEvent).data);
-      received += rows.length;
-      for (const row of rows) {
-        if (!body || body.rows.length >= PREVIEW_ROWS_SHOWN_MAX) break;
-        body.append(el("tr", { "data-testid": "result-row" }, ...row.map((v) => el("td", { class: v === null ? "null" : "" }, v ?? "NULL"))));
+    const controller = new AbortController();
+    running = controller;
+    const on = ({ event, data }: StreamEvent) => {
+      if (running !== controller) return;
+      const value = JSON.parse(data);
+      if (event === "command") {
+        status.textContent = value.rows_affected === null ? value.tag : `${value.tag} ${value.rows_affected}`;
+      } else if (event === "columns") {
+        body = table(value);
+        status.textContent = "waiting for rows…";
+      } else if (event === "rows") {
+        const rows: (string | null)[][] = value;
+        received += rows.length;
+        for (const row of rows) {
+          if (!body || body.rows.length >= PREVIEW_ROWS_SHOWN_MAX) break;
+          body.append(el("tr", { "data-testid": "result-row" }, ...row.map((v) => el("td", { class: v === null ? "null" : "" }, v ?? "NULL"))));
+        }
+        status.textContent = `${received} rows so far…`;
+      } else if (event === "end") {
+        status.textContent = `${value.rows} rows${value.truncated ? " (preview stopped at its limit)" : ""}`;
+        closeSource();
+      } else if (event === "error") {
+        const denied = value.sqlstate === INSUFFICIENT_PRIVILEGE;
+        fail(denied ? `${deniedText(value.error)} (${value.sqlstate})` : `ERROR ${value.sqlstate ?? ""}: ${value.error}`);
+        closeSource();
       }
-      status.textContent = `${received} rows so far…`;
-    });
-    es.addEventListener("end", (e) => {
-      const end = JSON.parse((e as MessageEvent).data);
-      status.textContent = `${end.rows} rows${end.truncated ? " (preview stopped at its limit)" : ""}`;
-      closeSource();
-    });
-    es.addEventListener("error", (e) => {
-      const data = (e as MessageEvent).data;
-      if (data) {
-        const err = JSON.parse(data);
-        status.textContent = `ERROR ${err.sqlstate ?? ""}: ${err.error}`;
-        status.classList.add("error");
-      }
-      closeSource();
-    });
-    status.classList.remove("error");
+    };
+    api.preview(editor.value, on, controller.signal).then(
+      () => {
+        if (running === controller) running = null;
+      },
+      (e) => {
+        if (controller.signal.aborted || running !== controller) return;
+        running = null;
+        fail(errorText(e));
+      },
+    );
   }
 
   editor.addEventListener("input", () => {

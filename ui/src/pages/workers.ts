@@ -5,7 +5,7 @@
 // registers again, so a kill is visible without a reload. In the playground
 // (one process) the one in-process worker runs everything, and the page says so.
 
-import { api, ApiError, LOCAL_WORKER, singleProcess, type Cluster, type ClusterWorker, type PipelineDetail } from "../api";
+import { api, errorText, LOCAL_WORKER, singleProcess, type Cluster, type ClusterWorker, type PipelineDetail } from "../api";
 import { bytes, count, duration, el, percent, timestamp } from "../format";
 import { poll, type Page } from "../poll";
 
@@ -219,7 +219,7 @@ export function workersPage(root: HTMLElement): Page {
       const all = await Promise.all(p.pipelines.map((x) => api.pipeline(x.name).catch(() => null)));
       details = all.filter((d): d is PipelineDetail => d !== null);
     } catch (e) {
-      message.textContent = `Cannot read the cluster: ${e instanceof ApiError ? e.message : String(e)} (showing the last answer).`;
+      message.textContent = `Cannot read the cluster: ${errorText(e)} (showing the last answer).`;
       return;
     }
     message.textContent = "";

@@ -42,7 +42,8 @@ pub async fn collect(output: Output) -> Vec<RecordBatch> {
     rows.batches.map(|b| b.expect("a batch")).collect().await
 }
 
-/// Runs the query `sql` as the batch path runs it, over `snapshot`.
+/// Runs the query `sql` as the batch path runs it, over `snapshot`: its
+/// batches, or the error it fails with, planned or executed.
 pub async fn query(sql: &str, snapshot: Snapshot) -> sluice_types::Result<Vec<RecordBatch>> {
     let mut statements = parse_statements(sql)?;
     let Some(SluiceStatement::Sql(statement)) = statements.pop() else {
@@ -52,7 +53,8 @@ pub async fn query(sql: &str, snapshot: Snapshot) -> sluice_types::Result<Vec<Re
         panic!("not a query: {sql}");
     };
     let rows = super::batch::run(&q, snapshot).await?;
-    Ok(rows.batches.map(|b| b.expect("a batch")).collect().await)
+    // An error while the rows are read (a catalog function's) is the query's.
+    rows.batches.collect::<Vec<_>>().await.into_iter().collect()
 }
 
 /// Column `column` of every row, as text (NULL as "NULL").

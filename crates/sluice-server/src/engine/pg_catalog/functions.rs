@@ -7,12 +7,14 @@ use super::resolve::{self, OID_FUNCTION, REGCLASS_NAME, REGNAMESPACE_NAME, REGTY
 use super::{DATABASE_NAME, PG_CATALOG_OID, PUBLIC_OID, ROLE_OID, Snapshot};
 use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
-use datafusion::error::Result as DfResult;
+use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionImplementation, ScalarUDF, Signature, SimpleScalarUDF, TypeSignature, Volatility,
 };
 use datafusion::prelude::SessionContext;
 use sluice_cluster::security::{Principal, Privilege};
+use sluice_sql::errors::carry;
+use sluice_types::{Error, ObjectKind, SqlCode};
 use std::sync::Arc;
 
 /// The version string `version()` returns.
@@ -303,29 +305,19 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         });
     }
     // Streams: by the executor's rules (`SecurityCatalog::allows`).
-    for name in ["has_table_privilege", "has_any_column_privilege"] {
+    for (name, arities, target) in [
+        ("has_table_privilege", &[2, 3], Target::Table),
+        ("has_any_column_privilege", &[2, 3], Target::AnyColumn),
+        ("has_column_privilege", &[3, 4], Target::Column),
+    ] {
         let s = snapshot.clone();
         defs.push(Def {
             name,
-            arities: &[2, 3],
+            arities,
             ret: DataType::Boolean,
-            f: Arc::new(move |a: &[ScalarValue]| table_privilege(&s, a)),
+            f: Arc::new(move |a: &[ScalarValue]| table_privilege(&s, a, target)),
         });
     }
-    let s = snapshot.clone();
-    defs.push(Def {
-        name: "has_column_privilege",
-        arities: &[3, 4],
-        ret: DataType::Boolean,
-        // A column has its table's privileges: drop the column argument.
-        f: Arc::new(move |a: &[ScalarValue]| {
-            let mut a = a.to_vec();
-            if a.len() >= 3 {
-                a.remove(a.len() - 2);
-            }
-            table_privilege(&s, &a)
-        }),
-    });
     let s = snapshot.clone();
     defs.push(Def {
         name: "pg_has_role",
@@ -433,8 +425,25 @@ fn is_text(v: &ScalarValue) -> bool {
     matches!(v.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
-fn execution_error(message: String) -> datafusion::error::DataFusionError {
-    datafusion::error::DataFusionError::Execution(message)
+/// `role "name" does not exist` (`42704`), as Postgres reports it.
+fn no_such_role(name: &str) -> DataFusionError {
+    carry(Error::not_found(ObjectKind::Role, name))
+}
+
+/// `relation "name" does not exist` (`42P01`).
+fn no_such_relation(name: &str) -> DataFusionError {
+    carry(Error::user(
+        SqlCode::UndefinedTable,
+        format!("relation \"{name}\" does not exist"),
+    ))
+}
+
+/// `unrecognized privilege type: "item"` (`22023`).
+fn unrecognized_privilege(item: &str) -> DataFusionError {
+    carry(Error::invalid_option(format!(
+        "unrecognized privilege type: \"{}\"",
+        item.trim()
+    )))
 }
 
 /// The role an argument names (a name, or an oid); `Ok(None)` for an oid
@@ -442,10 +451,7 @@ fn execution_error(message: String) -> datafusion::error::DataFusionError {
 fn role_arg(s: &Snapshot, v: &ScalarValue) -> DfResult<Option<Principal>> {
     let name = if is_text(v) {
         let name = text_arg(Some(v)).unwrap_or_default();
-        return s
-            .principal(&name)
-            .map(Some)
-            .ok_or_else(|| execution_error(format!("role \"{name}\" does not exist")));
+        return s.principal(&name).map(Some).ok_or_else(|| no_such_role(&name));
     } else {
         match int_arg(Some(v)).and_then(|oid| s.role_name(oid)) {
             Some(name) => name,
@@ -453,6 +459,13 @@ fn role_arg(s: &Snapshot, v: &ScalarValue) -> DfResult<Option<Principal>> {
         }
     };
     Ok(s.principal(&name))
+}
+
+/// The role a function without a role argument asks about: the one the
+/// statement runs as (an error if it was dropped meanwhile).
+fn current_principal(s: &Snapshot) -> DfResult<Principal> {
+    s.principal(s.current_user())
+        .ok_or_else(|| no_such_role(s.current_user()))
 }
 
 /// A privilege `has_table_privilege` is asked about.
@@ -465,75 +478,126 @@ enum Asked {
     Absent,
 }
 
-/// Postgres' privilege list: comma-separated, any case, each optionally
-/// `WITH GRANT OPTION`.
-fn parse_privileges(list: &str) -> DfResult<Vec<Asked>> {
+/// Which privilege function: its arguments, and the privilege words it
+/// takes (Postgres' `convert_table_priv_string` for a table,
+/// `convert_column_priv_string` for columns).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Target {
+    /// `has_table_privilege([role,] table, privileges)`: SELECT, INSERT,
+    /// UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER, MAINTAIN.
+    Table,
+    /// `has_any_column_privilege([role,] table, privileges)`: SELECT,
+    /// INSERT, UPDATE, REFERENCES.
+    AnyColumn,
+    /// `has_column_privilege([role,] table, column, privileges)`: as
+    /// `AnyColumn`.
+    Column,
+}
+
+/// One item of a privilege list: its word (upper case), whether `WITH
+/// GRANT OPTION` (or, for roles, `WITH ADMIN OPTION`) was asked, and the
+/// item as written (for the error).
+struct PrivilegeItem<'a> {
+    word: String,
+    option: bool,
+    text: &'a str,
+}
+
+/// Splits Postgres' privilege list: comma-separated items, any case, each
+/// a word optionally followed by `WITH GRANT OPTION` (or `WITH ADMIN
+/// OPTION` when `admin_option`).
+fn privilege_items(list: &str, admin_option: bool) -> DfResult<Vec<PrivilegeItem<'_>>> {
     list.split(',')
-        .map(|item| {
-            let words: Vec<String> = item.split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
-            let grant_option = match words.as_slice() {
-                [_] => false,
-                [_, w, g, o] if w == "WITH" && g == "GRANT" && o == "OPTION" => true,
-                _ => {
-                    return Err(execution_error(format!(
-                        "unrecognized privilege type: \"{}\"",
-                        item.trim()
-                    )));
+        .map(|text| {
+            let words: Vec<String> = text.split_whitespace().map(|w| w.to_ascii_uppercase()).collect();
+            let (word, option) = match words.as_slice() {
+                [word] => (word.clone(), false),
+                [word, w, g, o] if w == "WITH" && (g == "GRANT" || admin_option && g == "ADMIN") && o == "OPTION" => {
+                    (word.clone(), true)
                 }
+                _ => return Err(unrecognized_privilege(text)),
             };
-            Ok(match words[0].as_str() {
-                "SELECT" => Asked::Stream(Privilege::Select, grant_option),
-                "INSERT" => Asked::Stream(Privilege::Insert, grant_option),
-                "UPDATE" | "DELETE" | "TRUNCATE" | "REFERENCES" | "TRIGGER" | "MAINTAIN" => Asked::Absent,
-                _ => {
-                    return Err(execution_error(format!(
-                        "unrecognized privilege type: \"{}\"",
-                        item.trim()
-                    )));
-                }
-            })
+            Ok(PrivilegeItem { word, option, text })
         })
         .collect()
 }
 
-/// `has_table_privilege([role,] table, privileges)`: whether the role holds
-/// any of the privileges, by the rules the executor enforces: on a stream,
-/// SELECT and INSERT for a superuser, the owner or a grantee; a grant
-/// option only for the owner or a superuser (they are the ones who may
-/// GRANT); on a catalog table SELECT for everyone. NULL for an oid that is
-/// no relation or no role, as in Postgres.
-fn table_privilege(s: &Snapshot, a: &[ScalarValue]) -> DfResult<ScalarValue> {
-    let (role, table, list) = match a {
-        [role, table, list] => (Some(role), table, list),
-        [table, list] => (None, table, list),
+/// The privileges asked of a table or column function.
+fn parse_privileges(list: &str, target: Target) -> DfResult<Vec<Asked>> {
+    let table_only = ["DELETE", "TRUNCATE", "TRIGGER", "MAINTAIN"];
+    privilege_items(list, false)?
+        .into_iter()
+        .map(|item| match item.word.as_str() {
+            "SELECT" => Ok(Asked::Stream(Privilege::Select, item.option)),
+            "INSERT" => Ok(Asked::Stream(Privilege::Insert, item.option)),
+            "UPDATE" | "REFERENCES" => Ok(Asked::Absent),
+            w if target == Target::Table && table_only.contains(&w) => Ok(Asked::Absent),
+            _ => Err(unrecognized_privilege(item.text)),
+        })
+        .collect()
+}
+
+/// `has_table_privilege`, `has_any_column_privilege` and
+/// `has_column_privilege` (a column has its stream's privileges): whether the role holds any of the privileges,
+/// by the rules the executor enforces: on a stream, SELECT and INSERT for a
+/// superuser, the owner or a grantee; a grant option only for the owner or
+/// a superuser (they are the ones who may GRANT); on a catalog table SELECT
+/// for everyone.
+///
+/// As in Postgres: an unknown role name is `42704`, an unknown relation
+/// name `42P01`, an unknown column name `42703`, an unknown privilege word
+/// `22023` (checked in that order); an oid that is no role or relation, or
+/// a column number the relation does not have, gives NULL.
+fn table_privilege(s: &Snapshot, a: &[ScalarValue], target: Target) -> DfResult<ScalarValue> {
+    let (role, table, column, list) = match (target, a) {
+        (Target::Column, [role, table, column, list]) => (Some(role), table, Some(column), list),
+        (Target::Column, [table, column, list]) => (None, table, Some(column), list),
+        (Target::Table | Target::AnyColumn, [role, table, list]) => (Some(role), table, None, list),
+        (Target::Table | Target::AnyColumn, [table, list]) => (None, table, None, list),
         _ => return Ok(NULL_BOOL),
     };
-    if table.is_null() || list.is_null() || role.is_some_and(ScalarValue::is_null) {
+    if table.is_null()
+        || list.is_null()
+        || role.is_some_and(ScalarValue::is_null)
+        || column.is_some_and(ScalarValue::is_null)
+    {
         return Ok(NULL_BOOL);
     }
     let who = match role {
-        Some(role) => match role_arg(s, role)? {
-            Some(who) => who,
-            None => return Ok(NULL_BOOL),
-        },
-        None => s
-            .principal(s.current_user())
-            .ok_or_else(|| execution_error(format!("role \"{}\" does not exist", s.current_user())))?,
+        Some(role) => role_arg(s, role)?,
+        None => Some(current_principal(s)?),
     };
-    let asked = parse_privileges(&text_arg(Some(list)).unwrap_or_default())?;
     let relations = s.relations();
     let relation = if is_text(table) {
         let name = text_arg(Some(table)).unwrap_or_default();
         let (schema, unqualified) = resolve::split_qualified(&name);
         let oid = s
             .relation_oid(schema.as_deref(), &unqualified)
-            .ok_or_else(|| execution_error(format!("relation \"{name}\" does not exist")))?;
+            .ok_or_else(|| no_such_relation(&name))?;
         relations.iter().find(|r| r.oid == oid)
     } else {
         let oid = int_arg(Some(table));
         relations.iter().find(|r| Some(r.oid) == oid)
     };
-    let Some(relation) = relation else {
+    let column_exists = match (column, relation) {
+        (None, _) => true,
+        (Some(column), Some(relation)) if is_text(column) => {
+            let name = text_arg(Some(column)).unwrap_or_default();
+            if relation.schema.fields().iter().all(|f| f.name() != &name) {
+                return Err(carry(Error::user(
+                    SqlCode::UndefinedColumn,
+                    format!("column \"{name}\" of relation \"{}\" does not exist", relation.name),
+                )));
+            }
+            true
+        }
+        (Some(column), Some(relation)) => {
+            int_arg(Some(column)).is_some_and(|n| n >= 1 && n <= relation.schema.fields().len() as i64)
+        }
+        (Some(_), None) => false,
+    };
+    let asked = parse_privileges(&text_arg(Some(list)).unwrap_or_default(), target)?;
+    let (Some(who), Some(relation), true) = (who, relation, column_exists) else {
         return Ok(NULL_BOOL);
     };
     let held = asked.iter().any(|asked| match (relation.stream, asked) {
@@ -551,37 +615,43 @@ fn table_privilege(s: &Snapshot, a: &[ScalarValue]) -> DfResult<ScalarValue> {
     Ok(ScalarValue::Boolean(Some(held)))
 }
 
-/// `pg_has_role([user,] role, 'MEMBER' | 'USAGE')`: the role itself, a
-/// superuser, or a member of it.
+/// `pg_has_role([user,] role, 'MEMBER' | 'USAGE' | 'SET')`: the role
+/// itself, a superuser, or a member of it; `… WITH ADMIN OPTION` (or
+/// `WITH GRANT OPTION`) only a superuser, the only one who may GRANT a
+/// role in Sluice. An unknown role name is `42704`, an unknown privilege
+/// word `22023`, an oid no role has NULL (as in Postgres).
 fn has_role(s: &Snapshot, a: &[ScalarValue]) -> DfResult<ScalarValue> {
-    let (user, role) = match a {
-        [user, role, _] => (Some(user), role),
-        [role, _] => (None, role),
+    let (user, role, mode) = match a {
+        [user, role, mode] => (Some(user), role, mode),
+        [role, mode] => (None, role, mode),
         _ => return Ok(NULL_BOOL),
     };
-    if role.is_null() || user.is_some_and(ScalarValue::is_null) {
+    if role.is_null() || mode.is_null() || user.is_some_and(ScalarValue::is_null) {
         return Ok(NULL_BOOL);
     }
     let who = match user {
-        Some(user) => match role_arg(s, user)? {
-            Some(who) => who,
-            None => return Ok(NULL_BOOL),
-        },
-        None => match s.principal(s.current_user()) {
-            Some(who) => who,
-            None => return Ok(NULL_BOOL),
-        },
+        Some(user) => role_arg(s, user)?,
+        None => Some(current_principal(s)?),
     };
-    let Some(role) = role_arg(s, role)? else {
+    let role = role_arg(s, role)?;
+    let list = text_arg(Some(mode)).unwrap_or_default();
+    // Whether each item asks for the admin option.
+    let asked = privilege_items(&list, true)?
+        .into_iter()
+        .map(|item| match item.word.as_str() {
+            "MEMBER" | "USAGE" | "SET" => Ok(item.option),
+            _ => Err(unrecognized_privilege(item.text)),
+        })
+        .collect::<DfResult<Vec<bool>>>()?;
+    let (Some(who), Some(role)) = (who, role) else {
         return Ok(NULL_BOOL);
     };
-    let member = s
-        .roles()
-        .into_iter()
-        .any(|r| r.name == who.name && r.member_of.contains(&role.name));
-    Ok(ScalarValue::Boolean(Some(
-        who.superuser || who.name == role.name || member,
-    )))
+    let member = who.name == role.name
+        || s.roles()
+            .into_iter()
+            .any(|r| r.name == who.name && r.member_of.contains(&role.name));
+    let held = asked.iter().any(|&admin| who.superuser || !admin && member);
+    Ok(ScalarValue::Boolean(Some(held)))
 }
 
 /// Registers every catalog function in `ctx`.

@@ -232,3 +232,94 @@ async fn current_catalog_is_the_database_name() {
     let sql = r#"SELECT current_catalog AS "TABLE_CAT", c.relname FROM pg_catalog.pg_class c WHERE c.relname = 'bids'"#;
     assert_eq!(rows(sql).await, strings(&[&["sluice", "bids"]]));
 }
+
+/// The privilege functions fail as Postgres' do: an unknown role name is
+/// `42704`, relation name `42P01`, column name `42703`, privilege word
+/// `22023`, checked in that order; folded as constants or evaluated row by
+/// row over a catalog table.
+#[tokio::test]
+async fn privilege_functions_fail_with_postgres_sqlstates() {
+    let role = ("42704", "role \"nosuchuser\" does not exist");
+    let relation = ("42P01", "relation \"nosuchtable\" does not exist");
+    let fly = ("22023", "unrecognized privilege type: \"FLY\"");
+    for (sql, (sqlstate, message)) in [
+        ("SELECT has_table_privilege('nosuchuser', 'clicks', 'SELECT')", role),
+        ("SELECT has_table_privilege('nosuchtable', 'SELECT')", relation),
+        (
+            "SELECT has_table_privilege('sluice', 'nosuchtable', 'SELECT')",
+            relation,
+        ),
+        ("SELECT has_table_privilege('clicks', 'FLY')", fly),
+        (
+            "SELECT has_table_privilege('clicks', 'SELECT, fly ')",
+            ("22023", "unrecognized privilege type: \"fly\""),
+        ),
+        (
+            "SELECT has_table_privilege('clicks', 'SELECT WITH ADMIN OPTION')",
+            ("22023", "unrecognized privilege type: \"SELECT WITH ADMIN OPTION\""),
+        ),
+        ("SELECT has_table_privilege('nosuchuser', 'nosuchtable', 'FLY')", role),
+        ("SELECT has_table_privilege('nosuchtable', 'FLY')", relation),
+        ("SELECT has_table_privilege(16385, 'FLY')", fly),
+        (
+            "SELECT has_table_privilege('sluice', relname, 'FLY') FROM pg_class",
+            fly,
+        ),
+        (
+            "SELECT has_table_privilege(r.rolname, 'clicks', 'FLY') FROM pg_roles r",
+            fly,
+        ),
+        (
+            "SELECT has_any_column_privilege('clicks', 'DELETE')",
+            ("22023", "unrecognized privilege type: \"DELETE\""),
+        ),
+        (
+            "SELECT has_any_column_privilege('nosuchuser', 'clicks', 'SELECT')",
+            role,
+        ),
+        (
+            "SELECT has_column_privilege('clicks', 'nosuchcol', 'SELECT')",
+            ("42703", "column \"nosuchcol\" of relation \"clicks\" does not exist"),
+        ),
+        (
+            "SELECT has_column_privilege('nosuchuser', 'clicks', 'page', 'SELECT')",
+            role,
+        ),
+        ("SELECT has_column_privilege('nosuchtable', 'page', 'SELECT')", relation),
+        (
+            "SELECT has_column_privilege('clicks', 'page', 'TRUNCATE')",
+            ("22023", "unrecognized privilege type: \"TRUNCATE\""),
+        ),
+        ("SELECT pg_has_role('nosuchuser', 'MEMBER')", role),
+        ("SELECT pg_has_role('nosuchuser', 'sluice', 'MEMBER')", role),
+        ("SELECT pg_has_role('sluice', 'nosuchuser', 'MEMBER')", role),
+        ("SELECT pg_has_role('sluice', 'FLY')", fly),
+        (
+            "SELECT pg_has_role('sluice', 'SELECT')",
+            ("22023", "unrecognized privilege type: \"SELECT\""),
+        ),
+    ] {
+        let err = query(sql, snapshot()).await.expect_err(sql);
+        assert_eq!((err.sqlstate(), err.to_string().as_str()), (sqlstate, message), "{sql}");
+    }
+}
+
+/// What the privilege functions answer when nothing is wrong: oids and
+/// column numbers that name nothing are NULL; a superuser holds every
+/// stream privilege and the admin option of every role.
+#[tokio::test]
+async fn privilege_functions_answer_null_for_unknown_oids() {
+    let sql = "SELECT has_table_privilege(999999, 'SELECT'), has_table_privilege(999999, 16385, 'SELECT'), \
+               has_column_privilege('clicks', 9, 'SELECT'), has_column_privilege('clicks', 2, 'INSERT'), \
+               has_column_privilege('clicks', 'page', 'SELECT WITH GRANT OPTION'), has_any_column_privilege('bids', 'UPDATE'), \
+               has_table_privilege('bids', 'TRUNCATE'), pg_has_role(999999, 'sluice', 'MEMBER'), \
+               pg_has_role('sluice', 'pg_write_server_files', 'SET WITH ADMIN OPTION'), \
+               pg_has_role('pg_write_server_files', 'pg_write_server_files', 'usage'), \
+               pg_has_role('pg_write_server_files', 'pg_write_server_files', 'MEMBER WITH ADMIN OPTION')";
+    assert_eq!(
+        rows(sql).await,
+        strings(&[&[
+            "NULL", "NULL", "NULL", "true", "true", "false", "false", "NULL", "true", "true", "false"
+        ]])
+    );
+}
