@@ -74,9 +74,10 @@ enum Command {
         /// Control-plane address workers connect to.
         #[arg(long, default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
-        /// Other masters (`m2=HOST:PORT,m3=HOST:PORT`); a single master
-        /// needs none. (The master quorum is not built yet: a master with
-        /// peers refuses to start rather than run unreplicated.)
+        /// Other masters of the quorum (`m2=HOST:PORT,m3=HOST:PORT`: their
+        /// --id and --listen); a single master needs none. Three or five
+        /// masters decide by majority: the catalog is replicated, the
+        /// leader runs the pipelines, DDL through any master.
         #[arg(long, value_delimiter = ',')]
         peers: Vec<String>,
         /// Data-plane address of the master's own worker (tasks whose
@@ -156,6 +157,32 @@ fn parse_labels(labels: &[String]) -> anyhow::Result<std::collections::BTreeMap<
             None => Err(anyhow::anyhow!("label '{l}' is not key=value")),
         })
         .collect()
+}
+
+/// `--peers m2=HOST:PORT,m3=HOST:PORT` → id → address. A quorum has three or
+/// five masters: with two, losing either stops every decision, and an even
+/// count tolerates no more failures than the odd count below it.
+fn parse_peers(me: &str, peers: &[String]) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for p in peers.iter().filter(|p| !p.is_empty()) {
+        let Some((id, address)) = p.split_once('=') else {
+            anyhow::bail!("--peers: '{p}' is not ID=HOST:PORT (the peer's --id and --listen)");
+        };
+        let (id, address) = (id.trim(), address.trim());
+        if id == me {
+            anyhow::bail!("--peers: '{id}' is this master's own --id; list the other masters only");
+        }
+        if out.insert(id.to_string(), address.to_string()).is_some() {
+            anyhow::bail!("--peers: '{id}' is listed twice");
+        }
+    }
+    if !out.is_empty() && out.len() % 2 != 0 {
+        anyhow::bail!(
+            "--peers: {} masters in all; a quorum needs an odd number (3 or 5): with an even number, as many failures stop it as with one master fewer",
+            out.len() + 1
+        );
+    }
+    Ok(out)
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -270,11 +297,7 @@ async fn run() -> anyhow::Result<()> {
             placement,
             security,
         } => {
-            if !peers.is_empty() {
-                anyhow::bail!(
-                    "--peers: a master quorum is not available in this release; run one master (without --peers)"
-                );
-            }
+            let peers = parse_peers(&id, &peers)?;
             let checkpoint_dir = match checkpoint_dir {
                 Some(d) if d.contains("://") => d,
                 Some(d) => std::path::absolute(&d)?.display().to_string(),
@@ -292,6 +315,7 @@ async fn run() -> anyhow::Result<()> {
                 worker_timeout,
                 placement,
                 security: security.config_for_master(std::env::var(security_args::SUPERUSER_PASSWORD_ENV).ok())?,
+                peers,
             };
             let server = sluice_server::start_master(config).await?;
             println!("Sluice {} master {id} is running.", env!("CARGO_PKG_VERSION"));

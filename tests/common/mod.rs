@@ -104,12 +104,37 @@ impl TestServer {
     /// Starts a cluster master listening on `ip`, inside network namespace
     /// `netns` when given (scripts/netns.sh).
     pub fn start_master_at(data_dir: &Path, env: &[(&str, &str)], netns: Option<&str>, ip: &str) -> TestServer {
+        TestServer::spawn_master(data_dir, env, netns, ip, &[])
+    }
+
+    /// Starts master `id` of a quorum, its control plane on `listen`, with
+    /// `peers` (`m2=HOST:PORT,…`).
+    pub fn start_quorum_master(data_dir: &Path, id: &str, listen: &str, peers: &str) -> TestServer {
+        TestServer::spawn_master(
+            data_dir,
+            &[],
+            None,
+            "127.0.0.1",
+            &["--id", id, "--listen", listen, "--peers", peers],
+        )
+    }
+
+    fn spawn_master(
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        netns: Option<&str>,
+        ip: &str,
+        flags: &[&str],
+    ) -> TestServer {
         let any = format!("{ip}:0");
-        let mut child = in_netns(netns)
+        let mut command = in_netns(netns);
+        command.arg("master");
+        if !flags.contains(&"--listen") {
+            command.args(["--listen", &any]);
+        }
+        let mut child = command
+            .args(flags)
             .args([
-                "master",
-                "--listen",
-                &any,
                 "--data-listen",
                 &any,
                 "--pg-listen",
@@ -156,6 +181,30 @@ impl TestServer {
     /// `netns` when given.
     pub fn add_worker_at(&mut self, id: &str, slots: u32, env: &[(&str, &str)], netns: Option<&str>, ip: &str) {
         self.add_worker_with(id, slots, env, (netns, ip), &[]);
+    }
+
+    /// Holds worker processes apart from any master (a quorum's workers
+    /// outlive the masters the test kills); add them with
+    /// [`TestServer::add_worker_to`].
+    pub fn workers_only(data_dir: &Path) -> TestServer {
+        TestServer {
+            child: None,
+            workers: Vec::new(),
+            control: None,
+            host: "127.0.0.1".to_string(),
+            pg_port: 0,
+            http_port: 0,
+            data_dir: data_dir.to_path_buf(),
+            _tmp: None,
+        }
+    }
+
+    /// Starts worker `id` registering with any of `masters` (a quorum's
+    /// control addresses, comma-separated).
+    pub fn add_worker_to(&mut self, id: &str, slots: u32, masters: &str) {
+        let control = self.control.replace(masters.to_string());
+        self.add_worker_with(id, slots, &[], (None, "127.0.0.1"), &[]);
+        self.control = control;
     }
 
     /// Starts worker `id` with extra flags (`--labels zone=a`).

@@ -83,6 +83,9 @@ struct Running {
 /// The worker's state between sessions: what runs, what connectors and
 /// transport parts use.
 pub struct Agent {
+    /// The highest master term seen in any session: a master of a lower
+    /// term (a deposed quorum leader) is not obeyed.
+    term: std::sync::atomic::AtomicU64,
     config: AgentConfig,
     connectors: Arc<dyn ConnectorFactory>,
     data: Arc<DataPlane>,
@@ -97,6 +100,7 @@ impl Agent {
         deploy: DeployConfig,
     ) -> Self {
         Agent {
+            term: std::sync::atomic::AtomicU64::new(0),
             config,
             connectors,
             data,
@@ -169,10 +173,23 @@ impl Agent {
             .message()
             .await
             .map_err(|e| SessionError::Connect(e.message().to_string()))?;
+        let first_term = first.as_ref().map_or(0, |c| c.term);
         let registered = match first.and_then(|c| c.command.map(|x| (c.protocol_version, x))) {
+            // A follower of the master quorum: try the next master.
+            Some((_, pb::master_command::Command::Refused(r))) if r.not_leader => {
+                return Err(SessionError::Connect(r.reason));
+            }
             Some((_, pb::master_command::Command::Refused(r))) => return Err(SessionError::Refused(r.reason)),
             Some((v, _)) if v != PROTOCOL_VERSION => {
                 return Err(SessionError::Refused(version_mismatch(PROTOCOL_VERSION, v)));
+            }
+            Some((_, pb::master_command::Command::Registered(_)))
+                if first_term < self.term.load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                return Err(SessionError::Connect(format!(
+                    "the master's term {first_term} is older than term {} this worker followed: a deposed leader",
+                    self.term.load(std::sync::atomic::Ordering::Relaxed)
+                )));
             }
             Some((_, pb::master_command::Command::Registered(r))) => r,
             _ => {
@@ -194,8 +211,9 @@ impl Agent {
             stopped: HashSet::new(),
             closing: HashSet::new(),
             checkpoint_dir: registered.checkpoint_dir,
-            term: 0,
+            term: first_term,
         };
+        self.term.fetch_max(first_term, std::sync::atomic::Ordering::Relaxed);
         let mut heartbeat = tokio::time::interval(Duration::from_millis(u64::from(
             registered.heartbeat_interval_ms.max(100),
         )));
@@ -406,6 +424,9 @@ impl Session<'_> {
             )));
         }
         self.term = command.term;
+        self.agent
+            .term
+            .fetch_max(command.term, std::sync::atomic::Ordering::Relaxed);
         use pb::master_command::Command;
         let key = |pipeline, epoch| DeploymentKey {
             pipeline: PipelineId(pipeline),

@@ -117,7 +117,16 @@ pub struct Cluster {
     next_session: AtomicU64,
     next_epoch: AtomicU64,
     local: MasterWorker,
+    /// With a master quorum: why this master takes no workers now (it is
+    /// not the leader), and where the leader is, if known.
+    admission: Mutex<Option<Admission>>,
+    /// This master's quorum member (`--peers`), for `/api/v1/cluster`.
+    quorum: Mutex<Option<sluice_quorum::QuorumNode>>,
 }
+
+/// Decides whether this master may take workers' sessions: `None` yes,
+/// `Some((reason, leader's control address))` no.
+pub type Admission = Box<dyn Fn() -> Option<(String, String)> + Send + Sync>;
 
 impl Cluster {
     pub fn new(master_id: String, checkpoint_dir: String, worker_timeout: Duration, local: MasterWorker) -> Arc<Self> {
@@ -134,6 +143,8 @@ impl Cluster {
             // must not reuse an epoch a worker may still hold).
             next_epoch: AtomicU64::new((sluice_types::now_ms().max(0) as u64) << 8),
             local,
+            admission: Mutex::default(),
+            quorum: Mutex::default(),
         });
         tokio::spawn(watchdog(Arc::downgrade(&cluster)));
         tokio::spawn(link_failures(
@@ -141,6 +152,46 @@ impl Cluster {
             cluster.local.transport.failures(),
         ));
         cluster
+    }
+
+    /// Makes this master refuse workers while `admission` says so (a
+    /// follower of the master quorum sends them to the leader).
+    pub fn set_admission(&self, admission: Admission) {
+        *self.admission.lock().expect("admission lock") = Some(admission);
+    }
+
+    /// The term every command carries: the quorum leader's (workers refuse
+    /// a lower one than they have seen), 0 for a single master.
+    pub fn term(&self) -> u64 {
+        self.quorum
+            .lock()
+            .expect("quorum lock")
+            .as_ref()
+            .map_or(0, |q| q.term())
+    }
+
+    /// Records this master's quorum member (shown by `/api/v1/cluster`).
+    pub fn set_quorum(&self, node: sluice_quorum::QuorumNode) {
+        *self.quorum.lock().expect("quorum lock") = Some(node);
+    }
+
+    pub fn quorum(&self) -> Option<sluice_quorum::QuorumNode> {
+        self.quorum.lock().expect("quorum lock").clone()
+    }
+
+    /// Ends every worker's session (this master stopped leading): each
+    /// worker stops its tasks and registers with the next master.
+    pub fn disconnect_all(&self, why: &str) {
+        let sessions: Vec<(WorkerId, u64)> = self
+            .workers
+            .lock()
+            .expect("workers lock")
+            .iter()
+            .map(|(id, w)| (id.clone(), w.session))
+            .collect();
+        for (id, session) in sessions {
+            self.worker_lost(&id, session, why);
+        }
     }
 
     /// The gRPC service workers open their sessions with.
@@ -214,7 +265,7 @@ impl Cluster {
             let message = pb::MasterCommand {
                 protocol_version: PROTOCOL_VERSION,
                 request_id: 0,
-                term: 0,
+                term: self.term(),
                 command: Some(command),
             };
             if w.commands.try_send(Ok(message)).is_err() {
@@ -232,11 +283,12 @@ impl Cluster {
             .map(|(id, w)| (id.0.clone(), w.data_address.clone()))
             .collect();
         addresses.insert(self.local.id.0.clone(), self.local.data_address.clone());
+        let term = self.term();
         for w in workers.values() {
             let _ = w.commands.try_send(Ok(pb::MasterCommand {
                 protocol_version: PROTOCOL_VERSION,
                 request_id: 0,
-                term: 0,
+                term,
                 command: Some(pb::master_command::Command::Peers(pb::Peers {
                     data_addresses: addresses.clone(),
                 })),
@@ -443,8 +495,31 @@ impl pb::master_server::Master for Service {
             protocol_version: PROTOCOL_VERSION,
             request_id: 0,
             term: 0,
-            command: Some(pb::master_command::Command::Refused(pb::Refused { reason })),
+            command: Some(pb::master_command::Command::Refused(pb::Refused {
+                reason,
+                ..Default::default()
+            })),
         };
+        let not_leader = self
+            .0
+            .admission
+            .lock()
+            .expect("admission lock")
+            .as_ref()
+            .and_then(|admit| admit());
+        if let Some((reason, leader_address)) = not_leader {
+            let _ = tx.try_send(Ok(pb::MasterCommand {
+                protocol_version: PROTOCOL_VERSION,
+                request_id: 0,
+                term: 0,
+                command: Some(pb::master_command::Command::Refused(pb::Refused {
+                    reason,
+                    not_leader: true,
+                    leader_address,
+                })),
+            }));
+            return Ok(Response::new(Box::pin(ReceiverStream::new(rx))));
+        }
         let register = match first {
             Some(e) if e.protocol_version != PROTOCOL_VERSION => {
                 let _ = tx.try_send(Ok(refuse(version_mismatch(PROTOCOL_VERSION, e.protocol_version))));
@@ -493,7 +568,7 @@ impl pb::master_server::Master for Service {
         let _ = tx.try_send(Ok(pb::MasterCommand {
             protocol_version: PROTOCOL_VERSION,
             request_id: 0,
-            term: 0,
+            term: cluster.term(),
             command: Some(pb::master_command::Command::Registered(pb::Registered {
                 master_id: cluster.master_id.clone(),
                 checkpoint_dir: cluster.checkpoint_dir.clone(),

@@ -26,7 +26,9 @@
 //! - [`agent`]: a worker process's side — its session with the master and
 //!   the parts of deployments it runs;
 //! - [`wire`]: the runtime's events and metrics as control-plane messages;
-//! - [`process`]: this process's memory and CPU use.
+//! - [`process`]: this process's memory and CPU use;
+//! - [`replication`]: the catalog on the master quorum (`--peers`): the
+//!   leader's changes held by a majority, followers forwarding DDL to it.
 //!
 //! The master talks to workers only through the scheduler interface: the
 //! playground's [`LocalScheduler`](scheduler::LocalScheduler) runs every
@@ -40,6 +42,7 @@ pub mod control;
 pub mod master;
 pub mod placement;
 pub mod process;
+pub mod replication;
 pub mod scheduler;
 pub mod security;
 pub mod status;

@@ -80,6 +80,9 @@ pub struct Master {
     /// Where checkpoints go unless a pipeline says otherwise: a directory
     /// (every worker's, in a cluster) or `hdfs://host:port/dir`.
     checkpoint_location: String,
+    /// With a master quorum: where changes go and commands are forwarded
+    /// (`crate::replication`); `None` for a single master.
+    replication: Option<Arc<dyn crate::replication::Replication>>,
 }
 
 /// The pipelines that read `stream`, but `except`.
@@ -130,6 +133,7 @@ impl Master {
             running: Mutex::new(HashMap::new()),
             altering: Mutex::default(),
             next_query_id: AtomicU64::new(SESSION_QUERY_ID_BASE),
+            replication: None,
         };
         let pipelines: Vec<PipelineDef> = master.lock().pipelines.values().cloned().collect();
         for p in pipelines {
@@ -138,6 +142,64 @@ impl Master {
             }
         }
         Ok(master)
+    }
+
+    /// A master of a quorum, starting as a follower with `catalog` (what
+    /// the replicated state holds): it runs no pipeline until
+    /// [`Master::promote`].
+    pub fn open_replicated(
+        data_dir: &Path,
+        checkpoint_location: &str,
+        scheduler: Arc<dyn Scheduler>,
+        replication: Arc<dyn crate::replication::Replication>,
+        catalog: CatalogState,
+    ) -> Result<Self> {
+        let store = CatalogStore::new(data_dir);
+        store.save(&catalog)?;
+        Ok(Master {
+            checkpoint_location: checkpoint_location.to_string(),
+            store,
+            state: Mutex::new(catalog),
+            scheduler,
+            running: Mutex::new(HashMap::new()),
+            altering: Mutex::default(),
+            next_query_id: AtomicU64::new(SESSION_QUERY_ID_BASE),
+            replication: Some(replication),
+        })
+    }
+
+    /// This master became the quorum's leader: it takes `catalog` (the
+    /// replicated state, which its election merged from a majority) and
+    /// starts every pipeline from its newest checkpoint.
+    pub fn promote(&self, catalog: CatalogState) -> Result<()> {
+        self.mirror(catalog)?;
+        let pipelines: Vec<PipelineDef> = self.lock().pipelines.values().cloned().collect();
+        for p in pipelines {
+            if self.running.lock().expect("running lock").contains_key(&p.name) {
+                continue;
+            }
+            if let Err(e) = self.start(&p) {
+                tracing::error!(pipeline = %p.name, error = %e, "could not start pipeline on the new leader");
+            }
+        }
+        Ok(())
+    }
+
+    /// This master stopped leading: its pipelines stop (the new leader
+    /// starts them from their checkpoints); the catalog stays.
+    pub fn demote(&self) {
+        let names: Vec<String> = self.running.lock().expect("running lock").keys().cloned().collect();
+        for name in names {
+            self.stop(&name);
+        }
+    }
+
+    /// Takes `catalog` as this master's (a follower following the
+    /// replicated state).
+    pub fn mirror(&self, catalog: CatalogState) -> Result<()> {
+        let mut state = self.lock();
+        *state = catalog;
+        self.store.save(&state)
     }
 
     /// The checkpoint store of a pipeline: its `'checkpoint.dir'`, or the
@@ -160,6 +222,21 @@ impl Master {
     /// is owned by `role`. Whatever drops a stream or pipeline (with or
     /// without a role) forgets its owner and grants in the same step.
     pub async fn apply(&self, command: CatalogCommand) -> Result<Applied> {
+        let Some(replication) = &self.replication else {
+            return self.apply_here(command).await;
+        };
+        if !replication.is_leader() {
+            return replication.forward(command).await;
+        }
+        replication.may_decide()?;
+        let applied = self.apply_here(command).await?;
+        // Acknowledged only once a majority of masters holds the change.
+        let catalog = self.lock().clone();
+        replication.replicate(&catalog).await?;
+        Ok(applied)
+    }
+
+    async fn apply_here(&self, command: CatalogCommand) -> Result<Applied> {
         let (owner, command) = match command {
             CatalogCommand::AsRole { role, command } => (Some(role), *command),
             command => (None, command),
@@ -736,6 +813,14 @@ impl Master {
 
     /// Runs a session's query as pipeline `id`.
     pub fn run_query(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
+        if let Some(r) = &self.replication
+            && !r.is_leader()
+        {
+            return Err(Error::user(
+                sluice_types::SqlCode::CannotConnectNow,
+                "continuous queries run on the master quorum's leader: connect to it (/api/v1/cluster names it)",
+            ));
+        }
         self.scheduler.deploy(id, dag)
     }
 }

@@ -200,6 +200,11 @@ impl QuorumNode {
             .is_leader(now)
     }
 
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).replica.term()
+    }
+
     pub fn status(&self) -> Status {
         let now = self.now();
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).replica.status(now)

@@ -164,6 +164,40 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
         Some(_) => "stale",
         None => "starting",
     };
+    if let Some(cluster) = &s.cluster
+        && let Some(node) = cluster.quorum()
+    {
+        let me = node.status();
+        let mut masters = vec![json!({
+            "id": me.id,
+            "address": cluster.control_address(),
+            "role": me.role.to_string(),
+            "health": if me.has_quorum { "ok" } else { "no quorum" },
+            "term": me.term,
+            "leader": me.leader,
+            "has_quorum": me.has_quorum,
+            "reachable": me.reachable,
+            "state_version": me.version.to_string(),
+            "state_entries": me.entries,
+        })];
+        for (id, address) in node.peers() {
+            let reachable = me.reachable.contains(id);
+            masters.push(json!({
+                "id": id,
+                "address": address,
+                "role": if me.leader.as_deref() == Some(id.as_str()) { "leader" } else if reachable { "follower" } else { "unknown" },
+                "health": if reachable { "ok" } else { "unreachable" },
+            }));
+        }
+        return Json(json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_ms": now - s.engine.started_ms,
+            "started_ms": s.engine.started_ms,
+            "masters": masters,
+            "workers": cluster.workers(),
+            "pipelines_running": running,
+        }));
+    }
     if let Some(cluster) = &s.cluster {
         return Json(json!({
             "version": env!("CARGO_PKG_VERSION"),

@@ -130,6 +130,9 @@ pub struct MasterConfig {
     /// `spread` or `pack`.
     pub placement: String,
     pub security: crate::security::SecurityConfig,
+    /// The other masters of the quorum (id → their `listen` address);
+    /// empty for a single master.
+    pub peers: std::collections::BTreeMap<String, String>,
 }
 
 /// Starts a cluster master: catalog, planning, pgwire and HTTP, the
@@ -160,12 +163,29 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
     let control_addr = control.local_addr()?;
     cluster.set_control_address(control_addr.to_string());
     let shutdown = CancellationToken::new();
-    let service = cluster.service();
+    // The master quorum (--peers): its protocol and the forwarded DDL are
+    // served on the control address too.
+    let quorum = if config.peers.is_empty() {
+        None
+    } else {
+        let node = sluice_quorum::QuorumNode::start(
+            config.id.clone(),
+            config.peers.clone(),
+            sluice_quorum::Config::default(),
+            &config.data_dir,
+        )
+        .map_err(|e| sluice_types::Error::external(e.to_string()))?;
+        cluster.set_quorum(node.clone());
+        Some(sluice_cluster::replication::QuorumCatalog::new(node))
+    };
+    let router = tonic::transport::Server::builder()
+        .add_service(cluster.service())
+        .add_optional_service(quorum.as_ref().map(|q| q.node().service()))
+        .add_optional_service(quorum.as_ref().map(|q| q.service()));
     let control_shutdown = shutdown.clone();
     let control_task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        router
             .serve_with_incoming_shutdown(
-                service,
                 tokio_stream::wrappers::TcpListenerStream::new(control),
                 control_shutdown.cancelled_owned(),
             )
@@ -179,8 +199,44 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
         DeployConfig::default(),
         strategy,
     ));
-    let master = Arc::new(Master::open_with(&config.data_dir, &config.checkpoint_dir, scheduler)?);
-    crate::security::bootstrap_superuser(&master, &config.security).await?;
+    let master = match &quorum {
+        None => {
+            let master = Arc::new(Master::open_with(&config.data_dir, &config.checkpoint_dir, scheduler)?);
+            crate::security::bootstrap_superuser(&master, &config.security).await?;
+            master
+        }
+        Some(q) => {
+            let master = Arc::new(Master::open_replicated(
+                &config.data_dir,
+                &config.checkpoint_dir,
+                scheduler,
+                q.clone(),
+                q.catalog()?,
+            )?);
+            q.set_master(Arc::downgrade(&master));
+            let node = q.node().clone();
+            let id = config.id.clone();
+            cluster.set_admission(Box::new(move || {
+                let status = node.status();
+                (status.role != sluice_quorum::RoleName::Leader).then(|| {
+                    let leader = status.leader.unwrap_or_else(|| "not known".into());
+                    let address = node.peers().get(&leader).cloned().unwrap_or_default();
+                    (
+                        format!("master {id} does not lead the master quorum (the leader: {leader})"),
+                        address,
+                    )
+                })
+            }));
+            tokio::spawn(lead(
+                q.clone(),
+                Arc::downgrade(&master),
+                cluster.clone(),
+                config.security.clone(),
+                shutdown.clone(),
+            ));
+            master
+        }
+    };
     let engine = Engine::with_security(master, connectors.clone(), config.security.clone())?;
     let worker = Arc::new(Worker::new(
         connectors,
@@ -198,6 +254,62 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
     handle.tasks.push(control_task);
     handle.control_addr = Some(control_addr);
     Ok(handle)
+}
+
+/// Follows this master's role in the quorum: on becoming leader it takes
+/// the replicated catalog, starts the pipelines and makes sure the first
+/// superuser exists; on losing leadership it stops its pipelines and sends
+/// its workers away (to the next master in their list); as a follower it
+/// keeps its catalog equal to the replicated one.
+async fn lead(
+    quorum: Arc<sluice_cluster::replication::QuorumCatalog>,
+    master: std::sync::Weak<Master>,
+    cluster: Arc<sluice_cluster::control::Cluster>,
+    security: crate::security::SecurityConfig,
+    shutdown: CancellationToken,
+) {
+    let node = quorum.node().clone();
+    let mut changes = node.changes();
+    let mut leading = false;
+    let mut mirrored = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+            _ = changes.changed() => {}
+        }
+        let Some(master) = master.upgrade() else { return };
+        let status = node.status();
+        if !leading && node.is_leader() {
+            match quorum.catalog().and_then(|c| master.promote(c)) {
+                Ok(()) => {
+                    leading = true;
+                    tracing::info!(
+                        term = status.term,
+                        "this master leads the master quorum; pipelines started"
+                    );
+                    if let Err(e) = crate::security::bootstrap_superuser(&master, &security).await {
+                        tracing::error!("first superuser: {e}");
+                    }
+                }
+                Err(e) => tracing::error!("taking the lead: {e}"),
+            }
+        } else if leading && status.role != sluice_quorum::RoleName::Leader {
+            leading = false;
+            master.demote();
+            cluster.disconnect_all("this master stopped leading the master quorum");
+            tracing::warn!(
+                term = status.term,
+                "this master no longer leads the master quorum; its pipelines stopped"
+            );
+        }
+        if !leading && mirrored != Some(status.version) {
+            match quorum.catalog().and_then(|c| master.mirror(c)) {
+                Ok(()) => mirrored = Some(status.version),
+                Err(e) => tracing::error!("following the replicated catalog: {e}"),
+            }
+        }
+    }
 }
 
 /// How a worker process runs (`sluice worker`).

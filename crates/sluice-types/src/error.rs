@@ -80,6 +80,10 @@ pub enum SqlCode {
     ReservedName,
     /// `53300`: too many connections (in total or for one role).
     TooManyConnections,
+    /// `57P03`: the masters have no quorum (or this master cannot reach
+    /// the leader), so the catalog cannot change now; retry later or
+    /// through another master.
+    CannotConnectNow,
 }
 
 impl SqlCode {
@@ -120,11 +124,12 @@ impl SqlCode {
             SqlCode::DuplicateRole => "42710",
             SqlCode::ReservedName => "42939",
             SqlCode::TooManyConnections => "53300",
+            SqlCode::CannotConnectNow => "57P03",
         }
     }
 
     /// Every code (to map a SQLSTATE back).
-    pub const ALL: [SqlCode; 34] = [
+    pub const ALL: [SqlCode; 35] = [
         SqlCode::Syntax,
         SqlCode::UndefinedTable,
         SqlCode::UndefinedColumn,
@@ -159,6 +164,7 @@ impl SqlCode {
         SqlCode::DuplicateRole,
         SqlCode::ReservedName,
         SqlCode::TooManyConnections,
+        SqlCode::CannotConnectNow,
     ];
 
     /// The code of a five-character SQLSTATE Sluice reports.

@@ -1,0 +1,355 @@
+//! The catalog on the master quorum (`sluice master --peers`).
+//!
+//! The catalog is kept in the quorum's replicated state as one register per
+//! object — `stream/<name>`, `pipeline/<name>`, and `security` and
+//! `next_pipeline_id` — each holding the object's JSON; a dropped object is
+//! a tombstone. Only the leader changes it: [`Master::apply`](crate::Master::apply)
+//! on the leader applies the command to its own catalog, then writes the
+//! registers that changed and answers once a majority of masters holds them.
+//! On a follower, `apply` hands the command to the leader
+//! ([`QuorumCatalog::forward`], the `Catalog` service of `quorum.proto`);
+//! followers' catalogs follow the replicated state (reads there may be a
+//! moment stale). A master that has no quorum (no leader it can reach, or a
+//! leader without its lease) refuses DDL with `57P03`, naming the quorum;
+//! reads keep working.
+//!
+//! Pipelines run on the leader only: a master that becomes leader starts the
+//! catalog's pipelines from their newest checkpoints (as a restarted master
+//! does), one that stops leading stops its own and ends its workers'
+//! sessions, and workers register with the next master in their list; a
+//! follower refuses workers, naming the leader.
+
+use crate::catalog::{CatalogState, PipelineDef};
+use crate::command::{Applied, CatalogCommand};
+use futures::future::BoxFuture;
+use sluice_plan::catalog::StreamDef;
+use sluice_proto::v1::catalog_client::CatalogClient;
+use sluice_proto::v1::catalog_server::{Catalog, CatalogServer};
+use sluice_proto::v1::{CatalogApplied, CatalogApply};
+use sluice_quorum::{NodeError, QuorumError, QuorumNode, ReplicatedState};
+use sluice_types::{Error, Result, SqlCode};
+use std::collections::BTreeMap;
+use std::sync::{OnceLock, Weak};
+use std::time::Duration;
+
+const STREAM: &str = "stream/";
+const PIPELINE: &str = "pipeline/";
+const SECURITY: &str = "security";
+const NEXT_PIPELINE_ID: &str = "next_pipeline_id";
+/// A forwarded command waits this long for the leader (an ALTER stops a
+/// pipeline at a barrier first, which may take a while).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How [`Master`](crate::Master) reaches the quorum. The master knows
+/// only this trait, so the single-master path has no quorum at all.
+pub trait Replication: Send + Sync {
+    /// Whether this master leads and may decide now.
+    fn is_leader(&self) -> bool;
+    /// On the leader: why it may not decide now (no lease), if so.
+    fn may_decide(&self) -> Result<()>;
+    /// Writes the catalog's changed objects; returns once a majority holds them.
+    fn replicate<'a>(&'a self, catalog: &'a CatalogState) -> BoxFuture<'a, Result<()>>;
+    /// Hands a command to the leader.
+    fn forward(&self, command: CatalogCommand) -> BoxFuture<'_, Result<Applied>>;
+}
+
+/// The catalog as registers.
+pub fn flatten(catalog: &CatalogState) -> Result<BTreeMap<String, String>> {
+    let json = |v: &dyn erased::Json| v.to_json();
+    let mut out = BTreeMap::new();
+    for (name, def) in &catalog.streams {
+        out.insert(format!("{STREAM}{name}"), json(def)?);
+    }
+    for (name, def) in &catalog.pipelines {
+        out.insert(format!("{PIPELINE}{name}"), json(def)?);
+    }
+    out.insert(SECURITY.into(), json(&catalog.security)?);
+    out.insert(NEXT_PIPELINE_ID.into(), catalog.next_pipeline_id.to_string());
+    Ok(out)
+}
+
+/// The catalog the registers hold.
+pub fn unflatten(state: &ReplicatedState) -> Result<CatalogState> {
+    let bad = |key: &str, e: serde_json::Error| Error::internal(format!("replicated catalog entry {key}: {e}"));
+    let mut catalog = CatalogState::default();
+    for (key, value) in state.scan(STREAM) {
+        let def: StreamDef = serde_json::from_str(value).map_err(|e| bad(key, e))?;
+        catalog.streams.insert(key[STREAM.len()..].to_string(), def);
+    }
+    for (key, value) in state.scan(PIPELINE) {
+        let mut def: PipelineDef = serde_json::from_str(value).map_err(|e| bad(key, e))?;
+        def.dag.fill_uids();
+        catalog.pipelines.insert(key[PIPELINE.len()..].to_string(), def);
+    }
+    if let Some(v) = state.get(SECURITY) {
+        catalog.security = serde_json::from_str(v).map_err(|e| bad(SECURITY, e))?;
+    }
+    if let Some(v) = state.get(NEXT_PIPELINE_ID) {
+        catalog.next_pipeline_id = v
+            .parse()
+            .map_err(|e| Error::internal(format!("replicated {NEXT_PIPELINE_ID}: {e}")))?;
+    }
+    Ok(catalog)
+}
+
+/// The writes that turn `held` into `catalog`: changed or new objects, and
+/// tombstones for objects `catalog` no longer has.
+pub fn writes(held: &ReplicatedState, catalog: &CatalogState) -> Result<Vec<(String, Option<String>)>> {
+    let next = flatten(catalog)?;
+    let mut out: Vec<(String, Option<String>)> = next
+        .iter()
+        .filter(|(k, v)| held.get(k) != Some(v.as_str()))
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
+    for prefix in [STREAM, PIPELINE] {
+        for (key, _) in held.scan(prefix) {
+            if !next.contains_key(key) {
+                out.push((key.to_string(), None));
+            }
+        }
+    }
+    Ok(out)
+}
+
+mod erased {
+    use sluice_types::{Error, Result};
+    pub trait Json {
+        fn to_json(&self) -> Result<String>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn to_json(&self) -> Result<String> {
+            serde_json::to_string(self).map_err(|e| Error::internal(format!("catalog entry: {e}")))
+        }
+    }
+}
+
+fn no_quorum(node: &QuorumNode, why: &str) -> Error {
+    let status = node.status();
+    Error::user(
+        SqlCode::CannotConnectNow,
+        format!(
+            "the master quorum cannot decide now: {why} (master {}, term {}, {} of {} masters reachable); \
+             the catalog can be read here but may be stale; retry, or connect to another master",
+            status.id,
+            status.term,
+            status.reachable.len() + 1,
+            node.peers().len() + 1
+        ),
+    )
+}
+
+fn quorum_error(node: &QuorumNode, e: NodeError) -> Error {
+    match e {
+        NodeError::Quorum(QuorumError::NotLeader { leader: None }) => no_quorum(node, "no leader is known"),
+        NodeError::Quorum(e) => Error::user(SqlCode::CannotConnectNow, format!("master quorum: {e}")),
+        NodeError::Store(e) => Error::external(e.to_string()),
+        NodeError::ShutDown => Error::user(SqlCode::CannotConnectNow, "this master is shutting down"),
+    }
+}
+
+/// [`Replication`] over a [`QuorumNode`]; also serves the `Catalog`
+/// service through which followers forward commands to it.
+pub struct QuorumCatalog {
+    node: QuorumNode,
+    master: OnceLock<Weak<crate::Master>>,
+}
+
+impl QuorumCatalog {
+    pub fn new(node: QuorumNode) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(QuorumCatalog {
+            node,
+            master: OnceLock::new(),
+        })
+    }
+
+    /// The master whose `apply` forwarded commands run on (set once, after
+    /// the master is built with this replication).
+    pub fn set_master(&self, master: Weak<crate::Master>) {
+        let _ = self.master.set(master);
+    }
+
+    pub fn node(&self) -> &QuorumNode {
+        &self.node
+    }
+
+    /// The gRPC service followers forward commands to.
+    pub fn service(self: &std::sync::Arc<Self>) -> CatalogServer<CatalogService> {
+        CatalogServer::new(CatalogService(self.clone()))
+    }
+
+    /// The catalog the replicated state holds.
+    pub fn catalog(&self) -> Result<CatalogState> {
+        unflatten(&self.node.state())
+    }
+}
+
+impl Replication for QuorumCatalog {
+    fn is_leader(&self) -> bool {
+        self.node.is_leader()
+    }
+
+    fn may_decide(&self) -> Result<()> {
+        if self.node.is_leader() {
+            Ok(())
+        } else {
+            Err(no_quorum(
+                &self.node,
+                "this master lost its lease (no majority heard from lately)",
+            ))
+        }
+    }
+
+    fn replicate<'a>(&'a self, catalog: &'a CatalogState) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let writes = writes(&self.node.state(), catalog)?;
+            if writes.is_empty() {
+                return Ok(());
+            }
+            self.node
+                .propose(writes)
+                .await
+                .map(|_| ())
+                .map_err(|e| quorum_error(&self.node, e))
+        })
+    }
+
+    fn forward(&self, command: CatalogCommand) -> BoxFuture<'_, Result<Applied>> {
+        Box::pin(async move {
+            let status = self.node.status();
+            let Some(leader) = status.leader.filter(|_| status.has_quorum) else {
+                return Err(no_quorum(&self.node, "no leader is reachable"));
+            };
+            let Some(address) = self.node.peers().get(&leader).cloned() else {
+                return Err(no_quorum(&self.node, "the leader is not among --peers"));
+            };
+            let unreachable = |e: String| no_quorum(&self.node, &format!("the leader {leader} ({address}): {e}"));
+            let bytes = serde_json::to_vec(&command).map_err(|e| Error::internal(e.to_string()))?;
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+                .map_err(|e| unreachable(e.to_string()))?
+                .connect_timeout(Duration::from_secs(2))
+                .timeout(FORWARD_TIMEOUT);
+            let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
+            let reply = CatalogClient::new(channel)
+                .apply(CatalogApply {
+                    version: sluice_proto::PROTOCOL_VERSION,
+                    command: bytes.into(),
+                })
+                .await
+                .map_err(|e| unreachable(e.message().to_string()))?
+                .into_inner();
+            if reply.sqlstate.is_empty() {
+                return Ok(if reply.changed {
+                    Applied::Changed
+                } else {
+                    Applied::Unchanged
+                });
+            }
+            Err(match SqlCode::from_sqlstate(&reply.sqlstate) {
+                Some(code) => Error::user(code, reply.message),
+                None => Error::external(format!("the leader {leader}: {}", reply.message)),
+            })
+        })
+    }
+}
+
+/// The `Catalog` service: applies a forwarded command on the leader.
+pub struct CatalogService(std::sync::Arc<QuorumCatalog>);
+
+#[tonic::async_trait]
+impl Catalog for CatalogService {
+    async fn apply(
+        &self,
+        request: tonic::Request<CatalogApply>,
+    ) -> std::result::Result<tonic::Response<CatalogApplied>, tonic::Status> {
+        let request = request.into_inner();
+        if request.version != sluice_proto::PROTOCOL_VERSION {
+            return Err(tonic::Status::failed_precondition(sluice_proto::version_mismatch(
+                sluice_proto::PROTOCOL_VERSION,
+                request.version,
+            )));
+        }
+        let command: CatalogCommand = serde_json::from_slice(&request.command)
+            .map_err(|e| tonic::Status::invalid_argument(format!("malformed catalog command: {e}")))?;
+        let reply = |r: Result<Applied>| match r {
+            Ok(applied) => CatalogApplied {
+                changed: applied == Applied::Changed,
+                ..Default::default()
+            },
+            Err(e) => CatalogApplied {
+                sqlstate: e.sqlstate().to_string(),
+                message: e.to_string(),
+                changed: false,
+            },
+        };
+        // Forwarded once at most: a master that is not the leader (any
+        // more) says so instead of forwarding again.
+        if !self.0.node.is_leader() {
+            return Ok(tonic::Response::new(reply(Err(no_quorum(
+                &self.0.node,
+                "a command was forwarded to this master, which does not lead (any more)",
+            )))));
+        }
+        let Some(master) = self.0.master.get().and_then(Weak::upgrade) else {
+            return Err(tonic::Status::unavailable("this master is starting or stopping"));
+        };
+        Ok(tonic::Response::new(reply(master.apply(command).await)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_quorum::Stamp;
+
+    fn catalog() -> CatalogState {
+        let mut c = CatalogState {
+            next_pipeline_id: 7,
+            ..Default::default()
+        };
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "a",
+            arrow::datatypes::DataType::Int64,
+            false,
+        )]));
+        for name in ["s1", "s2"] {
+            let def = StreamDef {
+                name: name.into(),
+                schema: schema.clone(),
+                event_time: None,
+                connector: "memory".into(),
+                options: Default::default(),
+                pipeline: None,
+                computed: Vec::new(),
+            };
+            c.streams.insert(name.into(), def);
+        }
+        c
+    }
+
+    fn apply(state: &mut ReplicatedState, writes: Vec<(String, Option<String>)>, seq: u64) {
+        for (k, v) in writes {
+            state.write(&k, v, Stamp { term: 1, seq });
+        }
+    }
+
+    #[test]
+    fn the_catalog_round_trips_through_registers_and_drops_become_tombstones() {
+        let mut state = ReplicatedState::default();
+        let mut c = catalog();
+        let w = writes(&state, &c).unwrap();
+        apply(&mut state, w, 1);
+        let back = unflatten(&state).unwrap();
+        assert_eq!(back.streams.keys().collect::<Vec<_>>(), ["s1", "s2"]);
+        assert_eq!(back.next_pipeline_id, 7);
+        assert_eq!(flatten(&back).unwrap(), flatten(&c).unwrap());
+        assert!(
+            writes(&state, &c).unwrap().is_empty(),
+            "nothing changed, nothing written"
+        );
+        c.streams.remove("s1");
+        let w = writes(&state, &c).unwrap();
+        assert_eq!(w, [("stream/s1".to_string(), None)]);
+        apply(&mut state, w, 2);
+        assert_eq!(unflatten(&state).unwrap().streams.keys().collect::<Vec<_>>(), ["s2"]);
+    }
+}

@@ -1,0 +1,259 @@
+//! Three `sluice master` processes as one quorum (`--peers`) and a worker
+//! that knows all three: DDL through any master is replicated to all, the
+//! leader runs the pipelines; kill -9 of the leader elects another that
+//! runs them again and takes DDL; a master left alone refuses DDL with
+//! 57P03 naming the quorum but still answers reads; a restarted master
+//! catches up.
+
+mod common;
+
+use common::TestServer;
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Quorum {
+    ids: Vec<String>,
+    listen: Vec<String>,
+    masters: Vec<Option<TestServer>>,
+    dir: tempfile::TempDir,
+}
+
+impl Quorum {
+    fn start() -> Quorum {
+        let dir = tempfile::tempdir().unwrap();
+        let ids: Vec<String> = (1..=3).map(|i| format!("m{i}")).collect();
+        let listen: Vec<String> = ids.iter().map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let mut q = Quorum {
+            ids,
+            listen,
+            masters: vec![None, None, None],
+            dir,
+        };
+        for i in 0..3 {
+            q.start_master(i);
+        }
+        q
+    }
+
+    fn start_master(&mut self, i: usize) {
+        let peers: Vec<String> = (0..3)
+            .filter(|j| *j != i)
+            .map(|j| format!("{}={}", self.ids[j], self.listen[j]))
+            .collect();
+        let data = self.dir.path().join(&self.ids[i]);
+        std::fs::create_dir_all(&data).unwrap();
+        self.masters[i] = Some(TestServer::start_quorum_master(
+            &data,
+            &self.ids[i],
+            &self.listen[i],
+            &peers.join(","),
+        ));
+    }
+
+    fn master(&self, i: usize) -> &TestServer {
+        self.masters[i].as_ref().expect("a live master")
+    }
+
+    /// This master's own entry in /api/v1/cluster.
+    fn me(&self, i: usize) -> serde_json::Value {
+        self.master(i).cluster_json()["masters"][0].clone()
+    }
+
+    /// The live master that leads with a quorum, once exactly one does.
+    async fn leader(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let leading: Vec<usize> = (0..3)
+                .filter(|i| self.masters[*i].is_some())
+                .filter(|i| {
+                    let me = self.me(*i);
+                    me["role"] == "leader" && me["has_quorum"] == true
+                })
+                .collect();
+            if leading.len() == 1 && self.ready().await {
+                return leading[0];
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no single leader within {within:?}: {leading:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every live master lets the superuser in: the leader created it and
+    /// the others hold the replicated catalog.
+    async fn ready(&self) -> bool {
+        for m in self.masters.iter().flatten() {
+            if tokio_postgres::connect(&m.conn_str(), tokio_postgres::NoTls)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn all_listen(&self) -> String {
+        self.listen.join(",")
+    }
+}
+
+async fn streams(c: &tokio_postgres::Client) -> Vec<String> {
+    c.simple_query("SHOW STREAMS")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn wait_for_stream(q: &Quorum, i: usize, name: &str) {
+    let c = q.master(i).connect().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !streams(&c).await.iter().any(|s| s == name) {
+        assert!(Instant::now() < deadline, "{} never saw stream {name}", q.ids[i]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn pipeline_state(c: &tokio_postgres::Client, name: &str) -> Option<String> {
+    let messages = c.simple_query("SHOW PIPELINES").await.ok()?;
+    messages.into_iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => r.get("state").map(str::to_string),
+        _ => None,
+    })
+}
+
+async fn wait_running(q: &Quorum, i: usize, name: &str, within: Duration) {
+    let c = q.master(i).connect().await;
+    let deadline = Instant::now() + within;
+    loop {
+        let state = pipeline_state(&c, name).await;
+        if state.as_deref() == Some("running")
+            && q.master(i).cluster_json()["workers"]
+                .as_array()
+                .is_some_and(|w| !w.is_empty())
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} not running on {} within {within:?}: {state:?}, {}",
+            q.ids[i],
+            q.master(i).cluster_json()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
+    let mut q = Quorum::start();
+    let first = q.leader(Duration::from_secs(15)).await;
+    let follower = (first + 1) % 3;
+    let mut workers = TestServer::workers_only(q.dir.path());
+    workers.add_worker_to("w1", 8, &q.all_listen());
+
+    // DDL through a follower is forwarded to the leader and replicated.
+    let c = q.master(follower).connect().await;
+    c.batch_execute(
+        "CREATE STREAM ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '200',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
+    )
+    .await
+    .unwrap();
+    for i in 0..3 {
+        wait_for_stream(&q, i, "ticks").await;
+    }
+    let c = q.master(first).connect().await;
+    c.batch_execute(
+        "CREATE SINK moved WITH (connector = 'blackhole', 'checkpoint.interval' = '1s') AS SELECT i FROM ticks WHERE i >= 0",
+    )
+    .await
+    .unwrap();
+    wait_running(&q, first, "moved", Duration::from_secs(30)).await;
+    // A follower shows the pipeline from the replicated catalog but runs nothing.
+    let f = q.master(follower).connect().await;
+    assert!(
+        pipeline_state(&f, "moved").await.is_some(),
+        "the follower lists the pipeline"
+    );
+    assert!(
+        q.master(follower).cluster_json()["workers"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // kill -9 of the leader: another leads, runs the pipeline, takes DDL.
+    let killed_at = Instant::now();
+    q.masters[first].take().unwrap().stop();
+    let second = q.leader(Duration::from_secs(10)).await;
+    eprintln!("new leader {} after {:?}", q.ids[second], killed_at.elapsed());
+    assert_ne!(second, first);
+    let other = (0..3).find(|i| *i != first && *i != second).unwrap();
+    let c = q.master(other).connect().await;
+    c.batch_execute("CREATE STREAM after_failover (x BIGINT) WITH (connector = 'memory')")
+        .await
+        .unwrap();
+    wait_for_stream(&q, second, "after_failover").await;
+    wait_running(&q, second, "moved", Duration::from_secs(40)).await;
+    eprintln!("pipeline running again after {:?}", killed_at.elapsed());
+
+    // One master alone: no quorum. DDL is refused with 57P03 naming the
+    // quorum; reads still work there.
+    q.masters[second].take().unwrap().stop();
+    let c = q.master(other).connect().await;
+    // At once (the dead leader is unreachable) and never accepted alone.
+    let err = c
+        .batch_execute("CREATE STREAM lonely (x BIGINT) WITH (connector = 'memory')")
+        .await
+        .expect_err("a master alone accepted DDL");
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "57P03", "{db:?}");
+    assert!(db.message().contains("quorum"), "{}", db.message());
+    assert!(streams(&c).await.contains(&"after_failover".to_string()));
+    // It says so once the election timeout passed without its leader.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let me = q.me(other);
+        if me["has_quorum"] == false && me["role"] != "leader" {
+            assert_eq!(me["health"], "no quorum", "{me}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still claims a quorum: {me}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let err = c
+        .batch_execute("CREATE STREAM lonely (x BIGINT) WITH (connector = 'memory')")
+        .await
+        .unwrap_err();
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "57P03", "{db:?}");
+    assert!(db.message().contains("quorum"), "{}", db.message());
+
+    // The first leader comes back from its directory: a majority again,
+    // DDL works, and it has caught up with what it missed.
+    q.start_master(first);
+    let third = q.leader(Duration::from_secs(15)).await;
+    let c = q.master(third).connect().await;
+    c.batch_execute("CREATE STREAM healed (x BIGINT) WITH (connector = 'memory')")
+        .await
+        .unwrap();
+    wait_for_stream(&q, first, "after_failover").await;
+    wait_for_stream(&q, first, "healed").await;
+    wait_for_stream(&q, other, "healed").await;
+    drop(workers);
+}
