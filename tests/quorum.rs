@@ -184,6 +184,16 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
     .await
     .unwrap();
     wait_running(&q, first, "moved", Duration::from_secs(30)).await;
+    // Every field /api/v1/cluster gives about a quorum's masters is in the
+    // OpenAPI document.
+    let spec: serde_json::Value =
+        serde_json::from_str(include_str!("../crates/sluice-server/src/openapi.json")).unwrap();
+    let documented = &spec["components"]["schemas"]["Cluster"]["properties"]["masters"]["items"]["properties"];
+    for m in q.master(follower).cluster_json()["masters"].as_array().unwrap() {
+        for key in m.as_object().unwrap().keys() {
+            assert!(documented.get(key).is_some(), "masters[].{key} is not in openapi.json");
+        }
+    }
     // A follower shows the pipeline from the replicated catalog but runs nothing.
     let f = q.master(follower).connect().await;
     assert!(
