@@ -128,6 +128,23 @@ async fn wait_for_stream(q: &Quorum, i: usize, name: &str) {
     }
 }
 
+/// `SHOW CLUSTER` on master `i`: kind, id, address, role, health, term,
+/// leader, detail ("" for NULL).
+async fn show_cluster(q: &Quorum, i: usize) -> Vec<Vec<String>> {
+    let c = q.master(i).connect().await;
+    c.simple_query("SHOW CLUSTER")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..8).map(|k| r.get(k).unwrap_or("").to_string()).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 async fn pipeline_state(c: &tokio_postgres::Client, name: &str) -> Option<String> {
     let messages = c.simple_query("SHOW PIPELINES").await.ok()?;
     messages.into_iter().find_map(|m| match m {
@@ -184,6 +201,23 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
     .await
     .unwrap();
     wait_running(&q, first, "moved", Duration::from_secs(30)).await;
+    // SHOW CLUSTER on the leader: three masters (itself leading, in a term),
+    // and the worker; on a follower: the leader named, no worker.
+    let rows = show_cluster(&q, first).await;
+    assert_eq!(rows.iter().filter(|r| r[0] == "master").count(), 3, "{rows:?}");
+    assert_eq!(rows[0][1], q.ids[first]);
+    assert_eq!(rows[0][3], "leader");
+    assert_eq!(rows[0][4], "ok");
+    assert!(rows[0][5].parse::<u64>().unwrap() >= 1, "{rows:?}");
+    assert!(rows.iter().any(|r| r[0] == "worker" && r[1] == "w1"), "{rows:?}");
+    let rows = show_cluster(&q, follower).await;
+    assert_eq!(rows[0][3], "follower");
+    assert_eq!(rows[0][6], q.ids[first], "the follower names its leader");
+    assert!(
+        rows.iter().any(|r| r[1] == q.ids[first] && r[3] == "leader"),
+        "{rows:?}"
+    );
+    assert!(!rows.iter().any(|r| r[0] == "worker"), "{rows:?}");
     // Every field /api/v1/cluster gives about a quorum's masters is in the
     // OpenAPI document.
     let spec: serde_json::Value =

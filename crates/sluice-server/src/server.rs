@@ -82,6 +82,9 @@ async fn serve_front(
     let http = tokio::net::TcpListener::bind(http_addr).await?;
     let (pg_addr, http_addr) = (pg.local_addr()?, http.local_addr()?);
     let history = Arc::new(MetricsHistory::default());
+    if let Some(c) = &cluster {
+        let _ = engine.cluster.set(c.clone());
+    }
     let http_state = HttpState {
         engine: engine.clone(),
         history: history.clone(),

@@ -80,6 +80,8 @@ pub enum SluiceStatement {
     },
     ShowStreams,
     ShowPipelines,
+    /// `SHOW CLUSTER`: masters (role, term, quorum) and workers.
+    ShowCluster,
     /// `SHOW CHECKPOINTS FOR pipeline`.
     ShowCheckpoints(String),
     /// `SHOW name`.
@@ -141,6 +143,7 @@ macro_rules! statement_walk {
                 SluiceStatement::Drop { .. }
                 | SluiceStatement::ShowStreams
                 | SluiceStatement::ShowPipelines
+                | SluiceStatement::ShowCluster
                 | SluiceStatement::ShowCheckpoints(_)
                 | SluiceStatement::ShowVariable(_)
                 | SluiceStatement::ShowAll
@@ -568,6 +571,10 @@ fn parse_show(p: &mut Parser) -> Result<SluiceStatement> {
         Some("ALL") => {
             p.next_token();
             Ok(SluiceStatement::ShowAll)
+        }
+        Some("CLUSTER") => {
+            p.next_token();
+            Ok(SluiceStatement::ShowCluster)
         }
         Some("PIPELINE") if word(p, 1).as_deref() == Some("HISTORY") => {
             p.next_token();

@@ -84,6 +84,9 @@ pub struct Engine {
     pub security: crate::security::SecurityConfig,
     /// TLS acceptors built from `security.tls` (pgwire and HTTPS).
     pub tls: Option<crate::security::tls::TlsAcceptors>,
+    /// A cluster master's registry of workers (and its quorum member), for
+    /// `SHOW CLUSTER`; unset in the playground.
+    pub cluster: std::sync::OnceLock<std::sync::Arc<sluice_cluster::control::Cluster>>,
 }
 
 impl Engine {
@@ -97,6 +100,7 @@ impl Engine {
             started_ms: sluice_types::now_ms(),
             security: crate::security::SecurityConfig::default(),
             tls: None,
+            cluster: std::sync::OnceLock::new(),
         })
     }
 
@@ -117,6 +121,7 @@ impl Engine {
             started_ms: sluice_types::now_ms(),
             security,
             tls,
+            cluster: std::sync::OnceLock::new(),
         }))
     }
 

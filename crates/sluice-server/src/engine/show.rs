@@ -312,8 +312,80 @@ pub fn explain(dag: &PhysicalDag) -> Table {
 }
 
 /// Schemas of statements that return rows, for Describe in the extended protocol.
+/// A row of `SHOW CLUSTER`.
+pub struct ClusterRow {
+    pub kind: &'static str,
+    pub id: String,
+    pub address: String,
+    pub role: String,
+    pub health: String,
+    pub term: Option<i64>,
+    pub leader: Option<String>,
+    pub detail: String,
+}
+
+impl ClusterRow {
+    pub fn master(id: &str, address: &str, role: &str, health: &str) -> ClusterRow {
+        ClusterRow {
+            kind: "master",
+            id: id.into(),
+            address: address.into(),
+            role: role.into(),
+            health: health.into(),
+            term: None,
+            leader: None,
+            detail: String::new(),
+        }
+    }
+
+    pub fn worker(id: &str, address: &str, health: &str, detail: &str) -> ClusterRow {
+        ClusterRow {
+            kind: "worker",
+            id: id.into(),
+            address: address.into(),
+            role: "worker".into(),
+            health: health.into(),
+            term: None,
+            leader: None,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// `SHOW CLUSTER`: one row per master and worker.
+pub fn cluster(rows: &[ClusterRow]) -> Table {
+    let text = |c: &str| Field::new(c, DataType::Utf8, true);
+    let schema = Arc::new(Schema::new(vec![
+        text("kind"),
+        text("id"),
+        text("address"),
+        text("role"),
+        text("health"),
+        Field::new("term", DataType::Int64, true),
+        text("leader"),
+        text("detail"),
+    ]));
+    let rows = rows
+        .iter()
+        .map(|r| {
+            vec![
+                Cell::Text(Some(r.kind.to_string())),
+                Cell::Text(Some(r.id.clone())),
+                Cell::Text(Some(r.address.clone())),
+                Cell::Text(Some(r.role.clone())),
+                Cell::Text(Some(r.health.clone())),
+                Cell::Int(r.term),
+                Cell::Text(r.leader.clone()),
+                Cell::Text(Some(r.detail.clone())),
+            ]
+        })
+        .collect();
+    Table { schema, rows }
+}
+
 pub fn schema_of(table: &str) -> SchemaRef {
     match table {
+        "cluster" => cluster(&[]).schema,
         "streams" => streams(&[]).schema,
         "pipelines" => pipelines(&[]).schema,
         "checkpoints" => checkpoints(&PipelineInfo::default()).schema,

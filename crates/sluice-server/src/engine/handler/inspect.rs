@@ -18,6 +18,7 @@ pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Re
     Ok(match statement {
         SluiceStatement::ShowStreams => show::streams(&master.streams()).output("SHOW"),
         SluiceStatement::ShowPipelines => show::pipelines(&master.pipelines()).output("SHOW"),
+        SluiceStatement::ShowCluster => show::cluster(&cluster_rows(ctx.engine)).output("SHOW"),
         SluiceStatement::ShowCheckpoints(name) => match master.pipelines().into_iter().find(|p| p.name == name) {
             Some(info) => show::checkpoints(&info).output("SHOW"),
             None => Err(Error::not_found(ObjectKind::Pipeline, &name)),
@@ -41,6 +42,82 @@ pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Re
         },
         other => return Err(other),
     })
+}
+
+/// `SHOW CLUSTER`'s rows: this master (with a quorum: its role, term,
+/// leader and whether it has a quorum), the other masters as it sees them,
+/// and the workers registered with it. The playground is one master and
+/// its own worker.
+fn cluster_rows(engine: &crate::engine::Engine) -> Vec<show::ClusterRow> {
+    let Some(cluster) = engine.cluster.get() else {
+        return vec![
+            show::ClusterRow::master("master-0", "", "leader", "ok"),
+            show::ClusterRow::worker(sluice_types::WorkerId::local().0.as_str(), "", "ok", "in process"),
+        ];
+    };
+    let mut rows = Vec::new();
+    match cluster.quorum() {
+        None => rows.push(show::ClusterRow::master(
+            cluster.master_id(),
+            &cluster.control_address(),
+            "leader",
+            "ok",
+        )),
+        Some(node) => {
+            let me = node.status();
+            let mut row = show::ClusterRow::master(
+                &me.id,
+                &cluster.control_address(),
+                &me.role.to_string(),
+                if me.has_quorum { "ok" } else { "no quorum" },
+            );
+            row.term = Some(me.term as i64);
+            row.leader = me.leader.clone();
+            row.detail = format!(
+                "this master; reachable: {}; state {} ({} entries)",
+                if me.reachable.is_empty() {
+                    "none".to_string()
+                } else {
+                    me.reachable.join(", ")
+                },
+                me.version,
+                me.entries
+            );
+            rows.push(row);
+            for (id, address) in node.peers() {
+                let reachable = me.reachable.contains(id);
+                let role = if me.leader.as_deref() == Some(id.as_str()) {
+                    "leader"
+                } else if reachable {
+                    "follower"
+                } else {
+                    "unknown"
+                };
+                rows.push(show::ClusterRow::master(
+                    id,
+                    address,
+                    role,
+                    if reachable { "ok" } else { "unreachable" },
+                ));
+            }
+        }
+    }
+    for w in cluster.workers() {
+        let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let detail = format!(
+            "slots {}/{}{}; heartbeat {} ms ago",
+            w.used_slots,
+            w.slots,
+            if labels.is_empty() {
+                String::new()
+            } else {
+                format!("; labels {}", labels.join(","))
+            },
+            w.heartbeat_age_ms
+        );
+        rows.push(show::ClusterRow::worker(&w.id, &w.data_address, &w.health, &detail));
+    }
+    rows
 }
 
 /// `EXPLAIN ALTER PIPELINE …`: the new version planned as the ALTER
@@ -71,6 +148,7 @@ pub fn schema(statement: &SluiceStatement) -> Option<arrow::datatypes::SchemaRef
     let table = match statement {
         SluiceStatement::ShowStreams => "streams",
         SluiceStatement::ShowPipelines => "pipelines",
+        SluiceStatement::ShowCluster => "cluster",
         SluiceStatement::ShowCheckpoints(_) => "checkpoints",
         SluiceStatement::Describe(_) => "describe",
         SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => "explain",
