@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{TestServer, pipeline_state};
 use std::time::{Duration, Instant};
 
 async fn exec(c: &tokio_postgres::Client, sql: &str) {
@@ -27,15 +27,6 @@ fn expected_sums(rows: i64, keys: i64) -> Vec<(i64, i64, i64)> {
         .enumerate()
         .map(|(k, (n, s))| (k as i64, n, s))
         .collect()
-}
-
-/// The `state` column of `name` in SHOW PIPELINES.
-async fn pipeline_state(c: &tokio_postgres::Client, name: &str) -> Option<String> {
-    let messages = c.simple_query("SHOW PIPELINES").await.ok()?;
-    messages.into_iter().find_map(|m| match m {
-        tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => r.get("state").map(str::to_string),
-        _ => None,
-    })
 }
 
 fn cluster(workers: usize) -> (TestServer, tempfile::TempDir) {

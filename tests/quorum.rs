@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{TestServer, pipeline_state};
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
@@ -143,14 +143,6 @@ async fn show_cluster(q: &Quorum, i: usize) -> Vec<Vec<String>> {
             _ => None,
         })
         .collect()
-}
-
-async fn pipeline_state(c: &tokio_postgres::Client, name: &str) -> Option<String> {
-    let messages = c.simple_query("SHOW PIPELINES").await.ok()?;
-    messages.into_iter().find_map(|m| match m {
-        tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => r.get("state").map(str::to_string),
-        _ => None,
-    })
 }
 
 async fn wait_running(q: &Quorum, i: usize, name: &str, within: Duration) {

@@ -505,3 +505,12 @@ impl Drop for TestServer {
         self.stop();
     }
 }
+
+/// The `state` column of `name` in SHOW PIPELINES.
+pub async fn pipeline_state(c: &tokio_postgres::Client, name: &str) -> Option<String> {
+    let messages = c.simple_query("SHOW PIPELINES").await.ok()?;
+    messages.into_iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => r.get("state").map(str::to_string),
+        _ => None,
+    })
+}

@@ -78,6 +78,21 @@ pub struct Config {
     pub max_pending: usize,
 }
 
+impl Config {
+    /// Timing four to five times shorter than the default, for simulations and
+    /// tests (heartbeat 50 ms, elections 300–600 ms, lease 200 ms).
+    pub fn quick() -> Config {
+        Config {
+            heartbeat_ms: 50,
+            election_min_ms: 300,
+            election_max_ms: 600,
+            lease_ms: 200,
+            proposal_timeout_ms: 1000,
+            max_pending: 4096,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -828,12 +843,8 @@ mod tests {
 
     fn config() -> Config {
         Config {
-            heartbeat_ms: 50,
-            election_min_ms: 300,
-            election_max_ms: 600,
-            lease_ms: 200,
-            proposal_timeout_ms: 1000,
             max_pending: 4,
+            ..Config::quick()
         }
     }
 

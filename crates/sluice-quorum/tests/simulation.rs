@@ -51,12 +51,8 @@ struct Sim {
 
 fn config() -> Config {
     Config {
-        heartbeat_ms: 50,
-        election_min_ms: 300,
-        election_max_ms: 600,
-        lease_ms: 200,
-        proposal_timeout_ms: 1000,
         max_pending: 64,
+        ..Config::quick()
     }
 }
 
@@ -243,28 +239,7 @@ impl Sim {
     }
 
     fn step(&mut self, faults: bool) {
-        self.now += STEP_MS;
-        // Deliver what is due.
-        while let Some(entry) = self.queue.first_entry() {
-            if entry.key().0 > self.now {
-                break;
-            }
-            let (from, to, message) = entry.remove();
-            if self.group[&from] != self.group[&to] {
-                continue;
-            }
-            let now = self.now;
-            if let Some(replica) = self.nodes.get_mut(&to).unwrap().replica.as_mut() {
-                replica.handle(now, &from, message);
-                self.drain(&to);
-            }
-        }
-        for id in self.up() {
-            let now = self.now;
-            self.nodes.get_mut(&id).unwrap().replica.as_mut().unwrap().tick(now);
-            self.drain(&id);
-        }
-        self.check_leases();
+        self.advance(None);
         if faults {
             self.faults();
         }
@@ -333,20 +308,21 @@ impl Sim {
             let replica = self.nodes.get_mut(&id).unwrap().replica.take();
             let resume_at = self.now + pause;
             while self.now < resume_at {
-                self.step_without(&id);
+                self.advance(Some(&id));
             }
             self.nodes.get_mut(&id).unwrap().replica = replica;
             self.note(format!("{id} resumes"));
         }
     }
 
-    /// A step in which `paused` neither receives nor ticks (its messages wait).
-    fn step_without(&mut self, paused: &str) {
+    /// One step of the clock: delivers what is due (except to `paused`,
+    /// whose messages wait), ticks every running master, checks leases.
+    fn advance(&mut self, paused: Option<&str>) {
         self.now += STEP_MS;
         let due: Vec<(u64, u64)> = self
             .queue
             .range(..(self.now + 1, 0))
-            .filter(|(_, (_, to, _))| to != paused)
+            .filter(|(_, (_, to, _))| Some(to.as_str()) != paused)
             .map(|(k, _)| *k)
             .collect();
         for k in due {
@@ -414,27 +390,7 @@ fn run(seed: u64, verbose: bool) -> usize {
         // settle without new proposals.
         if digests.len() > 1 {
             for _ in 0..(1_000 / STEP_MS) {
-                sim.now += STEP_MS;
-                while let Some(entry) = sim.queue.first_entry() {
-                    if entry.key().0 > sim.now {
-                        break;
-                    }
-                    let (from, to, message) = entry.remove();
-                    let now = sim.now;
-                    sim.nodes
-                        .get_mut(&to)
-                        .unwrap()
-                        .replica
-                        .as_mut()
-                        .unwrap()
-                        .handle(now, &from, message);
-                    sim.drain(&to);
-                }
-                for id in sim.up() {
-                    let now = sim.now;
-                    sim.nodes.get_mut(&id).unwrap().replica.as_mut().unwrap().tick(now);
-                    sim.drain(&id);
-                }
+                sim.advance(None);
             }
         }
         let states: Vec<_> = sim
