@@ -3,7 +3,9 @@
 //! leader runs the pipelines; kill -9 of the leader elects another that
 //! runs them again and takes DDL; a master left alone refuses DDL with
 //! 57P03 naming the quorum but still answers reads; a restarted master
-//! catches up.
+//! catches up. And a leader frozen with SIGSTOP for 20 s: the others elect
+//! a new one that runs the pipeline; woken, the old one steps down and
+//! keeps no worker.
 
 mod common;
 
@@ -291,5 +293,90 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
     wait_for_stream(&q, first, "after_failover").await;
     wait_for_stream(&q, first, "healed").await;
     wait_for_stream(&q, other, "healed").await;
+    drop(workers);
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_frozen_for_20_s_is_replaced_and_steps_down_when_it_wakes() {
+    let q = Quorum::start();
+    let old = q.leader(Duration::from_secs(15)).await;
+    let mut workers = TestServer::workers_only(q.dir.path());
+    workers.add_worker_to("w1", 8, &q.all_listen());
+    let c = q.master(old).connect().await;
+    c.batch_execute(
+        "CREATE STREAM ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '200',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
+    )
+    .await
+    .unwrap();
+    c.batch_execute(
+        "CREATE SINK frozen WITH (connector = 'blackhole', 'checkpoint.interval' = '1s') AS SELECT i FROM ticks",
+    )
+    .await
+    .unwrap();
+    wait_running(&q, old, "frozen", Duration::from_secs(30)).await;
+    let old_term = q.me(old)["term"].as_u64().unwrap();
+
+    // Frozen: sockets open, silent. The others elect a leader in a newer
+    // term, the worker leaves the silent master for it, the pipeline runs.
+    let pid = q.master(old).pid().unwrap();
+    signal(pid, "-STOP");
+    let frozen_at = Instant::now();
+    let others: Vec<usize> = (0..3).filter(|i| *i != old).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let new = loop {
+        let leading: Vec<usize> = others
+            .iter()
+            .copied()
+            .filter(|i| {
+                let me = q.me(*i);
+                me["role"] == "leader" && me["has_quorum"] == true
+            })
+            .collect();
+        if leading.len() == 1 {
+            break leading[0];
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new leader while {} is frozen",
+            q.ids[old]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(q.me(new)["term"].as_u64().unwrap() > old_term);
+    wait_running(&q, new, "frozen", Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(frozen_at.elapsed())).await;
+
+    // Woken: it steps down (its lease long gone), follows the new leader,
+    // and no worker registers with it or obeys it.
+    signal(pid, "-CONT");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let me = q.me(old);
+        if me["role"] == "follower" && me["leader"] == q.ids[new].as_str() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the woken master did not step down: {me}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(q.master(old).cluster_json()["workers"].as_array().unwrap().is_empty());
+    let rows = show_cluster(&q, new).await;
+    assert!(rows.iter().any(|r| r[0] == "worker" && r[1] == "w1"), "{rows:?}");
+    wait_running(&q, new, "frozen", Duration::from_secs(10)).await;
+    // DDL through the woken master goes to the new leader.
+    let c = q.master(old).connect().await;
+    c.batch_execute("CREATE STREAM after_wake (x BIGINT) WITH (connector = 'memory')")
+        .await
+        .unwrap();
+    wait_for_stream(&q, new, "after_wake").await;
     drop(workers);
 }

@@ -244,6 +244,11 @@ impl TestServer {
         self.workers.push(child);
     }
 
+    /// The server's (a master's) process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The worker processes' ids (`kill -9` tests).
     pub fn worker_pids(&self) -> Vec<u32> {
         self.workers.iter().map(|c| c.id()).collect()
