@@ -222,6 +222,22 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
             assert!(documented.get(key).is_some(), "masters[].{key} is not in openapi.json");
         }
     }
+    // Rows for a memory stream and continuous queries go to the leader: a
+    // follower refuses them rather than keep rows nobody reads.
+    let f = q.master(follower).connect().await;
+    f.batch_execute("CREATE STREAM mem (x BIGINT) WITH (connector = 'memory')")
+        .await
+        .unwrap();
+    wait_for_stream(&q, follower, "mem").await;
+    for sql in ["INSERT INTO mem VALUES (1)", "SELECT x FROM mem"] {
+        let err = f.simple_query(sql).await.expect_err(sql);
+        let db = err.as_db_error().expect("a server error");
+        assert_eq!(db.code().code(), "57P03", "{sql}: {db:?}");
+        assert!(db.message().contains("leader"), "{}", db.message());
+    }
+    let l = q.master(first).connect().await;
+    wait_for_stream(&q, first, "mem").await;
+    l.batch_execute("INSERT INTO mem VALUES (1)").await.unwrap();
     // A follower shows the pipeline from the replicated catalog but runs nothing.
     let f = q.master(follower).connect().await;
     assert!(

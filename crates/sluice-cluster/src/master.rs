@@ -813,15 +813,21 @@ impl Master {
 
     /// Runs a session's query as pipeline `id`.
     pub fn run_query(&self, id: PipelineId, dag: &PhysicalDag) -> Result<Arc<PipelineRuntime>> {
-        if let Some(r) = &self.replication
-            && !r.is_leader()
-        {
-            return Err(Error::user(
-                sluice_types::SqlCode::CannotConnectNow,
-                "continuous queries run on the master quorum's leader: connect to it (/api/v1/cluster names it)",
-            ));
-        }
+        self.ensure_leader("continuous queries run")?;
         self.scheduler.deploy(id, dag)
+    }
+
+    /// With a master quorum, refuses (57P03) what only the leader can do —
+    /// run a session's query, take rows for a memory stream (its log lives
+    /// in the leader, where the pipelines reading it run) — on a follower.
+    pub fn ensure_leader(&self, what: &str) -> Result<()> {
+        match &self.replication {
+            Some(r) if !r.is_leader() => Err(Error::user(
+                sluice_types::SqlCode::CannotConnectNow,
+                format!("{what} on the master quorum's leader: connect to it (SHOW CLUSTER names it)"),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

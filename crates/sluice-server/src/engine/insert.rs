@@ -30,6 +30,8 @@ fn too_many_rows(rows: &str) -> Error {
 
 /// Appends the rows of `insert` to its stream's log in `logs`; returns how many.
 pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Result<u64> {
+    // A follower's log would be read by nobody: rows go to the leader.
+    master.ensure_leader("INSERT runs")?;
     let TableObject::TableName(name) = &insert.table else {
         return Err(Error::unsupported("INSERT INTO a table function is not supported"));
     };
