@@ -70,16 +70,25 @@ impl Quorum {
 
     /// The live master that leads with a quorum, once exactly one does.
     async fn leader(&self, within: Duration) -> usize {
+        self.leader_among(&[0, 1, 2], within, true).await
+    }
+
+    /// The one of `among` (live masters; a frozen one must not be asked)
+    /// that leads with a quorum; with `ready`, once every live master also
+    /// lets the superuser in.
+    async fn leader_among(&self, among: &[usize], within: Duration, ready: bool) -> usize {
         let deadline = Instant::now() + within;
         loop {
-            let leading: Vec<usize> = (0..3)
+            let leading: Vec<usize> = among
+                .iter()
+                .copied()
                 .filter(|i| self.masters[*i].is_some())
                 .filter(|i| {
                     let me = self.me(*i);
                     me["role"] == "leader" && me["has_quorum"] == true
                 })
                 .collect();
-            if leading.len() == 1 && self.ready().await {
+            if leading.len() == 1 && (!ready || self.ready().await) {
                 return leading[0];
             }
             assert!(
@@ -348,26 +357,7 @@ async fn a_leader_frozen_for_20_s_is_replaced_and_steps_down_when_it_wakes() {
     signal(pid, "-STOP");
     let frozen_at = Instant::now();
     let others: Vec<usize> = (0..3).filter(|i| *i != old).collect();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let new = loop {
-        let leading: Vec<usize> = others
-            .iter()
-            .copied()
-            .filter(|i| {
-                let me = q.me(*i);
-                me["role"] == "leader" && me["has_quorum"] == true
-            })
-            .collect();
-        if leading.len() == 1 {
-            break leading[0];
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no new leader while {} is frozen",
-            q.ids[old]
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let new = q.leader_among(&others, Duration::from_secs(15), false).await;
     assert!(q.me(new)["term"].as_u64().unwrap() > old_term);
     wait_running(&q, new, "frozen", Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(frozen_at.elapsed())).await;

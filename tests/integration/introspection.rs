@@ -10,9 +10,9 @@ use crate::support::{describe, exec, simple_rows, sqlstate};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
-/// `psql -A -t -c meta` as `sluice` (trust): unaligned rows, no headers.
-fn psql(server: &TestServer, meta: &str) -> String {
-    let out = Command::new("psql")
+/// The real `psql` as `sluice` (trust) on `server`, with `flags`.
+fn run_psql(server: &TestServer, flags: &[&str]) -> std::process::Output {
+    Command::new("psql")
         .args([
             "-h",
             "127.0.0.1",
@@ -22,13 +22,20 @@ fn psql(server: &TestServer, meta: &str) -> String {
             "sluice",
             "-d",
             "sluice",
+            "-X",
+            "-w",
         ])
-        .args(["-X", "-w", "-A", "-t", "-c", meta])
+        .args(flags)
         .env("PGCONNECT_TIMEOUT", "10")
         .env_remove("PGPASSWORD")
         .stdin(Stdio::null())
         .output()
-        .expect("run psql (install postgresql-client)");
+        .expect("run psql (install postgresql-client)")
+}
+
+/// `psql -A -t -c meta` as `sluice` (trust): unaligned rows, no headers.
+fn psql(server: &TestServer, meta: &str) -> String {
+    let out = run_psql(server, &["-A", "-t", "-c", meta]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stderr.is_empty(), "psql {meta}: {stderr}");
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -195,23 +202,7 @@ async fn psql_du_and_dp_show_roles_and_grants() {
 /// `psql -c sql` with `VERBOSITY verbose`, which prints an error's SQLSTATE:
 /// psql's stderr (it must fail).
 fn psql_error(server: &TestServer, sql: &str) -> String {
-    let out = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &server.pg_port.to_string(),
-            "-U",
-            "sluice",
-            "-d",
-            "sluice",
-        ])
-        .args(["-X", "-w", "-v", "VERBOSITY=verbose", "-c", sql])
-        .env("PGCONNECT_TIMEOUT", "10")
-        .env_remove("PGPASSWORD")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run psql (install postgresql-client)");
+    let out = run_psql(server, &["-v", "VERBOSITY=verbose", "-c", sql]);
     assert!(!out.status.success(), "psql succeeded on {sql}");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
