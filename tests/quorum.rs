@@ -12,12 +12,21 @@ mod common;
 use common::{TestServer, pipeline_state};
 use std::time::{Duration, Instant};
 
+/// A free port for a master's --listen, which its peers must know before
+/// it starts. Taken below the kernel's ephemeral range (32768 and up here),
+/// so no process binding port 0 meanwhile — the other masters' pgwire,
+/// HTTP and data-plane listeners, the other test's — can take it first
+/// (a CI run lost a master to that race).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 20_000 + (std::process::id() % 2_000) as u16;
+    loop {
+        let port = start + NEXT.fetch_add(1, Ordering::Relaxed) % 10_000; // below 32 000
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 struct Quorum {
