@@ -64,7 +64,7 @@ async fn the_dashboard_asks_for_a_login_when_auth_is_on() {
     println!("{output}");
     println!("screenshots in {}", shots.display());
     assert!(ok, "the browser test failed:\n{output}");
-    assert!(output.contains("auth: 34 passed, 0 failed"), "{output}");
+    assert!(output.contains("auth: 36 passed, 0 failed"), "{output}");
     for shot in ["auth-login.png", "auth-signed-in.png", "auth-denied.png"] {
         let size = std::fs::metadata(shots.join(shot)).map(|m| m.len()).unwrap_or(0);
         assert!(size > 10_000, "{shot} is missing or empty ({size} bytes)");

@@ -12,8 +12,9 @@
 // polling; an API token signs in, and when the token is dropped the open
 // dashboard asks again; a reload asks again; a role without privileges sees
 // the pipelines but gets "Permission denied" (not the login form) for
-// pausing one and for reading a stream; no credential is ever in
-// localStorage, sessionStorage, a cookie or a URL; every API request is
+// pausing one and for reading a stream; no credential, nor a statement
+// typed into the SQL page, is ever in localStorage, sessionStorage, a
+// cookie or a URL (the preview posts its statement); every API request is
 // marked as a script's; and the browser never raised its own HTTP auth
 // dialog (the CDP Fetch domain reports every challenge it would answer;
 // an unmarked fetch with the browser's credentials shows that it does).
@@ -75,7 +76,9 @@ try {
   page.on("request", (r) => {
     const url = new URL(r.url());
     // allHeaders: headers() may leave out security-related ones.
-    if (url.pathname.startsWith("/api/") || url.pathname === "/metrics") apiRequests.push({ url: r.url(), headers: r.allHeaders().catch(() => ({})) });
+    if (url.pathname.startsWith("/api/") || url.pathname === "/metrics") {
+      apiRequests.push({ url: r.url(), method: r.method(), body: r.postData() ?? "", headers: r.allHeaders().catch(() => ({})) });
+    }
   });
   // The browser's auth challenges: with handleAuthRequests, Chromium asks
   // the CDP client instead of opening its login dialog. Cancelled here, as
@@ -200,7 +203,25 @@ try {
   const sqlStatus = await page.locator("[data-testid=sql-status]").textContent();
   check(sqlStatus.includes("42501"), `reading a stream without SELECT shows "${sqlStatus}"`);
   check((await form.count()) === 0 && (await signedIn.count()) === 1, "still signed in after the refused query");
-  check((await stored()).length === 0, "nothing of the viewer's password is stored");
+  // A statement typed into the editor can hold a secret: it is run and
+  // explained through request bodies, never a URL, and kept in memory
+  // only (the editor has it back after moving between pages).
+  const typed = "typed-secret-4711";
+  secrets.push(typed);
+  const firstPreview = apiRequests.length;
+  await page.locator("[data-testid=sql-input]").fill(`CREATE USER sql_probe WITH PASSWORD '${typed}'`);
+  await page.locator("[data-testid=sql-run]").click();
+  await page.waitForFunction(() => /42501/.test(document.querySelector("[data-testid=sql-status]")?.textContent ?? ""));
+  const previews = apiRequests.slice(firstPreview).filter((r) => new URL(r.url).pathname === "/api/v1/sql/stream");
+  check(
+    previews.length === 1 && previews[0].method === "POST" && previews[0].body.includes(typed),
+    `the preview posts the statement in its body (${previews.map((r) => `${r.method} ${r.url}`).join(", ")})`,
+  );
+  await page.locator("header a", { hasText: "Overview" }).click();
+  await rows.first().waitFor();
+  await page.locator("header a", { hasText: "SQL" }).click();
+  check((await page.locator("[data-testid=sql-input]").inputValue()).includes(typed), "the editor keeps its text between pages (in memory)");
+  check((await stored()).length === 0, "nothing of the viewer's password or the typed statement is stored");
   await page.screenshot({ path: join(shots, "auth-denied.png"), fullPage: true });
 
   // 8. No native dialog, and no secret in any URL the page requested.

@@ -155,6 +155,10 @@ async fn grants_decide_what_a_role_may_read_write_and_drop() {
     let denied = bob.simple_query("SELECT id FROM clicks LIMIT 1").await.unwrap_err();
     assert_eq!(code(&denied), "42501");
     assert!(describe(&denied).contains("clicks"), "{}", describe(&denied));
+    // Explaining needs what running needs, as in Postgres.
+    let denied = bob.simple_query("EXPLAIN SELECT id FROM clicks").await.unwrap_err();
+    assert_eq!(code(&denied), "42501");
+    assert!(describe(&denied).contains("clicks"), "{}", describe(&denied));
     let denied = bob
         .simple_query("INSERT INTO clicks VALUES (8, '2026-01-01 00:00:01')")
         .await
@@ -166,6 +170,7 @@ async fn grants_decide_what_a_role_may_read_write_and_drop() {
         simple_rows(&bob, "SELECT id FROM clicks LIMIT 1").await,
         vec![vec![Some("7".to_string())]]
     );
+    assert!(!simple_rows(&bob, "EXPLAIN SELECT id FROM clicks").await.is_empty());
     // SELECT does not give INSERT.
     let denied = bob
         .simple_query("INSERT INTO clicks VALUES (8, '2026-01-01 00:00:01')")

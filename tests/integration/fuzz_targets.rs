@@ -1,27 +1,27 @@
-//! Fuzz targets against a live server, each a bounded number of random
-//! cases in the normal suite (`SLUICE_FUZZ_CASES`, `SLUICE_FUZZ_SEED`
-//! replays a run, its seed printed; `SLUICE_FUZZ_SECONDS` bounds the time;
+//! Fuzz targets against a live server, proptest strategies run through
+//! tests/support/fuzz.rs (a bounded number of cases in the normal suite,
+//! `SLUICE_FUZZ_CASES` / `SLUICE_FUZZ_SEED` / `SLUICE_FUZZ_SECONDS`,
+//! failures shrunk and kept under tests/fuzz-regressions/;
 //! `scripts/fuzz.sh` runs many more):
 //!
 //! - the pgwire message decoder: random bytes as the first packet, random
-//!   bytes after a completed startup, and valid message streams mutated;
-//!   each connection ends or answers, and the server keeps serving another
-//!   session (no panic takes it down);
+//!   bytes after a completed startup, and valid message streams edited;
+//!   after each case the server answers another session and no connection
+//!   task has died of a panic;
 //! - the REST JSON bodies: random JSON (and non-JSON) to every POST route
 //!   is answered with a status below 500.
 
 use crate::common::TestServer;
+use crate::fuzz;
 use crate::redaction::LoggedServer;
 use crate::support::simple_rows;
-use serde_json::{Value, json};
+use proptest::collection::{btree_map, vec};
+use proptest::prelude::*;
+use proptest::sample::{Index, select};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-#[path = "../support/fuzz.rs"]
-mod fuzz;
-
-use fuzz::{Rng, plan};
 
 fn startup() -> Vec<u8> {
     let mut body = 196_608u32.to_be_bytes().to_vec();
@@ -68,33 +68,73 @@ fn valid_messages() -> Vec<u8> {
     .concat()
 }
 
-fn mutate(mut bytes: Vec<u8>, rng: &mut Rng) -> Vec<u8> {
-    for _ in 0..1 + rng.below(6) {
-        let at = rng.below(bytes.len() + 1);
-        match rng.below(5) {
-            0 if !bytes.is_empty() => {
-                let i = rng.below(bytes.len());
-                bytes[i] = rng.next() as u8;
+/// One edit of a byte stream; positions are `Index`es, taken modulo the
+/// length at the time, so they shrink towards the start.
+#[derive(Debug, Clone)]
+enum Edit {
+    Set(Index, u8),
+    Drop(Index, usize),
+    Insert(Index, Vec<u8>),
+    /// Four bytes overwritten with a length field's edge value.
+    Length(Index, u32),
+    Truncate(Index),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (any::<Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Set(at, b)),
+        (any::<Index>(), 1..17usize).prop_map(|(at, n)| Edit::Drop(at, n)),
+        (any::<Index>(), vec(any::<u8>(), 1..17)).prop_map(|(at, b)| Edit::Insert(at, b)),
+        (
+            any::<Index>(),
+            select(vec![0u32, 3, 4, 5, 0x7fff_ffff, 0xffff_ffff, 16 * 1024 * 1024])
+        )
+            .prop_map(|(at, v)| Edit::Length(at, v)),
+        any::<Index>().prop_map(Edit::Truncate),
+    ]
+}
+
+fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for edit in edits {
+        let len = bytes.len();
+        match edit {
+            Edit::Set(at, b) if len > 0 => bytes[at.index(len)] = *b,
+            Edit::Drop(at, n) if len > 0 => {
+                let from = at.index(len);
+                bytes.drain(from..(from + n).min(len));
             }
-            1 if !bytes.is_empty() => {
-                let end = (at + 1 + rng.below(16)).min(bytes.len());
-                bytes.drain(at.min(end)..end);
+            Edit::Insert(at, junk) => {
+                let at = at.index(len + 1);
+                bytes.splice(at..at, junk.iter().copied());
             }
-            2 => {
-                let junk: Vec<u8> = (0..1 + rng.below(16)).map(|_| rng.next() as u8).collect();
-                bytes.splice(at..at, junk);
+            Edit::Length(at, v) if len >= 4 => {
+                let at = at.index(len - 3);
+                bytes[at..at + 4].copy_from_slice(&v.to_be_bytes());
             }
-            3 => {
-                // A length field set to an edge value.
-                let edge = [0u32, 3, 4, 5, 0x7fff_ffff, 0xffff_ffff, 16 * 1024 * 1024][rng.below(7)];
-                if at + 4 <= bytes.len() {
-                    bytes[at..at + 4].copy_from_slice(&edge.to_be_bytes());
-                }
-            }
-            _ => bytes.truncate(at),
+            Edit::Truncate(at) => bytes.truncate(at.index(len + 1)),
+            _ => {}
         }
     }
     bytes
+}
+
+/// What one pgwire case sends.
+#[derive(Debug, Clone)]
+enum Wire {
+    /// Bytes instead of a startup message.
+    First(Vec<u8>),
+    /// Bytes after a valid startup.
+    AfterStartup(Vec<u8>),
+    /// The valid exchange after a startup, edited.
+    Edited(Vec<Edit>),
+}
+
+fn wire() -> impl Strategy<Value = Wire> {
+    prop_oneof![
+        vec(any::<u8>(), 0..200).prop_map(Wire::First),
+        vec(any::<u8>(), 0..200).prop_map(Wire::AfterStartup),
+        vec(edit(), 1..7).prop_map(Wire::Edited),
+    ]
 }
 
 /// Sends `bytes` (after a startup when `start`) and reads until the server
@@ -118,147 +158,178 @@ async fn throw(port: u16, start: bool, bytes: &[u8]) {
     }
 }
 
-#[tokio::test]
-async fn garbage_and_mutated_pgwire_messages_never_take_the_server_down() {
-    let (cases, seed, seconds) = plan("pgwire fuzz", 60);
+/// The server's log lines that say a connection task died of a panic.
+fn panicked(log: &std::path::Path) -> Vec<String> {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("connection task panicked"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn garbage_and_edited_pgwire_messages_never_take_the_server_down() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
     let server = LoggedServer::start(&dir.path().join("data"), &log);
-    let other = server.connect().await;
-    let mut rng = Rng(seed);
-    let started = Instant::now();
+    let other = rt.block_on(server.connect());
     let valid = valid_messages();
-    for case in 0..cases {
-        if seconds.is_some_and(|s| started.elapsed() > s) {
-            eprintln!("pgwire fuzz: time bound reached after {case} cases");
-            break;
-        }
-        match rng.below(3) {
-            0 => {
-                let bytes: Vec<u8> = (0..rng.below(200)).map(|_| rng.next() as u8).collect();
-                throw(server.pg_port, false, &bytes).await;
+    let target = fuzz::fuzz(
+        "pgwire fuzz",
+        60,
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fuzz-regressions/pgwire.txt"),
+        64,
+    );
+    target.run(wire(), |case| {
+        rt.block_on(async {
+            match &case {
+                Wire::First(bytes) => throw(server.pg_port, false, bytes).await,
+                Wire::AfterStartup(bytes) => throw(server.pg_port, true, bytes).await,
+                Wire::Edited(edits) => throw(server.pg_port, true, &apply(valid.clone(), edits)).await,
             }
-            1 => {
-                let bytes: Vec<u8> = (0..rng.below(200)).map(|_| rng.next() as u8).collect();
-                throw(server.pg_port, true, &bytes).await;
-            }
-            _ => {
-                let bytes = mutate(valid.clone(), &mut rng);
-                throw(server.pg_port, true, &bytes).await;
-            }
-        }
-        if case % 10 == 9 || case + 1 == cases {
             let rows = tokio::time::timeout(Duration::from_secs(10), simple_rows(&other, "SELECT 40 + 2"))
                 .await
-                .unwrap_or_else(|_| panic!("case {case} (SLUICE_FUZZ_SEED={seed}): the server stopped answering"));
-            assert_eq!(rows, vec![vec![Some("42".to_string())]], "case {case} (seed {seed})");
-        }
-    }
+                .map_err(|_| TestCaseError::fail("the server stopped answering another session"))?;
+            prop_assert_eq!(rows, vec![vec![Some("42".to_string())]]);
+            let died = panicked(&log);
+            prop_assert!(died.is_empty(), "a connection task died: {:?}", died);
+            Ok(())
+        })
+    });
     // New sessions still start.
-    let fresh = server.connect().await;
-    assert_eq!(simple_rows(&fresh, "SELECT 1").await, vec![vec![Some("1".to_string())]]);
-    // No connection task died of a panic: each bad message was an error.
+    let fresh = rt.block_on(server.connect());
+    assert_eq!(
+        rt.block_on(simple_rows(&fresh, "SELECT 1")),
+        vec![vec![Some("1".to_string())]]
+    );
     drop(server);
-    let log = std::fs::read_to_string(&log).unwrap();
-    let undecodable = log.matches("could not be decoded").count();
+    let undecodable = std::fs::read_to_string(&log)
+        .unwrap()
+        .matches("could not be decoded")
+        .count();
     eprintln!("pgwire fuzz: {undecodable} connections closed on an undecodable message");
-    let died: Vec<&str> = log.lines().filter(|l| l.contains("connection task panicked")).collect();
-    assert!(died.is_empty(), "SLUICE_FUZZ_SEED={seed}: {died:?}");
 }
 
-/// A random JSON value of at most `depth` levels, biased to the shapes the
-/// routes read (`sql` strings, numbers, nesting).
-fn random_json(rng: &mut Rng, depth: usize) -> Value {
-    let strings = [
-        "SELECT 1",
-        "sql",
-        "",
-        "SELECT * FROM nowhere",
-        "CREATE USER fz WITH PASSWORD 'x'",
-        "EXPLAIN SELECT 1",
-        "\u{0}",
-        "DROP STREAM fz_missing",
-        "SELECT 1; SELECT 2",
-        "((((((((",
+const STRINGS: &[&str] = &[
+    "SELECT 1",
+    "sql",
+    "",
+    "SELECT * FROM nowhere",
+    "CREATE USER fz WITH PASSWORD 'x'",
+    "EXPLAIN SELECT 1",
+    "\u{0}",
+    "DROP STREAM fz_missing",
+    "SELECT 1; SELECT 2",
+    "((((((((",
+];
+
+const KEYS: &[&str] = &["sql", "limit", "timeout_ms", "params", "name", "x"];
+
+/// A JSON value of at most three levels, biased to the shapes the routes
+/// read (`sql` strings, numbers, nesting).
+fn json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        select(STRINGS).prop_map(Value::from),
+        ".{0,40}".prop_map(Value::String),
     ];
-    match rng.below(if depth == 0 { 5 } else { 7 }) {
-        0 => Value::Null,
-        1 => Value::Bool(rng.below(2) == 0),
-        2 => json!(rng.next() as i64),
-        3 => json!(rng.next() as f64 / 3.0),
-        4 => json!(strings[rng.below(strings.len())]),
-        5 => Value::Array((0..rng.below(4)).map(|_| random_json(rng, depth - 1)).collect()),
-        _ => {
-            let keys = ["sql", "limit", "timeout_ms", "params", "name", "x"];
-            let mut map = serde_json::Map::new();
-            for _ in 0..rng.below(4) {
-                map.insert(keys[rng.below(keys.len())].to_string(), random_json(rng, depth - 1));
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::Array),
+            btree_map(select(KEYS), inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+        ]
+    })
+}
+
+/// What one REST case posts.
+#[derive(Debug, Clone)]
+enum Body {
+    Bytes(Vec<u8>),
+    /// A JSON text cut short.
+    Cut(Value, Index),
+    Json(Value),
+}
+
+impl Body {
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Body::Bytes(b) => b.clone(),
+            Body::Cut(v, at) => {
+                let mut text = serde_json::to_vec(v).unwrap();
+                text.truncate(at.index(text.len() + 1));
+                text
             }
-            Value::Object(map)
+            Body::Json(v) => serde_json::to_vec(v).unwrap(),
         }
     }
 }
 
-#[tokio::test]
-async fn random_json_bodies_to_post_routes_are_never_5xx() {
-    let (cases, seed, seconds) = plan("REST fuzz", 150);
+const ROUTES: &[&str] = &[
+    "/api/v1/sql",
+    "/api/v1/explain",
+    "/api/v1/pipelines/fz_d/pause",
+    "/api/v1/pipelines/fz_d/resume",
+    "/api/v1/pipelines/fz_missing/pause",
+];
+
+fn post() -> impl Strategy<Value = (&'static str, Body, bool)> {
+    let body = prop_oneof![
+        1 => vec(any::<u8>(), 0..100).prop_map(Body::Bytes),
+        1 => (json(), any::<Index>()).prop_map(|(v, at)| Body::Cut(v, at)),
+        2 => json().prop_map(Body::Json),
+    ];
+    (select(ROUTES), body, prop::bool::weighted(0.75))
+}
+
+#[test]
+fn random_json_bodies_to_post_routes_are_never_5xx() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
     let server = TestServer::start();
-    let client = server.connect().await;
-    client.batch_execute("CREATE STREAM fz_s (id BIGINT)").await.unwrap();
-    client
-        .batch_execute("CREATE STREAM fz_d AS SELECT id FROM fz_s")
-        .await
-        .unwrap();
+    let client = rt.block_on(server.connect());
+    rt.block_on(async {
+        client.batch_execute("CREATE STREAM fz_s (id BIGINT)").await.unwrap();
+        client
+            .batch_execute("CREATE STREAM fz_d AS SELECT id FROM fz_s")
+            .await
+            .unwrap();
+    });
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
-    let routes = [
-        "/api/v1/sql",
-        "/api/v1/explain",
-        "/api/v1/pipelines/fz_d/pause",
-        "/api/v1/pipelines/fz_d/resume",
-        "/api/v1/pipelines/fz_missing/pause",
-    ];
-    let mut rng = Rng(seed);
-    let started = Instant::now();
-    let mut statuses = std::collections::BTreeMap::new();
-    for case in 0..cases {
-        if seconds.is_some_and(|s| started.elapsed() > s) {
-            eprintln!("REST fuzz: time bound reached after {case} cases");
-            break;
-        }
-        let route = routes[rng.below(routes.len())];
-        let body: Vec<u8> = match rng.below(4) {
-            0 => (0..rng.below(100)).map(|_| rng.next() as u8).collect(),
-            1 => {
-                let mut text = serde_json::to_vec(&random_json(&mut rng, 3)).unwrap();
-                text.truncate(rng.below(text.len() + 1));
-                text
+    let statuses = std::cell::RefCell::new(std::collections::BTreeMap::new());
+    let target = fuzz::fuzz(
+        "REST fuzz",
+        150,
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fuzz-regressions/rest.txt"),
+        128,
+    );
+    target.run(post(), |(route, body, json_type)| {
+        rt.block_on(async {
+            let mut request = http.post(format!("http://127.0.0.1:{}{route}", server.http_port));
+            if json_type {
+                request = request.header("content-type", "application/json");
             }
-            _ => serde_json::to_vec(&random_json(&mut rng, 3)).unwrap(),
-        };
-        let mut request = http.post(format!("http://127.0.0.1:{}{route}", server.http_port));
-        if rng.below(4) != 0 {
-            request = request.header("content-type", "application/json");
-        }
-        let response = request
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("case {case} (SLUICE_FUZZ_SEED={seed}): {route} failed: {e}"));
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap_or_default();
-        assert!(
-            status < 500,
-            "case {case} (SLUICE_FUZZ_SEED={seed}): {route} answered {status} to {:?}: {text}",
-            String::from_utf8_lossy(&body)
-        );
-        *statuses.entry(status).or_insert(0) += 1;
-    }
-    eprintln!("REST fuzz statuses: {statuses:?}");
+            let response = request
+                .body(body.bytes())
+                .send()
+                .await
+                .map_err(|e| TestCaseError::fail(format!("{route} failed: {e}")))?;
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            prop_assert!(status < 500, "{} answered {}: {}", route, status, text);
+            *statuses.borrow_mut().entry(status).or_insert(0) += 1;
+            Ok(())
+        })
+    });
+    eprintln!("REST fuzz statuses: {:?}", statuses.borrow());
     assert_eq!(
-        simple_rows(&client, "SELECT 2 + 3").await,
+        rt.block_on(simple_rows(&client, "SELECT 2 + 3")),
         vec![vec![Some("5".to_string())]]
     );
 }

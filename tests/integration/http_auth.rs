@@ -224,3 +224,96 @@ async fn request_bodies_over_the_limit_are_413() {
     let over = send(body_of(HTTP_BODY_BYTES_MAX + 1)).await.unwrap();
     assert_eq!(over.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
+
+/// The OpenAPI document says what the server does: both credential
+/// schemes declared, every operation but `/health`'s answers 401 without
+/// credentials (and is documented so), `/health` needs none, and the
+/// operations documented with 403 are the ones that run a privilege
+/// check.
+#[tokio::test]
+async fn the_openapi_document_declares_the_authentication_the_server_enforces() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = scram_server(dir.path());
+    let http = reqwest::Client::new();
+    let spec: Value = http
+        .get(url(&server, "/api/v1/openapi.json"))
+        .basic_auth("sluice", Some(PASSWORD))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let schemes = &spec["components"]["securitySchemes"];
+    assert_eq!(schemes["basic"]["scheme"], "basic", "{schemes}");
+    assert_eq!(schemes["bearer"]["scheme"], "bearer", "{schemes}");
+    assert_eq!(spec["security"], json!([{ "basic": [] }, { "bearer": [] }]));
+    let mut operations = 0;
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if method == "parameters" {
+                continue; // the path's parameters, not an operation
+            }
+            let concrete = path.replace("{name}", "no_such_object");
+            let request = match method.as_str() {
+                "get" => http.get(url(&server, &concrete)),
+                "post" => http.post(url(&server, &concrete)).json(&json!({ "sql": "SELECT 1" })),
+                "delete" => http.delete(url(&server, &concrete)),
+                other => panic!("{other} {path}: a method the test does not know"),
+            };
+            let status = request.send().await.unwrap().status();
+            let responses = &op["responses"];
+            if path == "/health" {
+                assert_eq!(status, StatusCode::OK, "{method} {path}");
+                assert_eq!(
+                    op["security"],
+                    json!([]),
+                    "{method} {path} must say it needs no credentials"
+                );
+            } else {
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} without credentials");
+                assert_eq!(
+                    responses["401"]["$ref"], "#/components/responses/Unauthorized",
+                    "{method} {path} does not document its 401"
+                );
+            }
+            operations += 1;
+        }
+    }
+    assert!(operations >= 16, "only {operations} operations documented");
+    // A role without privileges gets the documented 403s.
+    let admin = server.connect_as("sluice", PASSWORD).await.unwrap();
+    exec(&admin, "CREATE USER erin WITH PASSWORD 'erin-pw'").await;
+    exec(&admin, "CREATE STREAM oa_s (id BIGINT)").await;
+    exec(
+        &admin,
+        "CREATE SINK oa_p WITH (connector = 'blackhole') AS SELECT id FROM oa_s",
+    )
+    .await;
+    for (method, path) in [
+        ("delete", "/api/v1/pipelines/{name}"),
+        ("post", "/api/v1/pipelines/{name}/pause"),
+        ("post", "/api/v1/pipelines/{name}/resume"),
+        ("post", "/api/v1/sql"),
+        ("post", "/api/v1/explain"),
+    ] {
+        let concrete = path.replace("{name}", "oa_p");
+        let request = match method {
+            "delete" => http.delete(url(&server, &concrete)),
+            _ => http
+                .post(url(&server, &concrete))
+                .json(&json!({ "sql": "SELECT * FROM oa_s" })),
+        };
+        let status = request
+            .basic_auth("erin", Some("erin-pw"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path} as erin");
+        assert_eq!(
+            spec["paths"][path][method]["responses"]["403"]["$ref"], "#/components/responses/Forbidden",
+            "{method} {path} does not document its 403"
+        );
+    }
+}

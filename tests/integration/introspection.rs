@@ -165,6 +165,29 @@ async fn psql_du_and_dp_show_roles_and_grants() {
     .await;
     assert_eq!(rows, vec![vec![Some("t".into()), Some("f".into()), Some("t".into())]]);
 
+    // PUBLIC: a grant to every role, `=r/owner` in the ACL (an empty
+    // grantee), asked about as the role `public`; no role can be named so.
+    let mut grants_t = grants_t;
+    exec(&client, "GRANT SELECT ON intro_t TO PUBLIC").await;
+    grants_t.insert("", "r");
+    assert_eq!(
+        psql(&server, "\\dp"),
+        dp(&grants_s, &grants_t),
+        "after GRANT … TO PUBLIC"
+    );
+    let public = "SELECT has_table_privilege('public', 'intro_t', 'SELECT'), \
+         has_table_privilege('public', 'intro_s', 'SELECT'), \
+         has_table_privilege('intro_bob', 'intro_t', 'SELECT'), \
+         has_table_privilege('public', 'intro_t', 'INSERT')";
+    let rows = simple_rows(&client, public).await;
+    let t_f = |v: [bool; 4]| vec![v.map(|b| Some(if b { "t" } else { "f" }.to_string())).to_vec()];
+    assert_eq!(rows, t_f([true, false, true, false]));
+    let reserved = client.batch_execute("CREATE ROLE public").await.unwrap_err();
+    assert_eq!(reserved.code().map(|c| c.code()), Some("42939"), "{reserved:?}");
+    exec(&client, "REVOKE SELECT ON intro_t FROM PUBLIC").await;
+    grants_t.clear();
+    assert_eq!(simple_rows(&client, public).await, t_f([false, false, false, false]));
+
     exec(&client, "REVOKE SELECT ON intro_s FROM intro_alice").await;
     exec(&client, "REVOKE INSERT ON intro_s FROM intro_bob").await;
     grants_s.clear();

@@ -6,9 +6,11 @@
 //! wide expressions never crash the server.
 
 use crate::common::TestServer;
+use crate::fuzz;
 use crate::support::{describe, exec, simple_rows, within};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::select;
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -297,133 +299,187 @@ async fn stored_pipelines_with_long_expressions_restart() {
     assert_eq!(sums, expected);
 }
 
-/// A random expression over the column `seq` (BIGINT) of at most `budget`
-/// nodes, nested and wide in the ways generated SQL is.
-fn random_expr(rng: &mut StdRng, budget: usize, nesting: usize) -> String {
-    if budget <= 1 || nesting == 0 {
-        return match rng.random_range(0..3) {
-            0 => "seq".into(),
-            1 => rng.random_range(-5..100i64).to_string(),
-            _ => format!("(seq % {})", rng.random_range(1..7)),
+/// A generated expression over the column `seq` (BIGINT), nested and wide
+/// in the ways generated SQL is. `repeat` makes a node wide cheaply (its
+/// terms written again and again); rendering bounds the whole by a budget
+/// of nodes, so a deep tree of wide nodes stays a statement of at most a
+/// few hundred kilobytes.
+#[derive(Debug, Clone)]
+enum Expr {
+    Col,
+    Lit(i64),
+    Mod(i64),
+    /// `CAST((t > k AND t > k …) AS BIGINT)`.
+    Logic {
+        or: bool,
+        terms: Vec<(Expr, i64)>,
+        repeat: usize,
+    },
+    Arith {
+        op: &'static str,
+        terms: Vec<Expr>,
+        repeat: usize,
+    },
+    /// `CASE seq % 10 WHEN 0 THEN … ELSE 0 END`.
+    Case {
+        branches: Vec<Expr>,
+        repeat: usize,
+    },
+    /// Redundant parentheses, this many deep.
+    Parens(usize, Box<Expr>),
+    /// A scalar subquery (over a constant: it cannot see `seq`).
+    Scalar(Box<Expr>),
+    /// `CAST(seq IN (0, 1, …) AS BIGINT)` with this many items.
+    InList(usize),
+}
+
+fn expr() -> impl Strategy<Value = Expr> {
+    let leaf = prop_oneof![
+        Just(Expr::Col),
+        (-5..100i64).prop_map(Expr::Lit),
+        (1..7i64).prop_map(Expr::Mod),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        let repeat = prop_oneof![1..4usize, 1..6000usize];
+        prop_oneof![
+            (any::<bool>(), vec((inner.clone(), -10..50i64), 1..4), repeat.clone())
+                .prop_map(|(or, terms, repeat)| Expr::Logic { or, terms, repeat }),
+            (select(vec!["+", "-", "*"]), vec(inner.clone(), 1..4), repeat.clone())
+                .prop_map(|(op, terms, repeat)| Expr::Arith { op, terms, repeat }),
+            (vec(inner.clone(), 1..4), repeat).prop_map(|(branches, repeat)| Expr::Case { branches, repeat }),
+            (1..80usize, inner.clone()).prop_map(|(d, e)| Expr::Parens(d, Box::new(e))),
+            inner.prop_map(|e| Expr::Scalar(Box::new(e))),
+            (2..6000usize).prop_map(Expr::InList),
+        ]
+    })
+}
+
+impl Expr {
+    /// The SQL text, at most about `budget` nodes, `col` standing for the
+    /// column.
+    fn render(&self, budget: usize, col: &str) -> String {
+        // How many terms a wide node writes, and each one's budget.
+        let widen = |n: usize, repeat: usize, cap: usize| {
+            let width = (n * repeat).clamp(2, budget.clamp(2, cap));
+            (width, (budget / width).max(1))
         };
-    }
-    let width = rng.random_range(2..=budget.clamp(2, 6000));
-    let part = (budget / width).max(1);
-    match rng.random_range(0..7) {
-        0 | 1 => {
-            let op = ["AND", "OR"][rng.random_range(0..2)];
-            let terms: Vec<String> = (0..width)
-                .map(|_| {
-                    format!(
-                        "{} > {}",
-                        random_expr(rng, part, nesting - 1),
-                        rng.random_range(-10..50)
-                    )
-                })
-                .collect();
-            format!("CAST(({}) AS BIGINT)", terms.join(&format!(" {op} ")))
-        }
-        2 => {
-            let op = ["+", "-", "*"][rng.random_range(0..3)];
-            let terms: Vec<String> = (0..width.min(1500))
-                .map(|_| random_expr(rng, part, nesting - 1))
-                .collect();
-            format!("({})", terms.join(&format!(" {op} ")))
-        }
-        3 => {
-            let branches: Vec<String> = (0..width)
-                .map(|i| format!("WHEN {i} THEN {}", random_expr(rng, part, nesting - 1)))
-                .collect();
-            format!("CASE seq % 10 {} ELSE 0 END", branches.join(" "))
-        }
-        4 => {
-            let depth = rng.random_range(1..80);
-            format!(
-                "{}{}{}",
-                "(".repeat(depth),
-                random_expr(rng, budget - 1, nesting - 1),
-                ")".repeat(depth)
-            )
-        }
-        5 => format!("(SELECT {} AS v)", random_expr(rng, budget - 1, nesting - 1)).replace("seq", "7"),
-        _ => {
-            let items: Vec<String> = (0..width).map(|i| i.to_string()).collect();
-            format!("CAST(seq IN ({}) AS BIGINT)", items.join(", "))
+        match self {
+            Expr::Col => col.to_string(),
+            Expr::Lit(n) => n.to_string(),
+            Expr::Mod(k) => format!("({col} % {k})"),
+            _ if budget <= 1 => col.to_string(),
+            Expr::Logic { or, terms, repeat } => {
+                let (width, part) = widen(terms.len(), *repeat, 6000);
+                let op = if *or { " OR " } else { " AND " };
+                let text: Vec<String> = (0..width)
+                    .map(|i| {
+                        let (t, k) = &terms[i % terms.len()];
+                        format!("{} > {k}", t.render(part, col))
+                    })
+                    .collect();
+                format!("CAST(({}) AS BIGINT)", text.join(op))
+            }
+            Expr::Arith { op, terms, repeat } => {
+                let (width, part) = widen(terms.len(), *repeat, 1500);
+                let text: Vec<String> = (0..width).map(|i| terms[i % terms.len()].render(part, col)).collect();
+                format!("({})", text.join(&format!(" {op} ")))
+            }
+            Expr::Case { branches, repeat } => {
+                let (width, part) = widen(branches.len(), *repeat, 6000);
+                let text: Vec<String> = (0..width)
+                    .map(|i| format!("WHEN {i} THEN {}", branches[i % branches.len()].render(part, col)))
+                    .collect();
+                format!("CASE {col} % 10 {} ELSE 0 END", text.join(" "))
+            }
+            Expr::Parens(depth, e) => {
+                format!(
+                    "{}{}{}",
+                    "(".repeat(*depth),
+                    e.render(budget - 1, col),
+                    ")".repeat(*depth)
+                )
+            }
+            Expr::Scalar(e) => format!("(SELECT {} AS v)", e.render(budget - 1, "7")),
+            Expr::InList(n) => {
+                let items: Vec<String> = (0..(*n).min(budget.max(2))).map(|i| i.to_string()).collect();
+                format!("CAST({col} IN ({}) AS BIGINT)", items.join(", "))
+            }
         }
     }
 }
 
-/// A random statement: a batch query, a continuous query over a bounded
-/// stream (with or without a window), or EXPLAIN of one.
-fn random_statement(rng: &mut StdRng) -> String {
-    let budget = 10usize.pow(rng.random_range(1..=4));
-    let e = random_expr(rng, budget, 4);
-    match rng.random_range(0..4) {
-        0 => format!("SELECT {}", e.replace("seq", "3")),
-        1 => format!("SELECT seq, {e} FROM fz_rows"),
-        2 => format!(
-            "SELECT window_start, count(*), sum({e}) FROM TUMBLE(fz_rows, ts, INTERVAL '1' SECOND) \
-             WHERE {e} IS NOT NULL GROUP BY window_start, window_end"
-        ),
-        _ => format!("EXPLAIN SELECT seq FROM fz_rows WHERE {e} > 0"),
+/// A generated statement: a batch query, a continuous query over a bounded
+/// stream (with or without a window), or EXPLAIN of one; its expression
+/// gets a budget of 10 to 10 000 nodes.
+#[derive(Debug, Clone)]
+struct Statement {
+    kind: usize,
+    budget: usize,
+    expr: Expr,
+}
+
+impl Statement {
+    fn sql(&self) -> String {
+        let e = self.expr.render(self.budget, "seq");
+        match self.kind {
+            0 => format!("SELECT {}", self.expr.render(self.budget, "3")),
+            1 => format!("SELECT seq, {e} FROM fz_rows"),
+            2 => format!(
+                "SELECT window_start, count(*), sum({e}) FROM TUMBLE(fz_rows, ts, INTERVAL '1' SECOND) \
+                 WHERE {e} IS NOT NULL GROUP BY window_start, window_end"
+            ),
+            _ => format!("EXPLAIN SELECT seq FROM fz_rows WHERE {e} > 0"),
+        }
     }
 }
 
-/// Random deep and wide statements: each is answered or refused with a
-/// SQLSTATE other than `XX000`, and the session goes on. The number of
-/// cases is `SLUICE_FUZZ_CASES` (default 16); `SLUICE_FUZZ_SEED` picks the
-/// seed (default: a new one, printed). `scripts/fuzz.sh` runs more.
-#[tokio::test(flavor = "multi_thread")]
-async fn random_deep_and_wide_statements_never_crash_the_server() {
-    let cases: usize = std::env::var("SLUICE_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
-    let seed: u64 = std::env::var("SLUICE_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("fuzz: {cases} cases, SLUICE_FUZZ_SEED={seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+fn statement() -> impl Strategy<Value = Statement> {
+    (0..4usize, select(vec![10usize, 100, 1000, 10_000]), expr()).prop_map(|(kind, budget, expr)| Statement {
+        kind,
+        budget,
+        expr,
+    })
+}
+
+/// Generated deep and wide statements: each is answered or refused with a
+/// SQLSTATE other than `XX000`, through parse → plan → run and through
+/// EXPLAIN, and the session goes on. 16 cases by default
+/// (`SLUICE_FUZZ_CASES`, `SLUICE_FUZZ_SEED`, `SLUICE_FUZZ_SECONDS`: see
+/// tests/support/fuzz.rs); `scripts/fuzz.sh` runs more.
+#[test]
+fn random_deep_and_wide_statements_never_crash_the_server() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
     let server = TestServer::start();
-    let client = server.connect().await;
-    exec(
+    let client = rt.block_on(server.connect());
+    rt.block_on(exec(
         &client,
         "CREATE STREAM fz_rows (
             seq BIGINT, ts AS TO_TIMESTAMP_LTZ(seq * 100, 3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND
          ) WITH ('connector' = 'datagen', 'number-of-rows' = '50', 'rows-per-second' = '0',
                  'fields.seq.kind' = 'sequence', 'fields.seq.start' = '1', 'fields.seq.end' = '50')",
-    )
-    .await;
-    // `scripts/fuzz.sh` bounds the time instead of the count.
-    let seconds = std::env::var("SLUICE_FUZZ_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(std::time::Duration::from_secs);
-    let started = std::time::Instant::now();
-    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
-    for case in 0..cases {
-        if seconds.is_some_and(|s| started.elapsed() > s) {
-            eprintln!("fuzz: time bound reached after {case} cases");
-            break;
-        }
-        let sql = random_statement(&mut rng);
-        let outcome = match answer(&client, &sql).await {
-            Answer::Rows(_) => "answered".to_string(),
-            Answer::Failed(code) => {
-                assert_ne!(code, "XX000", "case {case} (seed {seed}): an internal error for\n{sql}");
-                code
+    ));
+    let outcomes = std::cell::RefCell::new(std::collections::BTreeMap::<String, usize>::new());
+    let target = fuzz::fuzz(
+        "SQL fuzz",
+        16,
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fuzz-regressions/sql.txt"),
+        32,
+    );
+    target.run(statement(), |statement| {
+        let sql = statement.sql();
+        rt.block_on(async {
+            let outcome = match answer(&client, &sql).await {
+                Answer::Rows(_) => "answered".to_string(),
+                Answer::Failed(code) => code,
+            };
+            prop_assert_ne!(&outcome, "XX000", "an internal error for {}", sql);
+            *outcomes.borrow_mut().entry(outcome).or_default() += 1;
+            if let Answer::Failed(code) = answer(&client, &format!("EXPLAIN {sql}")).await {
+                prop_assert_ne!(code, "XX000", "an internal error explaining {}", sql);
             }
-        };
-        *outcomes.entry(outcome).or_default() += 1;
-        // The same statement through parse → plan → EXPLAIN.
-        if let Answer::Failed(code) = answer(&client, &format!("EXPLAIN {sql}")).await {
-            assert_ne!(
-                code, "XX000",
-                "case {case} (seed {seed}): an internal error explaining\n{sql}"
-            );
-        }
-        assert_alive(&client, &format!("case {case} (seed {seed})")).await;
-    }
-    eprintln!("fuzz outcomes: {outcomes:?}");
+            assert_alive(&client, "a generated statement").await;
+            Ok(())
+        })
+    });
+    eprintln!("fuzz outcomes: {:?}", outcomes.borrow());
 }

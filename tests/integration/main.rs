@@ -9,6 +9,8 @@ mod common;
 mod alter;
 mod auth;
 mod catalog;
+#[path = "../support/fuzz.rs"]
+mod fuzz;
 mod fuzz_targets;
 mod hdfs;
 mod hostile;

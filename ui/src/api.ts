@@ -297,13 +297,13 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
 export type StreamEvent = { event: string; data: string };
 
 /**
- * GET `path`'s server-sent events through fetch (EventSource cannot send an
+ * POST `body` to `path` and read its server-sent events through fetch (EventSource cannot send an
  * Authorization header), each passed to `on` as it arrives; resolves when
  * the server ends the stream, rejects on a failed request or when `signal`
  * aborts it.
  */
-async function events(path: string, on: (e: StreamEvent) => void, signal: AbortSignal): Promise<void> {
-  const response = await send("GET", path, undefined, credential(), signal);
+async function events(path: string, body: unknown, on: (e: StreamEvent) => void, signal: AbortSignal): Promise<void> {
+  const response = await send("POST", path, body, credential(), signal);
   if (!response.ok || response.body === null) throw await failure(response);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
@@ -341,9 +341,13 @@ export const api = {
   drop: (name: string) => call<void>("DELETE", `/api/v1/pipelines/${encodeURIComponent(name)}`),
   sql: (sql: string) => call<{ results: SqlResult[] }>("POST", "/api/v1/sql", { sql }),
   explain: (sql: string) => call<{ dag: Dag }>("POST", "/api/v1/explain", { sql }),
-  /** The live preview of `sql` (GET /api/v1/sql/stream): command, columns, rows, end, error events. */
+  /**
+   * The live preview of `sql` (POST /api/v1/sql/stream: the statement in
+   * the body, never in a URL a proxy or log could keep): command, columns,
+   * rows, end, error events.
+   */
   preview: (sql: string, on: (e: StreamEvent) => void, signal: AbortSignal) =>
-    events(`/api/v1/sql/stream?sql=${encodeURIComponent(sql)}`, on, signal),
+    events("/api/v1/sql/stream", { sql }, on, signal),
   /**
    * Whether the server accepts `candidate` (the login form's): the status
    * of a cheap authenticated GET made with it. Its 401 does not touch the

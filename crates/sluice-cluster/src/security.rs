@@ -21,6 +21,9 @@ pub const BOOTSTRAP_SUPERUSER: &str = "sluice";
 pub const PG_WRITE_SERVER_FILES: &str = "pg_write_server_files";
 /// Roles that exist without being created.
 pub const BUILTIN_ROLES: &[&str] = &[PG_WRITE_SERVER_FILES];
+/// The pseudo-role every role belongs to, as in Postgres: `GRANT … TO
+/// PUBLIC` grants to everyone; no role can be called so.
+pub const PUBLIC: &str = "public";
 /// Roles in the catalog at most (a bound on catalog state).
 pub const ROLES_MAX: usize = 10_000;
 /// API tokens in the catalog at most.
@@ -195,11 +198,11 @@ impl SecurityCatalog {
     pub fn allows(&self, who: &Principal, privilege: Privilege, stream: &str) -> bool {
         who.superuser
             || self.stream_owners.get(stream) == Some(&who.name)
-            || self
-                .grants
-                .get(stream)
-                .and_then(|g| g.get(&who.name))
-                .is_some_and(|p| p.contains(&privilege))
+            || self.grants.get(stream).is_some_and(|g| {
+                [who.name.as_str(), PUBLIC]
+                    .iter()
+                    .any(|grantee| g.get(*grantee).is_some_and(|p| p.contains(&privilege)))
+            })
     }
 
     /// Checks `privilege` on `stream`; `42501` naming the stream otherwise.
@@ -239,6 +242,12 @@ impl SecurityCatalog {
                     return Err(Error::user(
                         SqlCode::ReservedName,
                         format!("role name \"{name}\" is reserved: names starting with pg_ are built in"),
+                    ));
+                }
+                if name == PUBLIC || name == "none" {
+                    return Err(Error::user(
+                        SqlCode::ReservedName,
+                        format!("role name \"{name}\" is reserved"),
                     ));
                 }
                 if self.role_exists(&name) {
@@ -287,7 +296,7 @@ impl SecurityCatalog {
                 if !stream_exists(&stream) {
                     return Err(Error::not_found(ObjectKind::Stream, &stream));
                 }
-                if !self.roles.contains_key(&role) {
+                if role != PUBLIC && !self.roles.contains_key(&role) {
                     return Err(role_missing(&role));
                 }
                 let held = self.grants.entry(stream).or_default().entry(role).or_default();
@@ -301,7 +310,7 @@ impl SecurityCatalog {
                 if !stream_exists(&stream) {
                     return Err(Error::not_found(ObjectKind::Stream, &stream));
                 }
-                if !self.roles.contains_key(&role) {
+                if role != PUBLIC && !self.roles.contains_key(&role) {
                     return Err(role_missing(&role));
                 }
                 if let Some(by_role) = self.grants.get_mut(&stream) {
@@ -494,6 +503,38 @@ mod tests {
         let err = c.check(&alice, Privilege::Select, "s").unwrap_err();
         assert_eq!(err.sqlstate(), "42501");
         assert!(err.to_string().contains("stream s"), "{err}");
+    }
+
+    #[test]
+    fn a_grant_to_public_is_every_roles_and_public_is_no_role_name() {
+        let mut c = catalog();
+        c.apply(create("bob", false), |_| true).unwrap();
+        let (alice, bob) = (c.principal("alice").unwrap(), c.principal("bob").unwrap());
+        let to_public = |grant: bool| {
+            let (privileges, stream, role) = (vec![Privilege::Select], "s".to_string(), PUBLIC.to_string());
+            if grant {
+                SecurityCommand::Grant {
+                    privileges,
+                    stream,
+                    role,
+                }
+            } else {
+                SecurityCommand::Revoke {
+                    privileges,
+                    stream,
+                    role,
+                }
+            }
+        };
+        c.apply(to_public(true), |s| s == "s").unwrap();
+        assert!(c.allows(&alice, Privilege::Select, "s") && c.allows(&bob, Privilege::Select, "s"));
+        assert!(!c.allows(&alice, Privilege::Insert, "s"));
+        c.apply(to_public(false), |s| s == "s").unwrap();
+        assert!(!c.allows(&alice, Privilege::Select, "s") && !c.allows(&bob, Privilege::Select, "s"));
+        for name in [PUBLIC, "none"] {
+            let err = c.apply(create(name, false), |_| true).unwrap_err();
+            assert_eq!(err.sqlstate(), "42939", "{err}");
+        }
     }
 
     #[test]

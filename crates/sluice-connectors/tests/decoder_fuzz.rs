@@ -1,21 +1,24 @@
 //! Fuzz target: the Kafka record decoders (JSON and CSV) on random bytes
-//! and on mutated valid records. Whatever the payloads, `decode` returns
-//! (no panic), every payload is either a row or a bad record with a
-//! reason, and an unmutated valid record in the same batch still decodes
-//! to its values. `SLUICE_FUZZ_CASES` batches (default 300),
-//! `SLUICE_FUZZ_SEED` replays a run (the seed is printed), and
-//! `SLUICE_FUZZ_SECONDS` bounds the time (`scripts/fuzz.sh`).
+//! and on edited valid records, as proptest strategies run through
+//! tests/support/fuzz.rs. Whatever the payloads, `decode` returns (no
+//! panic), every payload is either a row or a bad record with a reason,
+//! and an untouched valid record in the same batch still decodes to its
+//! values. `SLUICE_FUZZ_CASES` batches (default 300), `SLUICE_FUZZ_SEED`
+//! replays a run (the seed is printed), `SLUICE_FUZZ_SECONDS` bounds the
+//! time (`scripts/fuzz.sh`); failures are shrunk and kept in
+//! tests/fuzz-regressions/decoders.txt.
 
 use arrow::array::{Array, Int64Array};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::{Index, select};
 use sluice_connectors::format::{RecordDecoder, RecordFormat};
+use std::cell::Cell;
 use std::sync::Arc;
-use std::time::Instant;
 
 #[path = "../../../tests/support/fuzz.rs"]
 mod fuzz;
-
-use fuzz::{Rng, plan};
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
@@ -28,9 +31,8 @@ fn schema() -> Arc<Schema> {
 }
 
 /// A valid record with id `id`, in `format`.
-fn valid(format: RecordFormat, id: i64, rng: &mut Rng) -> Vec<u8> {
-    let price = rng.below(100_000) as f64 / 100.0;
-    let ok = rng.below(2) == 0;
+fn valid(format: RecordFormat, id: i64, cents: u32, ok: bool) -> Vec<u8> {
+    let price = cents as f64 / 100.0;
     match format {
         RecordFormat::Json => {
             format!(r#"{{"id": {id}, "price": {price}, "name": "n{id}", "ok": {ok}, "ts": "2026-12-03T12:00:00"}}"#)
@@ -66,105 +68,160 @@ const INTERESTING: &[&[u8]] = &[
     b"NaN",
 ];
 
-/// `record` changed in one to four random ways.
-fn mutate(mut record: Vec<u8>, rng: &mut Rng) -> Vec<u8> {
-    for _ in 0..1 + rng.below(4) {
-        let at = if record.is_empty() {
-            0
-        } else {
-            rng.below(record.len() + 1)
-        };
-        match rng.below(5) {
-            0 if !record.is_empty() => {
-                let i = rng.below(record.len());
-                record[i] = rng.next() as u8;
+/// One change to a valid record; positions are `Index`es into the record
+/// as it is at that step.
+#[derive(Debug, Clone)]
+enum Edit {
+    Set(Index, u8),
+    Drop(Index, usize),
+    Interesting(Index, &'static [u8]),
+    Truncate(Index),
+    /// The record written twice from here.
+    Double(Index),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (any::<Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Set(at, b)),
+        (any::<Index>(), 1..9usize).prop_map(|(at, n)| Edit::Drop(at, n)),
+        (any::<Index>(), select(INTERESTING)).prop_map(|(at, p)| Edit::Interesting(at, p)),
+        any::<Index>().prop_map(Edit::Truncate),
+        any::<Index>().prop_map(Edit::Double),
+    ]
+}
+
+fn apply(mut record: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for edit in edits {
+        let len = record.len();
+        match edit {
+            Edit::Set(at, b) if len > 0 => record[at.index(len)] = *b,
+            Edit::Drop(at, n) if len > 0 => {
+                let from = at.index(len);
+                record.drain(from..(from + n).min(len));
             }
-            1 if !record.is_empty() => {
-                let end = (at + 1 + rng.below(8)).min(record.len());
-                record.drain(at.min(end)..end);
-            }
-            2 => {
-                let piece = INTERESTING[rng.below(INTERESTING.len())];
+            Edit::Interesting(at, piece) => {
+                let at = at.index(len + 1);
                 record.splice(at..at, piece.iter().copied());
             }
-            3 => record.truncate(at),
-            _ => {
+            Edit::Truncate(at) => record.truncate(at.index(len + 1)),
+            Edit::Double(at) => {
+                let at = at.index(len + 1);
                 let copy = record.clone();
                 record.splice(at..at, copy);
             }
+            _ => {}
         }
     }
     record
 }
 
-fn random_bytes(rng: &mut Rng) -> Vec<u8> {
-    (0..rng.below(64)).map(|_| rng.next() as u8).collect()
+/// One payload of a batch.
+#[derive(Debug, Clone)]
+enum Payload {
+    /// A valid record with its own id (1 000 000 + its place): it must
+    /// decode to its own row whatever surrounds it.
+    Untouched {
+        cents: u32,
+        ok: bool,
+    },
+    Random(Vec<u8>),
+    Empty,
+    /// A valid record (id = its place) changed one to four times.
+    Edited {
+        cents: u32,
+        ok: bool,
+        edits: Vec<Edit>,
+    },
+    /// Structurally broken but each part parses: two records in one
+    /// payload (what shifts rows if only the total is counted) …
+    Two {
+        cents: u32,
+        ok: bool,
+    },
+    /// … or half of one.
+    Half {
+        cents: u32,
+        ok: bool,
+        at: Index,
+        front: bool,
+    },
+}
+
+fn payload() -> impl Strategy<Value = Payload> {
+    let cents = 0..100_000u32;
+    prop_oneof![
+        2 => (cents.clone(), any::<bool>()).prop_map(|(cents, ok)| Payload::Untouched { cents, ok }),
+        1 => vec(any::<u8>(), 0..64).prop_map(Payload::Random),
+        1 => Just(Payload::Empty),
+        3 => (cents.clone(), any::<bool>(), vec(edit(), 1..5))
+            .prop_map(|(cents, ok, edits)| Payload::Edited { cents, ok, edits }),
+        1 => (cents.clone(), any::<bool>()).prop_map(|(cents, ok)| Payload::Two { cents, ok }),
+        1 => (cents, any::<bool>(), any::<Index>(), any::<bool>())
+            .prop_map(|(cents, ok, at, front)| Payload::Half { cents, ok, at, front }),
+    ]
+}
+
+/// A batch: its format, eight payloads, and one place forced to hold an
+/// untouched record.
+fn batch() -> impl Strategy<Value = (RecordFormat, Vec<Payload>, Index)> {
+    (
+        select(vec![RecordFormat::Json, RecordFormat::Csv]),
+        vec(payload(), 8),
+        any::<Index>(),
+    )
 }
 
 #[test]
 fn json_and_csv_decoders_sort_any_bytes_into_rows_and_bad_records() {
-    let (cases, seed, seconds) = plan("decoder fuzz", 300);
-    let mut rng = Rng(seed);
-    let started = Instant::now();
-    let mut bad_seen = 0usize;
-    for case in 0..cases {
-        if seconds.is_some_and(|s| started.elapsed() > s) {
-            eprintln!("decoder fuzz: time bound reached after {case} cases");
-            break;
+    let bad_seen = Cell::new(0usize);
+    let target = fuzz::fuzz(
+        "decoder fuzz",
+        300,
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fuzz-regressions/decoders.txt"),
+        4096,
+    );
+    target.run(batch(), |(format, mut batch, forced)| {
+        let forced = forced.index(batch.len());
+        if !matches!(batch[forced], Payload::Untouched { .. }) {
+            batch[forced] = Payload::Untouched { cents: 1, ok: true };
         }
-        let format = [RecordFormat::Json, RecordFormat::Csv][rng.below(2)];
         let decoder = RecordDecoder::new(format, schema()).unwrap();
-        // A batch: untouched valid records (ids 1 000 000 + …, at least
-        // one) among mutated records, random bytes and empty records.
-        let mut payloads = Vec::new();
         let mut untouched: Vec<(usize, i64)> = Vec::new();
-        let forced = rng.below(8);
-        // A structural batch: every record parses, but some hold no value,
-        // two values, or half of one (what shifts rows if only the total
-        // is counted).
-        let structural = rng.below(3) == 0;
-        for i in 0..8 {
-            let payload = match rng.below(5) {
-                _ if i == forced => None,
-                0 | 1 => None,
-                _ if structural => Some(match rng.below(3) {
-                    0 => Vec::new(),
-                    1 => {
-                        let sep: &[u8] = if format == RecordFormat::Csv { b"\r" } else { b"" };
-                        [
-                            valid(format, i as i64, &mut rng),
-                            sep.to_vec(),
-                            valid(format, 50 + i as i64, &mut rng),
-                        ]
-                        .concat()
-                    }
-                    _ => {
-                        let record = valid(format, i as i64, &mut rng);
-                        let half = rng.below(record.len());
-                        if rng.below(2) == 0 {
-                            record[..half].to_vec()
-                        } else {
-                            record[half..].to_vec()
-                        }
-                    }
-                }),
-                2 => Some(random_bytes(&mut rng)),
-                3 if rng.below(4) == 0 => Some(Vec::new()),
-                _ => {
-                    let record = valid(format, i as i64, &mut rng);
-                    Some(mutate(record, &mut rng))
+        let payloads: Vec<Vec<u8>> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match p {
+                Payload::Untouched { cents, ok } => {
+                    let id = 1_000_000 + i as i64;
+                    untouched.push((i, id));
+                    valid(format, id, *cents, *ok)
                 }
-            };
-            payloads.push(payload.unwrap_or_else(|| {
-                let id = 1_000_000 + (case * 8 + i) as i64;
-                untouched.push((i, id));
-                valid(format, id, &mut rng)
-            }));
-        }
+                Payload::Random(bytes) => bytes.clone(),
+                Payload::Empty => Vec::new(),
+                Payload::Edited { cents, ok, edits } => apply(valid(format, i as i64, *cents, *ok), edits),
+                Payload::Two { cents, ok } => {
+                    let sep: &[u8] = if format == RecordFormat::Csv { b"\r" } else { b"" };
+                    [
+                        valid(format, i as i64, *cents, *ok),
+                        sep.to_vec(),
+                        valid(format, 50 + i as i64, *cents, *ok),
+                    ]
+                    .concat()
+                }
+                Payload::Half { cents, ok, at, front } => {
+                    let record = valid(format, i as i64, *cents, *ok);
+                    let half = at.index(record.len());
+                    if *front {
+                        record[..half].to_vec()
+                    } else {
+                        record[half..].to_vec()
+                    }
+                }
+            })
+            .collect();
         let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
         let decoded = decoder.decode(&refs);
-        let context = || format!("case {case} (SLUICE_FUZZ_SEED={seed}), {format:?}: {payloads:?}");
-        assert_eq!(decoded.batch.num_rows(), decoded.good.len(), "{}", context());
+        prop_assert_eq!(decoded.batch.num_rows(), decoded.good.len());
         let mut all: Vec<usize> = decoded
             .good
             .iter()
@@ -172,28 +229,22 @@ fn json_and_csv_decoders_sort_any_bytes_into_rows_and_bad_records() {
             .chain(decoded.bad.iter().map(|(i, _)| *i))
             .collect();
         all.sort_unstable();
-        assert_eq!(all, (0..payloads.len()).collect::<Vec<_>>(), "{}", context());
-        assert!(decoded.bad.iter().all(|(_, why)| !why.is_empty()), "{}", context());
-        bad_seen += decoded.bad.len();
+        prop_assert_eq!(all, (0..payloads.len()).collect::<Vec<_>>());
+        prop_assert!(decoded.bad.iter().all(|(_, why)| !why.is_empty()));
+        bad_seen.set(bad_seen.get() + decoded.bad.len());
         // Every untouched record is a row with its own values, wherever
         // the malformed ones are.
         let ids = decoded.batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         for (at, id) in untouched {
-            let row = decoded
-                .good
-                .iter()
-                .position(|&i| i == at)
-                .unwrap_or_else(|| panic!("valid record {at} was lost: {:?}\n{}", decoded.bad, context()));
-            assert!(ids.is_valid(row));
-            assert_eq!(
-                ids.value(row),
-                id,
-                "record {at} got another record's row\n{}",
-                context()
-            );
+            let row = decoded.good.iter().position(|&i| i == at);
+            prop_assert!(row.is_some(), "valid record {} was lost: {:?}", at, decoded.bad);
+            let row = row.unwrap();
+            prop_assert!(ids.is_valid(row));
+            prop_assert_eq!(ids.value(row), id, "record {} got another record's row", at);
         }
-    }
-    assert!(bad_seen > 0, "the mutations never produced a bad record");
+        Ok(())
+    });
+    assert!(bad_seen.get() > 0, "the edits never produced a bad record");
 }
 
 #[test]

@@ -54,7 +54,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/api/v1/streams/{name}", get(stream))
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/sql", post(sql))
-        .route("/api/v1/sql/stream", get(sql_stream))
+        .route("/api/v1/sql/stream", get(sql_stream).post(sql_stream_post))
         .route("/api/v1/explain", post(explain))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
@@ -317,7 +317,9 @@ struct StreamQuery {
     sql: String,
 }
 
-/// A live preview of a query's rows as server-sent events.
+/// A live preview of a query's rows as server-sent events, the statement
+/// in the URL (for EventSource and curl; proxies and access logs may keep
+/// a URL, so the dashboard uses the POST form).
 async fn sql_stream(
     State(s): St,
     Extension(caller): Extension<Caller>,
@@ -326,6 +328,19 @@ async fn sql_stream(
     match query {
         Ok(q) => crate::http_sql::stream(s.engine.clone(), caller.0, q.0.sql).into_response(),
         Err(_) => error(StatusCode::BAD_REQUEST, "expected ?sql=<a query>"),
+    }
+}
+
+/// `POST /api/v1/sql/stream`: the live preview with the statement in a
+/// JSON body (`{"sql": …}`), out of URLs and logs.
+async fn sql_stream_post(
+    State(s): St,
+    Extension(caller): Extension<Caller>,
+    body: Result<Json<SqlRequest>, JsonRejection>,
+) -> Response {
+    match sql_body(body) {
+        Ok(request) => crate::http_sql::stream(s.engine.clone(), caller.0, request.sql).into_response(),
+        Err((status, message)) => error(status, &message),
     }
 }
 

@@ -2,8 +2,9 @@
 //! JSON. A row result is cut at `HTTP_ROWS_MAX` rows or `HTTP_QUERY_WAIT`,
 //! whichever comes first (a continuous query is then stopped), and says so.
 //!
-//! `GET /api/v1/sql/stream?sql=…` is the live form for the dashboard's
-//! preview: server-sent events (`command`, `columns`, `rows`, `end`,
+//! `POST /api/v1/sql/stream` (`{"sql": …}`; the dashboard's) and
+//! `GET /api/v1/sql/stream?sql=…` (for EventSource) are the live form for
+//! the dashboard's preview: server-sent events (`command`, `columns`, `rows`, `end`,
 //! `error`) as rows arrive, up to `PREVIEW_ROWS_MAX` rows or
 //! `PREVIEW_WAIT_MAX`; a client that goes away stops the query.
 

@@ -17,9 +17,18 @@ const EXAMPLE = `SELECT window_start, auction, count(*) AS bids
 FROM TUMBLE(bids, date_time, INTERVAL '1' SECOND)
 GROUP BY window_start, window_end, auction`;
 
+/**
+ * The editor's text while the dashboard is open, kept when moving between
+ * pages. In memory only, like the credential (auth.ts): a statement can
+ * hold a password (`CREATE USER … PASSWORD`) or a connector secret, and
+ * browser storage outlives the tab and is readable by any script of the
+ * origin.
+ */
+let draft = EXAMPLE;
+
 export function sqlPage(root: HTMLElement): Page {
   const editor = el("textarea", { rows: "8", spellcheck: "false", "data-testid": "sql-input" }) as HTMLTextAreaElement;
-  editor.value = sessionStorage.getItem("sluice.sql") ?? EXAMPLE;
+  editor.value = draft;
   const run = el("button", { "data-testid": "sql-run" }, "Run");
   const stop = el("button", {}, "Stop");
   const planNote = el("p", { class: "muted", "data-testid": "plan-note" });
@@ -39,7 +48,6 @@ export function sqlPage(root: HTMLElement): Page {
   async function explain(): Promise<void> {
     const seq = ++explainSeq;
     const sql = editor.value.trim();
-    sessionStorage.setItem("sluice.sql", editor.value);
     if (!sql) return;
     try {
       const { dag } = await api.explain(sql);
@@ -120,6 +128,7 @@ export function sqlPage(root: HTMLElement): Page {
   }
 
   editor.addEventListener("input", () => {
+    draft = editor.value;
     window.clearTimeout(timer);
     timer = window.setTimeout(() => void explain(), EXPLAIN_DEBOUNCE_MS);
   });

@@ -11,12 +11,10 @@ use super::handler::{Ctx, command, ddl, inspect, security, variable};
 use super::settings::Settings;
 use super::{Engine, Output, Prepared, insert, params};
 use datafusion::scalar::ScalarValue;
-use sluice_sql::planner::sink_spec;
 use sluice_sql::security_statement::SecurityStatement;
 use sluice_sql::statement::{SluiceStatement, normalize_ident, parse_statements};
 use sluice_types::{Error, Result, SqlCode};
 use sqlparser::ast::{CopySource, CopyTarget, Statement, Value};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One client's session. Not shared between connections.
@@ -153,7 +151,7 @@ impl Session {
                 ));
             }
         };
-        Ok(self.ctx().plan(&query, sink_spec("client", BTreeMap::new())).await?.dag)
+        self.ctx().explained(&query).await
     }
 
     /// Parses and describes one statement for the extended protocol.

@@ -7,10 +7,8 @@ use super::Ctx;
 use crate::engine::Output;
 use crate::engine::show;
 use sluice_cluster::CatalogCommand;
-use sluice_sql::planner::sink_spec;
 use sluice_sql::statement::{PipelineChange, SluiceStatement};
 use sluice_types::{Error, ObjectKind, Result};
-use std::collections::BTreeMap;
 
 /// Runs an inspection statement; `Err(statement)` hands back any other.
 pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Result<Result<Output>, SluiceStatement> {
@@ -27,8 +25,8 @@ pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Re
             Some(def) => show::describe(&def).output("SHOW"),
             None => Err(Error::not_found(ObjectKind::Stream, &name)),
         },
-        SluiceStatement::Explain(q) => match ctx.plan(&q, sink_spec("client", BTreeMap::new())).await {
-            Ok(planned) => show::explain(&planned.dag).output("EXPLAIN"),
+        SluiceStatement::Explain(q) => match ctx.explained(&q).await {
+            Ok(dag) => show::explain(&dag).output("EXPLAIN"),
             Err(e) => Err(e),
         },
         SluiceStatement::ExplainPipeline(name) => match master.pipeline(&name) {

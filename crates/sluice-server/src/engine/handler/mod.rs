@@ -65,6 +65,16 @@ impl Ctx<'_> {
         Planner::new(&catalog, self.planner_settings()).plan(q, sink).await
     }
 
+    /// The plan `EXPLAIN q` shows. As in Postgres, explaining needs what
+    /// running needs: SELECT on every stream the plan reads (`42501`
+    /// otherwise), so a plan does not reveal what the role may not read.
+    pub async fn explained(&self, q: &Query) -> Result<sluice_plan::PhysicalDag> {
+        let planned = self.plan(q, sink_spec("client", BTreeMap::new())).await?;
+        let who = super::authorize::who(self.engine, self.user)?;
+        super::authorize::check_reads(self.engine, &who, &planned.dag)?;
+        Ok(planned.dag)
+    }
+
     /// The parameter types and output columns of a query for this
     /// session's client (columns named as `rows` names them).
     pub async fn describe_query(

@@ -12,7 +12,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionImplementation, ScalarUDF, Signature, SimpleScalarUDF, TypeSignature, Volatility,
 };
 use datafusion::prelude::SessionContext;
-use sluice_cluster::security::{Principal, Privilege};
+use sluice_cluster::security::{PUBLIC, Principal, Privilege};
 use sluice_sql::errors::carry;
 use sluice_types::{Error, ObjectKind, SqlCode};
 use std::sync::Arc;
@@ -564,6 +564,12 @@ fn table_privilege(s: &Snapshot, a: &[ScalarValue], target: Target) -> DfResult<
         return Ok(NULL_BOOL);
     }
     let who = match role {
+        // `public`: what is granted to PUBLIC (Postgres' pseudo-role).
+        Some(role) if is_text(role) && text_arg(Some(role)).as_deref() == Some(PUBLIC) => Some(Principal {
+            name: PUBLIC.to_string(),
+            superuser: false,
+            writes_server_files: false,
+        }),
         Some(role) => role_arg(s, role)?,
         None => Some(current_principal(s)?),
     };

@@ -31,7 +31,7 @@ use datafusion::datasource::MemTable;
 use datafusion::error::Result as DfResult;
 use datafusion::prelude::SessionContext;
 use sluice_cluster::security::{
-    BOOTSTRAP_SUPERUSER, BUILTIN_ROLES, PG_WRITE_SERVER_FILES, Principal, Privilege, SecurityCatalog,
+    BOOTSTRAP_SUPERUSER, BUILTIN_ROLES, PG_WRITE_SERVER_FILES, PUBLIC, Principal, Privilege, SecurityCatalog,
 };
 use sluice_plan::catalog::StreamDef;
 use sqlparser::ast::{ObjectName, Query, Visit, Visitor};
@@ -186,7 +186,8 @@ impl Snapshot {
     /// (Postgres' "default privileges": the owner's only), else the owner's
     /// item first, then each grantee's in name order, in Postgres' aclitem
     /// text (`grantee=privileges/grantor`, `a` INSERT, `r` SELECT); the
-    /// grantor is the owner, as Postgres records a superuser's grant.
+    /// grantor is the owner, as Postgres records a superuser's grant; a
+    /// grant to PUBLIC has an empty grantee.
     pub fn stream_acl(&self, name: &str) -> Option<String> {
         let grants = self.security.grants.get(name).filter(|g| !g.is_empty())?;
         let owner = self.stream_owner(name);
@@ -200,7 +201,9 @@ impl Snapshot {
                 .filter(|(p, _)| privileges.contains(p))
                 .map(|(_, c)| c)
                 .collect();
-            items.push(format!("{}={letters}/{}", acl_name(role), acl_name(owner)));
+            // PUBLIC is the empty grantee, as in Postgres (`=r/owner`).
+            let grantee = if role == PUBLIC { String::new() } else { acl_name(role) };
+            items.push(format!("{grantee}={letters}/{}", acl_name(owner)));
         }
         Some(format!("{{{}}}", items.join(",")))
     }
