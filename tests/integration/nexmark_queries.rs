@@ -132,11 +132,6 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
     v
 }
 
-/// Postgres/DataFusion `split_part(s, '/', n)`: the n-th field (1-based), or ''.
-fn split_part(s: &str, n: usize) -> String {
-    s.split('/').nth(n - 1).unwrap_or("").to_string()
-}
-
 #[tokio::test]
 async fn stateless_queries_match_the_reference() {
     let (_server, c) = setup().await;
@@ -178,31 +173,40 @@ async fn stateless_queries_match_the_reference() {
         .map(|b| (b.auction, b.price))
         .collect();
     assert!(!want.is_empty(), "q2 selects something in this run");
-    assert_eq!(sorted(got), sorted(want), "q2");
+    assert_eq!(sorted(got), sorted(want.clone()), "q2");
+    // Flink's own text of q2 (MOD), the same answer.
+    let flink = query(&c, "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0").await;
+    let flink: Vec<(i64, i64)> = flink.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(sorted(flink), sorted(want), "q2 in Flink's text");
 
-    let got: Vec<Vec<Option<String>>> = simple_rows(&c, &bench_sql("q22").1).await;
-    let got: Vec<(String, String, String, String)> = got
-        .into_iter()
-        .map(|r| {
-            (
-                r[0].clone().unwrap(),
-                r[4].clone().unwrap(),
-                r[5].clone().unwrap(),
-                r[6].clone().unwrap(),
-            )
-        })
-        .collect();
+    // q22 (split_part, 1-based), and Flink's own text (SPLIT_INDEX, from 0).
+    let flink_q22 = "SELECT auction, bidder, price, channel, SPLIT_INDEX(url, '/', 3) AS dir1, \
+                     SPLIT_INDEX(url, '/', 4) AS dir2, SPLIT_INDEX(url, '/', 5) AS dir3 FROM bid";
+    type Dirs = (Option<String>, Option<String>, Option<String>, Option<String>);
+    let dirs = |rows: Vec<Vec<Option<String>>>| -> Vec<Dirs> {
+        rows.into_iter()
+            .map(|r| (r[0].clone(), r[4].clone(), r[5].clone(), r[6].clone()))
+            .collect()
+    };
+    let got = dirs(simple_rows(&c, &bench_sql("q22").1).await);
+    let flink = dirs(simple_rows(&c, flink_q22).await);
+    let piece = |url: &str, i: usize| url.split('/').nth(i).map(str::to_string);
     let want: Vec<_> = bids
         .iter()
         .map(|b| {
             (
-                b.auction.to_string(),
-                split_part(&b.url, 4),
-                split_part(&b.url, 5),
-                split_part(&b.url, 6),
+                Some(b.auction.to_string()),
+                piece(&b.url, 3),
+                piece(&b.url, 4),
+                piece(&b.url, 5),
             )
         })
         .collect();
+    assert!(
+        want.iter().all(|w| w.3.is_some()),
+        "every generated URL has three directories"
+    );
+    assert_eq!(sorted(flink), sorted(want.clone()), "q22 in Flink's text");
     assert_eq!(sorted(got), sorted(want), "q22");
 }
 
@@ -275,6 +279,40 @@ async fn window_queries_match_the_reference() {
         .map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3))))
         .collect();
     assert_eq!(sorted(got), sorted(want), "q7");
+}
+
+#[tokio::test]
+async fn q11_sessions_per_bidder_match_the_reference() {
+    let (_server, c) = setup().await;
+    let bids = bids(&c).await;
+    // Each bidder's bids in time order; a bid within 10 s of the session's
+    // last bid (inclusive, as Flink's intersecting windows) extends it, else
+    // starts a new one. A session is [first, last + 10 s).
+    let mut by_bidder: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for b in &bids {
+        by_bidder.entry(b.bidder).or_default().push(b.ts);
+    }
+    let mut want: Vec<(i64, i64, i64, i64)> = Vec::new();
+    for (bidder, mut times) in by_bidder {
+        times.sort_unstable();
+        let (mut start, mut end, mut n) = (times[0], times[0] + 10_000, 0i64);
+        for t in times {
+            if t > end {
+                want.push((bidder, n, start, end));
+                (start, n) = (t, 0);
+            }
+            end = end.max(t + 10_000);
+            n += 1;
+        }
+        want.push((bidder, n, start, end));
+    }
+    assert!(want.iter().any(|w| w.1 > 1), "some session holds several bids");
+    let got: Vec<(i64, i64, i64, i64)> = run(&c, "q11")
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), ms(r.get(2)), ms(r.get(3))))
+        .collect();
+    assert_eq!(sorted(got), sorted(want), "q11");
 }
 
 #[tokio::test]

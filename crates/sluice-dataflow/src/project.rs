@@ -22,7 +22,9 @@ static EXPR_CONTEXT: LazyLock<SessionContext> = LazyLock::new(|| {
         "datafusion.sql_parser.recursion_limit",
         sluice_types::limits::EXPRESSION_PARSE_RECURSION_MAX,
     );
-    SessionContext::new_with_config(config)
+    let ctx = SessionContext::new_with_config(config);
+    sluice_functions::register(&ctx);
+    ctx
 });
 
 /// Compiles SQL expression text over `schema` into a physical expression.

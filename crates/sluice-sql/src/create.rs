@@ -80,6 +80,7 @@ fn with_computed_columns(
         "datafusion.sql_parser.recursion_limit",
         sluice_types::limits::EXPRESSION_PARSE_RECURSION_MAX,
     ));
+    sluice_functions::register(&ctx);
     let mut fields: Vec<Field> = physical.fields().iter().map(|f| f.as_ref().clone()).collect();
     let mut specs = Vec::new();
     for (position, name, expr) in computed {

@@ -6,7 +6,11 @@
 //! and `window_end`); the planner later recognises the scan of that table
 //! and builds the window aggregate. Flink's spelling
 //! `TABLE(TUMBLE(TABLE s, DESCRIPTOR(c), INTERVAL '10' SECONDS))` is first
-//! rewritten, at the token level, into the plain one.
+//! rewritten, at the token level, into the plain one; its session form
+//! `SESSION(TABLE s PARTITION BY k, DESCRIPTOR(c), gap)` keeps the keys as
+//! `SESSION(__sluice_partitioned(s, k), c, gap)`. Sessions are per group
+//! key, so the planner requires the partition keys in the GROUP BY (where
+//! Flink's meaning and Sluice's are then the same).
 
 use crate::errors::parser_error;
 use crate::names::normalize_ident;
@@ -20,6 +24,8 @@ use sqlparser::tokenizer::{Token, Tokenizer};
 
 /// Prefix of the synthetic tables that stand for window TVFs.
 pub const WINDOW_TABLE_PREFIX: &str = "__sluice_window_";
+/// The call a `TABLE s PARTITION BY k` argument is rewritten into.
+const PARTITIONED: &str = "__sluice_partitioned";
 
 /// One window TVF found in a query.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +35,8 @@ pub struct WindowTvf {
     pub stream: String,
     pub time_column: String,
     pub kind: WindowKind,
+    /// `PARTITION BY` keys (a session window's, in Flink's form).
+    pub partition_by: Vec<String>,
 }
 
 /// Rewrites Flink's window TVF spelling into Sluice's plain one. Text
@@ -36,6 +44,7 @@ pub struct WindowTvf {
 pub fn rewrite_flink_window_syntax(sql: &str) -> Result<String> {
     let upper = sql.to_ascii_uppercase();
     if !upper.contains("DESCRIPTOR")
+        && !upper.contains("PARTITION")
         && !upper.contains("SECONDS")
         && !upper.contains("MINUTES")
         && !upper.contains("HOURS")
@@ -82,7 +91,45 @@ pub fn rewrite_flink_window_syntax(sql: &str) -> Result<String> {
             )
             && matches!(n1, Some(Token::Word(_)))
         {
-            i += 1; // `TABLE s` argument → `s`
+            // `TABLE s` argument → `s`; `TABLE s PARTITION BY keys` →
+            // `__sluice_partitioned(s, keys)` (the keys end at the comma
+            // before DESCRIPTOR, or the call's closing parenthesis).
+            let name_at = next_significant(&tokens, i + 1);
+            let partition_at = name_at.map(|n| next_significant(&tokens, n + 1));
+            let by_at = partition_at.flatten().map(|p| next_significant(&tokens, p + 1));
+            if let (Some(name_at), Some(Some(p)), Some(Some(b))) = (name_at, partition_at, by_at)
+                && is_word(&tokens[p], "PARTITION")
+                && is_word(&tokens[b], "BY")
+            {
+                let keys_from = b + 1;
+                let mut end = keys_from;
+                let mut nested = 0i32;
+                while end < tokens.len() {
+                    match &tokens[end] {
+                        Token::LParen => nested += 1,
+                        Token::RParen if nested == 0 => break,
+                        Token::RParen => nested -= 1,
+                        Token::Comma
+                            if nested == 0
+                                && next_significant(&tokens, end + 1)
+                                    .is_some_and(|d| is_word(&tokens[d], "DESCRIPTOR")) =>
+                        {
+                            break;
+                        }
+                        _ => {}
+                    }
+                    end += 1;
+                }
+                out.push(Token::make_word(PARTITIONED, None));
+                out.push(Token::LParen);
+                out.push(tokens[name_at].clone());
+                out.push(Token::Comma);
+                out.extend(tokens[keys_from..end].iter().cloned());
+                out.push(Token::RParen);
+                i = end;
+                continue;
+            }
+            i += 1;
             continue;
         }
         if is_word(t, "DESCRIPTOR") && n1 == Some(Token::LParen) {
@@ -128,6 +175,11 @@ pub fn rewrite_flink_window_syntax(sql: &str) -> Result<String> {
         i += 1;
     }
     Ok(out.iter().map(|t| t.to_string()).collect())
+}
+
+/// The index of the first token at or after `from` that is not whitespace.
+fn next_significant(tokens: &[Token], from: usize) -> Option<usize> {
+    (from..tokens.len()).find(|i| !matches!(tokens[*i], Token::Whitespace(_)))
 }
 
 fn skip_to(tokens: &[Token], from: usize, wanted: &Token) -> usize {
@@ -252,6 +304,42 @@ fn window_from_args(function: &str, args: &[FunctionArg], table: String) -> Resu
             "{function}: expected a name, got {other}; usage {usage}"
         ))),
     };
+    // `__sluice_partitioned(s, k1, (k2, k3))`: the stream and its keys.
+    let (stream, partition_by) = match exprs[0] {
+        Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case(PARTITIONED) => {
+            if function != "SESSION" {
+                return Err(Error::syntax(format!(
+                    "{function}: PARTITION BY is for SESSION windows only (group by the keys instead)"
+                )));
+            }
+            let sqlparser::ast::FunctionArguments::List(list) = &f.args else {
+                return Err(Error::syntax(format!("{function}: expected TABLE s PARTITION BY keys")));
+            };
+            let mut names = Vec::new();
+            for (position, arg) in list.args.iter().enumerate() {
+                let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) = arg else {
+                    return Err(Error::syntax(format!("{function}: expected TABLE s PARTITION BY keys")));
+                };
+                match e {
+                    Expr::Tuple(items) if position > 0 => {
+                        for item in items {
+                            names.push(name_of(item)?);
+                        }
+                    }
+                    Expr::Nested(item) if position > 0 => names.push(name_of(item)?),
+                    other => names.push(name_of(other)?),
+                }
+            }
+            let stream = names.remove(0);
+            if names.is_empty() {
+                return Err(Error::syntax(format!(
+                    "{function}: PARTITION BY needs at least one key"
+                )));
+            }
+            (stream, names)
+        }
+        other => (name_of(other)?, Vec::new()),
+    };
     let kind = match function {
         "TUMBLE" => WindowKind::Tumble {
             size_ms: interval_ms(exprs[2])?,
@@ -271,9 +359,10 @@ fn window_from_args(function: &str, args: &[FunctionArg], table: String) -> Resu
     };
     Ok(WindowTvf {
         table,
-        stream: name_of(exprs[0])?,
+        stream,
         time_column: name_of(exprs[1])?,
         kind,
+        partition_by,
     })
 }
 
@@ -318,6 +407,36 @@ mod tests {
             }
         );
         assert_eq!(w[0].stream, "bid");
+    }
+
+    #[test]
+    fn flinks_partitioned_session_keeps_its_keys() {
+        for (sql, keys) in [
+            (
+                "SELECT bidder FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) GROUP BY bidder, window_start, window_end",
+                vec!["bidder"],
+            ),
+            (
+                "SELECT 1 FROM TABLE(SESSION(TABLE bid PARTITION BY (bidder, auction), DESCRIPTOR(date_time), INTERVAL '10' SECONDS))",
+                vec!["bidder", "auction"],
+            ),
+            (
+                "SELECT 1 FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, auction, DESCRIPTOR(date_time), INTERVAL '10' SECOND))",
+                vec!["bidder", "auction"],
+            ),
+        ] {
+            let mut q = query(sql);
+            let w = extract_window_tvfs(&mut q).unwrap();
+            assert_eq!(w[0].stream, "bid", "{sql}");
+            assert_eq!(w[0].time_column, "date_time", "{sql}");
+            assert_eq!(w[0].kind, WindowKind::Session { gap_ms: 10_000 }, "{sql}");
+            assert_eq!(w[0].partition_by, keys, "{sql}");
+        }
+        let mut q = query(
+            "SELECT 1 FROM TABLE(TUMBLE(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '10' SECOND))",
+        );
+        let e = extract_window_tvfs(&mut q).unwrap_err();
+        assert!(e.to_string().contains("SESSION windows only"), "{e}");
     }
 
     #[test]

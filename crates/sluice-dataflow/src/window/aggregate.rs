@@ -15,7 +15,11 @@ use sluice_plan::AggregateCall;
 use sluice_types::{Error, Result};
 use std::sync::{Arc, LazyLock};
 
-static REGISTRY: LazyLock<SessionContext> = LazyLock::new(SessionContext::new);
+static REGISTRY: LazyLock<SessionContext> = LazyLock::new(|| {
+    let ctx = SessionContext::new();
+    sluice_functions::register(&ctx);
+    ctx
+});
 
 /// An aggregate call compiled against the window operator's input schema.
 #[derive(Debug, Clone)]

@@ -23,6 +23,7 @@ fn context(snapshot: Arc<Snapshot>) -> SessionContext {
         .with_information_schema(false)
         .with_default_catalog_and_schema(DATABASE_NAME, "pg_catalog");
     let ctx = SessionContext::new_with_config(config);
+    sluice_functions::register(&ctx);
     pg_catalog::register(&ctx, snapshot);
     ctx
 }

@@ -65,6 +65,7 @@ pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Resu
         return Err(too_many_rows(&values.rows.len().to_string()));
     }
     let ctx = SessionContext::new();
+    sluice_functions::register(&ctx);
     // Plan against nullable columns so NOT NULL is checked below, by name.
     let nullable: Vec<arrow::datatypes::Field> = def
         .schema

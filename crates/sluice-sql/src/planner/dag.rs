@@ -337,6 +337,15 @@ impl DagBuilder<'_> {
                 "a window aggregate must GROUP BY window_start, window_end (and any keys)",
             ));
         }
+        // Sessions are per group key: Flink's `PARTITION BY` keys must be
+        // grouped by, where both mean sessions per key.
+        for key in &tvf.partition_by {
+            if !keys.iter().any(|k| matches!(k, Expr::Column(c) if &c.name == key)) {
+                return Err(unsupported(&format!(
+                    "SESSION(… PARTITION BY {key} …) needs {key} in the GROUP BY (Sluice's sessions are per group key)"
+                )));
+            }
+        }
         let (calls, args) = self.aggregate_calls(agg, &child, keys.len())?;
         let time = child
             .time_column

@@ -115,6 +115,7 @@ impl<'a> Planner<'a> {
         let mut query = query.clone();
         let windows = extract_window_tvfs(&mut query)?;
         let ctx = SessionContext::new_with_config(SessionConfig::new().with_information_schema(false));
+        sluice_functions::register(&ctx);
         let mut streams = HashMap::new();
         let mut relations = Vec::new();
         let _ = query.visit(&mut RelationCollector(&mut relations));

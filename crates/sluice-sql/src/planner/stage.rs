@@ -121,6 +121,7 @@ pub fn to_sql(expr: &Expr) -> Result<String> {
         Expr::Alias(a) => a.expr.as_ref().clone(),
         other => other.clone(),
     };
+    sluice_functions::check_constants(&expr).map_err(|e| Error::invalid_option(e.strip_backtrace()))?;
     let sql =
         expr_to_sql(&expr).map_err(|e| Error::unsupported(format!("expression {expr} cannot run in a stream: {e}")))?;
     Ok(sql.to_string())

@@ -1,0 +1,397 @@
+//! Scalar functions Flink SQL users type that DataFusion does not have,
+//! as DataFusion UDFs with Flink's semantics: `MOD`, `HOUR`,
+//! `DATE_FORMAT` (Java date patterns), `REGEXP_EXTRACT` and `SPLIT_INDEX`.
+//!
+//! One list ([`udfs`]) registered by [`register`] in every context that
+//! plans or evaluates an expression — the streaming planner, the operators
+//! compiling expression text on workers, batch queries, INSERT values and
+//! computed columns — so a function the planner accepts is one every task
+//! can run.
+
+mod date_format;
+
+use arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use arrow::compute::kernels::cast::{CastOptions, cast_with_options};
+use arrow::compute::kernels::numeric::rem;
+use arrow::compute::kernels::temporal::{DatePart, date_part};
+use arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::common::{DataFusionError, Result, ScalarValue, exec_err, plan_err};
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+use regex::{Regex, RegexBuilder};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Every function of this crate.
+pub fn udfs() -> Vec<ScalarUDF> {
+    vec![
+        ScalarUDF::from(Mod::default()),
+        ScalarUDF::from(Hour::default()),
+        ScalarUDF::from(date_format::DateFormat::default()),
+        ScalarUDF::from(RegexpExtract::default()),
+        ScalarUDF::from(SplitIndex::default()),
+    ]
+}
+
+/// Registers every function of this crate in `ctx` (replacing DataFusion's
+/// `date_format`, an alias of `to_char` with strftime patterns: Flink's
+/// users write Java patterns).
+pub fn register(ctx: &SessionContext) {
+    for f in udfs() {
+        ctx.register_udf(f);
+    }
+}
+
+/// Checks the constant arguments of this crate's functions in `expr` the
+/// way their `simplify` does (a `DATE_FORMAT` pattern, a `REGEXP_EXTRACT`
+/// pattern), for planners that hand expressions on as text without
+/// simplifying them: the statement is refused when planned instead of
+/// each task failing to compile it.
+pub fn check_constants(expr: &Expr) -> Result<()> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    expr.apply(|e| {
+        if let Expr::ScalarFunction(call) = e
+            && let Some(pattern) = call.args.get(1).and_then(literal_text)
+        {
+            match call.func.name() {
+                "date_format" => {
+                    if let Err(why) = date_format::items(pattern) {
+                        return plan_err!("DATE_FORMAT: {why}");
+                    }
+                }
+                "regexp_extract" => {
+                    if let Err(e) = RegexBuilder::new(pattern).size_limit(REGEX_SIZE_MAX).build() {
+                        return plan_err!("REGEXP_EXTRACT: invalid regular expression \"{pattern}\": {e}");
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map(|_| ())
+}
+
+/// The longest compiled regular expression `REGEXP_EXTRACT` builds; a
+/// larger one is treated as an invalid pattern (NULL).
+pub const REGEX_SIZE_MAX: usize = 1 << 20;
+/// Distinct patterns `REGEXP_EXTRACT` keeps compiled per batch when the
+/// pattern is a column, not a constant.
+const REGEX_CACHE_MAX: usize = 64;
+
+/// The text of a constant text argument.
+fn literal_text(e: &Expr) -> Option<&str> {
+    match e {
+        Expr::Literal(
+            ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)),
+            _,
+        ) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+fn is_integer(t: &DataType) -> bool {
+    t.is_integer() || *t == DataType::Null
+}
+
+fn is_numeric(t: &DataType) -> bool {
+    t.is_numeric() || *t == DataType::Null
+}
+
+fn is_text(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
+    )
+}
+
+/// Each argument as an array of the batch's rows.
+fn arrays(args: &ScalarFunctionArgs) -> Result<Vec<ArrayRef>> {
+    args.args.iter().map(|a| a.to_array(args.number_rows)).collect()
+}
+
+/// `MOD(a, b)`: the remainder of `a / b`, negative only when `a` is (as
+/// Flink's, Java's and Postgres'). Integers give BIGINT, any other number
+/// DOUBLE. An integer division by zero is an error, as in Flink (a DOUBLE
+/// one is NaN).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Mod {
+    signature: Signature,
+}
+
+impl Default for Mod {
+    fn default() -> Self {
+        Mod {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Mod {
+    fn name(&self) -> &str {
+        "mod"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        match args {
+            [a, b] if is_integer(a) && is_integer(b) => Ok(vec![DataType::Int64; 2]),
+            [a, b] if is_numeric(a) && is_numeric(b) => Ok(vec![DataType::Float64; 2]),
+            [a, b] => plan_err!("MOD takes two numbers, not {a} and {b}"),
+            _ => plan_err!("MOD takes two arguments (MOD(a, b)), not {}", args.len()),
+        }
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(match args.first() {
+            Some(DataType::Float64) => DataType::Float64,
+            _ => DataType::Int64,
+        })
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [a, b] = <[ArrayRef; 2]>::try_from(arrays(&args)?)
+            .map_err(|_| DataFusionError::Execution("MOD takes two arguments".into()))?;
+        match rem(&a, &b) {
+            Ok(r) => Ok(ColumnarValue::Array(r)),
+            Err(arrow::error::ArrowError::DivideByZero) => exec_err!("division by zero in MOD"),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// `HOUR(ts)`: the hour of the day (0–23) of a timestamp, as BIGINT (in its
+/// time zone when it has one).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Hour {
+    signature: Signature,
+}
+
+impl Default for Hour {
+    fn default() -> Self {
+        Hour {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Hour {
+    fn name(&self) -> &str {
+        "hour"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        match args {
+            [t @ DataType::Timestamp(..)] => Ok(vec![t.clone()]),
+            [DataType::Date32 | DataType::Date64 | DataType::Null] => {
+                Ok(vec![DataType::Timestamp(TimeUnit::Millisecond, None)])
+            }
+            [t] if is_text(t) => Ok(vec![DataType::Timestamp(TimeUnit::Microsecond, None)]),
+            [t] => plan_err!("HOUR takes a timestamp, not {t}"),
+            _ => plan_err!("HOUR takes one argument (HOUR(ts)), not {}", args.len()),
+        }
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let ts = arrays(&args)?.remove(0);
+        let hours = date_part(&ts, DatePart::Hour)?;
+        Ok(ColumnarValue::Array(cast_with_options(
+            &hours,
+            &DataType::Int64,
+            &CastOptions::default(),
+        )?))
+    }
+}
+
+/// `REGEXP_EXTRACT(s, pattern[, group])`: the text of capture group
+/// `group` (default 0, the whole match) of the first match of `pattern`
+/// in `s`. NULL, as in Flink, when any argument is NULL, nothing matches,
+/// or the group does not exist or took no part in the match. The pattern
+/// is Rust's `regex` syntax (Java's for the common cases; no look-around
+/// or back-references): a constant invalid one is refused at planning, one
+/// read from a column is NULL where invalid (Flink's answer).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RegexpExtract {
+    signature: Signature,
+}
+
+impl Default for RegexpExtract {
+    fn default() -> Self {
+        RegexpExtract {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
+    }
+}
+
+fn compile(pattern: &str) -> Option<Regex> {
+    RegexBuilder::new(pattern).size_limit(REGEX_SIZE_MAX).build().ok()
+}
+
+impl ScalarUDFImpl for RegexpExtract {
+    fn name(&self) -> &str {
+        "regexp_extract"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        match args {
+            [s, p] if is_text(s) && is_text(p) => Ok(vec![DataType::Utf8; 2]),
+            [s, p, g] if is_text(s) && is_text(p) && is_integer(g) => {
+                Ok(vec![DataType::Utf8, DataType::Utf8, DataType::Int64])
+            }
+            [_, _] | [_, _, _] => plan_err!(
+                "REGEXP_EXTRACT takes (text, pattern text[, group integer]), not ({})",
+                args.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+            _ => plan_err!("REGEXP_EXTRACT takes two or three arguments, not {}", args.len()),
+        }
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    /// A constant pattern is compiled when the statement is planned: an
+    /// invalid one is refused then (a pattern read from a column is NULL
+    /// where it is invalid, as in Flink).
+    fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        if let Some(pattern) = args.get(1).and_then(literal_text)
+            && let Err(e) = RegexBuilder::new(pattern).size_limit(REGEX_SIZE_MAX).build()
+        {
+            return plan_err!("REGEXP_EXTRACT: invalid regular expression \"{pattern}\": {e}");
+        }
+        Ok(ExprSimplifyResult::Original(args))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        // A constant pattern is compiled once for the batch.
+        let constant = match &args.args[1] {
+            ColumnarValue::Scalar(ScalarValue::Utf8(Some(p))) => match compile(p) {
+                Some(r) => Some(Some(r)),
+                None => return exec_err!("REGEXP_EXTRACT: invalid regular expression \"{p}\""),
+            },
+            _ => None,
+        };
+        let arrays = arrays(&args)?;
+        let (s, p) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
+        let group = arrays.get(2).map(|g| g.as_primitive::<Int64Type>());
+        let mut cache: HashMap<&str, Option<Regex>> = HashMap::new();
+        let mut out = StringBuilder::with_capacity(s.len(), 0);
+        for row in 0..s.len() {
+            if s.is_null(row) || p.is_null(row) || group.is_some_and(|g| g.is_null(row)) {
+                out.append_null();
+                continue;
+            }
+            let index = group.map_or(0, |g| g.value(row));
+            let regex = match &constant {
+                Some(compiled) => compiled.as_ref(),
+                None => {
+                    let pattern = p.value(row);
+                    if !cache.contains_key(pattern) && cache.len() >= REGEX_CACHE_MAX {
+                        cache.clear();
+                    }
+                    cache.entry(pattern).or_insert_with(|| compile(pattern)).as_ref()
+                }
+            };
+            let found = usize::try_from(index).ok().and_then(|i| {
+                regex
+                    .and_then(|r| r.captures(s.value(row)))
+                    .and_then(|c| c.get(i))
+                    .map(|m| m.as_str())
+            });
+            out.append_option(found);
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// `SPLIT_INDEX(s, separator, i)`: the `i`-th (from 0) piece of `s` split
+/// at every `separator` (a text, not a pattern; empty pieces kept), as
+/// Flink's. NULL when any argument is NULL, `i` is negative or past the
+/// last piece, or `s` is empty; an empty separator splits at whitespace.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SplitIndex {
+    signature: Signature,
+}
+
+impl Default for SplitIndex {
+    fn default() -> Self {
+        SplitIndex {
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
+    }
+}
+
+/// Piece `index` of `s` split at `separator`.
+pub fn split_index<'a>(s: &'a str, separator: &str, index: i64) -> Option<&'a str> {
+    let index = usize::try_from(index).ok()?;
+    if s.is_empty() {
+        return None;
+    }
+    if separator.is_empty() {
+        return s.split_whitespace().nth(index);
+    }
+    s.split(separator).nth(index)
+}
+
+impl ScalarUDFImpl for SplitIndex {
+    fn name(&self) -> &str {
+        "split_index"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        match args {
+            [s, sep, i] if is_text(s) && is_text(sep) && is_integer(i) => {
+                Ok(vec![DataType::Utf8, DataType::Utf8, DataType::Int64])
+            }
+            [_, _, _] => plan_err!(
+                "SPLIT_INDEX takes (text, separator text, index integer), not ({})",
+                args.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+            _ => plan_err!("SPLIT_INDEX takes three arguments, not {}", args.len()),
+        }
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = arrays(&args)?;
+        let (s, sep) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
+        let index = arrays[2].as_primitive::<Int64Type>();
+        let mut out = StringBuilder::with_capacity(s.len(), 0);
+        for row in 0..s.len() {
+            if s.is_null(row) || sep.is_null(row) || index.is_null(row) {
+                out.append_null();
+            } else {
+                out.append_option(split_index(s.value(row), sep.value(row), index.value(row)));
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,165 @@
+//! Each function through DataFusion's SQL, as a user reaches it: the
+//! expected values are worked out by hand from the functions' definitions
+//! (Flink's documentation), not taken from a run.
+
+use super::date_format::java_pattern;
+use super::{register, split_index};
+use arrow::array::Array;
+use arrow::util::display::array_value_to_string;
+use datafusion::prelude::SessionContext;
+
+fn ctx() -> SessionContext {
+    let ctx = SessionContext::new();
+    register(&ctx);
+    ctx
+}
+
+/// The rows of `sql` as text (`NULL` for null).
+async fn rows(sql: &str) -> Vec<Vec<String>> {
+    let batches = ctx()
+        .sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let mut out = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            out.push(
+                b.columns()
+                    .iter()
+                    .map(|c| {
+                        if c.is_null(r) {
+                            "NULL".to_string()
+                        } else {
+                            array_value_to_string(c, r).unwrap()
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+async fn one(sql: &str) -> Vec<String> {
+    rows(sql).await.remove(0)
+}
+
+async fn error(sql: &str) -> String {
+    let ctx = ctx();
+    match ctx.sql(sql).await {
+        Err(e) => e.to_string(),
+        Ok(df) => df.collect().await.expect_err(sql).to_string(),
+    }
+}
+
+#[tokio::test]
+async fn mod_is_the_remainder_with_the_dividends_sign() {
+    assert_eq!(
+        one("SELECT MOD(7, 3), MOD(-7, 3), MOD(7, -3), MOD(0, 5), MOD(123 * 5, 123)").await,
+        ["1", "-1", "1", "0", "0"]
+    );
+    assert_eq!(one("SELECT MOD(CAST(7 AS INT), CAST(2 AS SMALLINT))").await, ["1"]);
+    assert_eq!(
+        one("SELECT MOD(7.5, 2), MOD(NULL, 2), MOD(2, NULL)").await,
+        ["1.5", "NULL", "NULL"]
+    );
+    // Over a column, as Nexmark q2 uses it.
+    let sql = "SELECT a FROM (VALUES (122), (123), (246), (250)) AS t(a) WHERE MOD(a, 123) = 0";
+    assert_eq!(rows(sql).await, [["123"], ["246"]]);
+    let e = error("SELECT MOD(a, 0) FROM (VALUES (1)) AS t(a)").await;
+    assert!(e.contains("division by zero"), "{e}");
+    let e = error("SELECT MOD('x', 2)").await;
+    assert!(e.contains("MOD takes two numbers"), "{e}");
+}
+
+#[tokio::test]
+async fn hour_reads_the_hour_of_the_day() {
+    assert_eq!(
+        one(
+            "SELECT HOUR(TIMESTAMP '2026-12-03 00:59:59'), HOUR(TIMESTAMP '2026-12-03 23:00:00'), \
+             HOUR(CAST(NULL AS TIMESTAMP))"
+        )
+        .await,
+        ["0", "23", "NULL"]
+    );
+    // 1 800 000 000 000 ms after the epoch is 2027-01-15 08:00:00 UTC.
+    assert_eq!(one("SELECT HOUR(to_timestamp_millis(1800000000000))").await, ["8"]);
+    let e = error("SELECT HOUR(42)").await;
+    assert!(e.contains("HOUR takes a timestamp"), "{e}");
+}
+
+#[tokio::test]
+async fn date_format_takes_java_patterns() {
+    let ts = "TIMESTAMP '2026-03-04 05:06:07.089'";
+    assert_eq!(
+        one(&format!(
+            "SELECT DATE_FORMAT({ts}, 'yyyy-MM-dd'), DATE_FORMAT({ts}, 'HH:mm'), \
+             DATE_FORMAT({ts}, 'yyyy-MM-dd HH:mm:ss.SSS'), DATE_FORMAT({ts}, 'd/M/yy h a'), \
+             DATE_FORMAT({ts}, 'EEE, MMM d ''at'' H''h''')"
+        ))
+        .await,
+        [
+            "2026-03-04",
+            "05:06",
+            "2026-03-04 05:06:07.089",
+            "4/3/26 5 AM",
+            "Wed, Mar 4 at 5h"
+        ]
+    );
+    // Text is read as a timestamp; text that is none is NULL.
+    assert_eq!(
+        one("SELECT DATE_FORMAT('2026-12-03 18:30:00', 'HH:mm'), DATE_FORMAT('no date', 'HH:mm')").await,
+        ["18:30", "NULL"]
+    );
+    let e = error(&format!("SELECT DATE_FORMAT({ts}, 'yyyy-QQ')")).await;
+    assert!(e.contains("letter 'Q'"), "{e}");
+}
+
+#[test]
+fn java_patterns_translate_to_strftime() {
+    assert_eq!(java_pattern("yyyy-MM-dd HH:mm:ss").unwrap(), "%Y-%m-%d %H:%M:%S");
+    assert_eq!(java_pattern("'100%' yy").unwrap(), "100%% %y");
+    assert_eq!(java_pattern("''h''").unwrap(), "'%-I'");
+    assert!(java_pattern("'open").unwrap_err().contains("unterminated"));
+    assert!(java_pattern("SS").is_err());
+}
+
+#[tokio::test]
+async fn regexp_extract_takes_a_group_of_the_first_match() {
+    let url = "'https://www.nexmark.com/x?channel_id=42&other=1'";
+    assert_eq!(
+        one(&format!(
+            "SELECT REGEXP_EXTRACT({url}, '(&|\\?)channel_id=([^&]*)', 2), \
+             REGEXP_EXTRACT('foothebar', 'o+'), REGEXP_EXTRACT('100-200', '(\\d+)-(\\d+)', 1), \
+             REGEXP_EXTRACT('100-200', '(\\d+)-(\\d+)', 3), REGEXP_EXTRACT('abc', 'x'), \
+             REGEXP_EXTRACT('ab', 'a(x)?b', 1), REGEXP_EXTRACT(NULL, 'a')"
+        ))
+        .await,
+        ["42", "oo", "100", "NULL", "NULL", "NULL", "NULL"]
+    );
+    // A pattern from a column: invalid ones are NULL row by row.
+    let sql = "SELECT REGEXP_EXTRACT('a1b22', p) FROM (VALUES ('[0-9]+'), ('('), ('b(2)')) AS t(p)";
+    assert_eq!(rows(sql).await, [["1"], ["NULL"], ["b2"]]);
+    // A constant invalid pattern is refused when planned.
+    let e = error("SELECT REGEXP_EXTRACT(s, '(') FROM (VALUES ('a')) AS t(s)").await;
+    assert!(e.contains("invalid regular expression"), "{e}");
+    let e = error("SELECT REGEXP_EXTRACT('a', '(')").await;
+    assert!(e.contains("invalid regular expression"), "{e}");
+}
+
+#[tokio::test]
+async fn split_index_counts_pieces_from_zero() {
+    assert_eq!(
+        one(
+            "SELECT SPLIT_INDEX('a,b,,d', ',', 0), SPLIT_INDEX('a,b,,d', ',', 2), SPLIT_INDEX('a,b,,d', ',', 3), \
+             SPLIT_INDEX('a,b,,d', ',', 4), SPLIT_INDEX('a,b', ',', -1), SPLIT_INDEX('a::b', '::', 1), \
+             SPLIT_INDEX('', ',', 0), SPLIT_INDEX(NULL, ',', 0)"
+        )
+        .await,
+        ["a", "", "d", "NULL", "NULL", "b", "NULL", "NULL"]
+    );
+    assert_eq!(split_index("x  y", "", 1), Some("y"));
+}
