@@ -7,8 +7,10 @@
 //!   small enough for the normal suite);
 //! - `SLUICE_FUZZ_SEED`: the run's seed (printed first; a new one by
 //!   default), so a run replays exactly;
-//! - `SLUICE_FUZZ_SECONDS`: a time bound per target (`scripts/fuzz.sh`);
-//!   once it has passed, the remaining cases pass without running.
+//! - `SLUICE_FUZZ_SECONDS`: a time bound per target (`scripts/fuzz.sh`):
+//!   cases run in rounds of the target's default count, each round from
+//!   its own seed derived from the run's, and the run ends with the round
+//!   the bound falls in (its remaining cases pass without running).
 //!
 //! A failing case is shrunk to a minimal input, which the panic message
 //! prints, and its seed is appended to the target's file under
@@ -23,11 +25,16 @@ use proptest::test_runner::{
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
-/// One target's run: its runner, seed and time bound.
+/// One target's run: its plan from the environment.
 pub struct Fuzz {
     name: &'static str,
     seed: u64,
-    runner: TestRunner,
+    cases: u32,
+    /// Cases per round: a fresh runner each round, so a time bound ends
+    /// the run between rounds instead of generating every remaining case.
+    round: u32,
+    regressions: &'static str,
+    shrink_iters: u32,
     deadline: Option<Instant>,
 }
 
@@ -45,60 +52,65 @@ pub fn fuzz(name: &'static str, default_cases: u32, regressions: &'static str, s
             .as_nanos() as u64
     });
     let deadline = env("SLUICE_FUZZ_SECONDS").map(|s| Instant::now() + Duration::from_secs(s));
-    eprintln!("{name}: {cases} cases, SLUICE_FUZZ_SEED={seed}");
-    let config = Config {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
-        max_shrink_iters: shrink_iters,
-        // Shrinking stops after 2 minutes: the input found by then is printed.
-        max_shrink_time: 120_000,
-        rng_algorithm: RngAlgorithm::ChaCha,
-        ..Config::default()
-    };
-    let mut key = [0u8; 32];
-    key[..8].copy_from_slice(&seed.to_le_bytes());
-    let runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+    eprintln!("{name}: up to {cases} cases, SLUICE_FUZZ_SEED={seed}");
     Fuzz {
         name,
         seed,
-        runner,
+        cases,
+        round: default_cases.max(1),
+        regressions,
+        shrink_iters,
         deadline,
     }
 }
 
 impl Fuzz {
-    /// Runs `test` on the persisted failures, then on generated inputs;
-    /// panics with the minimal failing input and the seed. A case that
-    /// panics fails as one that returns an error does.
-    pub fn run<S>(mut self, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
+    /// Runs `test` on the persisted failures, then on generated inputs, in
+    /// rounds until the cases are done or the time bound has passed; panics
+    /// with the minimal failing input and the seed. A case that panics
+    /// fails as one that returns an error does.
+    pub fn run<S>(self, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
     where
         S: Strategy,
         S::Value: Debug,
     {
-        let deadline = self.deadline;
-        let started = Instant::now();
-        let skipped = std::cell::Cell::new(0usize);
-        let result = self.runner.run(&strategy, |value| {
-            if deadline.is_some_and(|d| Instant::now() > d) {
-                skipped.set(skipped.get() + 1);
-                return Ok(());
-            }
-            test(value)
-        });
         let (name, seed) = (self.name, self.seed);
-        if skipped.get() > 0 {
-            eprintln!(
-                "{name}: time bound reached after {:?}; {} cases not run",
-                started.elapsed(),
-                skipped.get()
-            );
-        }
-        match result {
-            Ok(()) => {}
-            Err(TestError::Fail(why, minimal)) => {
-                panic!("{name} (SLUICE_FUZZ_SEED={seed}) failed: {why}\nminimal failing input: {minimal:#?}")
+        let started = Instant::now();
+        let out_of_time = || self.deadline.is_some_and(|d| Instant::now() > d);
+        let mut done = 0u32;
+        let mut round = 0u64;
+        while done < self.cases && (round == 0 || !out_of_time()) {
+            let cases = self.round.min(self.cases - done);
+            let config = Config {
+                cases,
+                failure_persistence: Some(Box::new(FileFailurePersistence::Direct(self.regressions))),
+                max_shrink_iters: self.shrink_iters,
+                // Shrinking stops after 2 minutes: the input found by then is printed.
+                max_shrink_time: 120_000,
+                rng_algorithm: RngAlgorithm::ChaCha,
+                ..Config::default()
+            };
+            // Round r of seed s: the same inputs on every replay of s.
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&seed.to_le_bytes());
+            key[8..16].copy_from_slice(&round.to_le_bytes());
+            let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+            // Past the time bound the rest of a round passes without running.
+            let result = runner.run(&strategy, |value| if out_of_time() { Ok(()) } else { test(value) });
+            match result {
+                Ok(()) => {}
+                Err(TestError::Fail(why, minimal)) => panic!(
+                    "{name} (SLUICE_FUZZ_SEED={seed}, round {round}) failed: {why}\nminimal failing input: {minimal:#?}"
+                ),
+                Err(TestError::Abort(why)) => panic!("{name} (SLUICE_FUZZ_SEED={seed}) aborted: {why}"),
             }
-            Err(TestError::Abort(why)) => panic!("{name} (SLUICE_FUZZ_SEED={seed}) aborted: {why}"),
+            done += cases;
+            round += 1;
         }
+        eprintln!(
+            "{name}: {round} round(s) of up to {} cases in {:?}",
+            self.round,
+            started.elapsed()
+        );
     }
 }
