@@ -395,3 +395,49 @@ async fn a_leader_frozen_for_20_s_is_replaced_and_steps_down_when_it_wakes() {
     wait_for_stream(&q, new, "after_wake").await;
     drop(workers);
 }
+
+/// A quorum master that would start with SCRAM but without the superuser's
+/// password, and has never been part of the quorum, refuses to start: the
+/// first leader could not create a role anybody can log in as. With the
+/// password it starts.
+#[test]
+fn a_first_start_with_scram_needs_the_superusers_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let (own, a, b) = (free_port(), free_port(), free_port());
+    let run = |password: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args(["master", "--id", "m1", "--listen", &format!("127.0.0.1:{own}")])
+            .args(["--peers", &format!("m2=127.0.0.1:{a},m3=127.0.0.1:{b}")])
+            .args(["--pg-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+            .args(["--data-listen", "127.0.0.1:0", "--auth", "scram-sha-256", "--data-dir"])
+            .arg(dir.path())
+            .env_remove("SLUICE_SUPERUSER_PASSWORD")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if let Some(p) = password {
+            command.env("SLUICE_SUPERUSER_PASSWORD", p);
+        }
+        command.spawn().unwrap()
+    };
+    let refused = run(None).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "started without a password: {stderr}");
+    assert!(
+        stderr.contains("SLUICE_SUPERUSER_PASSWORD") && stderr.contains("first time"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("quorum.json").exists(),
+        "a refused master wrote quorum state"
+    );
+    // With the password it starts and serves (its peers are absent: it
+    // only waits for them).
+    let mut started = run(Some("first-leader-pw"));
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(started.stdout.take().unwrap()));
+    let serving = lines.any(|l| l.is_ok_and(|l| l.trim_start().starts_with("SQL:")));
+    let _ = started.kill();
+    let _ = started.wait();
+    assert!(serving, "the master with a password did not start");
+}

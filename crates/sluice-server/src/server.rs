@@ -171,6 +171,22 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
     let quorum = if config.peers.is_empty() {
         None
     } else {
+        // Whichever master leads first creates the role `sluice` with the
+        // password it was given; one without would leave a quorum nobody
+        // can log in to. So a master that has never been part of the
+        // quorum (no quorum.json yet) needs the password, as a single
+        // master needs it on its first start.
+        if config.security.auth == crate::security::AuthMethod::ScramSha256
+            && config.security.superuser_password.is_none()
+            && !config.data_dir.join("quorum.json").exists()
+        {
+            return Err(sluice_types::Error::invalid_option(
+                "authentication is scram-sha-256 and this master joins the master quorum for the first time: \
+                 set SLUICE_SUPERUSER_PASSWORD or --superuser-password-file (the same on every master; \
+                 the first leader creates the superuser \"sluice\" with it)",
+            )
+            .into());
+        }
         let node = sluice_quorum::QuorumNode::start(
             config.id.clone(),
             config.peers.clone(),
