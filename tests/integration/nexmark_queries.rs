@@ -315,6 +315,35 @@ async fn q11_sessions_per_bidder_match_the_reference() {
     assert_eq!(sorted(got), sorted(want), "q11");
 }
 
+/// q20 is a regular join (no window, interval or TTL), kept by the rows
+/// limit alone: every bid on an auction of category 10, with its auction.
+#[tokio::test]
+async fn q20_regular_join_matches_the_reference() {
+    let (_server, c) = setup().await;
+    let bids = bids(&c).await;
+    let auctions = auctions(&c).await;
+    let by_id: HashMap<i64, &Auction> = auctions
+        .iter()
+        .filter(|a| a.category == 10)
+        .map(|a| (a.id, a))
+        .collect();
+    let want: Vec<(i64, i64, i64, i64, i64, i64)> = bids
+        .iter()
+        .filter_map(|b| {
+            by_id
+                .get(&b.auction)
+                .map(|a| (b.auction, b.bidder, b.price, b.ts, a.seller, a.ts))
+        })
+        .collect();
+    assert!(!want.is_empty(), "q20 finds matches in this run");
+    let got: Vec<(i64, i64, i64, i64, i64, i64)> = run(&c, "q20")
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(5)), r.get(13), ms(r.get(11))))
+        .collect();
+    assert_eq!(sorted(got), sorted(want), "q20");
+}
+
 #[tokio::test]
 async fn q8_windowed_join_matches_the_reference() {
     let (_server, c) = setup().await;

@@ -169,7 +169,7 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
             } else {
                 match j.state_ttl_ms {
                     Some(ttl) => format!("state ttl {ttl} ms"),
-                    None => "state unbounded".to_string(),
+                    None => "state kept until rows max (no ttl)".to_string(),
                 }
             };
             format!(

@@ -10,8 +10,9 @@
 //! A join whose other conditions bound each side's event time by the
 //! other's (`a.ts BETWEEN b.ts - INTERVAL '10' SECOND AND b.ts`, or a pair
 //! of `<=`/`>=`) is an *interval* join: a row is freed once the watermark
-//! shows that no row it could match can still come. Any other join needs
-//! `SET join_state_ttl`.
+//! shows that no row it could match can still come. Any other join keeps
+//! its rows for `SET join_state_ttl`, or without one until the rows limit
+//! (`join_state_rows_max`) fails it.
 
 use super::{DagBuilder, unsupported};
 use crate::planner::stage::{Stage, col};
@@ -130,16 +131,10 @@ impl DagBuilder<'_> {
         } else {
             interval_bounds(&residual, [&left.stage, &right.stage], [&ls, &rs])
         };
+        // Any other join keeps its rows: without `join_state_ttl` only
+        // `join_state_rows_max` bounds it (Flink's and RisingWave's regular
+        // join), and reaching it fails the pipeline naming the setting.
         let state_ttl_ms = self.settings.join_state_ttl_ms;
-        if !windowed && interval_ms.is_none() && state_ttl_ms.is_none() {
-            return Err(Error::user(
-                SqlCode::FeatureNotSupported,
-                "this join of streams would keep every row forever: join per window (aggregate both sides by \
-                 the same window and add ON a.window_end = b.window_end), bound the two sides' event times \
-                 (WHERE a.ts BETWEEN b.ts - INTERVAL '1' MINUTE AND b.ts), or bound its state with \
-                 SET join_state_ttl = '1h'",
-            ));
-        }
         let n_left = left.stage.exprs.len();
         let n_right = right.stage.exprs.len();
         let (left_op, left_side) = self.join_input(left)?;
