@@ -64,8 +64,10 @@ struct Bid {
     auction: i64,
     bidder: i64,
     price: i64,
+    channel: String,
     url: String,
     ts: i64,
+    extra: String,
 }
 
 async fn setup() -> (TestServer, Client) {
@@ -114,17 +116,22 @@ async fn auctions(c: &Client) -> Vec<Auction> {
 }
 
 async fn bids(c: &Client) -> Vec<Bid> {
-    query(c, "SELECT auction, bidder, price, url, date_time FROM bid")
-        .await
-        .iter()
-        .map(|r| Bid {
-            auction: r.get(0),
-            bidder: r.get(1),
-            price: r.get(2),
-            url: r.get(3),
-            ts: ms(r.get(4)),
-        })
-        .collect()
+    query(
+        c,
+        "SELECT auction, bidder, price, channel, url, date_time, extra FROM bid",
+    )
+    .await
+    .iter()
+    .map(|r| Bid {
+        auction: r.get(0),
+        bidder: r.get(1),
+        price: r.get(2),
+        channel: r.get(3),
+        url: r.get(4),
+        ts: ms(r.get(5)),
+        extra: r.get(6),
+    })
+    .collect()
 }
 
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
@@ -138,30 +145,40 @@ async fn stateless_queries_match_the_reference() {
     let bids = bids(&c).await;
     assert_eq!(bids.len() as u64, (0..EVENTS).filter(|n| n % 50 >= 4).count() as u64);
 
-    let got: Vec<(i64, i64, i64, i64)> = run(&c, "q0")
+    // Every column, `extra` too.
+    let got: Vec<(i64, i64, i64, i64, String)> = run(&c, "q0")
         .await
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3))))
+        .map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3)), r.get(4)))
         .collect();
-    let want: Vec<_> = bids.iter().map(|b| (b.auction, b.bidder, b.price, b.ts)).collect();
+    let want: Vec<_> = bids
+        .iter()
+        .map(|b| (b.auction, b.bidder, b.price, b.ts, b.extra.clone()))
+        .collect();
+    assert!(want.iter().any(|w| !w.4.is_empty()), "extra is generated");
     assert_eq!(sorted(got), sorted(want), "q0");
 
-    let got: Vec<(i64, i64, f64, i64)> = run(&c, "q1")
+    type Q1 = (i64, i64, f64, i64, String);
+    let order = |a: &Q1, b: &Q1| {
+        (a.0, a.1, a.3, &a.4)
+            .cmp(&(b.0, b.1, b.3, &b.4))
+            .then(a.2.total_cmp(&b.2))
+    };
+    let mut got: Vec<Q1> = run(&c, "q1")
         .await
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3))))
+        .map(|r| (r.get(0), r.get(1), r.get(2), ms(r.get(3)), r.get(4)))
         .collect();
-    let mut got = got;
-    got.sort_by(|a, b| (a.0, a.1, a.3).cmp(&(b.0, b.1, b.3)).then(a.2.total_cmp(&b.2)));
-    let mut want: Vec<(i64, i64, f64, i64)> = bids
+    got.sort_by(order);
+    let mut want: Vec<Q1> = bids
         .iter()
-        .map(|b| (b.auction, b.bidder, 0.908 * b.price as f64, b.ts))
+        .map(|b| (b.auction, b.bidder, 0.908 * b.price as f64, b.ts, b.extra.clone()))
         .collect();
-    want.sort_by(|a, b| (a.0, a.1, a.3).cmp(&(b.0, b.1, b.3)).then(a.2.total_cmp(&b.2)));
+    want.sort_by(order);
     assert_eq!(got.len(), want.len(), "q1 rows");
     for (g, w) in got.iter().zip(&want) {
         assert!(
-            (g.0, g.1, g.3) == (w.0, w.1, w.3) && (g.2 - w.2).abs() < 1e-6,
+            (g.0, g.1, g.3, &g.4) == (w.0, w.1, w.3, &w.4) && (g.2 - w.2).abs() < 1e-6,
             "q1: {g:?} vs {w:?}"
         );
     }
@@ -182,28 +199,26 @@ async fn stateless_queries_match_the_reference() {
     // q22 (split_part, 1-based), and Flink's own text (SPLIT_INDEX, from 0).
     let flink_q22 = "SELECT auction, bidder, price, channel, SPLIT_INDEX(url, '/', 3) AS dir1, \
                      SPLIT_INDEX(url, '/', 4) AS dir2, SPLIT_INDEX(url, '/', 5) AS dir3 FROM bid";
-    type Dirs = (Option<String>, Option<String>, Option<String>, Option<String>);
-    let dirs = |rows: Vec<Vec<Option<String>>>| -> Vec<Dirs> {
-        rows.into_iter()
-            .map(|r| (r[0].clone(), r[4].clone(), r[5].clone(), r[6].clone()))
-            .collect()
-    };
-    let got = dirs(simple_rows(&c, &bench_sql("q22").1).await);
-    let flink = dirs(simple_rows(&c, flink_q22).await);
+    // Every column: auction, bidder, price, channel, then the directories.
+    let got = simple_rows(&c, &bench_sql("q22").1).await;
+    let flink = simple_rows(&c, flink_q22).await;
     let piece = |url: &str, i: usize| url.split('/').nth(i).map(str::to_string);
-    let want: Vec<_> = bids
+    let want: Vec<Vec<Option<String>>> = bids
         .iter()
         .map(|b| {
-            (
+            vec![
                 Some(b.auction.to_string()),
+                Some(b.bidder.to_string()),
+                Some(b.price.to_string()),
+                Some(b.channel.clone()),
                 piece(&b.url, 3),
                 piece(&b.url, 4),
                 piece(&b.url, 5),
-            )
+            ]
         })
         .collect();
     assert!(
-        want.iter().all(|w| w.3.is_some()),
+        want.iter().all(|w| w[6].is_some()),
         "every generated URL has three directories"
     );
     assert_eq!(sorted(flink), sorted(want.clone()), "q22 in Flink's text");

@@ -23,6 +23,9 @@ pub struct NexmarkOptions {
     /// `'scan.startup.timestamp'`: start at the first event at or after
     /// this event time (ms), unless restored.
     pub start_ms: Option<i64>,
+    /// `'event.rate'` was given: it decides event time's spacing even when
+    /// `'base.time' = 'now'` would take the pace.
+    pub event_rate_set: bool,
 }
 
 /// Parses and checks a nexmark stream's options.
@@ -42,6 +45,18 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
         config.base_time_ms = base as i64;
     }
     let events_per_second = u64_option(options, "events.per.second")?.unwrap_or(0);
+    // Flink's Nexmark model (`first-event.rate` = the generation rate) is
+    // 'event.rate' = the pace; without it event time advances at 10 000
+    // events a second whatever the pace (the tests' fixed model).
+    let event_rate = u64_option(options, "event.rate")?;
+    if event_rate == Some(0) {
+        return Err(Error::invalid_option(
+            "nexmark 'event.rate' must be at least 1 event a second",
+        ));
+    }
+    if let Some(rate) = event_rate {
+        config.events_per_second_for_timestamps = rate;
+    }
     let start_ms = options
         .get("scan.startup.timestamp")
         .map(|t| crate::kafka::parse_timestamp_ms(t))
@@ -58,6 +73,7 @@ pub fn nexmark_config(options: &BTreeMap<String, String>) -> Result<NexmarkOptio
         events_per_second,
         base_time_now,
         start_ms,
+        event_rate_set: event_rate.is_some(),
     })
 }
 
@@ -117,7 +133,7 @@ impl NexmarkReader {
             config.base_time_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
-            if options.events_per_second > 0 {
+            if options.events_per_second > 0 && !options.event_rate_set {
                 config.events_per_second_for_timestamps = options.events_per_second;
             }
         }
@@ -277,6 +293,44 @@ impl NexmarkReader {
 mod tests {
     use super::*;
     use sluice_dataflow::time::timestamps_ms;
+
+    /// `'event.rate'` spaces event time: event n is n / rate s after the
+    /// base time (here 1 000 000 events/s: 1 µs apart, 1 000 a millisecond),
+    /// the default is 10 000 a second, and 0 is refused.
+    #[test]
+    fn event_rate_spaces_event_time() {
+        let opts = |extra: &[(&str, &str)]| {
+            let mut o: BTreeMap<String, String> = [("table", "bid"), ("base.time", "1000000")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            o.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            o
+        };
+        let fast = nexmark_config(&opts(&[("event.rate", "1000000")])).unwrap();
+        let generator = NexmarkGenerator::new(fast.config.clone(), fast.table, 0, 1);
+        assert_eq!(generator.event_time_ms(0), 1_000_000);
+        assert_eq!(generator.event_time_ms(999), 1_000_000);
+        assert_eq!(generator.event_time_ms(1_000), 1_000_001);
+        assert_eq!(generator.event_time_ms(5_000_000), 1_005_000);
+        let fixed = nexmark_config(&opts(&[])).unwrap();
+        let generator = NexmarkGenerator::new(fixed.config.clone(), fixed.table, 0, 1);
+        assert_eq!(generator.event_time_ms(10_000), 1_001_000);
+        let e = nexmark_config(&opts(&[("event.rate", "0")])).unwrap_err();
+        assert!(e.to_string().contains("'event.rate'"), "{e}");
+        // With 'base.time' = 'now' and a pace, an explicit rate still wins.
+        let paced = nexmark_config(&opts(&[
+            ("base.time", "now"),
+            ("events.per.second", "500"),
+            ("event.rate", "7"),
+        ]))
+        .unwrap();
+        let reader = NexmarkReader::new(&paced, 0, 1, &[]);
+        assert_eq!(
+            reader.generator.event_time_ms(7) - reader.generator.event_time_ms(0),
+            1000
+        );
+    }
 
     /// Bids at `rate` events/s, `max` events, stamped with wall-clock time.
     fn paced_bids(rate: &str, max: &str) -> NexmarkOptions {

@@ -27,6 +27,10 @@ static SOURCE_OPTIONS: OptionSet = OptionSet::keys(&[
     ),
     option("seed", "the generator's random seed"),
     option(
+        "event.rate",
+        "events a second of event time (event n is n / rate s after base.time); default 10000, or the pace with base.time 'now'",
+    ),
+    option(
         "base.time",
         "epoch ms of event 0, or 'now': event time is wall-clock (latency runs)",
     ),
