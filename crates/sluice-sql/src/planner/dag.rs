@@ -9,7 +9,7 @@ use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, expr::AggregateFunc
 use sluice_plan::catalog::StreamDef;
 use sluice_plan::{
     ALIGNMENT_MAX_DRIFT_MS_DEFAULT, AggregateCall, AlignmentSetting, EdgeSpec, OperatorKind, OperatorSpec,
-    Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec, WindowAggSpec,
+    Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec, WindowAggSpec, WindowKind,
 };
 use sluice_types::{EdgeId, Error, OperatorId, OperatorUid, Result, SqlCode};
 use std::collections::HashMap;
@@ -28,6 +28,14 @@ struct DagBuilder<'p> {
     /// The source operator of each stream read so far: a stream read twice
     /// in one query (a self-join, q7) is read once and fanned out.
     sources: HashMap<String, (OperatorId, u32)>,
+}
+
+/// `e` without the aliases around it (a renamed column is the column).
+fn unaliased(mut e: Expr) -> Expr {
+    while let Expr::Alias(a) = e {
+        e = *a.expr;
+    }
+    e
 }
 
 fn unsupported(what: &str) -> Error {
@@ -306,13 +314,30 @@ impl DagBuilder<'_> {
 
     fn plan_aggregate(&mut self, agg: &Aggregate) -> Result<Stage> {
         let child = self.plan_node(&agg.input)?;
-        let Some(w) = child.window else {
-            return Err(unsupported(
-                "aggregations over a stream need a window: use FROM TUMBLE(…), HOP(…) or SESSION(…) and GROUP BY window_start, window_end",
-            ));
-        };
-        let tvf = &self.windows[w];
         let input_schema = agg.input.schema();
+        // A window TVF scanned, or rows that already carry a window: an
+        // aggregate over a window aggregate's output grouped by its event
+        // time (`window_end`, maybe renamed) regroups each window's rows
+        // (Nexmark q5's per-window maximum of per-auction counts).
+        let tvf = match child.window {
+            Some(w) => Some(&self.windows[w]),
+            None => {
+                let regroups = child.time_column.as_ref().is_some_and(|t| {
+                    agg.group_expr.iter().any(|g| {
+                        child
+                            .substitute(g, input_schema)
+                            .is_ok_and(|e| matches!(unaliased(e), Expr::Column(c) if &c.name == t))
+                    })
+                });
+                if !regroups {
+                    return Err(unsupported(
+                        "aggregations over a stream need a window: use FROM TUMBLE(…), HOP(…) or SESSION(…) and \
+                         GROUP BY window_start, window_end, or group a window aggregate's rows by its window_end",
+                    ));
+                }
+                None
+            }
+        };
         // Where each group expression goes: window_start, window_end, or key j.
         let mut slots = Vec::new();
         let mut keys = Vec::new();
@@ -322,7 +347,7 @@ impl DagBuilder<'_> {
                     "GROUPING SETS, CUBE and ROLLUP are not supported on streams",
                 ));
             }
-            match child.substitute(g, input_schema)? {
+            match unaliased(child.substitute(g, input_schema)?) {
                 Expr::Column(c) if c.name == MARK_WINDOW_START => slots.push(col(WINDOW_START)),
                 Expr::Column(c) if c.name == MARK_WINDOW_END => slots.push(col(WINDOW_END)),
                 key => {
@@ -332,14 +357,14 @@ impl DagBuilder<'_> {
             }
         }
         let grouped = |c: &str| slots.iter().any(|s| matches!(s, Expr::Column(x) if x.name == c));
-        if !grouped(WINDOW_START) || !grouped(WINDOW_END) {
+        if tvf.is_some() && (!grouped(WINDOW_START) || !grouped(WINDOW_END)) {
             return Err(unsupported(
                 "a window aggregate must GROUP BY window_start, window_end (and any keys)",
             ));
         }
         // Sessions are per group key: Flink's `PARTITION BY` keys must be
         // grouped by, where both mean sessions per key.
-        for key in &tvf.partition_by {
+        for key in tvf.iter().flat_map(|t| &t.partition_by) {
             if !keys.iter().any(|k| matches!(k, Expr::Column(c) if &c.name == key)) {
                 return Err(unsupported(&format!(
                     "SESSION(… PARTITION BY {key} …) needs {key} in the GROUP BY (Sluice's sessions are per group key)"
@@ -379,9 +404,25 @@ impl DagBuilder<'_> {
             fields.push(Field::new(format!("_a{i}"), logical.data_type().clone(), true));
         }
         let out_schema = Arc::new(Schema::new(fields));
+        // Regrouping: each row's window is its own time, [t, t + 1 ms),
+        // which closes once the watermark is past t, i.e. once the upstream
+        // window aggregate has emitted every row of the window ending at t.
+        let window = tvf.map_or(WindowKind::Tumble { size_ms: 1 }, |t| t.kind);
+        // Where the output's event time is: the window's end, or (when
+        // regrouping) the key that is the input's event time.
+        let out_time = match tvf {
+            Some(_) => WINDOW_END.to_string(),
+            None => {
+                let j = keys
+                    .iter()
+                    .position(|k| matches!(k, Expr::Column(c) if c.name == time))
+                    .ok_or_else(|| Error::internal("regrouped window without its time key"))?;
+                format!("_k{j}")
+            }
+        };
         let spec = WindowAggSpec {
             input_schema: pre_schema,
-            window: tvf.kind,
+            window,
             time_column: 0,
             key_columns: key_columns.clone(),
             aggregates: calls,
@@ -403,7 +444,7 @@ impl DagBuilder<'_> {
             input_schema: out_schema,
             filter: None,
             exprs,
-            time_column: Some(WINDOW_END.to_string()),
+            time_column: Some(out_time),
             window: None,
         })
     }

@@ -1,0 +1,21 @@
+-- Nexmark q5 in full (Flink's text): the auctions with the most bids in
+-- each 10-second window sliding every 2 seconds. The per-window maximum is
+-- an aggregate over a window aggregate's rows, grouped by their window;
+-- the join on the window bounds is a windowed join.
+SELECT AuctionBids.auction, AuctionBids.num
+FROM (
+    SELECT auction, count(*) AS num, window_start AS starttime, window_end AS endtime
+    FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+    GROUP BY auction, window_start, window_end
+) AS AuctionBids
+JOIN (
+    SELECT max(CountBids.num) AS maxn, CountBids.starttime, CountBids.endtime
+    FROM (
+        SELECT count(*) AS num, window_start AS starttime, window_end AS endtime
+        FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+        GROUP BY auction, window_start, window_end
+    ) AS CountBids
+    GROUP BY CountBids.starttime, CountBids.endtime
+) AS MaxBids
+ON AuctionBids.starttime = MaxBids.starttime AND AuctionBids.endtime = MaxBids.endtime
+   AND AuctionBids.num >= MaxBids.maxn
