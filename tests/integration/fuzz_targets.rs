@@ -12,7 +12,7 @@
 //!   is answered with a status below 500.
 
 use crate::common::TestServer;
-use crate::fuzz;
+use crate::fuzz::{self, Edit, apply};
 use crate::redaction::LoggedServer;
 use crate::support::simple_rows;
 use proptest::collection::{btree_map, vec};
@@ -68,18 +68,6 @@ fn valid_messages() -> Vec<u8> {
     .concat()
 }
 
-/// One edit of a byte stream; positions are `Index`es, taken modulo the
-/// length at the time, so they shrink towards the start.
-#[derive(Debug, Clone)]
-enum Edit {
-    Set(Index, u8),
-    Drop(Index, usize),
-    Insert(Index, Vec<u8>),
-    /// Four bytes overwritten with a length field's edge value.
-    Length(Index, u32),
-    Truncate(Index),
-}
-
 fn edit() -> impl Strategy<Value = Edit> {
     prop_oneof![
         (any::<Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Set(at, b)),
@@ -91,31 +79,10 @@ fn edit() -> impl Strategy<Value = Edit> {
         )
             .prop_map(|(at, v)| Edit::Length(at, v)),
         any::<Index>().prop_map(Edit::Truncate),
+        // A message stream written twice from some point (resent, or cut
+        // and continued).
+        any::<Index>().prop_map(Edit::Double),
     ]
-}
-
-fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
-    for edit in edits {
-        let len = bytes.len();
-        match edit {
-            Edit::Set(at, b) if len > 0 => bytes[at.index(len)] = *b,
-            Edit::Drop(at, n) if len > 0 => {
-                let from = at.index(len);
-                bytes.drain(from..(from + n).min(len));
-            }
-            Edit::Insert(at, junk) => {
-                let at = at.index(len + 1);
-                bytes.splice(at..at, junk.iter().copied());
-            }
-            Edit::Length(at, v) if len >= 4 => {
-                let at = at.index(len - 3);
-                bytes[at..at + 4].copy_from_slice(&v.to_be_bytes());
-            }
-            Edit::Truncate(at) => bytes.truncate(at.index(len + 1)),
-            _ => {}
-        }
-    }
-    bytes
 }
 
 /// What one pgwire case sends.

@@ -18,6 +18,7 @@
 //! every later run, so each crash found stays a regression test in the
 //! normal suite.
 
+use proptest::sample::Index;
 use proptest::strategy::Strategy;
 use proptest::test_runner::{
     Config, FileFailurePersistence, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner,
@@ -113,4 +114,50 @@ impl Fuzz {
             started.elapsed()
         );
     }
+}
+
+/// One edit of a byte stream (a wire message, a record). Positions are
+/// proptest `Index`es taken modulo the length at that step, so they
+/// shrink towards the start; each target generates the edits it needs.
+#[derive(Debug, Clone)]
+pub enum Edit {
+    Set(Index, u8),
+    Drop(Index, usize),
+    Insert(Index, Vec<u8>),
+    /// Four bytes overwritten with a length field's (edge) value.
+    Length(Index, u32),
+    Truncate(Index),
+    /// The bytes written twice from here.
+    Double(Index),
+}
+
+/// `bytes` with `edits` applied in order (an edit that does not fit, such
+/// as setting a byte of nothing, is skipped).
+pub fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for edit in edits {
+        let len = bytes.len();
+        match edit {
+            Edit::Set(at, b) if len > 0 => bytes[at.index(len)] = *b,
+            Edit::Drop(at, n) if len > 0 => {
+                let from = at.index(len);
+                bytes.drain(from..(from + n).min(len));
+            }
+            Edit::Insert(at, piece) => {
+                let at = at.index(len + 1);
+                bytes.splice(at..at, piece.iter().copied());
+            }
+            Edit::Length(at, v) if len >= 4 => {
+                let at = at.index(len - 3);
+                bytes[at..at + 4].copy_from_slice(&v.to_be_bytes());
+            }
+            Edit::Truncate(at) => bytes.truncate(at.index(len + 1)),
+            Edit::Double(at) => {
+                let at = at.index(len + 1);
+                let copy = bytes.clone();
+                bytes.splice(at..at, copy);
+            }
+            _ => {}
+        }
+    }
+    bytes
 }

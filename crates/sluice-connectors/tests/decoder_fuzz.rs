@@ -20,6 +20,8 @@ use std::sync::Arc;
 #[path = "../../../tests/support/fuzz.rs"]
 mod fuzz;
 
+use fuzz::{Edit, apply};
+
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
@@ -68,51 +70,20 @@ const INTERESTING: &[&[u8]] = &[
     b"NaN",
 ];
 
-/// One change to a valid record; positions are `Index`es into the record
-/// as it is at that step.
-#[derive(Debug, Clone)]
-enum Edit {
-    Set(Index, u8),
-    Drop(Index, usize),
-    Interesting(Index, &'static [u8]),
-    Truncate(Index),
-    /// The record written twice from here.
-    Double(Index),
-}
-
 fn edit() -> impl Strategy<Value = Edit> {
     prop_oneof![
         (any::<Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Set(at, b)),
         (any::<Index>(), 1..9usize).prop_map(|(at, n)| Edit::Drop(at, n)),
-        (any::<Index>(), select(INTERESTING)).prop_map(|(at, p)| Edit::Interesting(at, p)),
+        (any::<Index>(), select(INTERESTING)).prop_map(|(at, p)| Edit::Insert(at, p.to_vec())),
         any::<Index>().prop_map(Edit::Truncate),
         any::<Index>().prop_map(Edit::Double),
+        // Four bytes of a huge or negative number's bits.
+        (
+            any::<Index>(),
+            select(vec![0u32, 0x7fff_ffff, 0xffff_ffff, 0x3031_3233])
+        )
+            .prop_map(|(at, v)| Edit::Length(at, v)),
     ]
-}
-
-fn apply(mut record: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
-    for edit in edits {
-        let len = record.len();
-        match edit {
-            Edit::Set(at, b) if len > 0 => record[at.index(len)] = *b,
-            Edit::Drop(at, n) if len > 0 => {
-                let from = at.index(len);
-                record.drain(from..(from + n).min(len));
-            }
-            Edit::Interesting(at, piece) => {
-                let at = at.index(len + 1);
-                record.splice(at..at, piece.iter().copied());
-            }
-            Edit::Truncate(at) => record.truncate(at.index(len + 1)),
-            Edit::Double(at) => {
-                let at = at.index(len + 1);
-                let copy = record.clone();
-                record.splice(at..at, copy);
-            }
-            _ => {}
-        }
-    }
-    record
 }
 
 /// One payload of a batch.
