@@ -30,6 +30,24 @@ struct DagBuilder<'p> {
     sources: HashMap<String, (OperatorId, u32)>,
 }
 
+/// The aggregates that ignore NULL inputs, so `FILTER (WHERE c)` can turn
+/// the rows failing `c` into NULLs.
+const SKIPS_NULLS: &[&str] = &[
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "stddev",
+    "stddev_pop",
+    "var",
+    "var_pop",
+    "bool_and",
+    "bool_or",
+    "approx_distinct",
+    "median",
+];
+
 /// `e` without the aliases around it (a renamed column is the column).
 fn unaliased(mut e: Expr) -> Expr {
     while let Expr::Alias(a) = e {
@@ -467,15 +485,33 @@ impl DagBuilder<'_> {
             let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
                 return Err(unsupported(&format!("{e} is not an aggregate function call")));
             };
-            if params.filter.is_some() {
-                return Err(unsupported("FILTER (WHERE …) on aggregates is not supported yet"));
-            }
             if !params.order_by.is_empty() {
                 return Err(unsupported("ORDER BY inside aggregate calls is not supported"));
             }
+            // `agg(x) FILTER (WHERE c)` is `agg(CASE WHEN c THEN x END)` for
+            // an aggregate that skips NULLs (`count(*)` counts `1`s): rows
+            // failing `c` (or where it is NULL) reach it as NULL.
+            let filter = match &params.filter {
+                None => None,
+                Some(_) if !SKIPS_NULLS.contains(&func.name()) => {
+                    return Err(unsupported(&format!(
+                        "FILTER (WHERE …) is supported on {} (aggregates that skip NULLs), not on {}",
+                        SKIPS_NULLS.join(", "),
+                        func.name()
+                    )));
+                }
+                Some(f) => Some(child.substitute(f, agg.input.schema())?),
+            };
             let mut indices = Vec::new();
             for a in &params.args {
-                args.push(child.substitute(a, agg.input.schema())?);
+                let arg = child.substitute(a, agg.input.schema())?;
+                let arg = match &filter {
+                    Some(f) => datafusion::logical_expr::when(f.clone(), arg)
+                        .end()
+                        .map_err(plan_error)?,
+                    None => arg,
+                };
+                args.push(arg);
                 indices.push(key_count + args.len());
             }
             calls.push(AggregateCall {
