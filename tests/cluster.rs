@@ -149,6 +149,10 @@ async fn a_killed_workers_pipeline_moves_to_the_others() {
     .await;
     wait_until_spread(&server).await;
     let tasks: u64 = used_slots(&server).iter().map(|(_, n)| n).sum();
+    let killed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     server.kill_worker(0);
     // Declared dead within the timeout (3 s in tests), then the pipeline
     // runs again with every task on the remaining worker.
@@ -163,6 +167,19 @@ async fn a_killed_workers_pipeline_moves_to_the_others() {
         assert!(Instant::now() < deadline, "pipeline did not move: {cluster} {row:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // REST keeps the lost worker (not only a dashboard page that saw it),
+    // with when and why, until it registers again.
+    let cluster = server.cluster_json();
+    let lost = cluster["lost_workers"].as_array().cloned().unwrap_or_default();
+    assert_eq!(lost.len(), 1, "{cluster}");
+    assert_eq!(lost[0]["id"], "w1", "{cluster}");
+    assert_eq!(lost[0]["slots"], 4, "{cluster}");
+    assert!(lost[0]["lost_at_ms"].as_i64().unwrap() >= killed_at, "{cluster}");
+    assert!(!lost[0]["why"].as_str().unwrap().is_empty(), "{cluster}");
+    server.add_worker("w1", 4, &[]);
+    server.wait_for_workers(2);
+    let cluster = server.cluster_json();
+    assert_eq!(cluster["lost_workers"], serde_json::json!([]), "{cluster}");
 }
 
 /// `GET /metrics` of a two-worker cluster has every series a cluster

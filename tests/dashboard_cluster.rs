@@ -182,7 +182,7 @@ fn the_workers_page_follows_a_two_worker_cluster_and_a_killed_worker_in_chromium
     println!("screenshots in {}", shots().display());
     assert!(ok, "the browser test failed:\n{output}");
     assert!(killed, "the script never asked to kill a worker:\n{output}");
-    assert!(output.contains("workers: 25 passed, 0 failed"), "{output}");
+    assert!(output.contains("workers: 27 passed, 0 failed"), "{output}");
     for shot in ["workers.png", "pipeline-workers.png", "workers-lost.png"] {
         assert_shot(shot);
     }

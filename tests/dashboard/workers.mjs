@@ -332,6 +332,14 @@ async function clusterRun(page) {
     return [shown?.slots === `${w.used_slots} / ${w.slots}`, `page ${shown?.slots} REST ${w.used_slots} / ${w.slots}`];
   });
   await page.screenshot({ path: join(shots, "workers-lost.png"), fullPage: true });
+  // A page opened after the kill shows it too: REST remembers lost workers.
+  const lostRest = (await getJson("/api/v1/cluster")).lost_workers ?? [];
+  check(lostRest.some((l) => l.id === killed && l.why !== ""), `REST lists ${killed} among lost_workers (${JSON.stringify(lostRest)})`);
+  await page.reload();
+  await eventually(`a reloaded page shows ${killed} lost`, async () => {
+    const row = (await pageWorkers(page)).find((w) => w.id === killed);
+    return [row?.health === "lost" && /^lost at /.test(row.heartbeat), JSON.stringify(row)];
+  });
 }
 
 async function playgroundRun(page) {

@@ -169,7 +169,7 @@ export interface ClusterMaster {
  * `healthy`, `late` or `draining`, with slots used, labels and process
  * metrics); the playground lists its one in-process worker (health `ok`,
  * `stale` or `starting`, with its running tasks). A worker declared dead is
- * no longer listed.
+ * no longer listed there but in `lost_workers`.
  */
 export interface ClusterWorker {
   id: string;
@@ -192,11 +192,22 @@ export interface ClusterWorker {
   pipelines_running?: number;
 }
 
+/** A worker the master stopped listing lately and that is not back (cluster only, at most 64). */
+export interface LostWorker {
+  id: string;
+  data_address: string;
+  slots: number;
+  labels: Record<string, string>;
+  lost_at_ms: number;
+  why: string;
+}
+
 export interface Cluster {
   version: string;
   uptime_ms: number;
   masters: ClusterMaster[];
   workers: ClusterWorker[];
+  lost_workers?: LostWorker[];
 }
 
 /** The worker id task instances carry in the playground (one process). */

@@ -72,6 +72,23 @@ pub struct WorkerInfo {
     pub credit_wait_ns: u64,
 }
 
+/// A worker the master stopped listing (declared dead, timed out, drained
+/// away), kept for REST and the dashboard until it registers again or
+/// [`LOST_WORKERS_MAX`] later losses push it out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LostWorker {
+    pub id: String,
+    pub data_address: String,
+    pub slots: u32,
+    pub labels: BTreeMap<String, String>,
+    /// When it was declared lost, ms since the epoch.
+    pub lost_at_ms: i64,
+    pub why: String,
+}
+
+/// Lost workers remembered at most (the oldest is forgotten first).
+pub const LOST_WORKERS_MAX: usize = 64;
+
 struct WorkerConn {
     data_address: String,
     slots: u32,
@@ -110,6 +127,8 @@ pub struct Cluster {
     checkpoint_dir: String,
     worker_timeout: Duration,
     workers: Mutex<HashMap<WorkerId, WorkerConn>>,
+    /// The latest lost workers, oldest first (bounded).
+    lost: Mutex<std::collections::VecDeque<LostWorker>>,
     routes: Mutex<HashMap<DeploymentKey, Route>>,
     /// The running deployment of each pipeline (stop by id); a deployment
     /// leaves when all its parts exited.
@@ -136,6 +155,7 @@ impl Cluster {
             checkpoint_dir,
             worker_timeout,
             workers: Mutex::default(),
+            lost: Mutex::default(),
             routes: Mutex::default(),
             runtimes: Mutex::default(),
             next_session: AtomicU64::new(1),
@@ -210,6 +230,12 @@ impl Cluster {
 
     pub fn set_control_address(&self, address: String) {
         *self.control_address.lock().expect("address lock") = address;
+    }
+
+    /// The workers lost lately and not back, oldest first (at most
+    /// [`LOST_WORKERS_MAX`]).
+    pub fn lost_workers(&self) -> Vec<LostWorker> {
+        self.lost.lock().expect("lost lock").iter().cloned().collect()
     }
 
     /// The live workers.
@@ -302,7 +328,20 @@ impl Cluster {
             let mut workers = self.workers.lock().expect("workers lock");
             match workers.get(id) {
                 Some(w) if w.session == session => {
-                    workers.remove(id);
+                    let w = workers.remove(id).expect("present");
+                    let mut lost = self.lost.lock().expect("lost lock");
+                    lost.retain(|l| l.id != id.0);
+                    if lost.len() >= LOST_WORKERS_MAX {
+                        lost.pop_front();
+                    }
+                    lost.push_back(LostWorker {
+                        id: id.0.clone(),
+                        data_address: w.data_address,
+                        slots: w.slots,
+                        labels: w.labels,
+                        lost_at_ms: sluice_types::now_ms(),
+                        why: why.to_string(),
+                    });
                 }
                 _ => return,
             }
@@ -551,6 +590,7 @@ impl pb::master_server::Master for Service {
                 }
                 workers = cluster.workers.lock().expect("workers lock");
             }
+            cluster.lost.lock().expect("lost lock").retain(|l| l.id != id.0);
             workers.insert(
                 id.clone(),
                 WorkerConn {

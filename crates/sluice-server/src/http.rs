@@ -195,6 +195,7 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
             "started_ms": s.engine.started_ms,
             "masters": masters,
             "workers": cluster.workers(),
+            "lost_workers": cluster.lost_workers(),
             "pipelines_running": running,
         }));
     }
@@ -205,6 +206,7 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
             "started_ms": s.engine.started_ms,
             "masters": [{ "id": cluster.master_id(), "address": cluster.control_address(), "role": "leader", "health": "ok" }],
             "workers": cluster.workers(),
+            "lost_workers": cluster.lost_workers(),
             "pipelines_running": running,
         }));
     }

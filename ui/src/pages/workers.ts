@@ -2,7 +2,8 @@
 // instances each worker runs (from the pipelines' REST data, `tasks[].worker`),
 // each linking to its pipeline. A worker the master stops listing (declared
 // dead, or gone after draining) stays on the page as "lost" until it
-// registers again, so a kill is visible without a reload. In the playground
+// registers again, so a kill is visible without a reload; a page opened
+// later shows the lost workers the master remembers (REST `lost_workers`). In the playground
 // (one process) the one in-process worker runs everything, and the page says so.
 
 import { api, errorText, LOCAL_WORKER, singleProcess, type Cluster, type ClusterWorker, type PipelineDetail } from "../api";
@@ -229,6 +230,12 @@ export function workersPage(root: HTMLElement): Page {
     // Workers listed before and not now are lost; listed again, they are back.
     const listed = new Map(c.workers.map((w) => [w.id, w]));
     for (const [id, w] of seen) if (!listed.has(id) && !lost.has(id)) lost.set(id, { last: w, since: now });
+    // And the ones the master remembers, lost before this page opened.
+    for (const l of c.lost_workers ?? []) {
+      if (listed.has(l.id) || lost.has(l.id)) continue;
+      const last: ClusterWorker = { id: l.id, health: "lost", slots: l.slots, heartbeat_age_ms: null, data_address: l.data_address, used_slots: 0, labels: l.labels };
+      lost.set(l.id, { last, since: l.lost_at_ms });
+    }
     for (const id of listed.keys()) lost.delete(id);
     for (const id of samples.keys()) if (!listed.has(id)) samples.delete(id);
     seen = listed;
