@@ -89,6 +89,16 @@ pub struct LostWorker {
 /// Lost workers remembered at most (the oldest is forgotten first).
 pub const LOST_WORKERS_MAX: usize = 64;
 
+/// Records `worker` as the latest loss: an earlier entry of the same id
+/// goes, and past [`LOST_WORKERS_MAX`] the oldest.
+fn remember_lost(lost: &mut std::collections::VecDeque<LostWorker>, worker: LostWorker) {
+    lost.retain(|l| l.id != worker.id);
+    if lost.len() >= LOST_WORKERS_MAX {
+        lost.pop_front();
+    }
+    lost.push_back(worker);
+}
+
 struct WorkerConn {
     data_address: String,
     slots: u32,
@@ -329,19 +339,15 @@ impl Cluster {
             match workers.get(id) {
                 Some(w) if w.session == session => {
                     let w = workers.remove(id).expect("present");
-                    let mut lost = self.lost.lock().expect("lost lock");
-                    lost.retain(|l| l.id != id.0);
-                    if lost.len() >= LOST_WORKERS_MAX {
-                        lost.pop_front();
-                    }
-                    lost.push_back(LostWorker {
+                    let entry = LostWorker {
                         id: id.0.clone(),
                         data_address: w.data_address,
                         slots: w.slots,
                         labels: w.labels,
                         lost_at_ms: sluice_types::now_ms(),
                         why: why.to_string(),
-                    });
+                    };
+                    remember_lost(&mut self.lost.lock().expect("lost lock"), entry);
                 }
                 _ => return,
             }
@@ -938,5 +944,36 @@ impl Scheduler for ClusterScheduler {
     fn release_stream(&self, stream: &str) {
         // Memory logs live in the master.
         self.cluster.local.connectors.memory.remove(stream);
+    }
+}
+
+#[cfg(test)]
+mod lost_tests {
+    use super::*;
+
+    #[test]
+    fn lost_workers_are_bounded_oldest_out_and_one_entry_per_id() {
+        let worker = |i: usize| LostWorker {
+            id: format!("w{i}"),
+            data_address: String::new(),
+            slots: 1,
+            labels: BTreeMap::new(),
+            lost_at_ms: i as i64,
+            why: "test".into(),
+        };
+        let mut lost = std::collections::VecDeque::new();
+        for i in 0..LOST_WORKERS_MAX {
+            remember_lost(&mut lost, worker(i));
+        }
+        assert_eq!(lost.len(), LOST_WORKERS_MAX);
+        remember_lost(&mut lost, worker(LOST_WORKERS_MAX));
+        assert_eq!(lost.len(), LOST_WORKERS_MAX, "at the limit the oldest goes");
+        assert_eq!(lost.front().unwrap().id, "w1");
+        assert_eq!(lost.back().unwrap().id, format!("w{LOST_WORKERS_MAX}"));
+        // Lost again: one entry, now the latest.
+        remember_lost(&mut lost, worker(5));
+        assert_eq!(lost.iter().filter(|l| l.id == "w5").count(), 1);
+        assert_eq!(lost.back().unwrap().id, "w5");
+        assert_eq!(lost.len(), LOST_WORKERS_MAX);
     }
 }
