@@ -142,7 +142,9 @@ pub struct Cluster {
     routes: Mutex<HashMap<DeploymentKey, Route>>,
     /// The running deployment of each pipeline (stop by id); a deployment
     /// leaves when all its parts exited.
-    runtimes: Mutex<HashMap<PipelineId, Arc<PipelineRuntime>>>,
+    /// (Keyed by pipeline, with the deployment's epoch: a deployment being
+    /// replaced is told from its successor.)
+    runtimes: Mutex<HashMap<PipelineId, (u64, Arc<PipelineRuntime>)>>,
     next_session: AtomicU64,
     next_epoch: AtomicU64,
     local: MasterWorker,
@@ -383,7 +385,13 @@ impl Cluster {
             if route.parts.get(id) != Some(&false) {
                 continue;
             }
-            let runtime = self.runtimes.lock().expect("runtimes lock").get(&key.pipeline).cloned();
+            // This very deployment's runtime: one replaced meanwhile (an
+            // earlier epoch) is ending anyway and its parts with it.
+            let runtime = match self.runtimes.lock().expect("runtimes lock").get(&key.pipeline) {
+                Some((epoch, runtime)) if *epoch == key.epoch => Some(runtime.clone()),
+                Some(_) => continue,
+                None => None,
+            };
             match runtime {
                 Some(runtime) if runtime.can_stop_at_barrier() => {
                     let (pipeline, worker) = (key.pipeline, id.clone());
@@ -827,7 +835,7 @@ impl ClusterScheduler {
             .runtimes
             .lock()
             .expect("runtimes lock")
-            .insert(id, runtime.clone());
+            .insert(id, (epoch, runtime.clone()));
         Ok(runtime)
     }
 }
@@ -916,7 +924,10 @@ async fn forward(
     cluster.routes.lock().expect("routes lock").remove(&key);
     cluster.local.transport.close_deployment(key.pipeline, key.epoch);
     let mut runtimes = cluster.runtimes.lock().expect("runtimes lock");
-    if runtimes.get(&key.pipeline).is_some_and(|r| Arc::ptr_eq(r, &runtime)) {
+    if runtimes
+        .get(&key.pipeline)
+        .is_some_and(|(_, r)| Arc::ptr_eq(r, &runtime))
+    {
         runtimes.remove(&key.pipeline);
     }
 }
@@ -936,7 +947,7 @@ impl Scheduler for ClusterScheduler {
     }
 
     fn stop(&self, id: PipelineId) {
-        if let Some(r) = self.cluster.runtimes.lock().expect("runtimes lock").remove(&id) {
+        if let Some((_, r)) = self.cluster.runtimes.lock().expect("runtimes lock").remove(&id) {
             r.stop();
         }
     }
