@@ -14,18 +14,7 @@ use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
 use std::sync::Arc;
 
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub(crate) struct DateFormat {
-    signature: Signature,
-}
-
-impl Default for DateFormat {
-    fn default() -> Self {
-        DateFormat {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }
-    }
-}
+udf_struct!(DateFormat);
 
 /// `pattern` (Java's `DateTimeFormatter` letters) as a strftime string:
 /// `y` year (`yy` two digits), `M` month (`MMM` abbreviated, `MMMM` full

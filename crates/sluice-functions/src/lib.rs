@@ -8,6 +8,26 @@
 //! computed columns — so a function the planner accepts is one every task
 //! can run.
 
+/// A UDF's struct: its coercion is its own (`coerce_types`), so its
+/// signature is user-defined and immutable.
+macro_rules! udf_struct {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, PartialEq, Eq, Hash)]
+        pub(crate) struct $name {
+            signature: Signature,
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name {
+                    signature: Signature::user_defined(Volatility::Immutable),
+                }
+            }
+        }
+    };
+}
+
 mod date_format;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
@@ -113,22 +133,13 @@ fn arrays(args: &ScalarFunctionArgs) -> Result<Vec<ArrayRef>> {
     args.args.iter().map(|a| a.to_array(args.number_rows)).collect()
 }
 
-/// `MOD(a, b)`: the remainder of `a / b`, negative only when `a` is (as
-/// Flink's, Java's and Postgres'). Integers give BIGINT, any other number
-/// DOUBLE. An integer division by zero is an error, as in Flink (a DOUBLE
-/// one is NaN).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Mod {
-    signature: Signature,
-}
-
-impl Default for Mod {
-    fn default() -> Self {
-        Mod {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }
-    }
-}
+udf_struct!(
+    /// `MOD(a, b)`: the remainder of `a / b`, negative only when `a` is (as
+    /// Flink's, Java's and Postgres'). Integers give BIGINT, any other number
+    /// DOUBLE. An integer division by zero is an error, as in Flink (a DOUBLE
+    /// one is NaN).
+    Mod
+);
 
 impl ScalarUDFImpl for Mod {
     fn name(&self) -> &str {
@@ -166,20 +177,11 @@ impl ScalarUDFImpl for Mod {
     }
 }
 
-/// `HOUR(ts)`: the hour of the day (0–23) of a timestamp, as BIGINT (in its
-/// time zone when it has one).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Hour {
-    signature: Signature,
-}
-
-impl Default for Hour {
-    fn default() -> Self {
-        Hour {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }
-    }
-}
+udf_struct!(
+    /// `HOUR(ts)`: the hour of the day (0–23) of a timestamp, as BIGINT (in its
+    /// time zone when it has one).
+    Hour
+);
 
 impl ScalarUDFImpl for Hour {
     fn name(&self) -> &str {
@@ -217,25 +219,16 @@ impl ScalarUDFImpl for Hour {
     }
 }
 
-/// `REGEXP_EXTRACT(s, pattern[, group])`: the text of capture group
-/// `group` (default 0, the whole match) of the first match of `pattern`
-/// in `s`. NULL, as in Flink, when any argument is NULL, nothing matches,
-/// or the group does not exist or took no part in the match. The pattern
-/// is Rust's `regex` syntax (Java's for the common cases; no look-around
-/// or back-references): a constant invalid one is refused at planning, one
-/// read from a column is NULL where invalid (Flink's answer).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct RegexpExtract {
-    signature: Signature,
-}
-
-impl Default for RegexpExtract {
-    fn default() -> Self {
-        RegexpExtract {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }
-    }
-}
+udf_struct!(
+    /// `REGEXP_EXTRACT(s, pattern[, group])`: the text of capture group
+    /// `group` (default 0, the whole match) of the first match of `pattern`
+    /// in `s`. NULL, as in Flink, when any argument is NULL, nothing matches,
+    /// or the group does not exist or took no part in the match. The pattern
+    /// is Rust's `regex` syntax (Java's for the common cases; no look-around
+    /// or back-references): a constant invalid one is refused at planning, one
+    /// read from a column is NULL where invalid (Flink's answer).
+    RegexpExtract
+);
 
 fn compile(pattern: &str) -> Option<Regex> {
     RegexBuilder::new(pattern).size_limit(REGEX_SIZE_MAX).build().ok()
@@ -322,22 +315,13 @@ impl ScalarUDFImpl for RegexpExtract {
     }
 }
 
-/// `SPLIT_INDEX(s, separator, i)`: the `i`-th (from 0) piece of `s` split
-/// at every `separator` (a text, not a pattern; empty pieces kept), as
-/// Flink's. NULL when any argument is NULL, `i` is negative or past the
-/// last piece, or `s` is empty; an empty separator splits at whitespace.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct SplitIndex {
-    signature: Signature,
-}
-
-impl Default for SplitIndex {
-    fn default() -> Self {
-        SplitIndex {
-            signature: Signature::user_defined(Volatility::Immutable),
-        }
-    }
-}
+udf_struct!(
+    /// `SPLIT_INDEX(s, separator, i)`: the `i`-th (from 0) piece of `s` split
+    /// at every `separator` (a text, not a pattern; empty pieces kept), as
+    /// Flink's. NULL when any argument is NULL, `i` is negative or past the
+    /// last piece, or `s` is empty; an empty separator splits at whitespace.
+    SplitIndex
+);
 
 /// Piece `index` of `s` split at `separator`.
 pub fn split_index<'a>(s: &'a str, separator: &str, index: i64) -> Option<&'a str> {
