@@ -147,11 +147,7 @@ impl ScalarUDFImpl for DateFormat {
     /// A constant pattern is checked when the statement is planned, so a
     /// pattern with an unknown letter is refused, not a failing pipeline.
     fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
-        if let Some(pattern) = args.get(1).and_then(super::literal_text)
-            && let Err(why) = items(pattern)
-        {
-            return plan_err!("DATE_FORMAT: {why}");
-        }
+        super::check_pattern(self.name(), &args)?;
         Ok(ExprSimplifyResult::Original(args))
     }
 

@@ -73,26 +73,33 @@ pub fn register(ctx: &SessionContext) {
 pub fn check_constants(expr: &Expr) -> Result<()> {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     expr.apply(|e| {
-        if let Expr::ScalarFunction(call) = e
-            && let Some(pattern) = call.args.get(1).and_then(literal_text)
-        {
-            match call.func.name() {
-                "date_format" => {
-                    if let Err(why) = date_format::items(pattern) {
-                        return plan_err!("DATE_FORMAT: {why}");
-                    }
-                }
-                "regexp_extract" => {
-                    if let Err(e) = RegexBuilder::new(pattern).size_limit(REGEX_SIZE_MAX).build() {
-                        return plan_err!("REGEXP_EXTRACT: invalid regular expression \"{pattern}\": {e}");
-                    }
-                }
-                _ => {}
-            }
+        if let Expr::ScalarFunction(call) = e {
+            check_pattern(call.func.name(), &call.args)?;
         }
         Ok(TreeNodeRecursion::Continue)
     })
     .map(|_| ())
+}
+
+/// The one check of a constant pattern argument (the second), shared by
+/// [`check_constants`] and the functions' `simplify`: a `DATE_FORMAT`
+/// pattern with a letter it does not know, or a `REGEXP_EXTRACT` pattern
+/// that does not compile within [`REGEX_SIZE_MAX`], is a planning error.
+fn check_pattern(function: &str, args: &[Expr]) -> Result<()> {
+    let Some(pattern) = args.get(1).and_then(literal_text) else {
+        return Ok(());
+    };
+    match function {
+        "date_format" => match date_format::items(pattern) {
+            Ok(_) => Ok(()),
+            Err(why) => plan_err!("DATE_FORMAT: {why}"),
+        },
+        "regexp_extract" => match RegexBuilder::new(pattern).size_limit(REGEX_SIZE_MAX).build() {
+            Ok(_) => Ok(()),
+            Err(e) => plan_err!("REGEXP_EXTRACT: invalid regular expression \"{pattern}\": {e}"),
+        },
+        _ => Ok(()),
+    }
 }
 
 /// The longest compiled regular expression `REGEXP_EXTRACT` builds; a
@@ -265,11 +272,7 @@ impl ScalarUDFImpl for RegexpExtract {
     /// invalid one is refused then (a pattern read from a column is NULL
     /// where it is invalid, as in Flink).
     fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
-        if let Some(pattern) = args.get(1).and_then(literal_text)
-            && let Err(e) = RegexBuilder::new(pattern).size_limit(REGEX_SIZE_MAX).build()
-        {
-            return plan_err!("REGEXP_EXTRACT: invalid regular expression \"{pattern}\": {e}");
-        }
+        check_pattern(self.name(), &args)?;
         Ok(ExprSimplifyResult::Original(args))
     }
 
