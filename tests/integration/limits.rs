@@ -409,7 +409,8 @@ impl Expr {
 }
 
 /// A generated statement: a batch query, a continuous query over a bounded
-/// stream (with or without a window), or EXPLAIN of one; its expression
+/// stream (with or without a window, or an aggregate without one: a
+/// changelog), or EXPLAIN of one; its expression
 /// gets a budget of 10 to 10 000 nodes.
 #[derive(Debug, Clone)]
 struct Statement {
@@ -428,13 +429,14 @@ impl Statement {
                 "SELECT window_start, count(*), sum({e}) FROM TUMBLE(fz_rows, ts, INTERVAL '1' SECOND) \
                  WHERE {e} IS NOT NULL GROUP BY window_start, window_end"
             ),
+            3 => format!("SELECT seq % 7, count(*), sum({e}), max({e}) FROM fz_rows GROUP BY seq % 7"),
             _ => format!("EXPLAIN SELECT seq FROM fz_rows WHERE {e} > 0"),
         }
     }
 }
 
 fn statement() -> impl Strategy<Value = Statement> {
-    (0..4usize, select(vec![10usize, 100, 1000, 10_000]), expr()).prop_map(|(kind, budget, expr)| Statement {
+    (0..5usize, select(vec![10usize, 100, 1000, 10_000]), expr()).prop_map(|(kind, budget, expr)| Statement {
         kind,
         budget,
         expr,

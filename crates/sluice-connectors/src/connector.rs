@@ -108,6 +108,15 @@ pub trait Connector: Send + Sync {
         )))
     }
 
+    /// Whether a sink of this connector takes an updating query's
+    /// changelog: rows whose first column, `op`, says what each does
+    /// (`+I`, `-U`, `+U`, `-D`), written as a column like any other. An
+    /// append-only sink (the default) gets such a query refused when it is
+    /// planned, naming the operator that makes it updating.
+    fn sink_accepts_changelog(&self) -> bool {
+        false
+    }
+
     /// How many source instances can read a stream of it; the planner
     /// gives its source no more (`None`: as many as `SET parallelism`).
     fn source_readers_max(&self) -> Option<usize> {

@@ -72,6 +72,12 @@ pub fn rewind_options(spec: &sluice_plan::SourceSpec, timestamp: &str) -> Result
     find_source(&spec.connector)?.rewind_options(spec, timestamp)
 }
 
+/// Whether a `name` sink takes a changelog (see
+/// [`Connector::sink_accepts_changelog`]).
+pub fn sink_accepts_changelog(name: &str) -> bool {
+    find(name).is_ok_and(|c| c.sink_accepts_changelog())
+}
+
 /// How many instances can read a stream of connector `name` (`None`: any).
 pub fn source_readers_max(name: &str) -> Option<usize> {
     find(name).ok().and_then(|c| c.source_readers_max())

@@ -18,7 +18,9 @@
 //!   event-time drift (not to be confused with barrier alignment at a
 //!   multi-input task, [`checkpoint::barrier_alignment`]).
 //! - [`join`]: inner equi-join of two streams (windowed, or with a state TTL).
-//! - [`window`]: event-time window aggregates (TUMBLE, HOP, SESSION).
+//! - [`window`]: event-time window aggregates (TUMBLE, HOP, SESSION);
+//!   [`group_aggregate`]: the aggregate without a window, whose result
+//!   updates (a changelog); [`aggregate`]: what they share.
 //! - [`checkpoint`]: barriers, aligned snapshots, the coordinator, the
 //!   versioned checkpoint format and its stores; recovery from the newest
 //!   complete checkpoint.
@@ -29,12 +31,14 @@
 //! only `sluice-plan` specs and the [`ConnectorFactory`](deploy::ConnectorFactory)
 //! that builds sources and sinks.
 
+pub mod aggregate;
 pub mod channel;
 pub mod checkpoint;
 pub mod computed;
 pub mod deploy;
 pub mod exchange;
 pub mod fault;
+pub mod group_aggregate;
 pub mod join;
 pub mod message;
 pub mod metrics;

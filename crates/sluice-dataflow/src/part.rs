@@ -837,6 +837,10 @@ fn build_task(
         }
         OperatorKind::Project(spec) => Box::new(ProjectOperator::new(spec, op.output_schema.clone())?),
         OperatorKind::WindowAggregate(spec) => build_window_operator(spec, op.output_schema.clone())?,
+        OperatorKind::GroupAggregate(spec) => Box::new(crate::group_aggregate::GroupAggregateOperator::new(
+            spec,
+            op.output_schema.clone(),
+        )?),
         OperatorKind::Join(spec) => Box::new(JoinOperator::new(spec, op.output_schema.clone(), left_inputs)?),
         OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, &instance_ctx)?,
     };
@@ -859,6 +863,7 @@ fn check_keyed_state(dag: &PhysicalDag) -> Result<()> {
     for op in &dag.operators {
         let state_keys = match &op.kind {
             OperatorKind::WindowAggregate(w) if !w.key_columns.is_empty() => vec![w.key_columns.clone()],
+            OperatorKind::GroupAggregate(g) if !g.key_columns.is_empty() => vec![g.key_columns.clone()],
             OperatorKind::Join(j) => vec![j.left.keys.clone(), j.right.keys.clone()],
             _ => continue,
         };

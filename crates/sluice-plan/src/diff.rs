@@ -318,7 +318,9 @@ fn added_detail(op: &OperatorSpec) -> String {
 fn parallelism_note(before: &OperatorSpec, after: &OperatorSpec) -> Option<String> {
     (before.parallelism != after.parallelism).then(|| {
         let how = match after.kind {
-            OperatorKind::WindowAggregate(_) | OperatorKind::Join(_) => ", state redistributed by key group",
+            OperatorKind::WindowAggregate(_) | OperatorKind::GroupAggregate(_) | OperatorKind::Join(_) => {
+                ", state redistributed by key group"
+            }
             OperatorKind::Source(_) => ", partitions re-split",
             _ => "",
         };
@@ -434,6 +436,17 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
                 Shape::Same
             }
         }
+        (OperatorKind::GroupAggregate(a), OperatorKind::GroupAggregate(b)) => {
+            if a.key_columns != b.key_columns {
+                Shape::Different("other GROUP BY keys".into())
+            } else if a.aggregates != b.aggregates {
+                Shape::Different("other aggregates".into())
+            } else if types_of(&a.input_schema) != types_of(&b.input_schema) {
+                Shape::Different("its input columns have other types".into())
+            } else {
+                Shape::Same
+            }
+        }
         (OperatorKind::Join(a), OperatorKind::Join(b)) => {
             let side = |x: &crate::JoinSide, y: &crate::JoinSide| {
                 x.keys == y.keys
@@ -469,9 +482,13 @@ fn rescalable(op: &OperatorSpec, source_rescalable: &dyn Fn(&crate::SourceSpec) 
     match &op.kind {
         OperatorKind::Source(s) if source_rescalable(s) => Ok(()),
         OperatorKind::WindowAggregate(w) if !w.key_columns.is_empty() => Ok(()),
+        OperatorKind::GroupAggregate(g) if !g.key_columns.is_empty() => Ok(()),
         OperatorKind::Join(_) => Ok(()),
         OperatorKind::WindowAggregate(_) => {
             Err("a window without GROUP BY keys holds every row's state in one instance".into())
+        }
+        OperatorKind::GroupAggregate(_) => {
+            Err("an aggregate without GROUP BY keys holds its one group in one instance".into())
         }
         OperatorKind::Source(s) => Err(format!(
             "a {} source reads its stream at the parallelism it started with (Kafka sources re-split their partitions)",

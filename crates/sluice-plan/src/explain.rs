@@ -23,16 +23,24 @@ pub fn explain_rows(dag: &PhysicalDag) -> Vec<[String; 7]> {
             let inputs: Vec<String> = dag
                 .inputs_of(op.id)
                 .iter()
-                .map(|e| match &e.partitioning {
-                    crate::Partitioning::Hash(cols) => {
-                        let keys: Vec<String> = cols.iter().map(|c| column_label(dag, e.from, *c)).collect();
-                        format!("op {} hash({})", e.from, keys.join(", "))
+                .map(|e| {
+                    let edge = match &e.partitioning {
+                        crate::Partitioning::Hash(cols) => {
+                            let keys: Vec<String> = cols.iter().map(|c| column_label(dag, e.from, *c)).collect();
+                            format!("op {} hash({})", e.from, keys.join(", "))
+                        }
+                        // A chained operator runs in its upstream's task.
+                        crate::Partitioning::Forward if dag.chained_into(op.id) == Some(e.from) => {
+                            format!("op {} forward (chained)", e.from)
+                        }
+                        other => format!("op {} {}", e.from, other.describe(&crate::empty_schema())),
+                    };
+                    // An edge carrying a changelog says so.
+                    if dag.updating(e.from) {
+                        format!("{edge} updating")
+                    } else {
+                        edge
                     }
-                    // A chained operator runs in its upstream's task.
-                    crate::Partitioning::Forward if dag.chained_into(op.id) == Some(e.from) => {
-                        format!("op {} forward (chained)", e.from)
-                    }
-                    other => format!("op {} {}", e.from, other.describe(&crate::empty_schema())),
                 })
                 .collect();
             let columns: Vec<String> = op
@@ -69,6 +77,41 @@ fn column_label(dag: &PhysicalDag, op: sluice_types::OperatorId, column: usize) 
         },
         None => String::new(),
     }
+}
+
+/// How input column `i` of an aggregate reads: through the operator
+/// feeding it (its pre-projection).
+fn input_label(dag: &PhysicalDag, op: &crate::OperatorSpec, schema: &arrow_schema::Schema, i: usize) -> String {
+    match dag.inputs_of(op.id).first() {
+        Some(e) => column_label(dag, e.from, i),
+        None => schema.field(i).name().clone(),
+    }
+}
+
+fn labels(dag: &PhysicalDag, op: &crate::OperatorSpec, schema: &arrow_schema::Schema, columns: &[usize]) -> String {
+    let names: Vec<String> = columns.iter().map(|i| input_label(dag, op, schema, *i)).collect();
+    names.join(", ")
+}
+
+/// An aggregate's calls as SQL: `count(*)`, `sum(DISTINCT price)`.
+fn calls(
+    dag: &PhysicalDag,
+    op: &crate::OperatorSpec,
+    schema: &arrow_schema::Schema,
+    calls: &[crate::AggregateCall],
+) -> String {
+    let calls: Vec<String> = calls
+        .iter()
+        .map(|a| {
+            let args = match a.args.as_slice() {
+                [] => "*".to_string(),
+                args => labels(dag, op, schema, args),
+            };
+            let distinct = if a.distinct { "DISTINCT " } else { "" };
+            format!("{}({distinct}{args})", a.function)
+        })
+        .collect();
+    calls.join(", ")
 }
 
 fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
@@ -121,34 +164,20 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 WindowKind::Hop { slide_ms, size_ms } => format!("hop slide {slide_ms} ms size {size_ms} ms"),
                 WindowKind::Session { gap_ms } => format!("session gap {gap_ms} ms"),
             };
-            // Read columns through the operator feeding the window (its pre-projection).
-            let input = dag.inputs_of(op.id).first().map(|e| e.from);
-            let name = |i: &usize| match input {
-                Some(from) => column_label(dag, from, *i),
-                None => w.input_schema.field(*i).name().clone(),
-            };
-            let keys: Vec<String> = w.key_columns.iter().map(name).collect();
-            let aggs: Vec<String> = w
-                .aggregates
-                .iter()
-                .map(|a| {
-                    let args: Vec<String> = a.args.iter().map(name).collect();
-                    let args = if args.is_empty() {
-                        "*".to_string()
-                    } else {
-                        args.join(", ")
-                    };
-                    let distinct = if a.distinct { "DISTINCT " } else { "" };
-                    format!("{}({distinct}{args})", a.function)
-                })
-                .collect();
+            let name = |i: usize| input_label(dag, op, &w.input_schema, i);
             format!(
                 "{window} on {}; keys [{}]; {}",
-                name(&w.time_column),
-                keys.join(", "),
-                aggs.join(", ")
+                name(w.time_column),
+                labels(dag, op, &w.input_schema, &w.key_columns),
+                calls(dag, op, &w.input_schema, &w.aggregates)
             )
         }
+        OperatorKind::GroupAggregate(g) => format!(
+            "keys [{}]; {}; changelog (+I, -U, +U); groups max {}",
+            labels(dag, op, &g.input_schema, &g.key_columns),
+            calls(dag, op, &g.input_schema, &g.aggregates),
+            g.groups_max
+        ),
         OperatorKind::Join(j) => {
             let inputs = dag.inputs_of(op.id);
             let label = |side: usize, i: usize| match inputs.get(side) {

@@ -94,6 +94,17 @@ impl Fnv {
     }
 }
 
+impl Fnv {
+    fn calls(&mut self, calls: &[crate::AggregateCall]) {
+        self.u64(calls.len() as u64);
+        for a in calls {
+            self.str(&a.function);
+            self.indices(&a.args);
+            self.u64(u64::from(a.distinct));
+        }
+    }
+}
+
 /// Feeds what defines `op`'s semantics (see the module doc).
 fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
     h.str(op.kind.name());
@@ -140,12 +151,12 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
             }
             h.u64(w.time_column as u64);
             h.indices(&w.key_columns);
-            h.u64(w.aggregates.len() as u64);
-            for a in &w.aggregates {
-                h.str(&a.function);
-                h.indices(&a.args);
-                h.u64(u64::from(a.distinct));
-            }
+            h.calls(&w.aggregates);
+        }
+        OperatorKind::GroupAggregate(g) => {
+            h.str("group");
+            h.indices(&g.key_columns);
+            h.calls(&g.aggregates);
         }
         OperatorKind::Join(j) => {
             for side in [&j.left, &j.right] {

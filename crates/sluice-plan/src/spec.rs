@@ -75,6 +75,20 @@ impl PhysicalDag {
             _ => None,
         }
     }
+    /// True when operator `id` emits a changelog (rows with an
+    /// [`OP_COLUMN`] whose updates retract earlier rows) rather than
+    /// append-only rows: an aggregate without a window, and the
+    /// filters/projections and sink after it.
+    pub fn updating(&self, id: OperatorId) -> bool {
+        match self.operator(id).map(|o| &o.kind) {
+            Some(OperatorKind::GroupAggregate(_)) => true,
+            Some(OperatorKind::Project(_) | OperatorKind::Sink(_)) => {
+                self.inputs_of(id).iter().any(|e| self.updating(e.from))
+            }
+            _ => false,
+        }
+    }
+
     /// Source operators.
     pub fn sources(&self) -> impl Iterator<Item = &OperatorSpec> {
         self.operators
@@ -106,6 +120,8 @@ pub enum OperatorKind {
     /// Filter then project, with DataFusion scalar expressions.
     Project(ProjectSpec),
     WindowAggregate(WindowAggSpec),
+    /// Aggregate per key without a window: an updating result (a changelog).
+    GroupAggregate(GroupAggSpec),
     /// Inner equi-join of two streams (input 0 = left, input 1 = right).
     Join(JoinSpec),
     Sink(SinkSpec),
@@ -115,15 +131,23 @@ impl OperatorKind {
     /// Every kind's [`name`](Self::name): the variant's name in snake case,
     /// in declaration order (a test checks both against the enum). What
     /// the HTTP API's OpenAPI document lists as an operator's `kind`.
-    pub const NAMES: [&'static str; 5] = ["source", "project", "window_aggregate", "join", "sink"];
+    pub const NAMES: [&'static str; 6] = [
+        "source",
+        "project",
+        "window_aggregate",
+        "group_aggregate",
+        "join",
+        "sink",
+    ];
 
     /// Short name for EXPLAIN and metrics.
     pub fn name(&self) -> &'static str {
-        let [source, project, window_aggregate, join, sink] = Self::NAMES;
+        let [source, project, window_aggregate, group_aggregate, join, sink] = Self::NAMES;
         match self {
             OperatorKind::Source(_) => source,
             OperatorKind::Project(_) => project,
             OperatorKind::WindowAggregate(_) => window_aggregate,
+            OperatorKind::GroupAggregate(_) => group_aggregate,
             OperatorKind::Join(_) => join,
             OperatorKind::Sink(_) => sink,
         }
@@ -284,6 +308,72 @@ pub struct WindowAggSpec {
     pub aggregates: Vec<AggregateCall>,
     /// Bound on open (window, key) groups held by one instance; a row that
     /// would exceed it fails the pipeline with a clear error.
+    pub groups_max: usize,
+}
+
+/// The leading column of a changelog's rows: what the row does to the
+/// result (see [`ChangeOp`]).
+pub const OP_COLUMN: &str = "op";
+
+/// What a changelog row does to an updating result (Flink's `RowKind`,
+/// written as Flink, RisingWave and Materialize print it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeOp {
+    /// A new row.
+    Insert,
+    /// The row before an update: retracted.
+    UpdateBefore,
+    /// The row after an update.
+    UpdateAfter,
+    /// A row removed.
+    Delete,
+}
+
+impl ChangeOp {
+    /// Every op, in the order [`ChangeOp::as_str`] lists them.
+    pub const ALL: [ChangeOp; 4] = [
+        ChangeOp::Insert,
+        ChangeOp::UpdateBefore,
+        ChangeOp::UpdateAfter,
+        ChangeOp::Delete,
+    ];
+
+    /// `+I`, `-U`, `+U`, `-D`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeOp::Insert => "+I",
+            ChangeOp::UpdateBefore => "-U",
+            ChangeOp::UpdateAfter => "+U",
+            ChangeOp::Delete => "-D",
+        }
+    }
+
+    /// The op written `s`.
+    pub fn parse(s: &str) -> Option<ChangeOp> {
+        Self::ALL.into_iter().find(|op| op.as_str() == s)
+    }
+
+    /// True when the row leaves the result (`-U`, `-D`).
+    pub fn retracts(self) -> bool {
+        matches!(self, ChangeOp::UpdateBefore | ChangeOp::Delete)
+    }
+}
+
+/// Aggregate rows per key with no window: each input batch updates its
+/// keys' groups and emits, per group it changed, the update as changelog
+/// rows — `+I` for a new group, `-U` (the row emitted before) and `+U` (the
+/// new row) for a changed one, nothing when the aggregates did not change.
+///
+/// Input rows are `[key columns…, aggregate argument columns…]`; output
+/// rows are `[op, keys…, aggregates…]` ([`OP_COLUMN`]). The input is
+/// append-only: the planner refuses an updating input.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GroupAggSpec {
+    pub input_schema: SchemaRef,
+    pub key_columns: Vec<usize>,
+    pub aggregates: Vec<AggregateCall>,
+    /// Bound on groups held by one instance; a row that would exceed it
+    /// fails the pipeline with a clear error.
     pub groups_max: usize,
 }
 

@@ -44,6 +44,11 @@ impl Connector for Blackhole {
         "blackhole"
     }
 
+    /// Its rows are written as they come, the op column with them.
+    fn sink_accepts_changelog(&self) -> bool {
+        true
+    }
+
     fn sink_options(&self) -> Option<&'static OptionSet> {
         Some(&SINK_OPTIONS)
     }

@@ -21,6 +21,11 @@ impl Connector for Client {
         "client"
     }
 
+    /// Its rows are written as they come, the op column with them.
+    fn sink_accepts_changelog(&self) -> bool {
+        true
+    }
+
     fn sink(
         &self,
         connectors: &Connectors,

@@ -67,6 +67,11 @@ impl Connector for FsSinkConnector {
         self.name
     }
 
+    /// Its rows are written as they come, the op column with them.
+    fn sink_accepts_changelog(&self) -> bool {
+        true
+    }
+
     fn sink_options(&self) -> Option<&'static OptionSet> {
         Some(self.options)
     }

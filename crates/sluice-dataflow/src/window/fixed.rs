@@ -2,8 +2,8 @@
 //! incrementally; a window is emitted and dropped when the low watermark
 //! reaches its end.
 
-use super::aggregate::{CompiledAggregate, WindowInputs, read_inputs};
 use super::assign::{hop_starts, tumble_start};
+use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
@@ -53,11 +53,11 @@ impl FixedWindowOperator {
             WindowKind::Hop { size_ms, .. } => size_ms,
             WindowKind::Session { .. } => return Err(Error::internal("session window in fixed operator")),
         };
-        let WindowInputs {
+        let AggregateInputs {
             converter,
             aggregates,
             key_columns,
-        } = WindowInputs::new(spec)?;
+        } = AggregateInputs::new(spec)?;
         Ok(FixedWindowOperator {
             window: spec.window,
             size_ms,

@@ -7,7 +7,6 @@
 //! a window's rows once, when the low watermark reaches the window's end,
 //! and drop (and count) rows whose windows have all fired already.
 
-pub mod aggregate;
 pub mod assign;
 pub mod fixed;
 pub mod session;

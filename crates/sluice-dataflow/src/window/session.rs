@@ -2,8 +2,8 @@
 //! a row within the gap of one or more sessions merges them. A session is
 //! emitted when the low watermark reaches its end.
 
-use super::aggregate::{CompiledAggregate, WindowInputs, read_inputs};
 use super::fixed::finish_batch;
+use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
@@ -49,11 +49,11 @@ pub struct SessionWindowOperator {
 
 impl SessionWindowOperator {
     pub fn new(spec: &WindowAggSpec, gap_ms: i64, output_schema: SchemaRef) -> Result<Self> {
-        let WindowInputs {
+        let AggregateInputs {
             converter,
             aggregates,
             key_columns,
-        } = WindowInputs::new(spec)?;
+        } = AggregateInputs::new(spec)?;
         Ok(SessionWindowOperator {
             gap_ms,
             time_column: spec.time_column,

@@ -14,4 +14,8 @@ impl StreamCatalog for MasterCatalog<'_> {
     fn source_readers_max(&self, def: &StreamDef) -> Option<usize> {
         sluice_connectors::registry::source_readers_max(&def.connector)
     }
+
+    fn sink_accepts_changelog(&self, connector: &str) -> bool {
+        sluice_connectors::registry::sink_accepts_changelog(connector)
+    }
 }

@@ -85,7 +85,18 @@ fn postgres_names(query: &Query, columns: usize) -> Option<Vec<Option<String>>> 
 
 /// `schema` with `query`'s unaliased columns named as Postgres names them.
 pub fn rename(query: &Query, schema: &SchemaRef) -> SchemaRef {
-    let Some(names) = postgres_names(query, schema.fields().len()) else {
+    let columns = schema.fields().len();
+    // A changelog's op column leads the select items' columns.
+    let changelog = || {
+        let op = schema.fields().first()?;
+        if op.name() != sluice_plan::OP_COLUMN {
+            return None;
+        }
+        let mut names = postgres_names(query, columns - 1)?;
+        names.insert(0, None);
+        Some(names)
+    };
+    let Some(names) = postgres_names(query, columns).or_else(changelog) else {
         return schema.clone();
     };
     if names.iter().all(Option::is_none) {

@@ -24,6 +24,11 @@ const SLUICE_SETTINGS: &[(&str, &str, &str)] = &[
         "rows one join instance may hold over both inputs",
     ),
     (
+        "aggregate_groups_max",
+        "1000000",
+        "groups one instance of an aggregate without a window may hold",
+    ),
+    (
         "checkpoint_interval",
         "10s",
         "time between checkpoints of new pipelines",
@@ -138,11 +143,11 @@ impl Settings {
                 }
                 v.to_ascii_lowercase()
             }
-            "join_state_rows_max" => {
+            "join_state_rows_max" | "aggregate_groups_max" => {
                 let n: u64 = value.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                     Error::user(
                         SqlCode::InvalidParameterValue,
-                        format!("join_state_rows_max must be a positive integer, got '{value}'"),
+                        format!("{name} must be a positive integer, got '{value}'"),
                     )
                 })?;
                 n.to_string()
@@ -179,6 +184,14 @@ impl Settings {
             .get("join_state_rows_max")
             .and_then(|v| v.parse().ok())
             .unwrap_or(10_000_000)
+    }
+
+    /// `aggregate_groups_max`.
+    pub fn aggregate_groups_max(&self) -> usize {
+        self.values
+            .get("aggregate_groups_max")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(sluice_sql::planner::AGGREGATE_GROUPS_MAX_DEFAULT)
     }
 
     pub fn parallelism(&self) -> u32 {

@@ -8,8 +8,8 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, expr::AggregateFunction};
 use sluice_plan::catalog::StreamDef;
 use sluice_plan::{
-    ALIGNMENT_MAX_DRIFT_MS_DEFAULT, AggregateCall, AlignmentSetting, EdgeSpec, OperatorKind, OperatorSpec,
-    Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec, WindowAggSpec, WindowKind,
+    ALIGNMENT_MAX_DRIFT_MS_DEFAULT, AggregateCall, AlignmentSetting, EdgeSpec, GroupAggSpec, OP_COLUMN, OperatorKind,
+    OperatorSpec, Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec, WindowAggSpec, WindowKind,
 };
 use sluice_types::{EdgeId, Error, OperatorId, OperatorUid, Result, SqlCode};
 use std::collections::HashMap;
@@ -78,8 +78,27 @@ pub(super) fn build(
         sources: HashMap::new(),
     };
     let (body, limit) = strip_limit(plan)?;
-    let stage = b.plan_node(body)?;
-    let names: Vec<String> = body.schema().fields().iter().map(|f| f.name().clone()).collect();
+    let mut stage = b.plan_node(body)?;
+    let mut names: Vec<String> = body.schema().fields().iter().map(|f| f.name().clone()).collect();
+    // An updating result is a changelog: its rows lead with their op.
+    if let Some(updater) = b.updater(stage.op) {
+        if stage.input_schema.index_of(OP_COLUMN).is_err() {
+            return Err(Error::internal("an updating stage without its op column"));
+        }
+        if !catalog.sink_accepts_changelog(&sink.connector) {
+            return Err(Error::user(
+                SqlCode::FeatureNotSupported,
+                format!(
+                    "a {} sink is append-only, and this query's result updates: {updater} emits a changelog \
+                     (+I, -U, +U rows); write it to a file, HDFS or blackhole sink (they write the op column), \
+                     or query it from a session",
+                    sink.connector
+                ),
+            ));
+        }
+        stage.exprs.insert(0, col(OP_COLUMN));
+        names.insert(0, OP_COLUMN.to_string());
+    }
     let (op, schema, parallelism) = b.materialize(&stage, &names)?;
     let event_time_column = stage.time_column.as_ref().and_then(|t| {
         stage
@@ -153,6 +172,28 @@ impl DagBuilder<'_> {
             };
         }
         Ok(())
+    }
+
+    /// True when operator `id` emits a changelog (see [`PhysicalDag::updating`]).
+    pub(super) fn updating(&self, id: OperatorId) -> bool {
+        self.updater(id).is_some()
+    }
+
+    /// What makes operator `id`'s output a changelog, for messages (`None`
+    /// when it is append-only).
+    fn updater(&self, id: OperatorId) -> Option<String> {
+        let dag = PhysicalDag::new(self.operators.clone(), self.edges.clone());
+        if !dag.updating(id) {
+            return None;
+        }
+        let mut at = id;
+        loop {
+            let op = dag.operator(at)?;
+            if matches!(op.kind, OperatorKind::GroupAggregate(_)) {
+                return Some(format!("the aggregate without a window (operator {})", op.id));
+            }
+            at = dag.inputs_of(at).iter().find(|e| dag.updating(e.from))?.from;
+        }
     }
 
     fn add(&mut self, kind: OperatorKind, parallelism: u32, output_schema: SchemaRef) -> OperatorId {
@@ -333,6 +374,11 @@ impl DagBuilder<'_> {
     fn plan_aggregate(&mut self, agg: &Aggregate) -> Result<Stage> {
         let child = self.plan_node(&agg.input)?;
         let input_schema = agg.input.schema();
+        if let Some(updater) = self.updater(child.op) {
+            return Err(unsupported(&format!(
+                "an aggregate over an updating result ({updater}) is not supported yet"
+            )));
+        }
         // A window TVF scanned, or rows that already carry a window: an
         // aggregate over a window aggregate's output grouped by its event
         // time (`window_end`, maybe renamed) regroups each window's rows
@@ -348,10 +394,7 @@ impl DagBuilder<'_> {
                     })
                 });
                 if !regroups {
-                    return Err(unsupported(
-                        "aggregations over a stream need a window: use FROM TUMBLE(…), HOP(…) or SESSION(…) and \
-                         GROUP BY window_start, window_end, or group a window aggregate's rows by its window_end",
-                    ));
+                    return self.plan_group_aggregate(agg, child);
                 }
                 None
             }
@@ -389,7 +432,8 @@ impl DagBuilder<'_> {
                 )));
             }
         }
-        let (calls, args) = self.aggregate_calls(agg, &child, keys.len())?;
+        // Pre-projection: the time, the keys, then the arguments.
+        let (calls, args) = self.aggregate_calls(agg, &child, 1 + keys.len())?;
         let time = child
             .time_column
             .clone()
@@ -467,13 +511,78 @@ impl DagBuilder<'_> {
         })
     }
 
+    /// An aggregate without a window: its result updates with every row,
+    /// so it emits a changelog (`[op, keys…, aggregates…]`).
+    fn plan_group_aggregate(&mut self, agg: &Aggregate, child: Stage) -> Result<Stage> {
+        let input_schema = agg.input.schema();
+        let mut keys = Vec::new();
+        for g in &agg.group_expr {
+            if matches!(g, Expr::GroupingSet(_)) {
+                return Err(unsupported(
+                    "GROUPING SETS, CUBE and ROLLUP are not supported on streams",
+                ));
+            }
+            keys.push(unaliased(child.substitute(g, input_schema)?));
+        }
+        // Pre-projection: the keys, then the arguments.
+        let (calls, args) = self.aggregate_calls(agg, &child, keys.len())?;
+        let mut pre_exprs = Vec::new();
+        let mut pre_names = Vec::new();
+        for (j, k) in keys.iter().enumerate() {
+            pre_exprs.push(k.clone());
+            pre_names.push(format!("_k{j}"));
+        }
+        for (i, a) in args.iter().enumerate() {
+            pre_exprs.push(a.clone());
+            pre_names.push(format!("_arg{i}"));
+        }
+        let pre = Stage {
+            exprs: pre_exprs,
+            window: None,
+            ..child
+        };
+        let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
+        let key_columns: Vec<usize> = (0..keys.len()).collect();
+        let mut fields = vec![Field::new(OP_COLUMN, arrow::datatypes::DataType::Utf8, false)];
+        fields.extend(key_columns.iter().map(|k| pre_schema.field(*k).clone()));
+        for (i, _) in calls.iter().enumerate() {
+            let logical = agg.schema.field(agg.group_expr.len() + i);
+            fields.push(Field::new(format!("_a{i}"), logical.data_type().clone(), true));
+        }
+        let out_schema = Arc::new(Schema::new(fields));
+        let spec = GroupAggSpec {
+            input_schema: pre_schema,
+            key_columns: key_columns.clone(),
+            aggregates: calls,
+            groups_max: self.settings.aggregate_groups_max,
+        };
+        let (parallelism, partitioning) = if keys.is_empty() {
+            (1, Partitioning::Single)
+        } else {
+            (self.settings.parallelism, Partitioning::Hash(key_columns))
+        };
+        let op = self.add(OperatorKind::GroupAggregate(spec), parallelism, out_schema.clone());
+        self.connect(pre_op, op, partitioning);
+        let mut exprs: Vec<Expr> = (0..keys.len()).map(|j| col(&format!("_k{j}"))).collect();
+        exprs.extend((0..agg.aggr_expr.len()).map(|i| col(&format!("_a{i}"))));
+        Ok(Stage {
+            op,
+            parallelism,
+            input_schema: out_schema,
+            filter: None,
+            exprs,
+            time_column: None,
+            window: None,
+        })
+    }
+
     /// The aggregate calls and the argument expressions they read (as
-    /// pre-projection columns numbered after the keys).
+    /// pre-projection columns numbered from `first_arg`).
     fn aggregate_calls(
         &self,
         agg: &Aggregate,
         child: &Stage,
-        key_count: usize,
+        first_arg: usize,
     ) -> Result<(Vec<AggregateCall>, Vec<Expr>)> {
         let mut calls = Vec::new();
         let mut args = Vec::new();
@@ -511,8 +620,8 @@ impl DagBuilder<'_> {
                         .map_err(plan_error)?,
                     None => arg,
                 };
+                indices.push(first_arg + args.len());
                 args.push(arg);
-                indices.push(key_count + args.len());
             }
             calls.push(AggregateCall {
                 function: func.name().to_string(),

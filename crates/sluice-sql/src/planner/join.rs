@@ -73,6 +73,11 @@ impl DagBuilder<'_> {
             stage: self.plan_node(&join.right)?,
             keys: Vec::new(),
         };
+        if self.updating(left.stage.op) || self.updating(right.stage.op) {
+            return Err(unsupported(
+                "joining an updating result (an aggregate without a window) is not supported yet",
+            ));
+        }
         if left.stage.window.is_some() || right.stage.window.is_some() {
             return Err(unsupported(
                 "joining window TVFs directly is not supported yet; aggregate each side per window first and join on window_end",

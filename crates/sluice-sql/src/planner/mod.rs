@@ -35,7 +35,14 @@ pub trait StreamCatalog: Send + Sync {
     /// How many source instances can read `def` (its connector's limit, a
     /// memory log's one partition); `None`: as many as the parallelism.
     fn source_readers_max(&self, def: &StreamDef) -> Option<usize>;
+
+    /// Whether a sink of `connector` takes a changelog (writes its op
+    /// column); an append-only sink refuses an updating query.
+    fn sink_accepts_changelog(&self, connector: &str) -> bool;
 }
+
+/// Groups one instance of an aggregate without a window holds by default.
+pub const AGGREGATE_GROUPS_MAX_DEFAULT: usize = 1_000_000;
 
 /// Settings that shape a plan.
 #[derive(Debug, Clone)]
@@ -44,6 +51,8 @@ pub struct PlannerSettings {
     pub parallelism: u32,
     /// Open window groups per window-aggregate instance.
     pub window_groups_max: usize,
+    /// Groups per instance of an aggregate without a window (`SET aggregate_groups_max`).
+    pub aggregate_groups_max: usize,
     /// How long an unwindowed join keeps a row (`SET join_state_ttl`).
     pub join_state_ttl_ms: Option<i64>,
     /// Rows one join instance may hold (`SET join_state_rows_max`).
@@ -55,6 +64,7 @@ impl Default for PlannerSettings {
         PlannerSettings {
             parallelism: 1,
             window_groups_max: 1_000_000,
+            aggregate_groups_max: AGGREGATE_GROUPS_MAX_DEFAULT,
             join_state_ttl_ms: None,
             join_state_rows_max: 10_000_000,
         }
@@ -161,10 +171,11 @@ impl<'a> Planner<'a> {
         Ok((plan, windows, streams))
     }
 
-    /// The parameter types (`$1`, …) and output schema of a query, without
-    /// building a DAG.
+    /// The parameter types (`$1`, …) and output schema of a query: the
+    /// bound plan's columns, after the op column when the result is a
+    /// changelog.
     pub async fn describe(&self, query: &Query) -> Result<(Vec<DataType>, SchemaRef)> {
-        let (plan, _, _) = self.logical_plan(query).await?;
+        let (plan, windows, streams) = self.logical_plan(query).await?;
         let types = plan.get_parameter_types().map_err(plan_error)?;
         let mut params: Vec<(usize, DataType)> = types
             .into_iter()
@@ -183,7 +194,32 @@ impl<'a> Planner<'a> {
             }
             out.push(t);
         }
-        Ok((out, Arc::new(plan.schema().as_arrow().clone())))
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        // Whether the rows are a changelog is known once the DAG is built; a
+        // query that cannot be built yet (its parameters unbound) is
+        // described by its bound plan.
+        let sink = SinkSpec {
+            connector: "client".into(),
+            options: Default::default(),
+            event_time_column: None,
+        };
+        let planned =
+            prune_columns(plan).and_then(|p| dag::build(&p, &windows, &streams, self.catalog, &self.settings, sink));
+        let schema = match planned {
+            Ok(planned)
+                if planned
+                    .dag
+                    .operators
+                    .last()
+                    .is_some_and(|sink| planned.dag.updating(sink.id)) =>
+            {
+                let mut fields = vec![planned.schema.field(0).clone()];
+                fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
+                Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+            }
+            _ => schema,
+        };
+        Ok((out, schema))
     }
 
     /// Plans a continuous query whose rows go to `sink`.

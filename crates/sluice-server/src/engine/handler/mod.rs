@@ -55,6 +55,7 @@ impl Ctx<'_> {
             parallelism: self.settings.parallelism(),
             join_state_ttl_ms: self.settings.join_state_ttl_ms(),
             join_state_rows_max: self.settings.join_state_rows_max(),
+            aggregate_groups_max: self.settings.aggregate_groups_max(),
             ..PlannerSettings::default()
         }
     }

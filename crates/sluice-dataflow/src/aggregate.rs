@@ -1,4 +1,5 @@
-//! Building DataFusion aggregate functions from plan specs.
+//! Building DataFusion aggregate functions from plan specs: what the
+//! window aggregates and the aggregate without a window share.
 
 use crate::project::df_error;
 use arrow::array::ArrayRef;
@@ -31,7 +32,7 @@ impl CompiledAggregate {
     pub fn new(call: &AggregateCall, schema: &SchemaRef) -> Result<Self> {
         let udf = REGISTRY.udaf(&call.function).map_err(|_| {
             Error::unsupported(format!(
-                "aggregate function {} is not supported in windows",
+                "aggregate function {} is not supported on streams",
                 call.function
             ))
         })?;
@@ -78,35 +79,38 @@ impl CompiledAggregate {
     }
 }
 
-/// What both window operators compile from a spec: the key row converter
-/// (none without keys) and the aggregates.
-pub struct WindowInputs {
+/// What every aggregate operator compiles from its spec: the key row
+/// converter (none without keys) and the aggregates.
+pub struct AggregateInputs {
     pub converter: Option<arrow::row::RowConverter>,
     pub aggregates: Vec<CompiledAggregate>,
     pub key_columns: Vec<usize>,
 }
 
-impl WindowInputs {
+impl AggregateInputs {
     pub fn new(spec: &sluice_plan::WindowAggSpec) -> Result<Self> {
-        let converter = if spec.key_columns.is_empty() {
+        Self::compile(&spec.input_schema, &spec.key_columns, &spec.aggregates)
+    }
+
+    /// Compiles `aggregates` and a converter of `key_columns` over `schema`.
+    pub fn compile(schema: &SchemaRef, key_columns: &[usize], aggregates: &[AggregateCall]) -> Result<Self> {
+        let converter = if key_columns.is_empty() {
             None
         } else {
-            let fields = spec
-                .key_columns
+            let fields = key_columns
                 .iter()
-                .map(|c| arrow::row::SortField::new(spec.input_schema.field(*c).data_type().clone()))
+                .map(|c| arrow::row::SortField::new(schema.field(*c).data_type().clone()))
                 .collect();
             Some(arrow::row::RowConverter::new(fields)?)
         };
-        let aggregates = spec
-            .aggregates
+        let aggregates = aggregates
             .iter()
-            .map(|a| CompiledAggregate::new(a, &spec.input_schema))
+            .map(|a| CompiledAggregate::new(a, schema))
             .collect::<Result<Vec<_>>>()?;
-        Ok(WindowInputs {
+        Ok(AggregateInputs {
             converter,
             aggregates,
-            key_columns: spec.key_columns.clone(),
+            key_columns: key_columns.to_vec(),
         })
     }
 }

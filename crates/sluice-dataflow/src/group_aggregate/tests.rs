@@ -1,0 +1,251 @@
+//! The aggregate without a window driven directly: batches in, changelog
+//! rows out. Each test folds the changelog into a table and checks it
+//! against the aggregates computed here over all the rows, and checks the
+//! changelog itself: `+I` only for a new key, `-U` exactly the row the key
+//! showed, `+U` right after its `-U`.
+
+use super::GroupAggregateOperator;
+use crate::checkpoint::TaskState;
+use crate::operator::Operator;
+use arrow::array::{Array, Float64Array, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use sluice_plan::{AggregateCall, GroupAggSpec};
+use sluice_types::SqlCode;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn input_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("_k0", DataType::Int64, false),
+        Field::new("_arg0", DataType::Int64, true),
+        // avg's argument as the planner gives it: cast to double.
+        Field::new("_arg1", DataType::Float64, true),
+    ]))
+}
+
+/// `[op, k, count(*), sum(v), min(v), max(v), avg(v), count(DISTINCT v)]`.
+fn output_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("op", DataType::Utf8, false),
+        Field::new("_k0", DataType::Int64, false),
+        Field::new("_a0", DataType::Int64, true),
+        Field::new("_a1", DataType::Int64, true),
+        Field::new("_a2", DataType::Int64, true),
+        Field::new("_a3", DataType::Int64, true),
+        Field::new("_a4", DataType::Float64, true),
+        Field::new("_a5", DataType::Int64, true),
+    ]))
+}
+
+fn call(function: &str, args: Vec<usize>, distinct: bool) -> AggregateCall {
+    AggregateCall {
+        function: function.into(),
+        args,
+        distinct,
+    }
+}
+
+fn spec(groups_max: usize) -> GroupAggSpec {
+    GroupAggSpec {
+        input_schema: input_schema(),
+        key_columns: vec![0],
+        aggregates: vec![
+            call("count", vec![], false),
+            call("sum", vec![1], false),
+            call("min", vec![1], false),
+            call("max", vec![1], false),
+            call("avg", vec![2], false),
+            call("count", vec![1], true),
+        ],
+        groups_max,
+    }
+}
+
+fn operator(groups_max: usize) -> GroupAggregateOperator {
+    GroupAggregateOperator::new(&spec(groups_max), output_schema()).unwrap()
+}
+
+/// Rows of (key, value); `None` is NULL.
+fn rows(rows: &[(i64, Option<i64>)]) -> RecordBatch {
+    let k = Int64Array::from_iter_values(rows.iter().map(|r| r.0));
+    let v = Int64Array::from_iter(rows.iter().map(|r| r.1));
+    let f = Float64Array::from_iter(rows.iter().map(|r| r.1.map(|v| v as f64)));
+    RecordBatch::try_new(input_schema(), vec![Arc::new(k), Arc::new(v), Arc::new(f)]).unwrap()
+}
+
+/// An output row: (count, sum, min, max, avg × 1000 rounded, distinct count).
+type Values = (i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>, i64);
+
+fn changelog(batch: &RecordBatch) -> Vec<(String, i64, Values)> {
+    let ops = batch.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+    let int = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+    let (k, count, sum, min, max, distinct) = (int(1), int(2), int(3), int(4), int(5), int(7));
+    let avg = batch.column(6).as_any().downcast_ref::<Float64Array>().unwrap();
+    let opt = |a: &Int64Array, i: usize| (!a.is_null(i)).then(|| a.value(i));
+    (0..batch.num_rows())
+        .map(|i| {
+            let avg = (!avg.is_null(i)).then(|| (avg.value(i) * 1000.0).round() as i64);
+            let values = (
+                count.value(i),
+                opt(&sum, i),
+                opt(&min, i),
+                opt(&max, i),
+                avg,
+                distinct.value(i),
+            );
+            (ops.value(i).to_string(), k.value(i), values)
+        })
+        .collect()
+}
+
+/// Applies a changelog to `table`, checking that it is well formed.
+fn fold(table: &mut BTreeMap<i64, Values>, changes: &[(String, i64, Values)]) {
+    let mut pending_after: Option<i64> = None;
+    for (op, k, values) in changes {
+        if let Some(expected) = pending_after.take() {
+            assert_eq!((op.as_str(), *k), ("+U", expected), "-U must be followed by its +U");
+            table.insert(*k, *values);
+            continue;
+        }
+        match op.as_str() {
+            "+I" => assert!(table.insert(*k, *values).is_none(), "+I for key {k} already present"),
+            "-U" => {
+                assert_eq!(table.remove(k).as_ref(), Some(values), "-U of key {k} is not its row");
+                pending_after = Some(*k);
+            }
+            other => panic!("unexpected op {other}"),
+        }
+    }
+    assert!(pending_after.is_none(), "a -U without its +U");
+}
+
+/// The aggregates of every key over `all`, computed directly.
+fn expected(all: &[(i64, Option<i64>)]) -> BTreeMap<i64, Values> {
+    let mut per_key: BTreeMap<i64, Vec<Option<i64>>> = BTreeMap::new();
+    for (k, v) in all {
+        per_key.entry(*k).or_default().push(*v);
+    }
+    per_key
+        .into_iter()
+        .map(|(k, vs)| {
+            let present: Vec<i64> = vs.iter().flatten().copied().collect();
+            let sum = (!present.is_empty()).then(|| present.iter().sum::<i64>());
+            let avg = sum.map(|s| ((s as f64 / present.len() as f64) * 1000.0).round() as i64);
+            let distinct = present.iter().collect::<std::collections::BTreeSet<_>>().len() as i64;
+            let values = (
+                vs.len() as i64,
+                sum,
+                present.iter().min().copied(),
+                present.iter().max().copied(),
+                avg,
+                distinct,
+            );
+            (k, values)
+        })
+        .collect()
+}
+
+#[test]
+fn the_changelog_folds_into_the_aggregates_of_all_rows() {
+    let batches: Vec<Vec<(i64, Option<i64>)>> = vec![
+        vec![(1, Some(5)), (2, Some(7)), (1, Some(3))],
+        vec![(2, None), (3, Some(-4)), (1, Some(5))],
+        vec![(3, Some(10)), (3, None), (2, Some(7)), (4, None)],
+        vec![(1, Some(100))],
+    ];
+    let mut op = operator(100);
+    let mut table = BTreeMap::new();
+    let mut all = Vec::new();
+    for batch in &batches {
+        all.extend_from_slice(batch);
+        let out = op.update(&rows(batch)).unwrap().unwrap();
+        fold(&mut table, &changelog(&out));
+        // After every batch the table is the aggregates of the rows so far.
+        assert_eq!(table, expected(&all));
+    }
+}
+
+#[test]
+fn a_group_whose_values_do_not_change_emits_nothing() {
+    let spec = GroupAggSpec {
+        aggregates: vec![call("max", vec![1], false)],
+        ..spec(10)
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("op", DataType::Utf8, false),
+        Field::new("_k0", DataType::Int64, false),
+        Field::new("_a0", DataType::Int64, true),
+    ]));
+    let mut op = GroupAggregateOperator::new(&spec, schema).unwrap();
+    assert_eq!(op.update(&rows(&[(1, Some(9))])).unwrap().unwrap().num_rows(), 1);
+    // A smaller value leaves max(v) at 9: no -U/+U pair.
+    assert_eq!(op.update(&rows(&[(1, Some(2))])).unwrap().unwrap().num_rows(), 0);
+    // A larger one updates it.
+    let out = op.update(&rows(&[(1, Some(11)), (1, Some(4))])).unwrap().unwrap();
+    let ops = out.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+    let max = out.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+    assert_eq!(
+        (0..2).map(|i| (ops.value(i), max.value(i))).collect::<Vec<_>>(),
+        vec![("-U", 9), ("+U", 11)]
+    );
+}
+
+#[test]
+fn the_group_limit_admits_exactly_its_number_of_groups() {
+    let mut op = operator(3);
+    op.update(&rows(&[(1, Some(1)), (2, Some(1)), (3, Some(1))])).unwrap();
+    // Known keys still update at the limit.
+    op.update(&rows(&[(3, Some(2)), (1, Some(2))])).unwrap();
+    let e = op.update(&rows(&[(2, Some(1)), (4, Some(1))])).unwrap_err();
+    assert_eq!(e.sqlstate(), SqlCode::ConfigurationLimitExceeded.sqlstate(), "{e}");
+    assert!(e.to_string().contains("3 groups"), "{e}");
+}
+
+#[test]
+fn without_keys_there_is_one_group() {
+    let spec = GroupAggSpec {
+        key_columns: vec![],
+        aggregates: vec![call("count", vec![], false), call("sum", vec![1], false)],
+        ..spec(10)
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("op", DataType::Utf8, false),
+        Field::new("_a0", DataType::Int64, true),
+        Field::new("_a1", DataType::Int64, true),
+    ]));
+    let mut op = GroupAggregateOperator::new(&spec, schema).unwrap();
+    let mut seen = Vec::new();
+    for batch in [vec![(1, Some(2)), (5, Some(3))], vec![(9, Some(10))]] {
+        let out = op.update(&rows(&batch)).unwrap().unwrap();
+        let ops = out.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        let count = out.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let sum = out.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+        seen.extend((0..out.num_rows()).map(|i| (ops.value(i).to_string(), count.value(i), sum.value(i))));
+    }
+    let expected: Vec<(String, i64, i64)> = vec![("+I".into(), 2, 5), ("-U".into(), 2, 5), ("+U".into(), 3, 15)];
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn a_restored_operator_retracts_what_the_original_emitted() {
+    let first = [(1, Some(5)), (2, Some(7)), (1, Some(3)), (2, Some(7))];
+    let mut op = operator(100);
+    let mut table = BTreeMap::new();
+    fold(&mut table, &changelog(&op.update(&rows(&first)).unwrap().unwrap()));
+    // Through the file format, as recovery reads it.
+    let mut state = op.snapshot(1).await.unwrap();
+    state.key_groups = sluice_plan::KEY_GROUPS_DEFAULT;
+    let state = TaskState::decode(&state.encode().unwrap()).unwrap();
+    let mut restored = operator(100);
+    restored.restore(Some((1, state))).await.unwrap();
+    // Both get the same rows and emit the same changelog, which retracts
+    // the rows emitted before the snapshot.
+    let second = [(2, Some(1)), (3, None), (1, Some(5))];
+    let a = changelog(&op.update(&rows(&second)).unwrap().unwrap());
+    let b = changelog(&restored.update(&rows(&second)).unwrap().unwrap());
+    assert_eq!(a, b);
+    fold(&mut table, &b);
+    let all: Vec<_> = first.iter().chain(&second).copied().collect();
+    assert_eq!(table, expected(&all));
+}
