@@ -1,12 +1,12 @@
 //! The benchmark queries (`benches/nexmark/qN.sql`, the very files the
-//! benchmark runs; q5_full, q11, q15, q16, q17 and q20 are checked here but
-//! not yet benchmarked) and Flink's own texts of q2 and q22, over a small
+//! benchmark runs; q4, q5_full, q11, q15, q16, q17 and q20 are checked here
+//! but not yet benchmarked) and Flink's own texts of q2 and q22, over a small
 //! bounded Nexmark run at parallelism 2, each
 //! checked against a reference computed here in Rust from the raw rows of
 //! the streams (fetched by plain pass-through queries). A fast wrong answer
 //! cannot pass: the timed runs use the same SQL. The updating queries
-//! (q15–q17) return changelogs: the test folds each into a table, checking
-//! that every `-U` retracts exactly the row its key showed.
+//! (q4, q15–q17) return changelogs: the test folds each into a table,
+//! checking that every `-U` retracts exactly the row its key showed.
 
 use crate::common::TestServer;
 use crate::support::{exec, query, simple_rows};
@@ -62,6 +62,7 @@ struct Auction {
     seller: i64,
     category: i64,
     ts: i64,
+    expires: i64,
 }
 
 struct Bid {
@@ -112,7 +113,7 @@ async fn persons(c: &Client) -> Vec<Person> {
 }
 
 async fn auctions(c: &Client) -> Vec<Auction> {
-    query(c, "SELECT id, seller, category, date_time FROM auction")
+    query(c, "SELECT id, seller, category, date_time, expires FROM auction")
         .await
         .iter()
         .map(|r| Auction {
@@ -120,6 +121,7 @@ async fn auctions(c: &Client) -> Vec<Auction> {
             seller: r.get(1),
             category: r.get(2),
             ts: ms(r.get(3)),
+            expires: ms(r.get(4)),
         })
         .collect()
 }
@@ -607,4 +609,56 @@ async fn updating_queries_q15_q16_q17_fold_into_the_reference() {
     );
     assert_eq!(got.len(), want.len(), "q17 auctions × days");
     assert_eq!(got, want, "q17");
+}
+
+#[tokio::test]
+async fn q4_average_closing_price_over_a_changelog_matches_the_reference() {
+    let (_server, c) = setup().await;
+    let bids = bids(&c).await;
+    let auctions = auctions(&c).await;
+    // Each auction's highest bid between its start and its expiry, then
+    // the average of those per category.
+    let by_id: HashMap<i64, &Auction> = auctions.iter().map(|a| (a.id, a)).collect();
+    let mut closing: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for b in &bids {
+        if let Some(a) = by_id.get(&b.auction)
+            && (a.ts..=a.expires).contains(&b.ts)
+        {
+            let entry = closing.entry(a.id).or_insert((a.category, b.price));
+            entry.1 = entry.1.max(b.price);
+        }
+    }
+    let mut per_category: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for (category, price) in closing.values() {
+        per_category.entry(*category).or_default().push(*price);
+    }
+    let want: BTreeMap<i64, f64> = per_category
+        .into_iter()
+        .map(|(k, p)| (k, p.iter().sum::<i64>() as f64 / p.len() as f64))
+        .collect();
+    assert!(want.len() > 1, "q4 sees several categories");
+    let rows = run(&c, "q4").await;
+    assert!(
+        rows.iter().any(|r| r.get::<_, String>(0) == "-U"),
+        "q4's averages change as auctions' maxima rise"
+    );
+    // The changelog's averages as their bits, so fold compares them exactly.
+    let got = fold(
+        "q4",
+        rows.iter()
+            .map(|r| (r.get(0), r.get::<_, i64>(1), r.get::<_, f64>(2).to_bits()))
+            .collect(),
+    );
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "q4 categories"
+    );
+    for (k, avg) in &want {
+        let got = f64::from_bits(got[k]);
+        assert!(
+            (got - avg).abs() <= avg.abs() * 1e-9,
+            "q4 category {k}: {got} (the engine) vs {avg} (the reference)"
+        );
+    }
 }

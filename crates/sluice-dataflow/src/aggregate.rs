@@ -77,6 +77,22 @@ impl CompiledAggregate {
     pub fn accumulator(&self) -> Result<Box<dyn Accumulator>> {
         self.expr.create_accumulator().map_err(df_error)
     }
+
+    /// An accumulator for one group that can also take rows back
+    /// (`retract_batch`): the one DataFusion's sliding window frames use.
+    /// Only for [`sluice_plan::RETRACTABLE_AGGREGATES`]: DataFusion's
+    /// sliding `min`/`max` retract the oldest row, whatever row is given.
+    pub fn retracting_accumulator(&self) -> Result<Box<dyn Accumulator>> {
+        sluice_plan::check_retractable(self.expr.fun().name(), self.expr.is_distinct()).map_err(Error::unsupported)?;
+        let acc = self.expr.create_sliding_accumulator().map_err(df_error)?;
+        if !acc.supports_retract_batch() {
+            return Err(Error::internal(format!(
+                "{} cannot retract rows",
+                self.expr.fun().name()
+            )));
+        }
+        Ok(acc)
+    }
 }
 
 /// What every aggregate operator compiles from its spec: the key row

@@ -3,29 +3,32 @@
 //!
 //! Each group keeps one DataFusion `Accumulator` per aggregate (evaluated
 //! after every batch that touches the group, which a `GroupsAccumulator`
-//! cannot do without draining every group). A batch is grouped once: its
-//! rows are sorted by group, each argument column is taken once in that
-//! order, and each group's accumulators update from a zero-copy slice. At
-//! the end of the batch every group it changed emits `-U old, +U new` (or
-//! `+I new` for a new group); a group whose values did not change emits
-//! nothing. The batch is the unit of emission: the adaptive batching of
-//! the channels makes it small when idle (low latency) and large when
-//! busy (one update per group for many rows, as Flink's mini-batch).
+//! cannot do without draining every group) and its number of rows. A batch
+//! is grouped once: its rows are sorted by group (and, over a changelog,
+//! added rows before retracted ones), each argument column is taken once
+//! in that order, and each group's accumulators update (or retract) from
+//! zero-copy slices. At the end of the batch every group it changed emits
+//! `-U old, +U new`, `+I new` for a group that had no rows, or `-D old`
+//! for one left with none (then dropped); a group whose values did not
+//! change emits nothing. The batch is the unit of emission: the adaptive
+//! batching of the channels makes it small when idle (low latency) and
+//! large when busy (one update per group for many rows, as Flink's
+//! mini-batch).
 //!
 //! What a group emitted last is what its accumulators evaluate to, at
 //! every barrier (emission ends each batch), so a snapshot stores only the
-//! keys and the accumulators' states.
+//! keys, row counts and the accumulators' states.
 
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::window::fixed::finish_batch;
-use arrow::array::{Array, ArrayRef, StringArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, Int64Array, StringArray, UInt32Array};
 use arrow::compute::{concat_batches, take};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, Rows};
+use arrow::row::RowConverter;
 use async_trait::async_trait;
 use datafusion::logical_expr::Accumulator;
 use datafusion::scalar::ScalarValue;
@@ -35,21 +38,29 @@ use sluice_types::{Error, Result, SqlCode};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Snapshot layout: one batch, a row per group: `key columns…,
-/// accumulator state columns…`, keyed by the key columns.
+/// Snapshot layout: one batch, a row per group: `key columns…, rows
+/// (Int64), accumulator state columns…`, keyed by the key columns.
 const GROUPS_KEY: &str = "groups";
+
+/// One group: its key (row-encoded; empty without keys), its rows (added
+/// minus retracted) and an accumulator per aggregate.
+struct Group {
+    key: Box<[u8]>,
+    rows: i64,
+    accumulators: Vec<Box<dyn Accumulator>>,
+}
 
 /// GROUP BY without a window.
 pub struct GroupAggregateOperator {
     key_columns: Vec<usize>,
+    op_column: Option<usize>,
     converter: Option<RowConverter>,
     aggregates: Vec<CompiledAggregate>,
-    /// Row-encoded key → group. Without keys there is one group, 0.
+    /// Row-encoded key → group.
     index: HashMap<Box<[u8]>, u32>,
-    /// Group → key (row-encoded); none without keys.
-    keys: Option<Rows>,
-    /// Group → one accumulator per aggregate.
-    groups: Vec<Vec<Box<dyn Accumulator>>>,
+    /// Groups by number; a deleted group's slot is free for the next new one.
+    groups: Vec<Option<Group>>,
+    free: Vec<u32>,
     groups_max: usize,
     output_schema: SchemaRef,
 }
@@ -58,15 +69,15 @@ pub struct GroupAggregateOperator {
 #[derive(Default)]
 struct Changes {
     ops: Vec<&'static str>,
-    groups: Vec<u32>,
+    keys: Vec<Box<[u8]>>,
     /// Per aggregate, its value on each row.
     values: Vec<Vec<ScalarValue>>,
 }
 
 impl Changes {
-    fn push(&mut self, op: ChangeOp, group: u32, values: Vec<ScalarValue>) {
+    fn push(&mut self, op: ChangeOp, key: &[u8], values: Vec<ScalarValue>) {
         self.ops.push(op.as_str());
-        self.groups.push(group);
+        self.keys.push(key.into());
         if self.values.is_empty() {
             self.values = vec![Vec::new(); values.len()];
         }
@@ -76,6 +87,16 @@ impl Changes {
     }
 }
 
+/// A group a batch touches: its number, its values before the batch
+/// (none when it showed no row), and where its added and retracted rows
+/// are in the sorted order.
+struct Touched {
+    group: u32,
+    before: Option<Vec<ScalarValue>>,
+    added: (usize, usize),
+    retracted: (usize, usize),
+}
+
 impl GroupAggregateOperator {
     pub fn new(spec: &GroupAggSpec, output_schema: SchemaRef) -> Result<Self> {
         let AggregateInputs {
@@ -83,38 +104,41 @@ impl GroupAggregateOperator {
             aggregates,
             key_columns,
         } = AggregateInputs::compile(&spec.input_schema, &spec.key_columns, &spec.aggregates)?;
-        let keys = converter.as_ref().map(|c| c.empty_rows(1024, 16 * 1024));
-        Ok(GroupAggregateOperator {
+        let op = GroupAggregateOperator {
             key_columns,
+            op_column: spec.op_column,
             converter,
             aggregates,
             index: HashMap::new(),
-            keys,
             groups: Vec::new(),
+            free: Vec::new(),
             groups_max: spec.groups_max,
             output_schema,
-        })
+        };
+        // Refuse an aggregate that cannot retract before any row arrives.
+        op.accumulators()?;
+        Ok(op)
     }
 
     fn accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
-        self.aggregates.iter().map(|a| a.accumulator()).collect()
+        (0..self.aggregates.len()).map(|a| self.accumulator(a)).collect()
+    }
+
+    /// A fresh accumulator of aggregate `a`: one that can retract rows
+    /// when the input is a changelog.
+    fn accumulator(&self, a: usize) -> Result<Box<dyn Accumulator>> {
+        match self.op_column {
+            Some(_) => self.aggregates[a].retracting_accumulator(),
+            None => self.aggregates[a].accumulator(),
+        }
     }
 
     /// The group of `key` (row-encoded), added when new.
-    fn group_of(&mut self, key: arrow::row::Row<'_>) -> Result<(u32, bool)> {
-        if let Some(g) = self.index.get(key.data()) {
-            return Ok((*g, false));
+    fn group_of(&mut self, key: &[u8]) -> Result<u32> {
+        if let Some(g) = self.index.get(key) {
+            return Ok(*g);
         }
-        let g = self.new_group()?;
-        self.index.insert(key.data().into(), g);
-        if let Some(keys) = self.keys.as_mut() {
-            keys.push(key);
-        }
-        Ok((g, true))
-    }
-
-    fn new_group(&mut self) -> Result<u32> {
-        if self.groups.len() >= self.groups_max {
+        if self.index.len() >= self.groups_max {
             return Err(Error::user(
                 SqlCode::ConfigurationLimitExceeded,
                 format!(
@@ -123,74 +147,107 @@ impl GroupAggregateOperator {
                 ),
             ));
         }
-        let accumulators = self.accumulators()?;
-        self.groups.push(accumulators);
-        Ok(self.groups.len() as u32 - 1)
+        let group = Group {
+            key: key.into(),
+            rows: 0,
+            accumulators: self.accumulators()?,
+        };
+        let g = match self.free.pop() {
+            Some(g) => {
+                self.groups[g as usize] = Some(group);
+                g
+            }
+            None => {
+                self.groups.push(Some(group));
+                self.groups.len() as u32 - 1
+            }
+        };
+        self.index.insert(key.into(), g);
+        Ok(g)
     }
 
-    fn evaluate(&mut self, group: u32) -> Result<Vec<ScalarValue>> {
-        self.groups[group as usize]
+    fn group(&mut self, g: u32) -> &mut Group {
+        self.groups[g as usize].as_mut().expect("a live group")
+    }
+
+    fn evaluate(&mut self, g: u32) -> Result<Vec<ScalarValue>> {
+        self.group(g)
+            .accumulators
             .iter_mut()
             .map(|a| a.evaluate().map_err(df_error))
             .collect()
     }
 
-    /// Adds a batch's rows to their groups; returns the changelog rows of
-    /// the groups whose values changed.
+    fn delete(&mut self, g: u32) {
+        if let Some(group) = self.groups[g as usize].take() {
+            self.index.remove(&group.key);
+            self.free.push(g);
+        }
+    }
+
+    /// Per row, true when it is retracted (`-U`, `-D`) rather than added.
+    fn retractions(&self, batch: &RecordBatch) -> Result<Option<Vec<bool>>> {
+        let Some(c) = self.op_column else {
+            return Ok(None);
+        };
+        let ops = batch
+            .column(c)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
+        (0..ops.len())
+            .map(|i| match ChangeOp::parse(ops.value(i)) {
+                Some(op) => Ok(op.retracts()),
+                None => Err(Error::internal(format!("unknown changelog op {:?}", ops.value(i)))),
+            })
+            .collect::<Result<_>>()
+            .map(Some)
+    }
+
+    /// Adds (or retracts) a batch's rows in their groups; returns the
+    /// changelog rows of the groups whose values changed.
     pub fn update(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         let n = batch.num_rows();
         if n == 0 {
             return Ok(None);
         }
+        let retracted = self.retractions(batch)?;
         let (key_rows, arguments) = read_inputs(&self.converter, &self.key_columns, &self.aggregates, batch)?;
-        // Each row's group, and the groups in the order the batch first
-        // touches them (with whether they are new).
-        let mut row_groups = Vec::with_capacity(n);
-        let mut touched: Vec<(u32, bool)> = Vec::new();
-        let mut seen: HashMap<u32, usize> = HashMap::new();
-        match &key_rows {
-            None => {
-                let fresh = self.groups.is_empty();
-                if fresh {
-                    self.new_group()?;
-                }
-                row_groups.resize(n, 0u32);
-                touched.push((0, fresh));
-                seen.insert(0, 0);
-            }
-            Some(rows) => {
-                for row in rows.iter() {
-                    let (g, fresh) = self.group_of(row)?;
-                    row_groups.push(g);
-                    seen.entry(g).or_insert_with(|| {
-                        touched.push((g, fresh));
-                        touched.len() - 1
-                    });
-                }
-            }
+        // Each row's slot: 2 × (its group's place in `touched`) + 1 when
+        // it is retracted; groups in the order the batch first touches them.
+        let mut slots = Vec::with_capacity(n);
+        let mut touched: Vec<u32> = Vec::new();
+        let mut place: HashMap<u32, usize> = HashMap::new();
+        for row in 0..n {
+            let g = match &key_rows {
+                Some(rows) => self.group_of(rows.row(row).data())?,
+                None => self.group_of(&[])?,
+            };
+            let at = *place.entry(g).or_insert_with(|| {
+                touched.push(g);
+                touched.len() - 1
+            });
+            let back = retracted.as_ref().is_some_and(|r| r[row]);
+            slots.push(2 * at + usize::from(back));
         }
-        // Rows sorted by the position of their group in `touched`, so each
-        // group's rows are one slice of the taken arguments.
-        let mut counts = vec![0usize; touched.len()];
-        for g in &row_groups {
-            counts[seen[g]] += 1;
+        // Rows sorted by slot (a counting sort), so each group's added and
+        // retracted rows are two slices of the taken arguments.
+        let mut offsets = vec![0usize; 2 * touched.len() + 1];
+        for s in &slots {
+            offsets[s + 1] += 1;
         }
-        let mut offsets = Vec::with_capacity(touched.len() + 1);
-        let mut at = 0;
-        offsets.push(0);
-        for c in &counts {
-            at += c;
-            offsets.push(at);
+        for i in 1..offsets.len() {
+            offsets[i] += offsets[i - 1];
         }
-        let arguments: Vec<Vec<ArrayRef>> = if touched.len() == 1 {
+        let sorted = slots.windows(2).all(|w| w[0] <= w[1]);
+        let arguments: Vec<Vec<ArrayRef>> = if sorted {
             arguments
         } else {
             let mut next = offsets.clone();
             let mut order = vec![0u32; n];
-            for (row, g) in row_groups.iter().enumerate() {
-                let slot = &mut next[seen[g]];
-                order[*slot] = row as u32;
-                *slot += 1;
+            for (row, s) in slots.iter().enumerate() {
+                order[next[*s]] = row as u32;
+                next[*s] += 1;
             }
             let order = UInt32Array::from(order);
             arguments
@@ -199,24 +256,54 @@ impl GroupAggregateOperator {
                 .collect::<Result<_, _>>()?
         };
         let mut changes = Changes::default();
-        for (position, (group, fresh)) in touched.into_iter().enumerate() {
-            let before = if fresh { None } else { Some(self.evaluate(group)?) };
-            let (start, len) = (offsets[position], offsets[position + 1] - offsets[position]);
-            for (acc, args) in self.groups[group as usize].iter_mut().zip(&arguments) {
-                let values: Vec<ArrayRef> = args.iter().map(|a| a.slice(start, len)).collect();
-                acc.update_batch(&values).map_err(df_error)?;
+        for (at, g) in touched.into_iter().enumerate() {
+            let span = |s: usize| (offsets[s], offsets[s + 1] - offsets[s]);
+            let shown = self.group(g).rows > 0;
+            let touched = Touched {
+                group: g,
+                before: if shown { Some(self.evaluate(g)?) } else { None },
+                added: span(2 * at),
+                retracted: span(2 * at + 1),
+            };
+            self.apply(&touched, &arguments, &mut changes)?;
+        }
+        self.changes_batch(changes).map(Some)
+    }
+
+    /// Updates one touched group and records what it emits.
+    fn apply(&mut self, t: &Touched, arguments: &[Vec<ArrayRef>], changes: &mut Changes) -> Result<()> {
+        let group = self.group(t.group);
+        for (acc, args) in group.accumulators.iter_mut().zip(arguments) {
+            let slice =
+                |(start, len): (usize, usize)| -> Vec<ArrayRef> { args.iter().map(|a| a.slice(start, len)).collect() };
+            if t.added.1 > 0 {
+                acc.update_batch(&slice(t.added)).map_err(df_error)?;
             }
-            let after = self.evaluate(group)?;
-            match before {
-                None => changes.push(ChangeOp::Insert, group, after),
-                Some(before) if before == after => {}
-                Some(before) => {
-                    changes.push(ChangeOp::UpdateBefore, group, before);
-                    changes.push(ChangeOp::UpdateAfter, group, after);
+            if t.retracted.1 > 0 {
+                acc.retract_batch(&slice(t.retracted)).map_err(df_error)?;
+            }
+        }
+        group.rows += t.added.1 as i64 - t.retracted.1 as i64;
+        let rows = group.rows;
+        let key = group.key.clone();
+        match (&t.before, rows > 0) {
+            (None, false) => {}
+            (None, true) => changes.push(ChangeOp::Insert, &key, self.evaluate(t.group)?),
+            (Some(before), false) => changes.push(ChangeOp::Delete, &key, before.clone()),
+            (Some(before), true) => {
+                let after = self.evaluate(t.group)?;
+                if *before != after {
+                    changes.push(ChangeOp::UpdateBefore, &key, before.clone());
+                    changes.push(ChangeOp::UpdateAfter, &key, after);
                 }
             }
         }
-        self.changes_batch(changes).map(Some)
+        // A group with no rows (more were retracted than added, e.g. rows
+        // whose additions this instance never saw) holds nothing to keep.
+        if rows == 0 {
+            self.delete(t.group);
+        }
+        Ok(())
     }
 
     fn changes_batch(&self, changes: Changes) -> Result<RecordBatch> {
@@ -224,8 +311,9 @@ impl GroupAggregateOperator {
             return Ok(RecordBatch::new_empty(self.output_schema.clone()));
         }
         let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(changes.ops))];
-        if let (Some(c), Some(keys)) = (&self.converter, &self.keys) {
-            columns.extend(c.convert_rows(changes.groups.iter().map(|g| keys.row(*g as usize)))?);
+        if let Some(c) = &self.converter {
+            let parser = c.parser();
+            columns.extend(c.convert_rows(changes.keys.iter().map(|k| parser.parse(k)))?);
         }
         for values in changes.values {
             columns.push(ScalarValue::iter_to_array(values).map_err(df_error)?);
@@ -233,22 +321,40 @@ impl GroupAggregateOperator {
         finish_batch(&self.output_schema, columns)
     }
 
-    /// Every group's key and accumulator state as one batch (an
+    /// How many state columns aggregate `a`'s accumulator has (a sliding
+    /// one may keep more than the plain one's `state_fields`).
+    fn state_width(&self, a: usize) -> Result<usize> {
+        Ok(self.accumulator(a)?.state().map_err(df_error)?.len())
+    }
+
+    /// Every group's key, rows and accumulator state as one batch (an
     /// accumulator is rebuilt from the state it gave, so it keeps going).
     fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
-        let n = self.groups.len();
-        if n == 0 {
+        let live: Vec<u32> = (0..self.groups.len() as u32)
+            .filter(|g| self.groups[*g as usize].is_some())
+            .collect();
+        if live.is_empty() {
             return Ok(None);
         }
         let mut columns: Vec<ArrayRef> = Vec::new();
-        if let (Some(c), Some(keys)) = (&self.converter, &self.keys) {
-            columns.extend(c.convert_rows(keys.iter())?);
+        if let Some(c) = &self.converter {
+            let parser = c.parser();
+            let groups = &self.groups;
+            let keys = live
+                .iter()
+                .map(|g| parser.parse(&groups[*g as usize].as_ref().expect("live").key));
+            columns.extend(c.convert_rows(keys)?);
         }
-        for (a, agg) in self.aggregates.iter().enumerate() {
-            let width = agg.expr.state_fields().map_err(df_error)?.len();
-            let mut states: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(n); width];
-            for group in &mut self.groups {
-                let state = group[a].state().map_err(df_error)?;
+        let rows: Int64Array = live
+            .iter()
+            .map(|g| Some(self.groups[*g as usize].as_ref().expect("live").rows))
+            .collect();
+        columns.push(Arc::new(rows));
+        for a in 0..self.aggregates.len() {
+            let width = self.state_width(a)?;
+            let mut states: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(live.len()); width];
+            for g in &live {
+                let state = self.group(*g).accumulators[a].state().map_err(df_error)?;
                 for (column, v) in states.iter_mut().zip(state) {
                     column.push(v);
                 }
@@ -257,11 +363,11 @@ impl GroupAggregateOperator {
                 .into_iter()
                 .map(|s| ScalarValue::iter_to_array(s).map_err(df_error))
                 .collect::<Result<_>>()?;
-            for (g, group) in self.groups.iter_mut().enumerate() {
-                let mut fresh = agg.accumulator()?;
-                let row: Vec<ArrayRef> = arrays.iter().map(|s| s.slice(g, 1)).collect();
+            for (i, g) in live.iter().enumerate() {
+                let mut fresh = self.accumulator(a)?;
+                let row: Vec<ArrayRef> = arrays.iter().map(|s| s.slice(i, 1)).collect();
                 fresh.merge_batch(&row).map_err(df_error)?;
-                group[a] = fresh;
+                self.group(*g).accumulators[a] = fresh;
             }
             columns.extend(arrays);
         }
@@ -280,25 +386,31 @@ impl GroupAggregateOperator {
             Some(c) => Some(c.convert_columns(&batch.columns()[..n_keys])?),
             None => None,
         };
+        let counts = batch
+            .column(n_keys)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| Error::internal("aggregate snapshot: bad rows column"))?;
+        let widths: Vec<usize> = (0..self.aggregates.len())
+            .map(|a| self.state_width(a))
+            .collect::<Result<_>>()?;
         for row in 0..batch.num_rows() {
-            let group = match &key_rows {
-                Some(rows) => {
-                    let (g, fresh) = self.group_of(rows.row(row))?;
-                    if !fresh {
-                        return Err(Error::internal("aggregate snapshot holds a key twice"));
-                    }
-                    g
-                }
-                None => self.new_group()?,
+            let before = self.index.len();
+            let g = match &key_rows {
+                Some(rows) => self.group_of(rows.row(row).data())?,
+                None => self.group_of(&[])?,
             };
-            let mut col = n_keys;
-            for (acc, agg) in self.groups[group as usize].iter_mut().zip(&self.aggregates) {
-                let width = agg.expr.state_fields().map_err(df_error)?.len();
+            if self.index.len() == before {
+                return Err(Error::internal("aggregate snapshot holds a key twice"));
+            }
+            self.group(g).rows = counts.value(row);
+            let mut col = n_keys + 1;
+            for (a, width) in widths.iter().enumerate() {
                 let state: Vec<ArrayRef> = batch.columns()[col..col + width]
                     .iter()
                     .map(|c| c.slice(row, 1))
                     .collect();
-                acc.merge_batch(&state).map_err(df_error)?;
+                self.group(g).accumulators[a].merge_batch(&state).map_err(df_error)?;
                 col += width;
             }
         }
@@ -333,7 +445,7 @@ impl Operator for GroupAggregateOperator {
         let changes = self.update(&batch)?;
         ctx.metrics
             .state_groups
-            .store(self.groups.len() as u64, Ordering::Relaxed);
+            .store(self.index.len() as u64, Ordering::Relaxed);
         match changes {
             Some(changes) if changes.num_rows() > 0 => ctx.emit(changes).await,
             _ => Ok(()),

@@ -437,7 +437,9 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
             }
         }
         (OperatorKind::GroupAggregate(a), OperatorKind::GroupAggregate(b)) => {
-            if a.key_columns != b.key_columns {
+            if a.op_column != b.op_column {
+                Shape::Different("its input is a changelog in one version only".into())
+            } else if a.key_columns != b.key_columns {
                 Shape::Different("other GROUP BY keys".into())
             } else if a.aggregates != b.aggregates {
                 Shape::Different("other aggregates".into())

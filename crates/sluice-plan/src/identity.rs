@@ -155,6 +155,7 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
         }
         OperatorKind::GroupAggregate(g) => {
             h.str("group");
+            h.u64(g.op_column.map_or(0, |c| c as u64 + 1));
             h.indices(&g.key_columns);
             h.calls(&g.aggregates);
         }

@@ -359,17 +359,44 @@ impl ChangeOp {
     }
 }
 
+/// The aggregate functions an aggregate over a changelog can run: their
+/// accumulators take retracted rows back exactly (without DISTINCT).
+pub const RETRACTABLE_AGGREGATES: &[&str] = &["count", "sum", "avg"];
+
+/// Whether aggregate `function` can run over a changelog; the error is the
+/// message for the user.
+pub fn check_retractable(function: &str, distinct: bool) -> Result<(), String> {
+    if RETRACTABLE_AGGREGATES.contains(&function) && !distinct {
+        return Ok(());
+    }
+    let call = if distinct {
+        format!("{function}(DISTINCT …)")
+    } else {
+        function.to_string()
+    };
+    Err(format!(
+        "{call} over an updating result is not supported yet (of an aggregate without a window \
+         or its changelog: only {} without DISTINCT take retracted rows back)",
+        RETRACTABLE_AGGREGATES.join(", ")
+    ))
+}
+
 /// Aggregate rows per key with no window: each input batch updates its
 /// keys' groups and emits, per group it changed, the update as changelog
 /// rows — `+I` for a new group, `-U` (the row emitted before) and `+U` (the
 /// new row) for a changed one, nothing when the aggregates did not change.
 ///
-/// Input rows are `[key columns…, aggregate argument columns…]`; output
-/// rows are `[op, keys…, aggregates…]` ([`OP_COLUMN`]). The input is
-/// append-only: the planner refuses an updating input.
+/// Input rows are `[key columns…, aggregate argument columns…]`, after
+/// an op column when the input is itself a changelog; output rows are
+/// `[op, keys…, aggregates…]` ([`OP_COLUMN`]). Over a changelog, `-U`/`-D`
+/// rows are taken back (only aggregates that can retract: count, sum,
+/// avg), and a group left with no rows is deleted (`-D`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct GroupAggSpec {
     pub input_schema: SchemaRef,
+    /// The input's op column when the input is a changelog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_column: Option<usize>,
     pub key_columns: Vec<usize>,
     pub aggregates: Vec<AggregateCall>,
     /// Bound on groups held by one instance; a row that would exceed it

@@ -49,6 +49,7 @@ fn call(function: &str, args: Vec<usize>, distinct: bool) -> AggregateCall {
 fn spec(groups_max: usize) -> GroupAggSpec {
     GroupAggSpec {
         input_schema: input_schema(),
+        op_column: None,
         key_columns: vec![0],
         aggregates: vec![
             call("count", vec![], false),
@@ -248,4 +249,226 @@ async fn a_restored_operator_retracts_what_the_original_emitted() {
     fold(&mut table, &b);
     let all: Vec<_> = first.iter().chain(&second).copied().collect();
     assert_eq!(table, expected(&all));
+}
+
+/// Over a changelog: `[op, k, v, v as double]`, aggregating count(*),
+/// sum(v), avg(v), count(v).
+mod over_a_changelog {
+    use super::*;
+
+    fn input_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("op", DataType::Utf8, false),
+            Field::new("_k0", DataType::Int64, false),
+            Field::new("_arg0", DataType::Int64, true),
+            Field::new("_arg1", DataType::Float64, true),
+        ]))
+    }
+
+    fn output_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("op", DataType::Utf8, false),
+            Field::new("_k0", DataType::Int64, false),
+            Field::new("_a0", DataType::Int64, true),
+            Field::new("_a1", DataType::Int64, true),
+            Field::new("_a2", DataType::Float64, true),
+            Field::new("_a3", DataType::Int64, true),
+        ]))
+    }
+
+    fn spec() -> GroupAggSpec {
+        GroupAggSpec {
+            input_schema: input_schema(),
+            op_column: Some(0),
+            key_columns: vec![1],
+            aggregates: vec![
+                call("count", vec![], false),
+                call("sum", vec![2], false),
+                call("avg", vec![3], false),
+                call("count", vec![2], false),
+            ],
+            groups_max: 100,
+        }
+    }
+
+    fn operator() -> GroupAggregateOperator {
+        GroupAggregateOperator::new(&spec(), output_schema()).unwrap()
+    }
+
+    /// Changelog rows of (op, key, value).
+    fn changes(rows: &[(&str, i64, Option<i64>)]) -> RecordBatch {
+        let op = StringArray::from_iter_values(rows.iter().map(|r| r.0));
+        let k = Int64Array::from_iter_values(rows.iter().map(|r| r.1));
+        let v = Int64Array::from_iter(rows.iter().map(|r| r.2));
+        let f = Float64Array::from_iter(rows.iter().map(|r| r.2.map(|v| v as f64)));
+        RecordBatch::try_new(
+            input_schema(),
+            vec![Arc::new(op), Arc::new(k), Arc::new(v), Arc::new(f)],
+        )
+        .unwrap()
+    }
+
+    /// (count(*), sum, avg × 1000 rounded, count(v)).
+    type Row = (i64, Option<i64>, Option<i64>, i64);
+
+    fn output(batch: &RecordBatch) -> Vec<(String, i64, Row)> {
+        let ops = batch.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        let int = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+        let (k, count, sum, present) = (int(1), int(2), int(3), int(5));
+        let avg = batch.column(4).as_any().downcast_ref::<Float64Array>().unwrap();
+        (0..batch.num_rows())
+            .map(|i| {
+                let row = (
+                    count.value(i),
+                    (!sum.is_null(i)).then(|| sum.value(i)),
+                    (!avg.is_null(i)).then(|| (avg.value(i) * 1000.0).round() as i64),
+                    present.value(i),
+                );
+                (ops.value(i).to_string(), k.value(i), row)
+            })
+            .collect()
+    }
+
+    /// Folds an output changelog, checking it as `fold` does, `-D` too.
+    fn apply(table: &mut BTreeMap<i64, Row>, out: &[(String, i64, Row)]) {
+        let mut after: Option<i64> = None;
+        for (op, k, row) in out {
+            if let Some(expected) = after.take() {
+                assert_eq!((op.as_str(), *k), ("+U", expected));
+                table.insert(*k, *row);
+                continue;
+            }
+            match op.as_str() {
+                "+I" => assert!(table.insert(*k, *row).is_none(), "+I of shown key {k}"),
+                "-U" | "-D" => {
+                    assert_eq!(
+                        table.remove(k).as_ref(),
+                        Some(row),
+                        "{op} of key {k} retracts another row"
+                    );
+                    if op == "-U" {
+                        after = Some(*k);
+                    }
+                }
+                other => panic!("op {other}"),
+            }
+        }
+        assert!(after.is_none());
+    }
+
+    /// The aggregates of the rows an input changelog leaves, by key.
+    fn expected(input: &[(&str, i64, Option<i64>)]) -> BTreeMap<i64, Row> {
+        let mut live: BTreeMap<i64, Vec<Option<i64>>> = BTreeMap::new();
+        for (op, k, v) in input {
+            let rows = live.entry(*k).or_default();
+            if op.starts_with('-') {
+                let at = rows
+                    .iter()
+                    .position(|x| x == v)
+                    .expect("a retraction of a row added before");
+                rows.remove(at);
+            } else {
+                rows.push(*v);
+            }
+        }
+        live.into_iter()
+            .filter(|(_, rows)| !rows.is_empty())
+            .map(|(k, rows)| {
+                let present: Vec<i64> = rows.iter().flatten().copied().collect();
+                let sum = (!present.is_empty()).then(|| present.iter().sum::<i64>());
+                let avg = sum.map(|s| ((s as f64 / present.len() as f64) * 1000.0).round() as i64);
+                (k, (rows.len() as i64, sum, avg, present.len() as i64))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn retractions_fold_into_the_aggregates_of_the_rows_left() {
+        let batches: Vec<Vec<(&str, i64, Option<i64>)>> = vec![
+            vec![("+I", 1, Some(10)), ("+I", 2, Some(4)), ("+I", 1, Some(6))],
+            // An update of key 1's 10 to 20, and key 2's only row deleted.
+            vec![("-U", 1, Some(10)), ("+U", 1, Some(20)), ("-D", 2, Some(4))],
+            // Key 2 comes back; key 3 gets a NULL; key 1 retracts a row
+            // before adding one in the same batch.
+            vec![
+                ("+I", 2, Some(7)),
+                ("+I", 3, None),
+                ("-U", 1, Some(6)),
+                ("+U", 1, Some(6)),
+            ],
+            // Key 3's NULL row is retracted (-D), key 1 loses 20.
+            vec![("-D", 3, None), ("-D", 1, Some(20))],
+        ];
+        let mut op = operator();
+        let mut table = BTreeMap::new();
+        let mut all = Vec::new();
+        let mut deletes = 0;
+        for batch in &batches {
+            all.extend_from_slice(batch);
+            let out = output(&op.update(&changes(batch)).unwrap().unwrap());
+            deletes += out.iter().filter(|(o, _, _)| o == "-D").count();
+            apply(&mut table, &out);
+            assert_eq!(table, expected(&all), "after {batch:?}");
+        }
+        // Key 2 and key 3 were each left without rows once: two -D rows,
+        // and their state is gone (key 2 was recreated, key 3 is not).
+        assert_eq!(deletes, 2);
+        assert_eq!(op.index.len(), 2, "groups kept: keys 1 and 2");
+    }
+
+    #[test]
+    fn an_aggregate_that_cannot_retract_is_refused_over_a_changelog() {
+        for function in ["min", "max"] {
+            let spec = GroupAggSpec {
+                aggregates: vec![call(function, vec![2], false)],
+                ..spec()
+            };
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("op", DataType::Utf8, false),
+                Field::new("_k0", DataType::Int64, false),
+                Field::new("_a0", DataType::Int64, true),
+            ]));
+            let e = GroupAggregateOperator::new(&spec, schema).err().expect("refused");
+            assert_eq!(e.sqlstate(), SqlCode::FeatureNotSupported.sqlstate(), "{e}");
+            assert!(
+                e.to_string().contains(&format!("{function} over an updating result")),
+                "{e}"
+            );
+        }
+        let distinct = GroupAggSpec {
+            aggregates: vec![call("count", vec![2], true)],
+            ..spec()
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("op", DataType::Utf8, false),
+            Field::new("_k0", DataType::Int64, false),
+            Field::new("_a0", DataType::Int64, true),
+        ]));
+        assert!(
+            GroupAggregateOperator::new(&distinct, schema).is_err(),
+            "count(DISTINCT) does not retract yet"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restored_operator_knows_each_groups_rows() {
+        let first = [("+I", 1, Some(5)), ("+I", 1, Some(7)), ("+I", 2, Some(1))];
+        let mut op = operator();
+        let mut table = BTreeMap::new();
+        apply(&mut table, &output(&op.update(&changes(&first)).unwrap().unwrap()));
+        let mut state = op.snapshot(1).await.unwrap();
+        state.key_groups = sluice_plan::KEY_GROUPS_DEFAULT;
+        let state = TaskState::decode(&state.encode().unwrap()).unwrap();
+        let mut restored = operator();
+        restored.restore(Some((1, state))).await.unwrap();
+        // Retracting key 1's two rows deletes it in both; key 2 updates.
+        let second = [("-D", 1, Some(5)), ("-D", 1, Some(7)), ("+I", 2, Some(3))];
+        let a = output(&op.update(&changes(&second)).unwrap().unwrap());
+        let b = output(&restored.update(&changes(&second)).unwrap().unwrap());
+        assert_eq!(a, b);
+        assert!(b.iter().any(|(o, k, _)| o == "-D" && *k == 1), "{b:?}");
+        apply(&mut table, &b);
+        let all: Vec<_> = first.iter().chain(&second).copied().collect();
+        assert_eq!(table, expected(&all));
+    }
 }

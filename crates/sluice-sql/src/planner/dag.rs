@@ -374,11 +374,6 @@ impl DagBuilder<'_> {
     fn plan_aggregate(&mut self, agg: &Aggregate) -> Result<Stage> {
         let child = self.plan_node(&agg.input)?;
         let input_schema = agg.input.schema();
-        if let Some(updater) = self.updater(child.op) {
-            return Err(unsupported(&format!(
-                "an aggregate over an updating result ({updater}) is not supported yet"
-            )));
-        }
         // A window TVF scanned, or rows that already carry a window: an
         // aggregate over a window aggregate's output grouped by its event
         // time (`window_end`, maybe renamed) regroups each window's rows
@@ -512,9 +507,11 @@ impl DagBuilder<'_> {
     }
 
     /// An aggregate without a window: its result updates with every row,
-    /// so it emits a changelog (`[op, keys…, aggregates…]`).
+    /// so it emits a changelog (`[op, keys…, aggregates…]`). Over a
+    /// changelog it takes retracted rows back.
     fn plan_group_aggregate(&mut self, agg: &Aggregate, child: Stage) -> Result<Stage> {
         let input_schema = agg.input.schema();
+        let over_changelog = self.updating(child.op);
         let mut keys = Vec::new();
         for g in &agg.group_expr {
             if matches!(g, Expr::GroupingSet(_)) {
@@ -524,10 +521,21 @@ impl DagBuilder<'_> {
             }
             keys.push(unaliased(child.substitute(g, input_schema)?));
         }
-        // Pre-projection: the keys, then the arguments.
-        let (calls, args) = self.aggregate_calls(agg, &child, keys.len())?;
+        // Pre-projection: the input's op (over a changelog), the keys, then
+        // the arguments.
+        let lead = usize::from(over_changelog);
+        let (calls, args) = self.aggregate_calls(agg, &child, lead + keys.len())?;
+        if over_changelog {
+            for call in &calls {
+                sluice_plan::check_retractable(&call.function, call.distinct).map_err(|e| unsupported(&e))?;
+            }
+        }
         let mut pre_exprs = Vec::new();
         let mut pre_names = Vec::new();
+        if over_changelog {
+            pre_exprs.push(col(OP_COLUMN));
+            pre_names.push(OP_COLUMN.to_string());
+        }
         for (j, k) in keys.iter().enumerate() {
             pre_exprs.push(k.clone());
             pre_names.push(format!("_k{j}"));
@@ -542,7 +550,7 @@ impl DagBuilder<'_> {
             ..child
         };
         let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
-        let key_columns: Vec<usize> = (0..keys.len()).collect();
+        let key_columns: Vec<usize> = (lead..lead + keys.len()).collect();
         let mut fields = vec![Field::new(OP_COLUMN, arrow::datatypes::DataType::Utf8, false)];
         fields.extend(key_columns.iter().map(|k| pre_schema.field(*k).clone()));
         for (i, _) in calls.iter().enumerate() {
@@ -552,6 +560,7 @@ impl DagBuilder<'_> {
         let out_schema = Arc::new(Schema::new(fields));
         let spec = GroupAggSpec {
             input_schema: pre_schema,
+            op_column: over_changelog.then_some(0),
             key_columns: key_columns.clone(),
             aggregates: calls,
             groups_max: self.settings.aggregate_groups_max,
