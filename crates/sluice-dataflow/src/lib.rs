@@ -20,7 +20,8 @@
 //! - [`join`]: inner equi-join of two streams (windowed, or with a state TTL).
 //! - [`window`]: event-time window aggregates (TUMBLE, HOP, SESSION);
 //!   [`group_aggregate`]: the aggregate without a window, whose result
-//!   updates (a changelog); [`aggregate`]: what they share.
+//!   updates (a changelog); [`aggregate`]: what they share; [`top_n`]:
+//!   `ROW_NUMBER() … <= N` per partition (top-N, deduplication).
 //! - [`checkpoint`]: barriers, aligned snapshots, the coordinator, the
 //!   versioned checkpoint format and its stores; recovery from the newest
 //!   complete checkpoint.
@@ -48,6 +49,7 @@ pub mod project;
 pub mod source;
 pub mod task;
 pub mod time;
+pub mod top_n;
 pub mod watermark_alignment;
 pub mod window;
 

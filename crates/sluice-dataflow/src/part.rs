@@ -841,6 +841,7 @@ fn build_task(
             spec,
             op.output_schema.clone(),
         )?),
+        OperatorKind::TopN(spec) => Box::new(crate::top_n::TopNOperator::new(spec, op.output_schema.clone())?),
         OperatorKind::Join(spec) => Box::new(JoinOperator::new(spec, op.output_schema.clone(), left_inputs)?),
         OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, &instance_ctx)?,
     };
@@ -864,6 +865,7 @@ fn check_keyed_state(dag: &PhysicalDag) -> Result<()> {
         let state_keys = match &op.kind {
             OperatorKind::WindowAggregate(w) if !w.key_columns.is_empty() => vec![w.key_columns.clone()],
             OperatorKind::GroupAggregate(g) if !g.key_columns.is_empty() => vec![g.key_columns.clone()],
+            OperatorKind::TopN(t) if !t.partition_columns.is_empty() => vec![t.partition_columns.clone()],
             OperatorKind::Join(j) => vec![j.left.keys.clone(), j.right.keys.clone()],
             _ => continue,
         };

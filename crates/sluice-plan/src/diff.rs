@@ -318,9 +318,10 @@ fn added_detail(op: &OperatorSpec) -> String {
 fn parallelism_note(before: &OperatorSpec, after: &OperatorSpec) -> Option<String> {
     (before.parallelism != after.parallelism).then(|| {
         let how = match after.kind {
-            OperatorKind::WindowAggregate(_) | OperatorKind::GroupAggregate(_) | OperatorKind::Join(_) => {
-                ", state redistributed by key group"
-            }
+            OperatorKind::WindowAggregate(_)
+            | OperatorKind::GroupAggregate(_)
+            | OperatorKind::TopN(_)
+            | OperatorKind::Join(_) => ", state redistributed by key group",
             OperatorKind::Source(_) => ", partitions re-split",
             _ => "",
         };
@@ -449,6 +450,15 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
                 Shape::Same
             }
         }
+        (OperatorKind::TopN(a), OperatorKind::TopN(b)) => {
+            if a.partition_columns != b.partition_columns || a.order != b.order || a.limit != b.limit {
+                Shape::Different("another partition, order or number of rows".into())
+            } else if types_of(&a.input_schema) != types_of(&b.input_schema) {
+                Shape::Different("its input columns have other types".into())
+            } else {
+                Shape::Same
+            }
+        }
         (OperatorKind::Join(a), OperatorKind::Join(b)) => {
             let side = |x: &crate::JoinSide, y: &crate::JoinSide| {
                 x.keys == y.keys
@@ -492,6 +502,8 @@ fn rescalable(op: &OperatorSpec, source_rescalable: &dyn Fn(&crate::SourceSpec) 
         OperatorKind::GroupAggregate(_) => {
             Err("an aggregate without GROUP BY keys holds its one group in one instance".into())
         }
+        OperatorKind::TopN(t) if !t.partition_columns.is_empty() => Ok(()),
+        OperatorKind::TopN(_) => Err("a top-N without PARTITION BY holds its one list in one instance".into()),
         OperatorKind::Source(s) => Err(format!(
             "a {} source reads its stream at the parallelism it started with (Kafka sources re-split their partitions)",
             s.connector

@@ -178,6 +178,23 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
             calls(dag, op, &g.input_schema, &g.aggregates),
             g.groups_max
         ),
+        OperatorKind::TopN(t) => {
+            let order: Vec<String> = t
+                .order
+                .iter()
+                .map(|k| {
+                    let dir = if k.descending { " DESC" } else { "" };
+                    format!("{}{dir}", input_label(dag, op, &t.input_schema, k.column))
+                })
+                .collect();
+            format!(
+                "top {} per [{}] by {}; changelog (+I, -U, +U); partitions max {}",
+                t.limit,
+                labels(dag, op, &t.input_schema, &t.partition_columns),
+                order.join(", "),
+                t.partitions_max
+            )
+        }
         OperatorKind::Join(j) => {
             let inputs = dag.inputs_of(op.id);
             let label = |side: usize, i: usize| match inputs.get(side) {

@@ -159,6 +159,16 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
             h.indices(&g.key_columns);
             h.calls(&g.aggregates);
         }
+        OperatorKind::TopN(t) => {
+            h.indices(&t.partition_columns);
+            h.u64(t.order.len() as u64);
+            for k in &t.order {
+                h.u64(k.column as u64);
+                h.u64(u64::from(k.descending));
+                h.u64(u64::from(k.nulls_first));
+            }
+            h.u64(t.limit as u64);
+        }
         OperatorKind::Join(j) => {
             for side in [&j.left, &j.right] {
                 h.indices(&side.keys);

@@ -81,7 +81,7 @@ impl PhysicalDag {
     /// filters/projections and sink after it.
     pub fn updating(&self, id: OperatorId) -> bool {
         match self.operator(id).map(|o| &o.kind) {
-            Some(OperatorKind::GroupAggregate(_)) => true,
+            Some(OperatorKind::GroupAggregate(_) | OperatorKind::TopN(_)) => true,
             Some(OperatorKind::Project(_) | OperatorKind::Sink(_)) => {
                 self.inputs_of(id).iter().any(|e| self.updating(e.from))
             }
@@ -122,6 +122,9 @@ pub enum OperatorKind {
     WindowAggregate(WindowAggSpec),
     /// Aggregate per key without a window: an updating result (a changelog).
     GroupAggregate(GroupAggSpec),
+    /// The first rows per partition in an order (`ROW_NUMBER() … <= N`):
+    /// top-N and deduplication, a changelog.
+    TopN(TopNSpec),
     /// Inner equi-join of two streams (input 0 = left, input 1 = right).
     Join(JoinSpec),
     Sink(SinkSpec),
@@ -131,23 +134,25 @@ impl OperatorKind {
     /// Every kind's [`name`](Self::name): the variant's name in snake case,
     /// in declaration order (a test checks both against the enum). What
     /// the HTTP API's OpenAPI document lists as an operator's `kind`.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "source",
         "project",
         "window_aggregate",
         "group_aggregate",
+        "top_n",
         "join",
         "sink",
     ];
 
     /// Short name for EXPLAIN and metrics.
     pub fn name(&self) -> &'static str {
-        let [source, project, window_aggregate, group_aggregate, join, sink] = Self::NAMES;
+        let [source, project, window_aggregate, group_aggregate, top_n, join, sink] = Self::NAMES;
         match self {
             OperatorKind::Source(_) => source,
             OperatorKind::Project(_) => project,
             OperatorKind::WindowAggregate(_) => window_aggregate,
             OperatorKind::GroupAggregate(_) => group_aggregate,
+            OperatorKind::TopN(_) => top_n,
             OperatorKind::Join(_) => join,
             OperatorKind::Sink(_) => sink,
         }
@@ -402,6 +407,32 @@ pub struct GroupAggSpec {
     /// Bound on groups held by one instance; a row that would exceed it
     /// fails the pipeline with a clear error.
     pub groups_max: usize,
+}
+
+/// One ORDER BY key of a top-N: a column, its direction and where NULLs go.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SortKey {
+    pub column: usize,
+    pub descending: bool,
+    pub nulls_first: bool,
+}
+
+/// `ROW_NUMBER() OVER (PARTITION BY p… ORDER BY o…) AS rn … WHERE rn <= N`
+/// over an append-only input: per partition, the first `limit` rows in the
+/// order (ties: the row that came first ranks first). Emits a changelog
+/// `[op, input columns…, rn]`: when a batch changes a partition's list,
+/// each position whose row changed emits `-U` (the row it held, with its
+/// number) and `+U` (the new one), a new position `+I`. `limit` 1 is
+/// deduplication: keep the first row (ascending time) or the last
+/// (descending).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TopNSpec {
+    pub input_schema: SchemaRef,
+    pub partition_columns: Vec<usize>,
+    pub order: Vec<SortKey>,
+    pub limit: usize,
+    /// Bound on partitions held by one instance; past it the pipeline fails.
+    pub partitions_max: usize,
 }
 
 /// One side of a stream join: the rows it receives and where its keys are.

@@ -9,7 +9,8 @@ use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, expr::AggregateFunc
 use sluice_plan::catalog::StreamDef;
 use sluice_plan::{
     ALIGNMENT_MAX_DRIFT_MS_DEFAULT, AggregateCall, AlignmentSetting, EdgeSpec, GroupAggSpec, OP_COLUMN, OperatorKind,
-    OperatorSpec, Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SourceSpec, WindowAggSpec, WindowKind,
+    OperatorSpec, Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SortKey, SourceSpec, TopNSpec, WindowAggSpec,
+    WindowKind,
 };
 use sluice_types::{EdgeId, Error, OperatorId, OperatorUid, Result, SqlCode};
 use std::collections::HashMap;
@@ -28,6 +29,95 @@ struct DagBuilder<'p> {
     /// The source operator of each stream read so far: a stream read twice
     /// in one query (a self-join, q7) is read once and fanned out.
     sources: HashMap<String, (OperatorId, u32)>,
+    /// The N of a `WHERE rn <= N` over a `ROW_NUMBER()` column, set by the
+    /// filter while its input (down to the window) is planned.
+    top_n_limit: Option<usize>,
+}
+
+/// The most rows a top-N keeps per partition.
+const TOP_N_MAX: usize = 10_000;
+
+const OVER_UNSUPPORTED: &str = "OVER windows are not supported yet, except ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) \
+     filtered by WHERE rn <= N in an outer query (top-N, deduplication); for aggregates over time use TUMBLE, HOP \
+     or SESSION in FROM";
+
+/// True when `e` is `ROW_NUMBER() OVER (…)` (maybe aliased).
+fn is_row_number(e: &Expr) -> bool {
+    matches!(unaliased(e.clone()), Expr::WindowFunction(w) if w.fun.name() == "row_number")
+}
+
+/// True when column `index` of `plan`'s output is a `ROW_NUMBER()` of a
+/// window under it (through aliases, projections and filters).
+fn row_number_column(plan: &LogicalPlan, index: usize) -> bool {
+    match plan {
+        LogicalPlan::SubqueryAlias(a) => row_number_column(&a.input, index),
+        LogicalPlan::Filter(f) => row_number_column(&f.input, index),
+        LogicalPlan::Projection(p) => match p.expr.get(index).map(|e| unaliased(e.clone())) {
+            Some(Expr::Column(c)) => p
+                .input
+                .schema()
+                .index_of_column(&c)
+                .is_ok_and(|i| row_number_column(&p.input, i)),
+            _ => false,
+        },
+        LogicalPlan::Window(w) => {
+            let n = w.input.schema().fields().len();
+            index >= n && w.window_expr.get(index - n).is_some_and(is_row_number)
+        }
+        _ => false,
+    }
+}
+
+/// The N of `rn <= N`, `rn < N + 1` or `rn = 1` among `predicate`'s
+/// conjuncts, where rn is a `ROW_NUMBER()` column of `input`, and the
+/// other conjuncts (the top-N's rows satisfy every such bound).
+fn row_number_limit(predicate: &Expr, input: &LogicalPlan) -> Option<(usize, Option<Expr>)> {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    // The analyzer compares ROW_NUMBER()'s UInt64 with an integer literal
+    // through casts (to Decimal128): look through them.
+    fn uncast(mut e: &Expr) -> &Expr {
+        while let Expr::Cast(c) = e {
+            e = &c.expr;
+        }
+        e
+    }
+    let integer = |e: &Expr| match uncast(e) {
+        Expr::Literal(v, _) if v.data_type().is_integer() => v.to_string().parse::<i64>().ok(),
+        _ => None,
+    };
+    let rn = |e: &Expr| match uncast(e) {
+        Expr::Column(c) => input
+            .schema()
+            .index_of_column(c)
+            .is_ok_and(|i| row_number_column(input, i)),
+        _ => false,
+    };
+    let bound = |c: &Expr| match c {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let (op, n) = if rn(left) {
+                (*op, integer(right)?)
+            } else if rn(right) {
+                (op.swap()?, integer(left)?)
+            } else {
+                return None;
+            };
+            match op {
+                Operator::LtEq => usize::try_from(n).ok(),
+                Operator::Lt => usize::try_from(n - 1).ok(),
+                Operator::Eq if n == 1 => Some(1),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let conjuncts = datafusion::logical_expr::utils::split_conjunction(predicate);
+    let limit = conjuncts.iter().filter_map(|c| bound(c)).min()?;
+    let rest = conjuncts
+        .into_iter()
+        .filter(|c| bound(c).is_none())
+        .cloned()
+        .reduce(Expr::and);
+    Some((limit, rest))
 }
 
 /// The aggregates that ignore NULL inputs, so `FILTER (WHERE c)` can turn
@@ -76,6 +166,7 @@ pub(super) fn build(
         streams,
         catalog,
         sources: HashMap::new(),
+        top_n_limit: None,
     };
     let (body, limit) = strip_limit(plan)?;
     let mut stage = b.plan_node(body)?;
@@ -189,8 +280,12 @@ impl DagBuilder<'_> {
         let mut at = id;
         loop {
             let op = dag.operator(at)?;
-            if matches!(op.kind, OperatorKind::GroupAggregate(_)) {
-                return Some(format!("the aggregate without a window (operator {})", op.id));
+            match op.kind {
+                OperatorKind::GroupAggregate(_) => {
+                    return Some(format!("the aggregate without a window (operator {})", op.id));
+                }
+                OperatorKind::TopN(_) => return Some(format!("the top-N of ROW_NUMBER() (operator {})", op.id)),
+                _ => {}
             }
             at = dag.inputs_of(at).iter().find(|e| dag.updating(e.from))?.from;
         }
@@ -245,8 +340,25 @@ impl DagBuilder<'_> {
                 self.plan_join(j, Some(&f.predicate))?.project(p)
             }
             LogicalPlan::Filter(f) => {
-                let child = self.plan_node(&f.input)?;
-                let predicate = child.substitute(&f.predicate, f.input.schema())?;
+                // `WHERE rn <= N` over a ROW_NUMBER(): the window below is a
+                // top-N, whose rows all pass those bounds (the rest of the
+                // filter applies). A bound that no window took (another
+                // filter's took its own) stays in the filter.
+                let (limit, rest) = row_number_limit(&f.predicate, &f.input).unzip();
+                let outer = std::mem::replace(&mut self.top_n_limit, limit);
+                let child = self.plan_node(&f.input);
+                let taken = limit.is_some() && self.top_n_limit.is_none();
+                self.top_n_limit = outer;
+                let child = child?;
+                let predicate = if taken {
+                    rest.flatten()
+                } else {
+                    Some(f.predicate.clone())
+                };
+                let Some(predicate) = predicate else {
+                    return Ok(child);
+                };
+                let predicate = child.substitute(&predicate, f.input.schema())?;
                 let filter = Some(match child.filter.clone() {
                     Some(existing) => existing.and(predicate),
                     None => predicate,
@@ -264,9 +376,7 @@ impl DagBuilder<'_> {
                 "SELECT DISTINCT is not supported on a stream; use GROUP BY with a window",
             )),
             LogicalPlan::Union(_) => Err(unsupported("UNION of streams is not supported yet")),
-            LogicalPlan::Window(_) => Err(unsupported(
-                "OVER windows are not supported; use TUMBLE, HOP or SESSION in FROM",
-            )),
+            LogicalPlan::Window(w) => self.plan_top_n(w),
             other => Err(unsupported(&format!(
                 "{} is not supported in a continuous query",
                 other.display()
@@ -502,6 +612,92 @@ impl DagBuilder<'_> {
             filter: None,
             exprs,
             time_column: Some(out_time),
+            window: None,
+        })
+    }
+
+    /// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) … WHERE rn <= N`: a
+    /// top-N operator, whose changelog is `[op, input columns…, rn]`.
+    fn plan_top_n(&mut self, w: &datafusion::logical_expr::Window) -> Result<Stage> {
+        let limit = self.top_n_limit.take();
+        let Some(limit) = limit.filter(|_| w.window_expr.len() == 1 && is_row_number(&w.window_expr[0])) else {
+            return Err(unsupported(OVER_UNSUPPORTED));
+        };
+        if limit == 0 || limit > TOP_N_MAX {
+            return Err(unsupported(&format!(
+                "a top-N keeps 1 to {TOP_N_MAX} rows per partition, not {limit}"
+            )));
+        }
+        let Expr::WindowFunction(function) = unaliased(w.window_expr[0].clone()) else {
+            return Err(unsupported(OVER_UNSUPPORTED));
+        };
+        let params = &function.params;
+        if params.order_by.is_empty() {
+            return Err(unsupported("ROW_NUMBER() for a top-N needs ORDER BY in its OVER (…)"));
+        }
+        let child = self.plan_node(&w.input)?;
+        if self.updating(child.op) {
+            return Err(unsupported("a top-N over an updating result is not supported yet"));
+        }
+        if child.window.is_some() {
+            return Err(unsupported(
+                "a top-N per window (over a window TVF) is not supported yet",
+            ));
+        }
+        let input_schema = w.input.schema();
+        let n = child.exprs.len();
+        let mut pre_exprs = child.exprs.clone();
+        let mut pre_names: Vec<String> = (0..n).map(|i| format!("_c{i}")).collect();
+        for (j, p) in params.partition_by.iter().enumerate() {
+            pre_exprs.push(child.substitute(p, input_schema)?);
+            pre_names.push(format!("_p{j}"));
+        }
+        let mut order = Vec::new();
+        for (j, o) in params.order_by.iter().enumerate() {
+            pre_exprs.push(child.substitute(&o.expr, input_schema)?);
+            pre_names.push(format!("_o{j}"));
+            order.push(SortKey {
+                column: n + params.partition_by.len() + j,
+                descending: !o.asc,
+                nulls_first: o.nulls_first,
+            });
+        }
+        let pre = Stage {
+            exprs: pre_exprs,
+            window: None,
+            ..child
+        };
+        let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
+        let partition_columns: Vec<usize> = (n..n + params.partition_by.len()).collect();
+        let mut fields = vec![Field::new(OP_COLUMN, arrow::datatypes::DataType::Utf8, false)];
+        fields.extend(pre_schema.fields().iter().map(|f| f.as_ref().clone()));
+        // ROW_NUMBER() is a BIGINT, as in Flink and Postgres (DataFusion's
+        // UInt64 would reach clients as numeric).
+        fields.push(Field::new("_rn", arrow::datatypes::DataType::Int64, false));
+        let out_schema = Arc::new(Schema::new(fields));
+        let spec = TopNSpec {
+            input_schema: pre_schema,
+            partition_columns: partition_columns.clone(),
+            order,
+            limit,
+            partitions_max: self.settings.aggregate_groups_max,
+        };
+        let (parallelism, partitioning) = if partition_columns.is_empty() {
+            (1, Partitioning::Single)
+        } else {
+            (self.settings.parallelism, Partitioning::Hash(partition_columns))
+        };
+        let op = self.add(OperatorKind::TopN(spec), parallelism, out_schema.clone());
+        self.connect(pre_op, op, partitioning);
+        let mut exprs: Vec<Expr> = (0..n).map(|i| col(&format!("_c{i}"))).collect();
+        exprs.push(col("_rn"));
+        Ok(Stage {
+            op,
+            parallelism,
+            input_schema: out_schema,
+            filter: None,
+            exprs,
+            time_column: None,
             window: None,
         })
     }

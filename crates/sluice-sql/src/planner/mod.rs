@@ -172,8 +172,8 @@ impl<'a> Planner<'a> {
     }
 
     /// The parameter types (`$1`, …) and output schema of a query: the
-    /// bound plan's columns, after the op column when the result is a
-    /// changelog.
+    /// bound plan's columns, or the planned ones (the op column first) when
+    /// the result is a changelog.
     pub async fn describe(&self, query: &Query) -> Result<(Vec<DataType>, SchemaRef)> {
         let (plan, windows, streams) = self.logical_plan(query).await?;
         let types = plan.get_parameter_types().map_err(plan_error)?;
@@ -213,9 +213,9 @@ impl<'a> Planner<'a> {
                     .last()
                     .is_some_and(|sink| planned.dag.updating(sink.id)) =>
             {
-                let mut fields = vec![planned.schema.field(0).clone()];
-                fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
-                Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+                // Described as planned: the op column, and the types its
+                // operators emit (ROW_NUMBER() as BIGINT).
+                planned.schema
             }
             _ => schema,
         };

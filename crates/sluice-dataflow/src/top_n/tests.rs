@@ -1,0 +1,174 @@
+//! The top-N operator driven directly. Its changelog is folded into a
+//! table keyed by (partition, row number) and checked against the first
+//! rows per partition computed here by sorting all rows.
+
+use super::TopNOperator;
+use crate::checkpoint::TaskState;
+use crate::operator::Operator;
+use arrow::array::{Array, Int64Array, StringArray, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use sluice_plan::{SortKey, TopNSpec};
+use sluice_types::SqlCode;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// `[k, v, id]`: partition k, order by v (direction per test), id names the row.
+fn input_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("id", DataType::Int64, false),
+    ]))
+}
+
+fn output_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("op", DataType::Utf8, false),
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("id", DataType::Int64, false),
+        Field::new("rn", DataType::UInt64, false),
+    ]))
+}
+
+fn spec(limit: usize, descending: bool, partitions_max: usize) -> TopNSpec {
+    TopNSpec {
+        input_schema: input_schema(),
+        partition_columns: vec![0],
+        order: vec![SortKey {
+            column: 1,
+            descending,
+            nulls_first: false,
+        }],
+        limit,
+        partitions_max,
+    }
+}
+
+fn rows(rows: &[(i64, Option<i64>, i64)]) -> RecordBatch {
+    let k = Int64Array::from_iter_values(rows.iter().map(|r| r.0));
+    let v = Int64Array::from_iter(rows.iter().map(|r| r.1));
+    let id = Int64Array::from_iter_values(rows.iter().map(|r| r.2));
+    RecordBatch::try_new(input_schema(), vec![Arc::new(k), Arc::new(v), Arc::new(id)]).unwrap()
+}
+
+/// (op, (k, rn), id).
+fn changelog(batch: &RecordBatch) -> Vec<(String, (i64, u64), i64)> {
+    let ops = batch.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+    let k = batch.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+    let id = batch.column(3).as_any().downcast_ref::<Int64Array>().unwrap();
+    let rn = batch.column(4).as_any().downcast_ref::<UInt64Array>().unwrap();
+    (0..batch.num_rows())
+        .map(|i| (ops.value(i).to_string(), (k.value(i), rn.value(i)), id.value(i)))
+        .collect()
+}
+
+/// Applies a changelog keyed by (k, rn), checking each -U names the row shown.
+fn fold(table: &mut BTreeMap<(i64, u64), i64>, changes: &[(String, (i64, u64), i64)]) {
+    for (op, key, id) in changes {
+        match op.as_str() {
+            "+I" => assert!(table.insert(*key, *id).is_none(), "+I at {key:?}, already shown"),
+            "-U" => assert_eq!(table.remove(key), Some(*id), "-U at {key:?} is not the row shown"),
+            "+U" => assert!(table.insert(*key, *id).is_none(), "+U at {key:?} without its -U"),
+            other => panic!("op {other}"),
+        }
+    }
+}
+
+/// The first `limit` rows per k by v (NULLs last; ties: earlier rows first).
+fn expected(all: &[(i64, Option<i64>, i64)], limit: usize, descending: bool) -> BTreeMap<(i64, u64), i64> {
+    let mut per_k: BTreeMap<i64, Vec<(usize, Option<i64>, i64)>> = BTreeMap::new();
+    for (arrival, (k, v, id)) in all.iter().enumerate() {
+        per_k.entry(*k).or_default().push((arrival, *v, *id));
+    }
+    let mut out = BTreeMap::new();
+    for (k, mut rows) in per_k {
+        rows.sort_by(|a, b| {
+            let by_value = match (a.1, b.1) {
+                (Some(x), Some(y)) if descending => y.cmp(&x),
+                (Some(x), Some(y)) => x.cmp(&y),
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, None) => std::cmp::Ordering::Equal,
+            };
+            by_value.then(a.0.cmp(&b.0))
+        });
+        for (i, (_, _, id)) in rows.into_iter().take(limit).enumerate() {
+            out.insert((k, i as u64 + 1), id);
+        }
+    }
+    out
+}
+
+const BATCHES: &[&[(i64, Option<i64>, i64)]] = &[
+    &[(1, Some(5), 1), (2, Some(3), 2), (1, Some(7), 3)],
+    // A tie with row 1 (ranks after it), a new top for k 1, a NULL.
+    &[(1, Some(5), 4), (1, Some(9), 5), (2, None, 6)],
+    &[(2, Some(8), 7), (1, Some(1), 8), (3, Some(2), 9), (2, Some(8), 10)],
+];
+
+#[test]
+fn the_changelog_folds_into_the_first_rows_of_each_partition() {
+    for descending in [true, false] {
+        for limit in [1, 2, 3] {
+            let mut op = TopNOperator::new(&spec(limit, descending, 10), output_schema()).unwrap();
+            let mut table = BTreeMap::new();
+            let mut all = Vec::new();
+            for batch in BATCHES {
+                all.extend_from_slice(batch);
+                fold(&mut table, &changelog(&op.update(&rows(batch)).unwrap().unwrap()));
+                assert_eq!(
+                    table,
+                    expected(&all, limit, descending),
+                    "top {limit}, descending {descending}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn keep_first_deduplication_emits_each_key_once() {
+    // limit 1 ascending by v: each k's smallest v, the earliest on ties.
+    let mut op = TopNOperator::new(&spec(1, false, 10), output_schema()).unwrap();
+    let first = changelog(&op.update(&rows(&[(1, Some(1), 1), (2, Some(1), 2)])).unwrap().unwrap());
+    assert_eq!(first.iter().filter(|c| c.0 == "+I").count(), 2);
+    // Later rows with larger or equal values change nothing.
+    let later = op
+        .update(&rows(&[(1, Some(1), 3), (2, Some(4), 4), (1, Some(2), 5)]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(later.num_rows(), 0);
+}
+
+#[test]
+fn the_partition_limit_admits_exactly_its_number_of_partitions() {
+    let mut op = TopNOperator::new(&spec(2, true, 2), output_schema()).unwrap();
+    op.update(&rows(&[(1, Some(1), 1), (2, Some(1), 2), (1, Some(3), 3)]))
+        .unwrap();
+    let e = op.update(&rows(&[(3, Some(1), 4)])).unwrap_err();
+    assert_eq!(e.sqlstate(), SqlCode::ConfigurationLimitExceeded.sqlstate(), "{e}");
+    assert!(e.to_string().contains("2 partitions"), "{e}");
+}
+
+#[tokio::test]
+async fn a_restored_operator_continues_the_lists_with_their_ties() {
+    let mut op = TopNOperator::new(&spec(2, true, 10), output_schema()).unwrap();
+    let mut table = BTreeMap::new();
+    fold(&mut table, &changelog(&op.update(&rows(BATCHES[0])).unwrap().unwrap()));
+    let mut state = op.snapshot(1).await.unwrap();
+    state.key_groups = sluice_plan::KEY_GROUPS_DEFAULT;
+    let state = TaskState::decode(&state.encode().unwrap()).unwrap();
+    let mut restored = TopNOperator::new(&spec(2, true, 10), output_schema()).unwrap();
+    restored.restore(Some((1, state))).await.unwrap();
+    let mut all: Vec<_> = BATCHES[0].to_vec();
+    for batch in &BATCHES[1..] {
+        all.extend_from_slice(batch);
+        let a = changelog(&op.update(&rows(batch)).unwrap().unwrap());
+        let b = changelog(&restored.update(&rows(batch)).unwrap().unwrap());
+        assert_eq!(a, b);
+        fold(&mut table, &b);
+        assert_eq!(table, expected(&all, 2, true));
+    }
+}
