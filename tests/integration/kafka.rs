@@ -1,7 +1,8 @@
 //! The Kafka source and sink against the real broker of
 //! `scripts/services.sh`: replay from a timestamp over several partitions,
-//! Kafka → filter → Kafka with every record once, and the error policies
-//! for malformed records. Inputs are produced by a plain rdkafka producer
+//! Kafka → filter → Kafka with every record once, the error policies
+//! for malformed records, and an updating query's changelog in Debezium's
+//! format. Inputs are produced by a plain rdkafka producer
 //! and outputs read by a plain read_committed consumer; expected results
 //! are computed here from the records produced.
 
@@ -477,4 +478,84 @@ async fn replay_from_a_timestamp_right_after_producing_never_starts_before_it() 
             "round {round} (empty partition {empty:?}): (id, partition)"
         );
     }
+}
+
+/// An updating query (an aggregate without a window) into a Kafka sink in
+/// Debezium's format: folding the topic's creates and deletes gives the
+/// aggregates of every row inserted; a plain JSON sink refuses the query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_updating_query_reaches_kafka_as_debezium_json() {
+    let output = unique("counts");
+    create_topic(&output, 1).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(&client, "CREATE STREAM dbz_clicks (k TEXT, v BIGINT)").await;
+    let query = "SELECT k, count(*) AS n, sum(v) AS total FROM dbz_clicks GROUP BY k";
+    let refused = client
+        .batch_execute(&format!(
+            "CREATE SINK dbz_plain WITH (connector = 'kafka', topic = '{output}', \
+             'properties.bootstrap.servers' = 'localhost:9092', format = 'json') AS {query}"
+        ))
+        .await
+        .expect_err("a plain JSON sink is append-only");
+    let db = refused.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "0A000");
+    assert!(db.message().contains("debezium-json"), "{}", db.message());
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK dbz_counts WITH (connector = 'kafka', topic = '{output}', \
+             'properties.bootstrap.servers' = 'localhost:9092', format = 'debezium-json', key = 'k') AS {query}"
+        ),
+    )
+    .await;
+    // Several INSERTs, so keys are updated after they were created.
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for round in 0..5i64 {
+        let rows: Vec<(String, i64)> = (0..7)
+            .map(|i| (format!("k{}", (i * (round + 1)) % 4), round * 10 + i))
+            .collect();
+        let values: Vec<String> = rows.iter().map(|(k, v)| format!("('{k}', {v})")).collect();
+        exec(&client, &format!("INSERT INTO dbz_clicks VALUES {}", values.join(", "))).await;
+        for (k, v) in rows {
+            let e = expected.entry(k).or_default();
+            e.0 += 1;
+            e.1 += v;
+        }
+    }
+    // The topic holds at least one create per key; read until its fold is
+    // the expected table (the number of updates depends on the batches).
+    let mut last = BTreeMap::new();
+    for _ in 0..30 {
+        let records = consume(&output, expected.len(), Duration::from_secs(2), Duration::from_secs(90));
+        let mut table: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for r in &records {
+            let v: serde_json::Value = serde_json::from_str(&r.payload).unwrap();
+            let row = |side: &str| {
+                let x = &v[side];
+                (
+                    x["k"].as_str().unwrap().to_string(),
+                    (x["n"].as_i64().unwrap(), x["total"].as_i64().unwrap()),
+                )
+            };
+            match v["op"].as_str() {
+                Some("c") => {
+                    let (k, n) = row("after");
+                    assert_eq!(r.key.as_deref(), Some(format!(r#"{{"k":"{k}"}}"#).as_str()));
+                    assert!(table.insert(k.clone(), n).is_none(), "a create of {k}, already there");
+                }
+                Some("d") => {
+                    let (k, n) = row("before");
+                    assert_eq!(table.remove(&k), Some(n), "a delete of {k} that is not its row");
+                }
+                other => panic!("op {other:?} in {}", r.payload),
+            }
+        }
+        if table == expected {
+            return;
+        }
+        last = table;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("the topic folds to {last:?}, not {expected:?}");
 }

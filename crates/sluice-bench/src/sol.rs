@@ -112,6 +112,7 @@ pub async fn run(messages: u64, parallelism: u32) -> anyhow::Result<SolResult> {
         alignment_max_drift_ms: None,
     };
     let sink = SinkSpec {
+        changelog: false,
         connector: "blackhole".into(),
         options: BTreeMap::new(),
         event_time_column: None,

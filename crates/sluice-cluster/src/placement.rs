@@ -279,6 +279,7 @@ mod tests {
             alignment_max_drift_ms: None,
         };
         let sink = SinkSpec {
+            changelog: false,
             connector: "blackhole".into(),
             options: BTreeMap::new(),
             event_time_column: None,

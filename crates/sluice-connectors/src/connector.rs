@@ -108,12 +108,12 @@ pub trait Connector: Send + Sync {
         )))
     }
 
-    /// Whether a sink of this connector takes an updating query's
-    /// changelog: rows whose first column, `op`, says what each does
-    /// (`+I`, `-U`, `+U`, `-D`), written as a column like any other. An
+    /// Whether a sink of this connector with `options` takes an updating
+    /// query's changelog: rows whose first column, `op`, says what each
+    /// does (`+I`, `-U`, `+U`, `-D`; `SinkSpec::changelog` is set). An
     /// append-only sink (the default) gets such a query refused when it is
     /// planned, naming the operator that makes it updating.
-    fn sink_accepts_changelog(&self) -> bool {
+    fn sink_accepts_changelog(&self, _options: &BTreeMap<String, String>) -> bool {
         false
     }
 

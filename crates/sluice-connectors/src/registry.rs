@@ -72,10 +72,10 @@ pub fn rewind_options(spec: &sluice_plan::SourceSpec, timestamp: &str) -> Result
     find_source(&spec.connector)?.rewind_options(spec, timestamp)
 }
 
-/// Whether a `name` sink takes a changelog (see
+/// Whether a `name` sink with `options` takes a changelog (see
 /// [`Connector::sink_accepts_changelog`]).
-pub fn sink_accepts_changelog(name: &str) -> bool {
-    find(name).is_ok_and(|c| c.sink_accepts_changelog())
+pub fn sink_accepts_changelog(name: &str, options: &BTreeMap<String, String>) -> bool {
+    find(name).is_ok_and(|c| c.sink_accepts_changelog(options))
 }
 
 /// How many instances can read a stream of connector `name` (`None`: any).

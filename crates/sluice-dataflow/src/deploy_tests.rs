@@ -112,6 +112,7 @@ fn source_to_sink() -> PhysicalDag {
         alignment_max_drift_ms: None,
     };
     let sink = SinkSpec {
+        changelog: false,
         connector: "test".into(),
         options: BTreeMap::new(),
         event_time_column: None,

@@ -214,6 +214,7 @@ fn keyed_window(parallelism: u32) -> PhysicalDag {
         groups_max: 100_000,
     };
     let sink = SinkSpec {
+        changelog: false,
         connector: "collect".into(),
         options: BTreeMap::new(),
         event_time_column: None,

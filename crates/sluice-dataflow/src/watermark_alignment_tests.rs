@@ -177,6 +177,7 @@ fn two_sources_into_a_sink(alignment_max_drift_ms: Option<u64>) -> PhysicalDag {
         alignment_max_drift_ms,
     };
     let sink = SinkSpec {
+        changelog: false,
         connector: "test".into(),
         options: Default::default(),
         event_time_column: Some(0),

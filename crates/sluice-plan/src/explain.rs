@@ -258,6 +258,7 @@ mod tests {
             exprs: vec!["(auction % 10)".into()],
         };
         let sink = SinkSpec {
+            changelog: false,
             connector: "blackhole".into(),
             options: Default::default(),
             event_time_column: None,

@@ -356,6 +356,7 @@ mod tests {
 
     fn sink() -> OperatorKind {
         OperatorKind::Sink(SinkSpec {
+            changelog: false,
             connector: "blackhole".into(),
             options: Default::default(),
             event_time_column: None,

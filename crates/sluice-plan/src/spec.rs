@@ -482,6 +482,10 @@ pub struct SinkSpec {
     /// For a derived stream: the output column carrying event time, whose
     /// watermark the sink forwards into the log.
     pub event_time_column: Option<usize>,
+    /// The rows are a changelog: the first column is their [`OP_COLUMN`]
+    /// (set by the planner for an updating query).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changelog: bool,
 }
 
 /// How the rows of an edge's upstream instances reach its downstream instances.

@@ -17,6 +17,7 @@ use sluice_dataflow::deploy::InstanceContext;
 use sluice_dataflow::{Operator, OperatorContext};
 use sluice_plan::SinkSpec;
 use sluice_types::{Result, Watermark};
+use std::collections::BTreeMap;
 
 pub struct Blackhole;
 
@@ -45,7 +46,7 @@ impl Connector for Blackhole {
     }
 
     /// Its rows are written as they come, the op column with them.
-    fn sink_accepts_changelog(&self) -> bool {
+    fn sink_accepts_changelog(&self, _options: &BTreeMap<String, String>) -> bool {
         true
     }
 

@@ -12,6 +12,7 @@ use sluice_dataflow::deploy::InstanceContext;
 use sluice_dataflow::{Operator, OperatorContext};
 use sluice_plan::SinkSpec;
 use sluice_types::{Error, Result, Watermark};
+use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
 pub struct Client;
@@ -22,7 +23,7 @@ impl Connector for Client {
     }
 
     /// Its rows are written as they come, the op column with them.
-    fn sink_accepts_changelog(&self) -> bool {
+    fn sink_accepts_changelog(&self, _options: &BTreeMap<String, String>) -> bool {
         true
     }
 

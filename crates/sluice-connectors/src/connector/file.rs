@@ -68,7 +68,7 @@ impl Connector for FsSinkConnector {
     }
 
     /// Its rows are written as they come, the op column with them.
-    fn sink_accepts_changelog(&self) -> bool {
+    fn sink_accepts_changelog(&self, _options: &BTreeMap<String, String>) -> bool {
         true
     }
 

@@ -50,7 +50,7 @@ static SINK_OPTIONS: OptionSet = OptionSet {
         option("topic", "the topic to write (required)"),
         option(
             "format",
-            "'json' (default), 'csv' or 'raw': how a row becomes a record's value",
+            "'json' (default), 'csv', 'raw', or 'debezium-json' (each row in Debezium's envelope: takes a changelog)",
         ),
         option("key", "'col[, col…]': the columns of the record key"),
         option("key.format", "the key's format; 'raw': the text of a single key column"),
@@ -111,6 +111,11 @@ impl Connector for Kafka {
         metadata_fields()
     }
 
+    /// In Debezium's format: a retracted row is written as a delete.
+    fn sink_accepts_changelog(&self, options: &BTreeMap<String, String>) -> bool {
+        crate::kafka::accepts_changelog(options)
+    }
+
     /// Key and timestamp columns must be in the query's output.
     fn check_sink_output(&self, options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<()> {
         check_sink(options, schema)
@@ -134,6 +139,6 @@ impl Connector for Kafka {
         schema: &SchemaRef,
         ctx: &InstanceContext,
     ) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(KafkaSink::open(&spec.options, schema, ctx)?))
+        Ok(Box::new(KafkaSink::open(&spec.options, schema, ctx, spec.changelog)?))
     }
 }

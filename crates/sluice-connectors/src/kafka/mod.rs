@@ -8,7 +8,9 @@ pub mod replay;
 mod sink;
 mod source;
 
-pub use sink::{KafkaSink, TRANSACTION_ROWS_MAX, admit_rows, check as check_sink};
+pub use sink::{
+    DEBEZIUM_JSON, KafkaSink, TRANSACTION_ROWS_MAX, accepts_changelog, admit_rows, check as check_sink, debezium_rows,
+};
 pub use source::KafkaReader;
 
 use crate::format::RecordFormat;

@@ -53,6 +53,10 @@ pub struct KafkaSink {
     producer: Arc<ThreadedProducer<Reporting>>,
     topic: String,
     format: RecordFormat,
+    /// `format = 'debezium-json'`: each row in Debezium's envelope.
+    debezium: bool,
+    /// The rows are a changelog (their first column is the op).
+    changelog: bool,
     key: Option<KeySpec>,
     timestamp_column: Option<usize>,
     unflushed: bool,
@@ -126,9 +130,64 @@ pub fn check(options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<(
     Settings::parse(options, schema).map(|_| ())
 }
 
+/// The sink format that writes a changelog: each row in Debezium's JSON
+/// envelope.
+pub const DEBEZIUM_JSON: &str = "debezium-json";
+
+/// Whether a sink with `options` takes a changelog: in Debezium's format.
+pub fn accepts_changelog(options: &BTreeMap<String, String>) -> bool {
+    options
+        .get("format")
+        .is_some_and(|f| f.eq_ignore_ascii_case(DEBEZIUM_JSON))
+}
+
+/// Each row of `batch` in Debezium's JSON envelope, as Flink's
+/// `debezium-json` format writes it: an added row (`+I`, `+U`, or any row
+/// of an append-only input) as `{"before":null,"after":{…},"op":"c"}`, a
+/// retracted one (`-U`, `-D`) as `{"before":{…},"after":null,"op":"d"}` —
+/// an update is a delete and a create. With `changelog`, the first column
+/// is the op and is not written.
+pub fn debezium_rows(batch: &RecordBatch, changelog: bool) -> Result<Vec<Vec<u8>>> {
+    let (ops, data) = if changelog {
+        let ops = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
+        (Some(ops), batch.project(&(1..batch.num_columns()).collect::<Vec<_>>())?)
+    } else {
+        (None, batch.clone())
+    };
+    let rows = encode_rows(RecordFormat::Json, &data)?;
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let retracts = match ops {
+                Some(ops) => sluice_plan::ChangeOp::parse(ops.value(i))
+                    .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))?
+                    .retracts(),
+                None => false,
+            };
+            let (before, after, op): (&[u8], &[u8], &str) = if retracts {
+                (&row, b"null", "d")
+            } else {
+                (b"null", &row, "c")
+            };
+            let mut out = Vec::with_capacity(row.len() + 40);
+            out.extend_from_slice(b"{\"before\":");
+            out.extend_from_slice(before);
+            out.extend_from_slice(b",\"after\":");
+            out.extend_from_slice(after);
+            out.extend_from_slice(format!(",\"op\":\"{op}\"}}").as_bytes());
+            Ok(out)
+        })
+        .collect()
+}
+
 struct Settings {
     topic: String,
     format: RecordFormat,
+    debezium: bool,
     key: Option<KeySpec>,
     timestamp_column: Option<usize>,
     properties: BTreeMap<String, String>,
@@ -144,7 +203,18 @@ impl Settings {
             .filter(|t| !t.trim().is_empty())
             .ok_or_else(|| Error::invalid_option("the Kafka sink needs a 'topic' option"))?
             .clone();
-        let format = RecordFormat::parse(options.get("format").map(String::as_str).unwrap_or("json"))?;
+        let (format, debezium) = match options.get("format").map(String::as_str) {
+            Some(f) if f.eq_ignore_ascii_case(DEBEZIUM_JSON) => (RecordFormat::Json, true),
+            f => (
+                RecordFormat::parse(f.unwrap_or("json")).map_err(|_| {
+                    Error::invalid_option(format!(
+                        "format '{}' is not supported by the Kafka sink; use json, csv, raw or {DEBEZIUM_JSON}",
+                        f.unwrap_or_default()
+                    ))
+                })?,
+                false,
+            ),
+        };
         format.check_schema(schema)?;
         let exactly_once = match options.get("sink.delivery-guarantee").map(String::as_str) {
             None | Some("at-least-once") => false,
@@ -231,6 +301,7 @@ impl Settings {
             rows_max,
             topic,
             format,
+            debezium,
             key,
             timestamp_column,
             properties,
@@ -241,7 +312,13 @@ impl Settings {
 }
 
 impl KafkaSink {
-    pub fn open(options: &BTreeMap<String, String>, schema: &SchemaRef, ctx: &InstanceContext) -> Result<Self> {
+    /// A sink instance; `changelog`: its rows lead with their op column.
+    pub fn open(
+        options: &BTreeMap<String, String>,
+        schema: &SchemaRef,
+        ctx: &InstanceContext,
+        changelog: bool,
+    ) -> Result<Self> {
         let s = Settings::parse(options, schema)?;
         let mut properties = s.properties.clone();
         let txn = if s.exactly_once {
@@ -286,6 +363,8 @@ impl KafkaSink {
             producer: Arc::new(producer),
             topic: s.topic,
             format: s.format,
+            debezium: s.debezium,
+            changelog,
             key: s.key,
             timestamp_column: s.timestamp_column,
             unflushed: false,
@@ -451,7 +530,11 @@ impl KafkaSink {
     }
 
     fn encode(&self, batch: &RecordBatch) -> Result<Encoded> {
-        let values = encode_rows(self.format, batch)?;
+        let values = if self.debezium {
+            debezium_rows(batch, self.changelog)?
+        } else {
+            encode_rows(self.format, batch)?
+        };
         let keys = match &self.key {
             Some(k) => Some(encode_rows(k.format, &batch.project(&k.columns)?)?),
             None => None,
@@ -668,6 +751,48 @@ impl KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debezium_rows_write_retractions_as_deletes_without_the_op() {
+        use arrow::array::{Int64Array, StringArray};
+        use arrow::datatypes::{Field, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("op", DataType::Utf8, false),
+            Field::new("k", DataType::Utf8, false),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["+I", "-U", "+U", "-D"])),
+                Arc::new(StringArray::from(vec!["a", "a", "a", "b"])),
+                Arc::new(Int64Array::from(vec![Some(1), Some(1), Some(2), None])),
+            ],
+        )
+        .unwrap();
+        let rows: Vec<serde_json::Value> = debezium_rows(&batch, true)
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::from_slice(r).unwrap())
+            .collect();
+        let want = [
+            r#"{"before":null,"after":{"k":"a","n":1},"op":"c"}"#,
+            r#"{"before":{"k":"a","n":1},"after":null,"op":"d"}"#,
+            r#"{"before":null,"after":{"k":"a","n":2},"op":"c"}"#,
+            r#"{"before":{"k":"b"},"after":null,"op":"d"}"#,
+        ];
+        let want: Vec<serde_json::Value> = want.iter().map(|w| serde_json::from_str(w).unwrap()).collect();
+        assert_eq!(rows, want);
+        // An append-only input: every row is a create, its columns all written.
+        let plain = debezium_rows(&batch, false).unwrap();
+        let first: serde_json::Value = serde_json::from_slice(&plain[1]).unwrap();
+        assert_eq!(first["op"], "c");
+        assert_eq!(first["after"]["op"], "-U");
+        assert!(accepts_changelog(
+            &[("format".to_string(), "Debezium-JSON".to_string())].into()
+        ));
+        assert!(!accepts_changelog(&[("format".to_string(), "json".to_string())].into()));
+    }
 
     #[test]
     fn a_transaction_holds_at_most_its_bound() {

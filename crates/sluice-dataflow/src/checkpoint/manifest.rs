@@ -371,6 +371,7 @@ mod tests {
             id: sluice_types::OperatorId(0),
             uid: OperatorUid(2),
             kind: sluice_plan::OperatorKind::Sink(sluice_plan::SinkSpec {
+                changelog: false,
                 connector: "blackhole".into(),
                 options: Default::default(),
                 event_time_column: None,

@@ -15,7 +15,7 @@ impl StreamCatalog for MasterCatalog<'_> {
         sluice_connectors::registry::source_readers_max(&def.connector)
     }
 
-    fn sink_accepts_changelog(&self, connector: &str) -> bool {
-        sluice_connectors::registry::sink_accepts_changelog(connector)
+    fn sink_accepts_changelog(&self, connector: &str, options: &std::collections::BTreeMap<String, String>) -> bool {
+        sluice_connectors::registry::sink_accepts_changelog(connector, options)
     }
 }

@@ -176,13 +176,13 @@ pub(super) fn build(
         if stage.input_schema.index_of(OP_COLUMN).is_err() {
             return Err(Error::internal("an updating stage without its op column"));
         }
-        if !catalog.sink_accepts_changelog(&sink.connector) {
+        if !catalog.sink_accepts_changelog(&sink.connector, &sink.options) {
             return Err(Error::user(
                 SqlCode::FeatureNotSupported,
                 format!(
                     "a {} sink is append-only, and this query's result updates: {updater} emits a changelog \
-                     (+I, -U, +U rows); write it to a file, HDFS or blackhole sink (they write the op column), \
-                     or query it from a session",
+                     (+I, -U, +U, -D rows); write it to Kafka with format 'debezium-json', to a file, HDFS or \
+                     blackhole sink (they write the op column), or query it from a session",
                     sink.connector
                 ),
             ));
@@ -198,6 +198,7 @@ pub(super) fn build(
             .position(|e| matches!(e.clone().unalias(), Expr::Column(c) if &c.name == t))
     });
     let sink = SinkSpec {
+        changelog: b.updating(stage.op),
         event_time_column,
         ..sink
     };

@@ -36,9 +36,9 @@ pub trait StreamCatalog: Send + Sync {
     /// memory log's one partition); `None`: as many as the parallelism.
     fn source_readers_max(&self, def: &StreamDef) -> Option<usize>;
 
-    /// Whether a sink of `connector` takes a changelog (writes its op
-    /// column); an append-only sink refuses an updating query.
-    fn sink_accepts_changelog(&self, connector: &str) -> bool;
+    /// Whether a sink of `connector` with `options` takes a changelog; an
+    /// append-only sink refuses an updating query.
+    fn sink_accepts_changelog(&self, connector: &str, options: &BTreeMap<String, String>) -> bool;
 }
 
 /// Groups one instance of an aggregate without a window holds by default.
@@ -199,6 +199,7 @@ impl<'a> Planner<'a> {
         // query that cannot be built yet (its parameters unbound) is
         // described by its bound plan.
         let sink = SinkSpec {
+            changelog: false,
             connector: "client".into(),
             options: Default::default(),
             event_time_column: None,
@@ -341,6 +342,7 @@ impl sqlparser::ast::Visitor for RelationCollector<'_> {
 /// Options of a planned sink, for SinkSpec construction by callers.
 pub fn sink_spec(connector: &str, options: BTreeMap<String, String>) -> SinkSpec {
     SinkSpec {
+        changelog: false,
         connector: connector.to_string(),
         options,
         event_time_column: None,

@@ -17,7 +17,7 @@ impl StreamCatalog for OneStream {
     }
 
     /// As the server's registry answers for the sinks these tests use.
-    fn sink_accepts_changelog(&self, connector: &str) -> bool {
+    fn sink_accepts_changelog(&self, connector: &str, _options: &BTreeMap<String, String>) -> bool {
         matches!(connector, "client" | "file" | "blackhole")
     }
 
