@@ -379,6 +379,100 @@ async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() 
     );
 }
 
+/// An updating pipeline — an aggregate without a window, whose changelog
+/// a file sink writes exactly once with its op column — rescaled 1 → 4 → 2
+/// while it reads: its groups move by key group, and the committed lines,
+/// folded in the order they were written, are every auction's aggregates
+/// over all its bids (each -U retracting exactly the row the auction
+/// showed, across both switches).
+#[tokio::test]
+async fn an_updating_pipeline_rescaled_mid_stream_folds_to_the_aggregates_of_all_rows() {
+    const EVENTS: u64 = 30_000;
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("totals");
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(&client, &crate::support::create_bid_stream("bids_all", EVENTS, 13)).await;
+    exec(
+        &client,
+        &crate::support::create_bid_stream("bids", EVENTS, 13)
+            .replace("'events.max'", "'events.per.second' = '4000', 'events.max'"),
+    )
+    .await;
+    exec(&client, "SET parallelism = 1").await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK per_auction_total WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '500ms') AS \
+             SELECT auction, count(*) AS bids, sum(price) AS total, max(price) AS top FROM bids GROUP BY auction",
+            out.display()
+        ),
+    )
+    .await;
+    let mut expected: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+    for b in crate::support::all_bids(&client, "bids_all").await {
+        let e = expected.entry(b.auction).or_insert((0, 0, i64::MIN));
+        e.0 += 1;
+        e.1 += b.price;
+        e.2 = e.2.max(b.price);
+    }
+    for parallelism in [4, 2] {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert_eq!(
+            field(&client, "per_auction_total", "state").await,
+            "running",
+            "the input lasts past the rescale to {parallelism}"
+        );
+        exec(
+            &client,
+            &format!("ALTER PIPELINE per_auction_total SET PARALLELISM {parallelism}"),
+        )
+        .await;
+    }
+    wait_for("the pipeline reads to the end", Duration::from_secs(120), || async {
+        (field(&client, "per_auction_total", "state").await == "finished").then_some(())
+    })
+    .await;
+    let mut table: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+    let mut pending: Option<i64> = None;
+    let mut updates = 0;
+    for line in committed_lines(&out) {
+        let v: Value = serde_json::from_str(&line).unwrap();
+        let auction = v["auction"].as_i64().unwrap();
+        let row = (
+            v["bids"].as_i64().unwrap(),
+            v["total"].as_i64().unwrap(),
+            v["top"].as_i64().unwrap(),
+        );
+        match (v["op"].as_str().unwrap(), pending.take()) {
+            ("+U", Some(a)) if a == auction => {
+                table.insert(auction, row);
+            }
+            (op, Some(a)) => panic!("-U of auction {a} followed by {op} of {auction}"),
+            ("+I", None) => assert!(table.insert(auction, row).is_none(), "+I of auction {auction}, shown"),
+            ("-U", None) => {
+                assert_eq!(
+                    table.remove(&auction),
+                    Some(row),
+                    "-U of auction {auction} is not its row"
+                );
+                pending = Some(auction);
+                updates += 1;
+            }
+            (op, None) => panic!("op {op} in {line}"),
+        }
+    }
+    assert!(updates > 0, "auctions were updated");
+    assert_eq!(table.len(), expected.len(), "auctions");
+    assert_eq!(table, expected);
+    let history = simple_records(&client, "SHOW PIPELINE HISTORY per_auction_total").await;
+    let diffs: Vec<String> = history.iter().filter_map(|v| v["diff"].clone()).collect();
+    assert!(
+        diffs.len() == 2 && diffs.iter().all(|d| d.contains("state redistributed by key group")),
+        "{diffs:?}"
+    );
+}
+
 /// A whole hour two hours ago: Kafka refuses record timestamps far ahead.
 fn kafka_base_ms() -> i64 {
     let now = crate::support::epoch_ms(std::time::SystemTime::now());
