@@ -286,6 +286,38 @@ fn ms_of_day(text: &str) -> i64 {
 /// rows, each once (the keyed window state moved between instances by key
 /// group at each switch, the source's event numbers re-split between its
 /// instances).
+/// The same bounded bid stream twice, for pipelines at parallelism 1:
+/// `bids` paced (about 7.5 s for 30 000 events), `bids_all` unpaced for the
+/// reference rows.
+async fn paced_bids(client: &tokio_postgres::Client, events: u64, seed: u64) {
+    exec(client, &crate::support::create_bid_stream("bids_all", events, seed)).await;
+    exec(
+        client,
+        &crate::support::create_bid_stream("bids", events, seed)
+            .replace("'events.max'", "'events.per.second' = '4000', 'events.max'"),
+    )
+    .await;
+    exec(client, "SET parallelism = 1").await;
+}
+
+/// Rescales pipeline `name` to 4, then 2 instances while it reads, then
+/// waits until it has read to the end.
+async fn rescale_4_then_2(client: &tokio_postgres::Client, name: &str) {
+    for parallelism in [4, 2] {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert_eq!(
+            field(client, name, "state").await,
+            "running",
+            "the input lasts past the rescale to {parallelism}"
+        );
+        exec(client, &format!("ALTER PIPELINE {name} SET PARALLELISM {parallelism}")).await;
+    }
+    wait_for("the pipeline reads to the end", Duration::from_secs(120), || async {
+        (field(client, name, "state").await == "finished").then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() {
     const EVENTS: u64 = 30_000;
@@ -293,16 +325,7 @@ async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() 
     let out = out_dir.path().join("bids");
     let server = TestServer::start();
     let client = server.connect().await;
-    // The same bounded stream twice: paced for the pipeline (about 7.5 s),
-    // unpaced for the reference rows.
-    exec(&client, &crate::support::create_bid_stream("bids_all", EVENTS, 11)).await;
-    exec(
-        &client,
-        &crate::support::create_bid_stream("bids", EVENTS, 11)
-            .replace("'events.max'", "'events.per.second' = '4000', 'events.max'"),
-    )
-    .await;
-    exec(&client, "SET parallelism = 1").await;
+    paced_bids(&client, EVENTS, 11).await;
     exec(
         &client,
         &format!(
@@ -326,23 +349,7 @@ async fn rescaling_1_4_2_mid_stream_gives_the_results_of_a_run_never_rescaled() 
         .map(|((w, a), (n, t))| (w.rem_euclid(86_400_000), a, n, t))
         .collect();
 
-    for parallelism in [4, 2] {
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
-        assert_eq!(
-            field(&client, "per_auction", "state").await,
-            "running",
-            "the input lasts past the rescale to {parallelism}"
-        );
-        exec(
-            &client,
-            &format!("ALTER PIPELINE per_auction SET PARALLELISM {parallelism}"),
-        )
-        .await;
-    }
-    wait_for("the pipeline reads to the end", Duration::from_secs(120), || async {
-        (field(&client, "per_auction", "state").await == "finished").then_some(())
-    })
-    .await;
+    rescale_4_then_2(&client, "per_auction").await;
     let lines = committed_lines(&out);
     let mut got: Vec<(i64, i64, i64, i64)> = lines
         .iter()
@@ -392,14 +399,7 @@ async fn an_updating_pipeline_rescaled_mid_stream_folds_to_the_aggregates_of_all
     let out = out_dir.path().join("totals");
     let server = TestServer::start();
     let client = server.connect().await;
-    exec(&client, &crate::support::create_bid_stream("bids_all", EVENTS, 13)).await;
-    exec(
-        &client,
-        &crate::support::create_bid_stream("bids", EVENTS, 13)
-            .replace("'events.max'", "'events.per.second' = '4000', 'events.max'"),
-    )
-    .await;
-    exec(&client, "SET parallelism = 1").await;
+    paced_bids(&client, EVENTS, 13).await;
     exec(
         &client,
         &format!(
@@ -416,23 +416,7 @@ async fn an_updating_pipeline_rescaled_mid_stream_folds_to_the_aggregates_of_all
         e.1 += b.price;
         e.2 = e.2.max(b.price);
     }
-    for parallelism in [4, 2] {
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
-        assert_eq!(
-            field(&client, "per_auction_total", "state").await,
-            "running",
-            "the input lasts past the rescale to {parallelism}"
-        );
-        exec(
-            &client,
-            &format!("ALTER PIPELINE per_auction_total SET PARALLELISM {parallelism}"),
-        )
-        .await;
-    }
-    wait_for("the pipeline reads to the end", Duration::from_secs(120), || async {
-        (field(&client, "per_auction_total", "state").await == "finished").then_some(())
-    })
-    .await;
+    rescale_4_then_2(&client, "per_auction_total").await;
     let mut table: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
     let mut pending: Option<i64> = None;
     let mut updates = 0;

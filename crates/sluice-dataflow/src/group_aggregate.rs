@@ -25,7 +25,7 @@ use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::window::fixed::finish_batch;
 use arrow::array::{Array, ArrayRef, Int64Array, StringArray, UInt32Array};
-use arrow::compute::{concat_batches, take};
+use arrow::compute::take;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::RowConverter;
@@ -423,10 +423,7 @@ impl Operator for GroupAggregateOperator {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
         if let Some(batch) = self.snapshot_batch()? {
-            match self.key_columns.len() {
-                0 => state.put_batch(GROUPS_KEY, batch),
-                n => state.put_keyed(GROUPS_KEY, vec![batch], (0..n).collect()),
-            }
+            state.put_rows(GROUPS_KEY, batch, (0..self.key_columns.len()).collect());
         }
         Ok(state)
     }
@@ -434,9 +431,8 @@ impl Operator for GroupAggregateOperator {
     /// The restored rows may come from several old instances (a rescale):
     /// their keys are disjoint, so they are one set of groups.
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
-        let batches = checkpoint.map(|(_, s)| s.rows(GROUPS_KEY)).unwrap_or_default();
-        if let Some(first) = batches.first() {
-            self.restore_batch(&concat_batches(&first.schema(), &batches)?)?;
+        if let Some(batch) = TaskState::restored_rows(checkpoint, GROUPS_KEY)? {
+            self.restore_batch(&batch)?;
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::window::fixed::finish_batch;
 use arrow::array::{ArrayRef, StringArray, UInt64Array};
-use arrow::compute::{SortOptions, concat_batches, sort_to_indices, take_record_batch};
+use arrow::compute::{SortOptions, sort_to_indices, take_record_batch};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
@@ -266,19 +266,14 @@ impl Operator for TopNOperator {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
         if let Some(batch) = self.snapshot_batch()? {
-            if self.partition_columns.is_empty() {
-                state.put_batch(ROWS_KEY, batch);
-            } else {
-                state.put_keyed(ROWS_KEY, vec![batch], self.partition_columns.clone());
-            }
+            state.put_rows(ROWS_KEY, batch, self.partition_columns.clone());
         }
         Ok(state)
     }
 
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
-        let batches = checkpoint.map(|(_, s)| s.rows(ROWS_KEY)).unwrap_or_default();
-        if let Some(first) = batches.first() {
-            self.restore_batch(&concat_batches(&first.schema(), &batches)?)?;
+        if let Some(batch) = TaskState::restored_rows(checkpoint, ROWS_KEY)? {
+            self.restore_batch(&batch)?;
         }
         Ok(())
     }

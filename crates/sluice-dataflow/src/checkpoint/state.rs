@@ -112,6 +112,27 @@ impl TaskState {
         );
     }
 
+    /// A keyed operator's rows in one snapshot: an unkeyed batch without
+    /// key columns, else keyed by them (stored per key group).
+    pub fn put_rows(&mut self, key: &str, batch: RecordBatch, key_columns: Vec<usize>) {
+        if key_columns.is_empty() {
+            self.put_batch(key, batch);
+        } else {
+            self.put_keyed(key, vec![batch], key_columns);
+        }
+    }
+
+    /// The rows of entry `key` of a restored checkpoint as one batch (none
+    /// when absent): after a rescale they may come from several old
+    /// instances, whose keys are disjoint.
+    pub fn restored_rows(checkpoint: Option<(u64, TaskState)>, key: &str) -> Result<Option<RecordBatch>> {
+        let batches = checkpoint.map(|(_, s)| s.rows(key)).unwrap_or_default();
+        match batches.first() {
+            Some(first) => Ok(Some(arrow::compute::concat_batches(&first.schema(), &batches)?)),
+            None => Ok(None),
+        }
+    }
+
     /// The rows of a batch, batches or keyed entry, whichever it is (empty
     /// when absent).
     pub fn rows(&self, key: &str) -> Vec<RecordBatch> {

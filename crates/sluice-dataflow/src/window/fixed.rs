@@ -341,10 +341,7 @@ impl Operator for FixedWindowOperator {
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
         if let Some(batch) = self.snapshot_batch()? {
-            match self.key_columns.len() {
-                0 => state.put_batch(WINDOWS_KEY, batch),
-                n => state.put_keyed(WINDOWS_KEY, vec![batch], (1..=n).collect()),
-            }
+            state.put_rows(WINDOWS_KEY, batch, (1..=self.key_columns.len()).collect());
         }
         Ok(state)
     }
@@ -352,9 +349,8 @@ impl Operator for FixedWindowOperator {
     /// The restored rows may come from several old instances (a rescale):
     /// their keys are disjoint, so they are one set of open windows.
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
-        let batches = checkpoint.map(|(_, s)| s.rows(WINDOWS_KEY)).unwrap_or_default();
-        if let Some(first) = batches.first() {
-            self.restore_batch(&concat_batches(&first.schema(), &batches)?)?;
+        if let Some(batch) = TaskState::restored_rows(checkpoint, WINDOWS_KEY)? {
+            self.restore_batch(&batch)?;
         }
         Ok(())
     }

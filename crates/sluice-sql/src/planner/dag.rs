@@ -544,22 +544,7 @@ impl DagBuilder<'_> {
             .time_column
             .clone()
             .ok_or_else(|| Error::internal("window over a stream without event time"))?;
-        let mut pre_exprs = vec![col(&time)];
-        let mut pre_names = vec!["_time".to_string()];
-        for (j, k) in keys.iter().enumerate() {
-            pre_exprs.push(k.clone());
-            pre_names.push(format!("_k{j}"));
-        }
-        for (i, a) in args.iter().enumerate() {
-            pre_exprs.push(a.clone());
-            pre_names.push(format!("_arg{i}"));
-        }
-        let pre = Stage {
-            exprs: pre_exprs,
-            window: None,
-            ..child
-        };
-        let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
+        let (pre_op, pre_schema) = self.pre_project(child, Some((col(&time), "_time")), &keys, &args)?;
         let key_columns: Vec<usize> = (1..=keys.len()).collect();
         let time_type = pre_schema.field(0).data_type().clone();
         let mut fields = vec![
@@ -727,26 +712,8 @@ impl DagBuilder<'_> {
                 sluice_plan::check_retractable(&call.function, call.distinct).map_err(|e| unsupported(&e))?;
             }
         }
-        let mut pre_exprs = Vec::new();
-        let mut pre_names = Vec::new();
-        if over_changelog {
-            pre_exprs.push(col(OP_COLUMN));
-            pre_names.push(OP_COLUMN.to_string());
-        }
-        for (j, k) in keys.iter().enumerate() {
-            pre_exprs.push(k.clone());
-            pre_names.push(format!("_k{j}"));
-        }
-        for (i, a) in args.iter().enumerate() {
-            pre_exprs.push(a.clone());
-            pre_names.push(format!("_arg{i}"));
-        }
-        let pre = Stage {
-            exprs: pre_exprs,
-            window: None,
-            ..child
-        };
-        let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
+        let lead_column = over_changelog.then(|| (col(OP_COLUMN), OP_COLUMN));
+        let (pre_op, pre_schema) = self.pre_project(child, lead_column, &keys, &args)?;
         let key_columns: Vec<usize> = (lead..lead + keys.len()).collect();
         let mut fields = vec![Field::new(OP_COLUMN, arrow::datatypes::DataType::Utf8, false)];
         fields.extend(key_columns.iter().map(|k| pre_schema.field(*k).clone()));
@@ -780,6 +747,34 @@ impl DagBuilder<'_> {
             time_column: None,
             window: None,
         })
+    }
+
+    /// An aggregate's input projection: `lead` (the time, or a changelog's
+    /// op), the keys as `_k<j>`, the arguments as `_arg<i>`.
+    fn pre_project(
+        &mut self,
+        child: Stage,
+        lead: impl IntoIterator<Item = (Expr, &'static str)>,
+        keys: &[Expr],
+        args: &[Expr],
+    ) -> Result<(OperatorId, SchemaRef)> {
+        let (mut exprs, mut names): (Vec<Expr>, Vec<String>) =
+            lead.into_iter().map(|(e, name)| (e, name.to_string())).unzip();
+        for (j, k) in keys.iter().enumerate() {
+            exprs.push(k.clone());
+            names.push(format!("_k{j}"));
+        }
+        for (i, a) in args.iter().enumerate() {
+            exprs.push(a.clone());
+            names.push(format!("_arg{i}"));
+        }
+        let pre = Stage {
+            exprs,
+            window: None,
+            ..child
+        };
+        let (op, schema, _) = self.materialize(&pre, &names)?;
+        Ok((op, schema))
     }
 
     /// The aggregate calls and the argument expressions they read (as
