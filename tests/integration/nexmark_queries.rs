@@ -633,8 +633,8 @@ async fn q4_average_closing_price_over_a_changelog_matches_the_reference() {
         per_category.entry(*category).or_default().push(*price);
     }
     let want: BTreeMap<i64, f64> = per_category
-        .into_iter()
-        .map(|(k, p)| (k, p.iter().sum::<i64>() as f64 / p.len() as f64))
+        .iter()
+        .map(|(k, p)| (*k, p.iter().sum::<i64>() as f64 / p.len() as f64))
         .collect();
     assert!(want.len() > 1, "q4 sees several categories");
     let rows = run(&c, "q4").await;
@@ -661,6 +661,35 @@ async fn q4_average_closing_price_over_a_changelog_matches_the_reference() {
             "q4 category {k}: {got} (the engine) vs {avg} (the reference)"
         );
     }
+    // The same changelog of closing prices through min, max and
+    // count(DISTINCT): each retraction of an auction's old maximum must
+    // leave the others' values (kept as a multiset per category).
+    let extremes = "SELECT q.category, min(q.final), max(q.final), count(DISTINCT q.final) FROM (\
+                    SELECT max(b.price) AS final, a.category FROM auction AS a, bid AS b \
+                    WHERE a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires \
+                    GROUP BY a.id, a.category) AS q GROUP BY q.category";
+    let got = fold(
+        "q4 extremes",
+        query(&c, extremes)
+            .await
+            .iter()
+            .map(|r| {
+                let row: (i64, i64, i64) = (r.get(2), r.get(3), r.get(4));
+                (r.get(0), r.get::<_, i64>(1), row)
+            })
+            .collect(),
+    );
+    let want: BTreeMap<i64, (i64, i64, i64)> = per_category
+        .iter()
+        .map(|(k, p)| {
+            let distinct = p.iter().collect::<BTreeSet<_>>().len() as i64;
+            (*k, (*p.iter().min().unwrap(), *p.iter().max().unwrap(), distinct))
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "min, max and count(DISTINCT) of the closing prices per category"
+    );
 }
 
 /// A bid as the top-N queries return it: (auction, bidder, price, time).

@@ -16,6 +16,8 @@ use sluice_plan::AggregateCall;
 use sluice_types::{Error, Result};
 use std::sync::{Arc, LazyLock};
 
+pub mod multiset;
+
 static REGISTRY: LazyLock<SessionContext> = LazyLock::new(|| {
     let ctx = SessionContext::new();
     sluice_functions::register(&ctx);
@@ -26,6 +28,8 @@ static REGISTRY: LazyLock<SessionContext> = LazyLock::new(|| {
 #[derive(Debug, Clone)]
 pub struct CompiledAggregate {
     pub expr: Arc<AggregateFunctionExpr>,
+    /// The type of its first argument (none for `count(*)`).
+    arg_type: Option<arrow::datatypes::DataType>,
 }
 
 impl CompiledAggregate {
@@ -50,7 +54,11 @@ impl CompiledAggregate {
             .with_distinct(call.distinct)
             .build()
             .map_err(df_error)?;
-        Ok(CompiledAggregate { expr: Arc::new(expr) })
+        let arg_type = call.args.first().map(|i| schema.field(*i).data_type().clone());
+        Ok(CompiledAggregate {
+            expr: Arc::new(expr),
+            arg_type,
+        })
     }
 
     /// The argument arrays of this aggregate over `batch`.
@@ -80,10 +88,17 @@ impl CompiledAggregate {
 
     /// An accumulator for one group that can also take rows back
     /// (`retract_batch`): the one DataFusion's sliding window frames use.
-    /// Only for [`sluice_plan::RETRACTABLE_AGGREGATES`]: DataFusion's
-    /// sliding `min`/`max` retract the oldest row, whatever row is given.
+    /// `min`, `max` and `count(DISTINCT …)` keep their values as a
+    /// multiset ([`multiset`]): DataFusion's sliding `min`/`max` retract
+    /// the oldest row, whatever row is given.
     pub fn retracting_accumulator(&self) -> Result<Box<dyn Accumulator>> {
-        sluice_plan::check_retractable(self.expr.fun().name(), self.expr.is_distinct()).map_err(Error::unsupported)?;
+        let (name, distinct) = (self.expr.fun().name(), self.expr.is_distinct());
+        sluice_plan::check_retractable(name, distinct).map_err(Error::unsupported)?;
+        if let Some(arg_type) = &self.arg_type
+            && let Some(acc) = multiset::for_function(name, distinct, arg_type)?
+        {
+            return Ok(acc);
+        }
         let acc = self.expr.create_sliding_accumulator().map_err(df_error)?;
         if !acc.supports_retract_batch() {
             return Err(Error::internal(format!(

@@ -365,13 +365,19 @@ impl ChangeOp {
 }
 
 /// The aggregate functions an aggregate over a changelog can run: their
-/// accumulators take retracted rows back exactly (without DISTINCT).
-pub const RETRACTABLE_AGGREGATES: &[&str] = &["count", "sum", "avg"];
+/// accumulators take retracted rows back exactly (count, sum and avg by
+/// subtracting; min, max and count(DISTINCT) keep a multiset of values).
+pub const RETRACTABLE_AGGREGATES: &[&str] = &["count", "sum", "avg", "min", "max", "count(DISTINCT …)"];
 
 /// Whether aggregate `function` can run over a changelog; the error is the
 /// message for the user.
 pub fn check_retractable(function: &str, distinct: bool) -> Result<(), String> {
-    if RETRACTABLE_AGGREGATES.contains(&function) && !distinct {
+    let fits = match function {
+        "count" | "min" | "max" => true,
+        "sum" | "avg" => !distinct,
+        _ => false,
+    };
+    if fits {
         return Ok(());
     }
     let call = if distinct {
@@ -381,7 +387,7 @@ pub fn check_retractable(function: &str, distinct: bool) -> Result<(), String> {
     };
     Err(format!(
         "{call} over an updating result is not supported yet (of an aggregate without a window \
-         or its changelog: only {} without DISTINCT take retracted rows back)",
+         or a top-N: only {} take retracted rows back)",
         RETRACTABLE_AGGREGATES.join(", ")
     ))
 }
