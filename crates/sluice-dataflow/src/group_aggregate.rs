@@ -47,6 +47,8 @@ const GROUPS_KEY: &str = "groups";
 struct Group {
     key: Box<[u8]>,
     rows: i64,
+    /// When a row last reached it (processing time, ms): for `state_ttl`.
+    touched_ms: i64,
     accumulators: Vec<Box<dyn Accumulator>>,
 }
 
@@ -62,6 +64,9 @@ pub struct GroupAggregateOperator {
     groups: Vec<Option<Group>>,
     free: Vec<u32>,
     groups_max: usize,
+    state_ttl_ms: Option<i64>,
+    /// Processing time of the batch being applied.
+    now_ms: i64,
     output_schema: SchemaRef,
 }
 
@@ -113,6 +118,8 @@ impl GroupAggregateOperator {
             groups: Vec::new(),
             free: Vec::new(),
             groups_max: spec.groups_max,
+            state_ttl_ms: spec.state_ttl_ms,
+            now_ms: sluice_types::now_ms(),
             output_schema,
         };
         // Refuse an aggregate that cannot retract before any row arrives.
@@ -150,6 +157,7 @@ impl GroupAggregateOperator {
         let group = Group {
             key: key.into(),
             rows: 0,
+            touched_ms: self.now_ms,
             accumulators: self.accumulators()?,
         };
         let g = match self.free.pop() {
@@ -211,6 +219,7 @@ impl GroupAggregateOperator {
         if n == 0 {
             return Ok(None);
         }
+        self.now_ms = sluice_types::now_ms();
         let retracted = self.retractions(batch)?;
         let (key_rows, arguments) = read_inputs(&self.converter, &self.key_columns, &self.aggregates, batch)?;
         // Each row's slot: 2 × (its group's place in `touched`) + 1 when
@@ -272,7 +281,9 @@ impl GroupAggregateOperator {
 
     /// Updates one touched group and records what it emits.
     fn apply(&mut self, t: &Touched, arguments: &[Vec<ArrayRef>], changes: &mut Changes) -> Result<()> {
+        let now_ms = self.now_ms;
         let group = self.group(t.group);
+        group.touched_ms = now_ms;
         for (acc, args) in group.accumulators.iter_mut().zip(arguments) {
             let slice =
                 |(start, len): (usize, usize)| -> Vec<ArrayRef> { args.iter().map(|a| a.slice(start, len)).collect() };
@@ -304,6 +315,28 @@ impl GroupAggregateOperator {
             self.delete(t.group);
         }
         Ok(())
+    }
+
+    /// `state_ttl`: deletes (`-D`) every group no row reached since
+    /// `now_ms` minus the TTL, freeing its state.
+    pub fn expire(&mut self, now_ms: i64) -> Result<Option<RecordBatch>> {
+        let Some(ttl) = self.state_ttl_ms else {
+            return Ok(None);
+        };
+        let cutoff = now_ms.saturating_sub(ttl);
+        let idle: Vec<u32> = (0..self.groups.len() as u32)
+            .filter(|g| self.groups[*g as usize].as_ref().is_some_and(|x| x.touched_ms < cutoff))
+            .collect();
+        let mut changes = Changes::default();
+        for g in idle {
+            if self.group(g).rows > 0 {
+                let values = self.evaluate(g)?;
+                let key = self.group(g).key.clone();
+                changes.push(ChangeOp::Delete, &key, values);
+            }
+            self.delete(g);
+        }
+        self.changes_batch(changes).map(Some)
     }
 
     fn changes_batch(&self, changes: Changes) -> Result<RecordBatch> {
@@ -403,6 +436,7 @@ impl GroupAggregateOperator {
             if self.index.len() == before {
                 return Err(Error::internal("aggregate snapshot holds a key twice"));
             }
+            // A restored group counts as just reached (`state_ttl`).
             self.group(g).rows = counts.value(row);
             let mut col = n_keys + 1;
             for (a, width) in widths.iter().enumerate() {
@@ -442,10 +476,35 @@ impl Operator for GroupAggregateOperator {
         ctx.metrics
             .state_groups
             .store(self.index.len() as u64, Ordering::Relaxed);
-        match changes {
-            Some(changes) if changes.num_rows() > 0 => ctx.emit(changes).await,
-            _ => Ok(()),
-        }
+        emit_changes(changes, ctx).await
+    }
+
+    /// `state_ttl`: idle groups are looked for every eighth of the TTL
+    /// (0.1 s to 1 min).
+    fn timer_interval(&self) -> Option<std::time::Duration> {
+        self.state_ttl_ms.map(ttl_sweep_interval)
+    }
+
+    async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let changes = self.expire(sluice_types::now_ms())?;
+        ctx.metrics
+            .state_groups
+            .store(self.index.len() as u64, Ordering::Relaxed);
+        emit_changes(changes, ctx).await
+    }
+}
+
+/// How often an operator with `state_ttl` looks for idle state: an eighth
+/// of the TTL, from 0.1 s to 1 min.
+pub(crate) fn ttl_sweep_interval(ttl_ms: i64) -> std::time::Duration {
+    std::time::Duration::from_millis((ttl_ms / 8).clamp(100, 60_000) as u64)
+}
+
+/// Emits a changelog batch unless it is empty.
+pub(crate) async fn emit_changes(changes: Option<RecordBatch>, ctx: &mut OperatorContext<'_>) -> Result<()> {
+    match changes {
+        Some(changes) if changes.num_rows() > 0 => ctx.emit(changes).await,
+        _ => Ok(()),
     }
 }
 

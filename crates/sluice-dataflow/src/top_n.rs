@@ -38,6 +38,13 @@ struct Entry {
     row: Box<[u8]>,
 }
 
+/// A partition's list, and when a row last reached it (processing time,
+/// ms: for `state_ttl`).
+struct Partition {
+    touched_ms: i64,
+    list: Vec<Entry>,
+}
+
 /// `ROW_NUMBER() … <= N` per partition.
 pub struct TopNOperator {
     partition_columns: Vec<usize>,
@@ -47,7 +54,10 @@ pub struct TopNOperator {
     partition: Option<RowConverter>,
     order: RowConverter,
     rows: RowConverter,
-    partitions: HashMap<Box<[u8]>, Vec<Entry>>,
+    partitions: HashMap<Box<[u8]>, Partition>,
+    state_ttl_ms: Option<i64>,
+    /// Processing time of the batch being applied.
+    now_ms: i64,
     next_seq: u64,
     input_schema: SchemaRef,
     output_schema: SchemaRef,
@@ -100,6 +110,8 @@ impl TopNOperator {
             order,
             rows,
             partitions: HashMap::new(),
+            state_ttl_ms: spec.state_ttl_ms,
+            now_ms: sluice_types::now_ms(),
             next_seq: 0,
             input_schema: spec.input_schema.clone(),
             output_schema,
@@ -129,9 +141,13 @@ impl TopNOperator {
                     ),
                 ));
             }
-            self.partitions.insert(key.into(), Vec::with_capacity(limit.min(16)));
+            let list = Vec::with_capacity(limit.min(16));
+            let touched_ms = self.now_ms;
+            self.partitions.insert(key.into(), Partition { touched_ms, list });
         }
-        let list = self.partitions.get_mut(key).expect("inserted above");
+        let partition = self.partitions.get_mut(key).expect("inserted above");
+        partition.touched_ms = self.now_ms;
+        let list = &mut partition.list;
         if list.len() == limit && list.last().is_some_and(|last| entry.order >= last.order) {
             return Ok(());
         }
@@ -155,6 +171,7 @@ impl TopNOperator {
         };
         let orders = self.order.convert_columns(&Self::columns(batch, &self.order_columns))?;
         let rows = self.rows.convert_columns(batch.columns())?;
+        self.now_ms = sluice_types::now_ms();
         let mut before = Vec::new();
         let mut touched = HashSet::new();
         for i in 0..batch.num_rows() {
@@ -169,7 +186,7 @@ impl TopNOperator {
         }
         let mut changes: Vec<Change> = Vec::new();
         for (key, old) in before {
-            let new = &self.partitions[&key];
+            let new = &self.partitions[&key].list;
             for position in 0..new.len().max(old.len()) {
                 let rn = position as u64 + 1;
                 match (old.get(position), new.get(position)) {
@@ -181,6 +198,30 @@ impl TopNOperator {
                     (None, Some(n)) => changes.push((ChangeOp::Insert, n.row.clone(), rn)),
                     (Some(o), None) => changes.push((ChangeOp::Delete, o.row.clone(), rn)),
                     (None, None) => {}
+                }
+            }
+        }
+        self.changes_batch(changes).map(Some)
+    }
+
+    /// `state_ttl`: deletes (`-D` of each row) every partition no row
+    /// reached since `now_ms` minus the TTL, freeing its state.
+    pub fn expire(&mut self, now_ms: i64) -> Result<Option<RecordBatch>> {
+        let Some(ttl) = self.state_ttl_ms else {
+            return Ok(None);
+        };
+        let cutoff = now_ms.saturating_sub(ttl);
+        let idle: Vec<Box<[u8]>> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.touched_ms < cutoff)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut changes: Vec<Change> = Vec::new();
+        for key in idle {
+            if let Some(p) = self.partitions.remove(&key) {
+                for (position, e) in p.list.into_iter().enumerate() {
+                    changes.push((ChangeOp::Delete, e.row, position as u64 + 1));
                 }
             }
         }
@@ -206,7 +247,7 @@ impl TopNOperator {
 
     /// Every kept row with its arrival number, as one batch.
     fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
-        let entries: Vec<&Entry> = self.partitions.values().flatten().collect();
+        let entries: Vec<&Entry> = self.partitions.values().flat_map(|p| &p.list).collect();
         if entries.is_empty() {
             return Ok(None);
         }
@@ -246,6 +287,8 @@ impl TopNOperator {
             .order
             .convert_columns(&Self::columns(&input, &self.order_columns))?;
         let rows = self.rows.convert_columns(input.columns())?;
+        // Restored partitions count as just reached (`state_ttl`).
+        self.now_ms = sluice_types::now_ms();
         let (mut before, mut touched) = (Vec::new(), HashSet::new());
         for i in 0..input.num_rows() {
             let entry = Entry {
@@ -283,10 +326,19 @@ impl Operator for TopNOperator {
         ctx.metrics
             .state_groups
             .store(self.partitions.len() as u64, Ordering::Relaxed);
-        match changes {
-            Some(changes) if changes.num_rows() > 0 => ctx.emit(changes).await,
-            _ => Ok(()),
-        }
+        crate::group_aggregate::emit_changes(changes, ctx).await
+    }
+
+    fn timer_interval(&self) -> Option<std::time::Duration> {
+        self.state_ttl_ms.map(crate::group_aggregate::ttl_sweep_interval)
+    }
+
+    async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let changes = self.expire(sluice_types::now_ms())?;
+        ctx.metrics
+            .state_groups
+            .store(self.partitions.len() as u64, Ordering::Relaxed);
+        crate::group_aggregate::emit_changes(changes, ctx).await
     }
 }
 

@@ -93,6 +93,12 @@ fn labels(dag: &PhysicalDag, op: &crate::OperatorSpec, schema: &arrow_schema::Sc
     names.join(", ")
 }
 
+/// An updating operator's state TTL, if it has one.
+fn ttl(ms: Option<i64>) -> String {
+    ms.map(|ms| format!("; state ttl {ms} ms (processing time)"))
+        .unwrap_or_default()
+}
+
 /// An aggregate's calls as SQL: `count(*)`, `sum(DISTINCT price)`.
 fn calls(
     dag: &PhysicalDag,
@@ -173,10 +179,11 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
             )
         }
         OperatorKind::GroupAggregate(g) => format!(
-            "keys [{}]; {}; changelog (+I, -U, +U); groups max {}",
+            "keys [{}]; {}; changelog (+I, -U, +U); groups max {}{}",
             labels(dag, op, &g.input_schema, &g.key_columns),
             calls(dag, op, &g.input_schema, &g.aggregates),
-            g.groups_max
+            g.groups_max,
+            ttl(g.state_ttl_ms)
         ),
         OperatorKind::TopN(t) => {
             let order: Vec<String> = t
@@ -188,11 +195,12 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 })
                 .collect();
             format!(
-                "top {} per [{}] by {}; changelog (+I, -U, +U); partitions max {}",
+                "top {} per [{}] by {}; changelog (+I, -U, +U); partitions max {}{}",
                 t.limit,
                 labels(dag, op, &t.input_schema, &t.partition_columns),
                 order.join(", "),
-                t.partitions_max
+                t.partitions_max,
+                ttl(t.state_ttl_ms)
             )
         }
         OperatorKind::Join(j) => {

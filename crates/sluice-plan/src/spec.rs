@@ -413,6 +413,10 @@ pub struct GroupAggSpec {
     /// Bound on groups held by one instance; a row that would exceed it
     /// fails the pipeline with a clear error.
     pub groups_max: usize,
+    /// `SET state_ttl`: a group not updated for this long (processing
+    /// time) is deleted (`-D`) and its state freed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_ttl_ms: Option<i64>,
 }
 
 /// One ORDER BY key of a top-N: a column, its direction and where NULLs go.
@@ -439,6 +443,10 @@ pub struct TopNSpec {
     pub limit: usize,
     /// Bound on partitions held by one instance; past it the pipeline fails.
     pub partitions_max: usize,
+    /// `SET state_ttl`: a partition not changed for this long (processing
+    /// time) is deleted (`-D` of its rows) and its state freed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_ttl_ms: Option<i64>,
 }
 
 /// One side of a stream join: the rows it receives and where its keys are.

@@ -60,6 +60,7 @@ fn spec(groups_max: usize) -> GroupAggSpec {
             call("count", vec![1], true),
         ],
         groups_max,
+        state_ttl_ms: None,
     }
 }
 
@@ -288,6 +289,7 @@ mod over_a_changelog {
                 call("count", vec![2], false),
             ],
             groups_max: 100,
+            state_ttl_ms: None,
         }
     }
 
@@ -532,4 +534,35 @@ mod over_a_changelog {
         let all: Vec<_> = first.iter().chain(&second).copied().collect();
         assert_eq!(table, expected(&all));
     }
+}
+
+/// `state_ttl`: a group no row reached for the TTL is deleted (`-D` of the
+/// row it showed) and its state freed; a later row starts it anew (`+I`).
+#[test]
+fn idle_groups_are_deleted_after_the_state_ttl() {
+    let spec = GroupAggSpec {
+        state_ttl_ms: Some(60_000),
+        ..spec(10)
+    };
+    let mut op = GroupAggregateOperator::new(&spec, output_schema()).unwrap();
+    let mut table = BTreeMap::new();
+    fold(
+        &mut table,
+        &changelog(&op.update(&rows(&[(1, Some(5)), (2, Some(7))])).unwrap().unwrap()),
+    );
+    let now = sluice_types::now_ms();
+    assert_eq!(op.expire(now + 1_000).unwrap().unwrap().num_rows(), 0, "not idle yet");
+    let expired = changelog(&op.expire(now + 120_000).unwrap().unwrap());
+    assert_eq!(expired.len(), 2);
+    for (o, k, values) in &expired {
+        assert_eq!(o, "-D");
+        assert_eq!(table.remove(k).as_ref(), Some(values), "-D of {k} is its row");
+    }
+    assert!(op.index.is_empty(), "state freed");
+    let again = changelog(&op.update(&rows(&[(1, Some(3))])).unwrap().unwrap());
+    assert_eq!(
+        (again[0].0.as_str(), again[0].1, again[0].2.0),
+        ("+I", 1, 1),
+        "counted anew"
+    );
 }

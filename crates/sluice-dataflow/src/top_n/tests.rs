@@ -43,6 +43,7 @@ fn spec(limit: usize, descending: bool, partitions_max: usize) -> TopNSpec {
         }],
         limit,
         partitions_max,
+        state_ttl_ms: None,
     }
 }
 
@@ -171,4 +172,26 @@ async fn a_restored_operator_continues_the_lists_with_their_ties() {
         fold(&mut table, &b);
         assert_eq!(table, expected(&all, 2, true));
     }
+}
+
+/// `state_ttl`: an idle partition's rows are deleted (`-D`, with their
+/// numbers) and its list freed.
+#[test]
+fn idle_partitions_are_deleted_after_the_state_ttl() {
+    let spec = TopNSpec {
+        state_ttl_ms: Some(60_000),
+        ..spec(2, true, 10)
+    };
+    let mut op = TopNOperator::new(&spec, output_schema()).unwrap();
+    let mut table = BTreeMap::new();
+    fold(&mut table, &changelog(&op.update(&rows(BATCHES[0])).unwrap().unwrap()));
+    let now = sluice_types::now_ms();
+    assert_eq!(op.expire(now + 1_000).unwrap().unwrap().num_rows(), 0, "not idle yet");
+    let expired = changelog(&op.expire(now + 120_000).unwrap().unwrap());
+    for (o, key, id) in &expired {
+        assert_eq!(o, "-D");
+        assert_eq!(table.remove(key), Some(*id), "-D at {key:?} is the row shown");
+    }
+    assert!(table.is_empty(), "every shown row deleted");
+    assert!(op.partitions.is_empty(), "state freed");
 }

@@ -24,6 +24,11 @@ const SLUICE_SETTINGS: &[(&str, &str, &str)] = &[
         "rows one join instance may hold over both inputs",
     ),
     (
+        "state_ttl",
+        "none",
+        "how long an aggregate without a window or a top-N keeps a group not updated ('1h', …; none = forever)",
+    ),
+    (
         "aggregate_groups_max",
         "1000000",
         "groups one instance of an aggregate without a window may hold",
@@ -132,13 +137,13 @@ impl Settings {
                     })?;
                 value.to_string()
             }
-            "join_state_ttl" => {
+            "join_state_ttl" | "state_ttl" => {
                 let v = value.trim();
                 if !v.eq_ignore_ascii_case("none") && sluice_types::parse_duration_ms(v).filter(|ms| *ms > 0).is_none()
                 {
                     return Err(Error::user(
                         SqlCode::InvalidParameterValue,
-                        format!("join_state_ttl must be a duration such as '1h' or 'none', got '{value}'"),
+                        format!("{name} must be a duration such as '1h' or 'none', got '{value}'"),
                     ));
                 }
                 v.to_ascii_lowercase()
@@ -174,6 +179,14 @@ impl Settings {
     pub fn join_state_ttl_ms(&self) -> Option<i64> {
         self.values
             .get("join_state_ttl")
+            .and_then(|v| sluice_types::parse_duration_ms(v))
+            .map(|ms| ms as i64)
+    }
+
+    /// `state_ttl` in milliseconds (None: `none`).
+    pub fn state_ttl_ms(&self) -> Option<i64> {
+        self.values
+            .get("state_ttl")
             .and_then(|v| sluice_types::parse_duration_ms(v))
             .map(|ms| ms as i64)
     }

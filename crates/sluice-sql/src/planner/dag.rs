@@ -667,6 +667,7 @@ impl DagBuilder<'_> {
             order,
             limit,
             partitions_max: self.settings.aggregate_groups_max,
+            state_ttl_ms: self.settings.state_ttl_ms,
         };
         let (parallelism, partitioning) = if partition_columns.is_empty() {
             (1, Partitioning::Single)
@@ -725,6 +726,7 @@ impl DagBuilder<'_> {
         let spec = GroupAggSpec {
             input_schema: pre_schema,
             op_column: over_changelog.then_some(0),
+            state_ttl_ms: self.settings.state_ttl_ms,
             key_columns: key_columns.clone(),
             aggregates: calls,
             groups_max: self.settings.aggregate_groups_max,

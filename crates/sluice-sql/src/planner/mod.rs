@@ -53,6 +53,8 @@ pub struct PlannerSettings {
     pub window_groups_max: usize,
     /// Groups per instance of an aggregate without a window (`SET aggregate_groups_max`).
     pub aggregate_groups_max: usize,
+    /// How long an updating operator keeps a group not updated (`SET state_ttl`).
+    pub state_ttl_ms: Option<i64>,
     /// How long an unwindowed join keeps a row (`SET join_state_ttl`).
     pub join_state_ttl_ms: Option<i64>,
     /// Rows one join instance may hold (`SET join_state_rows_max`).
@@ -65,6 +67,7 @@ impl Default for PlannerSettings {
             parallelism: 1,
             window_groups_max: 1_000_000,
             aggregate_groups_max: AGGREGATE_GROUPS_MAX_DEFAULT,
+            state_ttl_ms: None,
             join_state_ttl_ms: None,
             join_state_rows_max: 10_000_000,
         }
