@@ -373,8 +373,16 @@ impl DagBuilder<'_> {
             )),
             LogicalPlan::Limit(_) => Err(unsupported("LIMIT is supported only on the outermost query")),
             LogicalPlan::Join(j) => self.plan_join(j, None),
+            // `SELECT DISTINCT …` is a GROUP BY of every column with no
+            // aggregate: each new row is a +I, a repeated one changes nothing
+            // (over a window TVF, grouped by its window: once per window).
+            LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
+                let columns = input.schema().columns().into_iter().map(Expr::Column).collect();
+                let agg = Aggregate::try_new(input.clone(), columns, Vec::new()).map_err(plan_error)?;
+                self.plan_aggregate(&agg)
+            }
             LogicalPlan::Distinct(_) => Err(unsupported(
-                "SELECT DISTINCT is not supported on a stream; use GROUP BY with a window",
+                "SELECT DISTINCT ON is not supported on a stream; use ROW_NUMBER() OVER (PARTITION BY …) with rn = 1",
             )),
             LogicalPlan::Union(_) => Err(unsupported("UNION of streams is not supported yet")),
             LogicalPlan::Window(w) => self.plan_top_n(w),
