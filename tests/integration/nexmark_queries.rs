@@ -1,5 +1,5 @@
 //! The benchmark queries (`benches/nexmark/qN.sql`, the very files the
-//! benchmark runs; q4, q5_full, q9, q11, q15–q20 are checked here but not
+//! benchmark runs; q4, q5_full, q9, q11, q15–q21 are checked here but not
 //! yet benchmarked) and Flink's own texts of q2 and q22, over a small
 //! bounded Nexmark run at parallelism 2, each
 //! checked against a reference computed here in Rust from the raw rows of
@@ -206,6 +206,42 @@ async fn stateless_queries_match_the_reference() {
     let flink = query(&c, "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0").await;
     let flink: Vec<(i64, i64)> = flink.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(sorted(flink), sorted(want), "q2 in Flink's text");
+
+    // q21: the channel's number, or the URL's channel_id parameter.
+    let param = |url: &str| {
+        let at = if url.starts_with("channel_id=") {
+            0
+        } else {
+            url.find("&channel_id=")? + 1
+        };
+        let value = &url[at + "channel_id=".len()..];
+        Some(value.split('&').next().unwrap_or_default().to_string())
+    };
+    let known = |channel: &str| match channel.to_lowercase().as_str() {
+        "apple" => Some("0"),
+        "google" => Some("1"),
+        "facebook" => Some("2"),
+        "baidu" => Some("3"),
+        _ => None,
+    };
+    let want: Vec<(i64, i64, i64, String, Option<String>)> = bids
+        .iter()
+        .filter(|b| param(&b.url).is_some() || known(&b.channel).is_some())
+        .map(|b| {
+            let id = known(&b.channel).map(str::to_string).or_else(|| param(&b.url));
+            (b.auction, b.bidder, b.price, b.channel.clone(), id)
+        })
+        .collect();
+    assert!(
+        want.iter().any(|w| known(&w.3).is_none()),
+        "q21 finds channel_id parameters in this run"
+    );
+    let got: Vec<(i64, i64, i64, String, Option<String>)> = run(&c, "q21")
+        .await
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    assert_eq!(sorted(got), sorted(want), "q21");
 
     // q22 (split_part, 1-based), and Flink's own text (SPLIT_INDEX, from 0).
     let flink_q22 = "SELECT auction, bidder, price, channel, SPLIT_INDEX(url, '/', 3) AS dir1, \
