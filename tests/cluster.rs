@@ -66,6 +66,23 @@ async fn a_query_spread_over_two_workers_is_exact() {
     let mut got: Vec<(i64, i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
     got.sort();
     assert_eq!(got, expected_sums(100_000, 7));
+    // The same sums without a window: a changelog (its op column crosses
+    // the workers' data plane like any column), folded to the same table.
+    let rows = c
+        .query("SELECT k, count(*) AS n, sum(i) AS s FROM nums GROUP BY k", &[])
+        .await
+        .unwrap();
+    let mut table: std::collections::BTreeMap<i64, (i64, i64)> = Default::default();
+    for r in &rows {
+        let (op, k, row): (String, i64, (i64, i64)) = (r.get(0), r.get(1), (r.get(2), r.get(3)));
+        match op.as_str() {
+            "+I" | "+U" => assert!(table.insert(k, row).is_none(), "{op} of shown key {k}"),
+            "-U" => assert_eq!(table.remove(&k), Some(row), "-U of {k} is not its row"),
+            other => panic!("op {other}"),
+        }
+    }
+    let folded: Vec<(i64, i64, i64)> = table.into_iter().map(|(k, (n, s))| (k, n, s)).collect();
+    assert_eq!(folded, expected_sums(100_000, 7));
     // Both workers ran tasks.
     let cluster = server.cluster_json();
     let workers = cluster["workers"].as_array().unwrap();
