@@ -779,6 +779,119 @@ async fn placement_labels_choose_the_workers() {
     }
 }
 
+/// One source instance's counters as REST shows them (a heartbeat old).
+struct SourceInstance {
+    worker: String,
+    rows: u64,
+    held_us: u64,
+    watermark_ms: i64,
+}
+
+fn source_instances(s: &TestServer, pipeline: &str) -> Vec<SourceInstance> {
+    let detail = s.get_json(&format!("/api/v1/pipelines/{pipeline}"));
+    let mut tasks: Vec<&serde_json::Value> = detail["tasks"]
+        .as_array()
+        .map_or(vec![], |t| t.iter().filter(|t| t["kind"] == "source").collect());
+    tasks.sort_by_key(|t| t["instance"].as_u64());
+    tasks
+        .iter()
+        .map(|t| SourceInstance {
+            worker: t["worker"].as_str().unwrap_or_default().to_string(),
+            rows: t["rows_out"].as_u64().unwrap_or(0),
+            held_us: t["alignment_held_us"].as_u64().unwrap_or(0),
+            watermark_ms: t["watermark_ms"].as_i64().unwrap_or(i64::MIN),
+        })
+        .collect()
+}
+
+/// Watermark alignment across workers: a source whose two instances run on
+/// two worker processes, instance 0's event time running ten times faster
+/// than instance 1's. Aligned (max drift 1 s), instance 0 may read only up
+/// to instance 1's watermark plus the drift — which it learns through the
+/// master — so it reads about a tenth of instance 1's rows; unaligned (the
+/// control, same cluster, same data), both read at the same pace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_split_over_workers_is_aligned_through_the_master() {
+    let (server, _tmp) = cluster(2);
+    let c = server.connect().await;
+    exec(&c, "SET parallelism = 2").await;
+    for (name, drift) in [("aligned", "1s"), ("unaligned", "off")] {
+        // 200 rows/s over both instances: instance 0 generates the even i
+        // (ts = i × 100 ms: 20 s of event time a second), instance 1 the
+        // odd i (ts = i × 10 ms: 2 s a second).
+        exec(
+            &c,
+            &format!(
+                "CREATE STREAM {name}_src (i BIGINT,
+                    ts AS TO_TIMESTAMP_LTZ(CASE WHEN i % 2 = 0 THEN i * 100 ELSE i * 10 END, 3),
+                    WATERMARK FOR ts AS ts)
+                 WITH (connector = 'datagen', 'rows-per-second' = '200',
+                    'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000',
+                    'scan.watermark.alignment.max-drift' = '{drift}')"
+            ),
+        )
+        .await;
+        exec(
+            &c,
+            &format!("CREATE SINK {name} WITH (connector = 'blackhole') AS SELECT i FROM {name}_src"),
+        )
+        .await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for name in ["aligned", "unaligned"] {
+        loop {
+            let s = source_instances(&server, name);
+            if s.len() == 2 && s.iter().all(|i| i.rows > 0) {
+                assert_ne!(s[0].worker, s[1].worker, "{name}: both instances on one worker");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} never ran on both workers");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // The bound: instance 0 reads while its watermark (its largest ts so
+    // far) is within 1 s of what it knows of instance 1's, which is at most
+    // instance 1's largest ts. After instance 1's n rows (largest odd i
+    // < 2n, ts < 20·n ms), instance 0's read rows have i·100 ≤ 20·n + 1000,
+    // i.e. n / 10 + 6 rows; allowed on top: the rows instance 1 read while
+    // REST's figures of the two workers are a heartbeat apart (100 rows,
+    // 10 of instance 0), its first second before any report arrived (100)
+    // and one batch read past the bound.
+    let bound = |n: u64| n / 10 + 6 + 10 + 100 + 100;
+    let mut aligned_rows = Vec::new();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let a = source_instances(&server, "aligned");
+        let u = source_instances(&server, "unaligned");
+        assert!(
+            a[0].rows <= bound(a[1].rows),
+            "aligned: instance 0 read {} rows, instance 1 only {} (bound {}); watermarks {} and {} ms",
+            a[0].rows,
+            a[1].rows,
+            bound(a[1].rows),
+            a[0].watermark_ms,
+            a[1].watermark_ms
+        );
+        assert!(a[0].held_us > 0, "aligned: instance 0 was never held");
+        assert!(
+            u[0].rows * 2 >= u[1].rows,
+            "unaligned: instance 0 read {} rows against instance 1's {}: held without alignment?",
+            u[0].rows,
+            u[1].rows
+        );
+        assert_eq!(u[0].held_us, 0, "unaligned: instance 0 held");
+        aligned_rows.push((a[0].rows, a[1].rows));
+    }
+    // Held, not stopped: instance 0 read on as instance 1 caught up (its
+    // first second, unaligned, put it ~20 s of event time ahead: ~10 s of
+    // instance 1's progress), and instance 1 got far enough that an
+    // unaligned instance 0 would have broken the bound.
+    assert!(
+        aligned_rows[2].0 > aligned_rows[0].0 && aligned_rows[2].1 > bound(aligned_rows[2].1),
+        "aligned instance 0 stalled, or instance 1 too slow to show the bound: {aligned_rows:?}"
+    );
+}
+
 /// A data plane bound to a wildcard address (0.0.0.0) without
 /// `--advertise` would hand peers an address they cannot dial: master and
 /// worker refuse to start, naming the flag.

@@ -17,7 +17,7 @@
 //! checkpoint on the other workers) and the worker exits once its tasks
 //! have stopped.
 
-use crate::wire::{DeploymentKey, event_to_wire, metrics_to_wire};
+use crate::wire::{DeploymentKey, event_to_wire, metrics_to_wire, watermarks_from_wire, watermarks_to_wire};
 use sluice_dataflow::checkpoint::coordinator::BarrierSignals;
 use sluice_dataflow::checkpoint::manifest::read_checkpoint;
 use sluice_dataflow::deploy::{ConnectorFactory, DeployConfig, Failure};
@@ -25,6 +25,7 @@ use sluice_dataflow::metrics::TaskMetrics;
 use sluice_dataflow::part::{
     PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part,
 };
+use sluice_dataflow::watermark_alignment::{SPLIT_REPORT_INTERVAL, SplitAlignment};
 use sluice_net::DataPlane;
 use sluice_plan::PhysicalDag;
 use sluice_proto::v1 as pb;
@@ -78,7 +79,13 @@ struct Running {
     completed: watch::Sender<u64>,
     /// The part's tasks' metrics (every operator instance placed here).
     metrics: Vec<Arc<TaskMetrics>>,
+    /// Alignment groups of sources that also run on other workers, with
+    /// what this worker last reported of its instances in each.
+    alignment: Vec<(SplitAlignment, Reported)>,
 }
+
+/// A worker's instances in a split alignment group and their watermarks.
+type Reported = Vec<(u32, Option<i64>)>;
 
 /// The worker's state between sessions: what runs, what connectors and
 /// transport parts use.
@@ -217,6 +224,11 @@ impl Agent {
         let mut heartbeat = tokio::time::interval(Duration::from_millis(u64::from(
             registered.heartbeat_interval_ms.max(100),
         )));
+        // Watermark alignment across workers: reports of this worker's
+        // source instances (every tenth carries all of them).
+        let mut alignment = tokio::time::interval(SPLIT_REPORT_INTERVAL);
+        alignment.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut alignment_reports = 0u64;
         let mut draining = false;
         // Once draining and no part runs here: exit when the master stopped
         // every deployment they belonged to, or at this deadline.
@@ -308,6 +320,14 @@ impl Agent {
                                 session.closing.clear();
                             }
                             session.closing.insert(key);
+                        }
+                    }
+                }
+                _ = alignment.tick(), if session.running.values().any(|r| !r.alignment.is_empty()) => {
+                    alignment_reports += 1;
+                    for report in session.watermark_reports(alignment_reports.is_multiple_of(10)) {
+                        if session.send(pb::worker_event::Event::SourceWatermarks(report)).await.is_err() {
+                            break;
                         }
                     }
                 }
@@ -403,6 +423,22 @@ impl Session<'_> {
         }
     }
 
+    /// This worker's source instances' watermarks in split alignment
+    /// groups: those that changed since the last report, or all (`full`).
+    fn watermark_reports(&mut self, full: bool) -> Vec<pb::SourceWatermarks> {
+        let mut reports = Vec::new();
+        for (key, r) in self.running.iter_mut() {
+            for (split, reported) in &mut r.alignment {
+                let now = split.local_watermarks();
+                if full || now != *reported {
+                    reports.push(watermarks_to_wire(*key, split.operator, &now));
+                    *reported = now;
+                }
+            }
+        }
+        reports
+    }
+
     fn heartbeat(&self) -> pb::Heartbeat {
         let tasks = self
             .running
@@ -482,6 +518,16 @@ impl Session<'_> {
                 }
             }
             Some(Command::Peers(p)) => self.agent.data.set_peers(peers(p.data_addresses)),
+            Some(Command::SourceWatermarks(w)) => {
+                let Some(r) = self.running.get(&key(w.pipeline, w.epoch)) else {
+                    return Ok(());
+                };
+                for (split, _) in r.alignment.iter().filter(|(s, _)| s.operator.0 == w.operator) {
+                    for (instance, watermark) in watermarks_from_wire(&w) {
+                        split.apply_remote(instance, watermark);
+                    }
+                }
+            }
             Some(Command::Registered(_)) | Some(Command::Refused(_)) | None => {}
         }
         Ok(())
@@ -567,9 +613,10 @@ impl Session<'_> {
             checkpoint,
         };
         let (events, k) = (self.events.clone(), key);
-        let tasks = start_part(spec, move |e| {
+        let started = start_part(spec, move |e| {
             let _ = events.send((k, e));
         })?;
+        let tasks = started.tasks;
         tracing::info!(worker = %me, pipeline = %key.pipeline, epoch = key.epoch, tasks, "deployment part started");
         self.running.insert(
             key,
@@ -580,6 +627,11 @@ impl Session<'_> {
                 stop_at,
                 completed,
                 metrics: local,
+                alignment: started
+                    .split_alignment
+                    .into_iter()
+                    .map(|split| (split, Vec::new()))
+                    .collect(),
             },
         );
         Ok(())

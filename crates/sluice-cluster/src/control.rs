@@ -418,6 +418,41 @@ impl Cluster {
         }
     }
 
+    /// Watermark alignment across workers: a worker's source instances'
+    /// watermarks go to every other worker with a part of the deployment.
+    /// The master keeps none of them (each worker repeats its own every
+    /// second), and a full command queue drops a relay, not the worker:
+    /// the next report brings the same values.
+    fn relay_watermarks(&self, from: &WorkerId, watermarks: &pb::SourceWatermarks) {
+        let key = DeploymentKey {
+            pipeline: PipelineId(watermarks.pipeline),
+            epoch: watermarks.epoch,
+        };
+        let to: Vec<WorkerId> = {
+            let routes = self.routes.lock().expect("routes lock");
+            let Some(route) = routes.get(&key) else { return };
+            if route.parts.get(from) != Some(&false) {
+                return;
+            }
+            route
+                .parts
+                .iter()
+                .filter(|(w, exited)| !**exited && *w != from)
+                .map(|(w, _)| w.clone())
+                .collect()
+        };
+        let workers = self.workers.lock().expect("workers lock");
+        let term = self.term();
+        for w in to.iter().filter_map(|id| workers.get(id)) {
+            let _ = w.commands.try_send(Ok(pb::MasterCommand {
+                protocol_version: PROTOCOL_VERSION,
+                request_id: 0,
+                term,
+                command: Some(pb::master_command::Command::SourceWatermarks(watermarks.clone())),
+            }));
+        }
+    }
+
     fn on_event(&self, worker: &WorkerId, event: pb::worker_event::Event) {
         use pb::worker_event::Event;
         match &event {
@@ -442,6 +477,7 @@ impl Cluster {
                 return;
             }
             Event::Drain(_) => return self.drain(worker),
+            Event::SourceWatermarks(w) => return self.relay_watermarks(worker, w),
             _ => {}
         }
         match event_from_wire(&event) {
@@ -779,6 +815,8 @@ impl ClusterScheduler {
                     _ => None,
                 },
             };
+            // Pinned operators have every instance here, so no alignment
+            // group of this part is split across workers.
             if let Err(e) = start_part(spec, move |e| {
                 let _ = events.send(e);
             }) {

@@ -137,6 +137,34 @@ pub fn event_from_wire(event: &pb::worker_event::Event) -> Result<Option<(Deploy
     }))
 }
 
+/// Instances' watermarks of a split alignment group for the master.
+pub fn watermarks_to_wire(
+    key: DeploymentKey,
+    operator: OperatorId,
+    instances: &[(u32, Option<i64>)],
+) -> pb::SourceWatermarks {
+    pb::SourceWatermarks {
+        pipeline: key.pipeline.0,
+        epoch: key.epoch,
+        operator: operator.0,
+        instances: instances
+            .iter()
+            .map(|&(instance, w)| pb::InstanceWatermark {
+                instance,
+                counting: w.is_some(),
+                watermark_ms: w.unwrap_or(0),
+            })
+            .collect(),
+    }
+}
+
+/// The instances' watermarks a relayed report carries.
+pub fn watermarks_from_wire(w: &pb::SourceWatermarks) -> impl Iterator<Item = (u32, Option<i64>)> + '_ {
+    w.instances
+        .iter()
+        .map(|i| (i.instance, i.counting.then_some(i.watermark_ms)))
+}
+
 /// A task instance's counters for a heartbeat.
 pub fn metrics_to_wire(key: DeploymentKey, m: &TaskMetrics) -> pb::TaskMetrics {
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);

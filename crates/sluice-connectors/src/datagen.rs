@@ -245,6 +245,14 @@ fn integer_range(t: &DataType) -> (i64, i64) {
 /// Key of the reader's position in a checkpoint.
 const POSITION_KEY: &str = "datagen.position";
 
+/// A paced instance at most this far behind its pace: one held back longer
+/// (by backpressure, or by watermark alignment while a sibling catches up)
+/// paces on from here instead of emitting every row it missed at once, as
+/// Flink's rate limiter keeps at most a second of permits. (An unbounded
+/// catch-up made a source released by alignment read tens of seconds of
+/// rows in one batch, far past the drift it was held to.)
+const CATCH_UP_MAX: Duration = Duration::from_secs(1);
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// One instance's reader.
@@ -327,13 +335,19 @@ impl DatagenReader {
 
     /// Rows to produce now: at most `batch_rows_max`, the rows left, and
     /// (paced) the rows due by now; waits when none is due.
-    async fn rows_now(&self, batch_rows_max: usize) -> usize {
+    async fn rows_now(&mut self, batch_rows_max: usize) -> usize {
         let mut rows = batch_rows_max.max(1) as u64;
         if let Some(left) = self.rows_left() {
             rows = rows.min(left);
         }
         if self.rows_per_second == 0 {
             return rows as usize;
+        }
+        let made = Duration::from_secs_f64(self.produced as f64 / self.rows_per_second as f64);
+        if let Some(late) = Instant::now().checked_sub(CATCH_UP_MAX + made)
+            && late > self.started
+        {
+            self.started = late;
         }
         // Once the next row has waited `pacing::LINGER` or `rows` are due
         // (see `pacing`), every row due by then, at most `rows`.
@@ -476,6 +490,33 @@ mod tests {
         assert_eq!(rest[..], reference[3..]);
         let mut other_parallelism = DatagenReader::new(config(), 1, 3);
         assert!(other_parallelism.restore(&snapshot).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_paced_instance_held_back_catches_up_at_most_a_second_of_rows() {
+        let options = BTreeMap::from([
+            ("rows-per-second".to_string(), "100".to_string()),
+            ("fields.i.kind".to_string(), "sequence".to_string()),
+            ("fields.i.start".to_string(), "0".to_string()),
+            ("fields.i.end".to_string(), "1000000".to_string()),
+        ]);
+        let schema = Arc::new(Schema::new(vec![arrow::datatypes::Field::new(
+            "i",
+            DataType::Int64,
+            false,
+        )]));
+        let mut r = DatagenReader::new(DatagenConfig::new(&options, &schema).unwrap(), 0, 1);
+        // Held for ten seconds: 1 000 rows fell due.
+        r.started = Instant::now() - Duration::from_secs(10);
+        let rows = r.rows_now(8192).await;
+        assert!(
+            (90..=110).contains(&rows),
+            "a second of rows (100), not ten seconds': {rows}"
+        );
+        // On pace from there: the next rows come one by one.
+        r.generate(rows).unwrap();
+        let next = r.rows_now(8192).await;
+        assert!(next <= 5, "{next} rows right after the catch-up");
     }
 
     async fn drain(mut r: DatagenReader, batch: usize) -> Vec<RecordBatch> {

@@ -374,9 +374,11 @@ pub fn deploy_with(
     match start_part(part, move |e| {
         let _ = events.send(e);
     }) {
-        Ok(tasks) => {
+        Ok(started) => {
+            // Every task is in this process: no group is split.
+            debug_assert!(started.split_alignment.is_empty());
             let mut runtime = owned.runtime;
-            runtime.tasks = tasks;
+            runtime.tasks = started.tasks;
             runtime.placement = placement;
             Ok(runtime)
         }

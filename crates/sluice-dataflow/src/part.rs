@@ -26,7 +26,7 @@ use crate::operator::Operator;
 use crate::project::ProjectOperator;
 use crate::source::{SourceReader, SourceTask};
 use crate::task::Task;
-use crate::watermark_alignment::AlignmentGroup;
+use crate::watermark_alignment::{AlignmentGroup, SplitAlignment};
 use crate::window::build_window_operator;
 use arrow::datatypes::SchemaRef;
 use futures::FutureExt;
@@ -268,11 +268,20 @@ pub struct PartSpec<'a> {
     pub checkpoint: Option<PartCheckpoint>,
 }
 
-/// Builds and starts the tasks of `spec.dag` placed on `spec.me`; returns
-/// how many tasks run here. Events go to `report`, in order; the last one
-/// is [`PartEvent::Exited`]. On an error nothing was started (and nothing
-/// will be reported).
-pub fn start_part(spec: PartSpec<'_>, report: impl Fn(PartEvent) + Send + Sync + 'static) -> Result<usize> {
+/// What [`start_part`] started.
+pub struct StartedPart {
+    /// How many tasks run here.
+    pub tasks: usize,
+    /// Alignment groups of sources whose other instances run on other
+    /// workers: the caller exchanges their watermarks (see
+    /// [`SplitAlignment`]).
+    pub split_alignment: Vec<SplitAlignment>,
+}
+
+/// Builds and starts the tasks of `spec.dag` placed on `spec.me`. Events
+/// go to `report`, in order; the last one is [`PartEvent::Exited`]. On an
+/// error nothing was started (and nothing will be reported).
+pub fn start_part(spec: PartSpec<'_>, report: impl Fn(PartEvent) + Send + Sync + 'static) -> Result<StartedPart> {
     let dag = spec.dag;
     if dag.operators.iter().any(|o| o.uid.is_unset()) {
         return Err(Error::internal(
@@ -306,6 +315,7 @@ pub fn start_part(spec: PartSpec<'_>, report: impl Fn(PartEvent) + Send + Sync +
         handoff: c.handoff,
         store: c.store,
     });
+    let (groups, split_alignment) = watermark_alignment_groups(dag, &local);
     let builder = TaskBuilder {
         id: spec.id,
         dag,
@@ -319,7 +329,7 @@ pub fn start_part(spec: PartSpec<'_>, report: impl Fn(PartEvent) + Send + Sync +
             paused: spec.control.paused.clone(),
             alignment: None,
         },
-        alignment: watermark_alignment_groups(dag, &local),
+        alignment: groups,
         checkpointing: checkpointing.as_ref(),
     };
     let tasks = builder.build_all(channels)?;
@@ -345,7 +355,10 @@ pub fn start_part(spec: PartSpec<'_>, report: impl Fn(PartEvent) + Send + Sync +
         }))
     });
     supervise(spec.id, tasks, spec.control.cancel, report, writer);
-    Ok(count)
+    Ok(StartedPart {
+        tasks: count,
+        split_alignment,
+    })
 }
 
 /// Which channel ends this process opens.
@@ -496,24 +509,35 @@ pub fn instance_metrics(dag: &PhysicalDag) -> (Vec<Arc<TaskMetrics>>, MetricsByI
 }
 
 /// One watermark alignment group per aligned source operator (more than
-/// one instance and `alignment_max_drift_ms` set), shared by its instances
-/// — when they all run in this process: instances spread over workers
-/// are not aligned with each other (documented).
+/// one instance and `alignment_max_drift_ms` set) with an instance in this
+/// part, shared by its instances here; with the groups of sources that
+/// also run on other workers (their watermarks come through the worker).
 fn watermark_alignment_groups(
     dag: &PhysicalDag,
     local: &dyn Fn(OperatorId, u32) -> bool,
-) -> HashMap<OperatorId, Arc<AlignmentGroup>> {
-    dag.operators
-        .iter()
-        .filter(|op| (0..op.parallelism).all(|i| local(op.id, i)))
-        .filter_map(|op| match &op.kind {
-            OperatorKind::Source(spec) if op.parallelism > 1 => spec.alignment_max_drift_ms.map(|ms| {
-                let group = AlignmentGroup::new(op.parallelism as usize, Duration::from_millis(ms));
-                (op.id, group)
-            }),
-            _ => None,
-        })
-        .collect()
+) -> (HashMap<OperatorId, Arc<AlignmentGroup>>, Vec<SplitAlignment>) {
+    let mut groups = HashMap::new();
+    let mut split = Vec::new();
+    for op in &dag.operators {
+        let OperatorKind::Source(spec) = &op.kind else { continue };
+        let Some(ms) = spec.alignment_max_drift_ms.filter(|_| op.parallelism > 1) else {
+            continue;
+        };
+        let here: Vec<u32> = (0..op.parallelism).filter(|&i| local(op.id, i)).collect();
+        if here.is_empty() {
+            continue;
+        }
+        let group = AlignmentGroup::new(op.parallelism as usize, Duration::from_millis(ms));
+        if here.len() < op.parallelism as usize {
+            split.push(SplitAlignment {
+                operator: op.id,
+                group: group.clone(),
+                local: here,
+            });
+        }
+        groups.insert(op.id, group);
+    }
+    (groups, split)
 }
 
 /// A checkpointed part: its tasks' handles and what they restore.

@@ -19,11 +19,19 @@
 //! instance still injects barriers and honours cancel (see
 //! [`crate::source::SourceTask`]).
 //!
-//! The group is shared memory: a pipeline's instances run in one process
-//! (its worker). The slots are plain atomics, so a publish costs a store and
-//! a load, and the mutex inside [`Notify`] is touched only while an instance
-//! is held.
+//! The group is shared memory: the slots are plain atomics, so a publish
+//! costs a store and a load, and the mutex inside [`Notify`] is touched only
+//! while an instance is held. When a source's instances run on several
+//! workers, each worker's part keeps a group of all instances
+//! ([`SplitAlignment`]): its own instances publish into it as above, and the
+//! worker copies the others' published watermarks in from the master, which
+//! relays every worker's every [`SPLIT_REPORT_INTERVAL`] (as Flink's source
+//! coordinator does every `update-interval`). A remote slot is therefore up
+//! to about two intervals stale; stale means *lower* (watermarks only rise),
+//! so staleness holds an instance back a little longer, never lets it run
+//! further ahead than `max_drift`.
 
+use sluice_types::OperatorId;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -66,6 +74,17 @@ impl AlignmentGroup {
         }
     }
 
+    /// What instance `instance` last published (`None`: it does not count).
+    pub fn published(&self, instance: usize) -> Option<i64> {
+        let value = self.slots.get(instance)?.load(Ordering::SeqCst);
+        (value != NOT_COUNTING).then_some(value)
+    }
+
+    /// The number of instances in the group.
+    pub fn instances(&self) -> usize {
+        self.slots.len()
+    }
+
     /// The highest watermark `instance` may have and still read: the lowest
     /// counting sibling's watermark plus the maximum drift; `None` when no
     /// sibling counts.
@@ -98,6 +117,41 @@ impl AlignmentGroup {
         let mut notified = Box::pin(self.notify.notified());
         notified.as_mut().enable();
         Hold { group: self, notified }
+    }
+}
+
+/// How often a worker reports its instances' watermarks of a
+/// [`SplitAlignment`] (when they changed; every tenth report carries them
+/// all, for a worker that missed one).
+pub const SPLIT_REPORT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// An alignment group of a source whose instances run on several workers,
+/// as one worker's part holds it.
+#[derive(Debug, Clone)]
+pub struct SplitAlignment {
+    pub operator: OperatorId,
+    pub group: Arc<AlignmentGroup>,
+    /// The instances this part runs: they publish themselves; the others'
+    /// slots are written by [`SplitAlignment::apply_remote`].
+    pub local: Vec<u32>,
+}
+
+impl SplitAlignment {
+    /// This part's instances and what they published (`None`: not counting).
+    pub fn local_watermarks(&self) -> Vec<(u32, Option<i64>)> {
+        self.local
+            .iter()
+            .map(|&i| (i, self.group.published(i as usize)))
+            .collect()
+    }
+
+    /// Another worker's instance `instance` published `watermark`. Ignored
+    /// for this part's own instances (they speak for themselves) and for
+    /// instances the group does not have (a malformed report).
+    pub fn apply_remote(&self, instance: u32, watermark: Option<i64>) {
+        if (instance as usize) < self.group.instances() && !self.local.contains(&instance) {
+            self.group.publish(instance as usize, watermark);
+        }
     }
 }
 
@@ -158,6 +212,38 @@ mod tests {
         let g = AlignmentGroup::new(1, Duration::ZERO);
         g.publish(0, Some(5));
         assert!(g.may_read(0, Some(i64::MAX - 1)));
+    }
+
+    #[test]
+    fn a_split_group_takes_remote_instances_only_from_reports() {
+        let split = SplitAlignment {
+            operator: OperatorId(3),
+            group: AlignmentGroup::new(3, Duration::from_millis(1_000)),
+            local: vec![0],
+        };
+        split.group.publish(0, Some(50_000));
+        assert_eq!(split.local_watermarks(), vec![(0, Some(50_000))]);
+        split.apply_remote(0, Some(1));
+        assert_eq!(
+            split.group.published(0),
+            Some(50_000),
+            "a report never overwrites a local instance"
+        );
+        split.apply_remote(7, Some(1));
+        assert!(
+            split.group.may_read(0, Some(50_000)),
+            "no remote report yet: nothing to align with"
+        );
+        split.apply_remote(1, Some(10_000));
+        assert!(
+            !split.group.may_read(0, Some(50_000)),
+            "40 s ahead of remote instance 1"
+        );
+        split.apply_remote(1, None);
+        assert!(split.group.may_read(0, Some(50_000)), "instance 1 went idle");
+        split.apply_remote(2, Some(49_000));
+        assert!(split.group.may_read(0, Some(50_000)));
+        assert_eq!(split.group.published(2), Some(49_000));
     }
 
     #[tokio::test]

@@ -15,8 +15,10 @@
 #![allow(clippy::all, missing_docs)]
 
 /// The version of the protocol these files define. A change that an older
-/// peer would misread bumps it.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// peer would misread bumps it. 2: `SourceWatermarks` (watermark alignment
+/// across workers; a worker of version 1 would ignore them and run its
+/// sources unaligned).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// `package sluice.v1`.
 pub mod v1 {
