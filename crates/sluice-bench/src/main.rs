@@ -16,6 +16,7 @@
 mod alter;
 mod cluster;
 mod flink;
+mod masters;
 mod nexmark;
 mod report;
 mod server;
@@ -100,6 +101,16 @@ struct Args {
     /// The master's --worker-timeout in the failover runs.
     #[arg(long, default_value = "5s")]
     worker_timeout: String,
+    /// The master quorum through `sluice master` processes: this many
+    /// `CREATE STREAM` statements through the leader with 1, 3 and 5
+    /// masters (0: skip). With it (or --masters-failover-runs) only the
+    /// master measurements run, into RESULTS/quorum/masters.{md,json}.
+    #[arg(long, default_value_t = 0)]
+    masters_ddl: usize,
+    /// Leader kill -9 → first DDL accepted, over this many runs of three
+    /// masters (0: skip).
+    #[arg(long, default_value_t = 0)]
+    masters_failover_runs: usize,
     /// Where the results are written (default ROOT/benches/results).
     #[arg(long)]
     results_dir: Option<PathBuf>,
@@ -137,6 +148,16 @@ async fn main() -> Result<()> {
         .unwrap_or_else(|| args.root.join("benches/results"));
     let queries_to_run: Vec<&String> = args.queries.iter().filter(|q| !q.is_empty()).collect();
     std::fs::create_dir_all(&out_dir)?;
+    if args.masters_ddl > 0 || args.masters_failover_runs > 0 {
+        eprintln!("== the master quorum through sluice master processes");
+        return masters::run(
+            &binary,
+            &out_dir.join("quorum"),
+            args.masters_ddl,
+            args.masters_failover_runs,
+        )
+        .await;
+    }
     let p = args.parallelism;
     let mut results = json!({
         "machine": report::machine(),

@@ -80,13 +80,13 @@ pub fn log_filter() -> String {
 
 /// What a starting server prints: its pgwire and HTTP ports and (a cluster
 /// master) the control address workers register at.
-struct Addresses {
-    pg_port: u16,
-    http_port: u16,
-    control: Option<String>,
+pub(crate) struct Addresses {
+    pub pg_port: u16,
+    pub http_port: u16,
+    pub control: Option<String>,
 }
 
-fn read_addresses(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> Result<Addresses> {
+pub(crate) fn read_addresses(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> Result<Addresses> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut pg_port, mut http_port, mut control) = (0, 0, None);
     while pg_port == 0 || http_port == 0 {
@@ -119,6 +119,27 @@ fn read_addresses(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> 
         http_port,
         control,
     })
+}
+
+/// `GET path` of the REST API at 127.0.0.1:`http_port`, parsed as JSON.
+pub async fn rest_at(http_port: u16, path: &str) -> Result<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let get = async {
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", http_port)).await?;
+        c.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = String::new();
+        c.read_to_string(&mut response).await?;
+        anyhow::Ok(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), get)
+        .await
+        .with_context(|| format!("GET {path} timed out"))??;
+    let (head, body) = response.split_once("\r\n\r\n").context("an HTTP response")?;
+    if head.split_whitespace().nth(1) != Some("200") {
+        bail!("GET {path}: {}", head.lines().next().unwrap_or_default());
+    }
+    Ok(serde_json::from_str(body)?)
 }
 
 impl Server {
@@ -209,23 +230,7 @@ impl Server {
 
     /// `GET path` of the REST API, parsed as JSON.
     pub async fn rest(&self, path: &str) -> Result<serde_json::Value> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let get = async {
-            let mut c = tokio::net::TcpStream::connect(("127.0.0.1", self.http_port)).await?;
-            c.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-                .await?;
-            let mut response = String::new();
-            c.read_to_string(&mut response).await?;
-            anyhow::Ok(response)
-        };
-        let response = tokio::time::timeout(Duration::from_secs(10), get)
-            .await
-            .with_context(|| format!("GET {path} timed out"))??;
-        let (head, body) = response.split_once("\r\n\r\n").context("an HTTP response")?;
-        if head.split_whitespace().nth(1) != Some("200") {
-            bail!("GET {path}: {}", head.lines().next().unwrap_or_default());
-        }
-        Ok(serde_json::from_str(body)?)
+        rest_at(self.http_port, path).await
     }
 
     /// Every row of `sql`'s result as text (NULL as the empty string).
