@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{TestServer, pipeline_state};
+use common::{TestServer, assert_windows_exact, committed_windows, pipeline_state};
 use std::time::{Duration, Instant};
 
 async fn exec(c: &tokio_postgres::Client, sql: &str) {
@@ -499,29 +499,6 @@ impl Drop for Hosts {
     }
 }
 
-/// Committed rows of a JSON file sink: (window_start, k, n).
-fn committed_windows(dir: &std::path::Path) -> Vec<(String, i64, i64)> {
-    let mut rows = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return rows;
-    };
-    for path in entries.map(|e| e.unwrap().path()) {
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if name.starts_with('.') || !name.ends_with(".jsonl") {
-            continue;
-        }
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            rows.push((
-                v["window_start"].to_string(),
-                v["k"].as_i64().unwrap(),
-                v["n"].as_i64().unwrap(),
-            ));
-        }
-    }
-    rows
-}
-
 /// A network fault, in network namespaces (each process its own address,
 /// as on separate hosts).
 #[derive(Clone, Copy, Debug)]
@@ -693,29 +670,7 @@ async fn network_fault(fault: Fault) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let mut seen = std::collections::BTreeMap::new();
-    for (window, k, n) in &rows {
-        assert_eq!(*n, 20, "window {window} key {k} counted {n} rows, 20 expected");
-        *seen.entry((window.clone(), *k)).or_insert(0) += 1;
-    }
-    let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
-    assert!(twice.is_empty(), "windows written more than once: {twice:?}");
-    // No gap: every second's window from 0 on, each with all five keys.
-    let seconds: std::collections::BTreeSet<i64> = seen
-        .keys()
-        .map(|(w, _)| {
-            let hms = w.trim_matches('"').rsplit('T').next().unwrap().to_string();
-            hms.split(':')
-                .fold(0, |acc, part| acc * 60 + part.parse::<i64>().unwrap())
-        })
-        .collect();
-    assert_eq!(seen.len(), seconds.len() * 5, "a window lacks a key");
-    let last = *seconds.last().unwrap();
-    assert_eq!(
-        seconds.len() as i64,
-        last + 1,
-        "windows 0..={last} not all committed: {seconds:?}"
-    );
+    assert_windows_exact(&rows, 5, 20);
     drop(server);
 }
 

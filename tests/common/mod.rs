@@ -519,3 +519,55 @@ pub async fn pipeline_state(c: &tokio_postgres::Client, name: &str) -> Option<St
         _ => None,
     })
 }
+
+/// The rows `window_start, k, n` an exactly-once file sink (`format =
+/// 'json'`) committed in `dir`: its visible `.jsonl` files (in-progress
+/// files are hidden, dot-prefixed).
+pub fn committed_windows(dir: &Path) -> Vec<(String, i64, i64)> {
+    let mut rows = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return rows;
+    };
+    for path in entries.map(|e| e.unwrap().path()) {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with('.') || !name.ends_with(".jsonl") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            rows.push((
+                v["window_start"].to_string(),
+                v["k"].as_i64().unwrap(),
+                v["n"].as_i64().unwrap(),
+            ));
+        }
+    }
+    rows
+}
+
+/// 1-second windows from second 0 on, each with `keys` keys counting `n`
+/// rows: every window written once, none missing up to the last.
+pub fn assert_windows_exact(rows: &[(String, i64, i64)], keys: usize, n: i64) {
+    let mut seen = std::collections::BTreeMap::new();
+    for (window, k, count) in rows {
+        assert_eq!(*count, n, "window {window} key {k} counted {count} rows, {n} expected");
+        *seen.entry((window.clone(), *k)).or_insert(0) += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(twice.is_empty(), "windows written more than once: {twice:?}");
+    let seconds: std::collections::BTreeSet<i64> = seen
+        .keys()
+        .map(|(w, _)| {
+            let hms = w.trim_matches('"').rsplit('T').next().unwrap().to_string();
+            hms.split(':')
+                .fold(0, |acc, part| acc * 60 + part.parse::<i64>().unwrap())
+        })
+        .collect();
+    assert_eq!(seen.len(), seconds.len() * keys, "a window lacks a key");
+    let last = *seconds.last().expect("no window committed");
+    assert_eq!(
+        seconds.len() as i64,
+        last + 1,
+        "windows 0..={last} not all committed: {seconds:?}"
+    );
+}

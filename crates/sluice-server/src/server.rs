@@ -201,6 +201,16 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
         .add_service(cluster.service())
         .add_optional_service(quorum.as_ref().map(|q| q.node().service()))
         .add_optional_service(quorum.as_ref().map(|q| q.service()));
+    // A graceful stop of the control server waits for every open stream,
+    // and a worker's session stays open for the worker's life: stopping
+    // hung while a worker was registered. End the sessions first; the
+    // workers stop their tasks and go to another master (or wait for
+    // this one), as when a leader is deposed.
+    let ending = (cluster.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        ending.1.cancelled().await;
+        ending.0.disconnect_all("the master is shutting down");
+    });
     let control_shutdown = shutdown.clone();
     let control_task = tokio::spawn(async move {
         router
