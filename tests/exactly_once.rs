@@ -203,25 +203,16 @@ async fn read_hdfs(path: &str) -> Vec<(String, i64, i64)> {
 /// Every committed output row of the local file sink's directory (hidden
 /// in-progress files are not read).
 fn read_files(dir: &Path) -> Vec<(String, i64, i64)> {
-    let mut rows = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return rows;
-    };
-    for path in entries.map(|e| e.unwrap().path()) {
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if name.starts_with('.') || !name.ends_with(".jsonl") {
-            continue;
-        }
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            rows.push((
+    common::committed_json(dir)
+        .iter()
+        .map(|v| {
+            (
                 v["k"].as_str().unwrap().to_string(),
                 v["first_seq"].as_i64().unwrap(),
                 v["c"].as_i64().unwrap(),
-            ));
-        }
-    }
-    rows
+            )
+        })
+        .collect()
 }
 
 /// Whether `rows` hold every expected window exactly once; the reason when not.

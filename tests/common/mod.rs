@@ -520,10 +520,10 @@ pub async fn pipeline_state(c: &tokio_postgres::Client, name: &str) -> Option<St
     })
 }
 
-/// The rows `window_start, k, n` an exactly-once file sink (`format =
-/// 'json'`) committed in `dir`: its visible `.jsonl` files (in-progress
-/// files are hidden, dot-prefixed).
-pub fn committed_windows(dir: &Path) -> Vec<(String, i64, i64)> {
+/// The JSON rows an exactly-once file sink (`format = 'json'`) committed in
+/// `dir`: its visible `.jsonl` files (in-progress files are hidden,
+/// dot-prefixed).
+pub fn committed_json(dir: &Path) -> Vec<serde_json::Value> {
     let mut rows = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return rows;
@@ -534,15 +534,24 @@ pub fn committed_windows(dir: &Path) -> Vec<(String, i64, i64)> {
             continue;
         }
         for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            rows.push((
-                v["window_start"].to_string(),
-                v["k"].as_i64().unwrap(),
-                v["n"].as_i64().unwrap(),
-            ));
+            rows.push(serde_json::from_str(line).unwrap());
         }
     }
     rows
+}
+
+/// The rows `window_start, k, n` of a windowed count a file sink committed.
+pub fn committed_windows(dir: &Path) -> Vec<(String, i64, i64)> {
+    committed_json(dir)
+        .iter()
+        .map(|v| {
+            (
+                v["window_start"].to_string(),
+                v["k"].as_i64().unwrap(),
+                v["n"].as_i64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// 1-second windows from second 0 on, each with `keys` keys counting `n`
