@@ -12,7 +12,8 @@
 # then to each worker (pipelines restart from their checkpoints at the next
 # start). To take one worker out of a running cluster, SIGTERM its pid
 # (DIR/wN.pid): it drains — its tasks move to the others — and exits.
-# (Only one master: the replicated master quorum is not available yet.)
+# (One master: for a quorum of three or five, start `sluice master --peers …`
+# processes as the README's cluster section shows.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
