@@ -47,6 +47,13 @@ pub struct PipelineDef {
     /// from that checkpoint: a crash right after the switch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<StateHandoff>,
+    /// Where its checkpoints go, fixed when it was created: its sink's
+    /// `'checkpoint.dir'`, or the `--checkpoint-dir` of the master that
+    /// created it. Every master of a quorum restores it from here, whatever
+    /// its own `--checkpoint-dir` (None in catalogs older than this field:
+    /// the master's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_location: Option<String>,
 }
 
 /// One version of a pipeline: the SQL it ran, since when, and how it
@@ -132,6 +139,11 @@ pub struct CatalogState {
     /// Roles, grants, owners and API tokens (absent in older catalogs).
     #[serde(default)]
     pub security: crate::security::SecurityCatalog,
+    /// With a master quorum: each pipeline's newest checkpoint the leader
+    /// saw complete (by pipeline name). A master restoring a pipeline never
+    /// starts it from an older one: that would write output twice.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub checkpoints: BTreeMap<String, u64>,
 }
 
 /// The catalog file of a data directory.

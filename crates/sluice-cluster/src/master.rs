@@ -202,11 +202,59 @@ impl Master {
         self.store.save(&state)
     }
 
-    /// The checkpoint store of a pipeline: its `'checkpoint.dir'`, or the
-    /// master's.
-    fn checkpoint_store(&self, dir: Option<&str>) -> Result<Arc<dyn StateStore>> {
+    /// The checkpoint store of a pipeline: the location recorded when it
+    /// was created (older catalogs: its sink's `'checkpoint.dir'`, or this
+    /// master's).
+    fn checkpoint_store(&self, def: &PipelineDef) -> Result<Arc<dyn StateStore>> {
         let default = &self.checkpoint_location;
-        sluice_connectors::state_store::open_state_store(Some(dir.unwrap_or(default)), Path::new(default))
+        let sink_dir = checkpointing(&def.dag)?.and_then(|(_, dir)| dir);
+        let location = def.checkpoint_location.clone().or(sink_dir);
+        sluice_connectors::state_store::open_state_store(
+            Some(location.as_deref().unwrap_or(default)),
+            Path::new(default),
+        )
+    }
+
+    /// On the quorum's leader: records each running pipeline's newest
+    /// completed checkpoint in the replicated catalog, so whichever master
+    /// leads next refuses to restore an older one (a checkpoint store that
+    /// lost it, or a master pointed at another store). Returns once a
+    /// majority holds the change; a no-op on a single master and on
+    /// followers.
+    pub async fn record_checkpoints(&self) -> Result<()> {
+        let Some(replication) = &self.replication else {
+            return Ok(());
+        };
+        if !replication.is_leader() {
+            return Ok(());
+        }
+        let newest: Vec<(String, u64)> = self
+            .running
+            .lock()
+            .expect("running lock")
+            .iter()
+            .filter_map(|(name, r)| r.slot.stats.last().map(|c| (name.clone(), c.id)))
+            .collect();
+        let catalog = {
+            let mut state = self.lock();
+            let mut changed = false;
+            for (name, id) in newest {
+                if !state.pipelines.contains_key(&name) {
+                    continue;
+                }
+                let recorded = state.checkpoints.entry(name).or_insert(0);
+                if id > *recorded {
+                    *recorded = id;
+                    changed = true;
+                }
+            }
+            if !changed {
+                return Ok(());
+            }
+            self.store.save(&state)?;
+            state.clone()
+        };
+        replication.replicate(&catalog).await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CatalogState> {
@@ -392,6 +440,7 @@ impl Master {
             }
             let id = PipelineId(state.next_pipeline_id);
             state.next_pipeline_id += 1;
+            let location = checkpointing(&dag)?.and_then(|(_, dir)| dir);
             let def = PipelineDef {
                 name: name.to_string(),
                 id,
@@ -404,6 +453,7 @@ impl Master {
                 changed_by: None,
                 diff: Vec::new(),
                 handoff: None,
+                checkpoint_location: Some(location.unwrap_or_else(|| self.checkpoint_location.clone())),
             };
             state.pipelines.insert(name.to_string(), def.clone());
             if let Some(stream) = derived {
@@ -436,7 +486,7 @@ impl Master {
     fn start_version(&self, def: &PipelineDef, slot: Arc<Slot>, restored: Option<RestoredCheckpoint>) -> Result<()> {
         match checkpointing(&def.dag)? {
             None => {
-                let store = self.checkpoint_store(None)?;
+                let store = self.checkpoint_store(def)?;
                 let plan = CheckpointPlan {
                     config: CheckpointConfig::on_demand(store, slot.stats.clone()),
                     // Above every id an earlier ALTER stopped at.
@@ -448,13 +498,14 @@ impl Master {
                 *slot.runtime.lock().expect("slot lock") = Some(runtime);
                 slot.started.send_replace(true);
             }
-            Some((interval, dir)) => {
-                let store = self.checkpoint_store(dir.as_deref())?;
+            Some((interval, _)) => {
+                let store = self.checkpoint_store(def)?;
                 let run = Supervised {
                     dag: def.dag.clone(),
                     interval,
                     store,
                     handoff: def.handoff.clone(),
+                    recorded: self.lock().checkpoints.get(&def.name).copied().unwrap_or(0),
                 };
                 tokio::spawn(supervise(def.id, run, self.scheduler.clone(), slot.clone()));
             }
@@ -507,6 +558,7 @@ impl Master {
             ensure_unread(&state, stream, &format!("\"{name}\""))?;
         }
         state.pipelines.remove(name);
+        state.checkpoints.remove(name);
         for stream in &derived {
             state.streams.remove(stream);
         }
@@ -636,7 +688,7 @@ impl Master {
         // snapshot here (its supervisor-less start never looks for one).
         let restored = match checkpointing(&def.dag)? {
             None if checkpoint > 0 => {
-                let store = self.checkpoint_store(None)?;
+                let store = self.checkpoint_store(&def)?;
                 let store = store.as_ref();
                 let restored = read_checkpoint(store, def.id, checkpoint)
                     .await

@@ -3,7 +3,9 @@
 //! The catalog is kept in the quorum's replicated state as one register per
 //! object — `stream/<name>`, `pipeline/<name>`, and `security` and
 //! `next_pipeline_id` — each holding the object's JSON; a dropped object is
-//! a tombstone. Only the leader changes it: [`Master::apply`](crate::Master::apply)
+//! a tombstone. `checkpoint/<pipeline>` holds the newest checkpoint the
+//! leader saw complete ([`Master::record_checkpoints`](crate::Master::record_checkpoints)):
+//! a new leader restores from it or a newer one, never from older state. Only the leader changes it: [`Master::apply`](crate::Master::apply)
 //! on the leader applies the command to its own catalog, then writes the
 //! registers that changed and answers once a majority of masters holds them.
 //! On a follower, `apply` hands the command to the leader
@@ -36,6 +38,7 @@ const STREAM: &str = "stream/";
 const PIPELINE: &str = "pipeline/";
 const SECURITY: &str = "security";
 const NEXT_PIPELINE_ID: &str = "next_pipeline_id";
+const CHECKPOINT: &str = "checkpoint/";
 /// A forwarded command waits this long for the leader (an ALTER stops a
 /// pipeline at a barrier first, which may take a while).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -63,6 +66,9 @@ pub fn flatten(catalog: &CatalogState) -> Result<BTreeMap<String, String>> {
     for (name, def) in &catalog.pipelines {
         out.insert(format!("{PIPELINE}{name}"), json(def)?);
     }
+    for (name, id) in &catalog.checkpoints {
+        out.insert(format!("{CHECKPOINT}{name}"), id.to_string());
+    }
     out.insert(SECURITY.into(), json(&catalog.security)?);
     out.insert(NEXT_PIPELINE_ID.into(), catalog.next_pipeline_id.to_string());
     Ok(out)
@@ -80,6 +86,12 @@ pub fn unflatten(state: &ReplicatedState) -> Result<CatalogState> {
         let mut def: PipelineDef = serde_json::from_str(value).map_err(|e| bad(key, e))?;
         def.dag.fill_uids();
         catalog.pipelines.insert(key[PIPELINE.len()..].to_string(), def);
+    }
+    for (key, value) in state.scan(CHECKPOINT) {
+        let id = value
+            .parse()
+            .map_err(|e| Error::internal(format!("replicated catalog entry {key}: {e}")))?;
+        catalog.checkpoints.insert(key[CHECKPOINT.len()..].to_string(), id);
     }
     if let Some(v) = state.get(SECURITY) {
         catalog.security = serde_json::from_str(v).map_err(|e| bad(SECURITY, e))?;
@@ -101,7 +113,7 @@ pub fn writes(held: &ReplicatedState, catalog: &CatalogState) -> Result<Vec<(Str
         .filter(|(k, v)| held.get(k) != Some(v.as_str()))
         .map(|(k, v)| (k.clone(), Some(v.clone())))
         .collect();
-    for prefix in [STREAM, PIPELINE] {
+    for prefix in [STREAM, PIPELINE, CHECKPOINT] {
         for (key, _) in held.scan(prefix) {
             if !next.contains_key(key) {
                 out.push((key.to_string(), None));

@@ -82,6 +82,10 @@ pub struct Supervised {
     pub interval: Duration,
     pub store: Arc<dyn StateStore>,
     pub handoff: Option<StateHandoff>,
+    /// The newest checkpoint known complete before this start (the master
+    /// quorum's record; 0: none): restoring from an older one would write
+    /// output twice, so a store without it is an error.
+    pub recorded: u64,
 }
 
 /// Runs the pipeline until it finishes, is stopped (also at a barrier, by
@@ -137,6 +141,15 @@ async fn run_once(
     slot: &Slot,
 ) -> sluice_types::Result<PipelineStatus> {
     let (restored, highest_id) = load_latest(run.store.as_ref(), id).await?;
+    let known = run.recorded.max(slot.stats.last().map_or(0, |c| c.id));
+    if highest_id < known {
+        return Err(sluice_types::Error::external(format!(
+            "checkpoint {known} of pipeline {id} completed, but the checkpoint store {} has none that new \
+             (newest: {highest_id}); not restarting from older state, which would write output twice \
+             (do all masters and workers reach the same checkpoint directory?)",
+            run.store.describe()
+        )));
+    }
     slot.stats.set_restored_from(restored.as_ref().map(|r| r.id));
     let plan = CheckpointPlan {
         config: CheckpointConfig::new(run.interval, run.store.clone(), slot.stats.clone()),
@@ -163,6 +176,47 @@ async fn run_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scheduler that must not be asked to deploy anything.
+    struct NeverDeploy;
+
+    impl Scheduler for NeverDeploy {
+        fn deploy(&self, _: PipelineId, _: &PhysicalDag) -> sluice_types::Result<Arc<PipelineRuntime>> {
+            panic!("deployed")
+        }
+        fn deploy_checkpointed(
+            &self,
+            _: PipelineId,
+            _: &PhysicalDag,
+            _: CheckpointPlan,
+        ) -> sluice_types::Result<Arc<PipelineRuntime>> {
+            panic!("deployed a pipeline whose recorded checkpoint is missing")
+        }
+        fn stop(&self, _: PipelineId) {}
+        fn release_stream(&self, _: &str) {}
+    }
+
+    #[tokio::test]
+    async fn a_store_without_the_recorded_checkpoint_is_refused_not_started_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> = Arc::new(sluice_dataflow::checkpoint::LocalStateStore::new(dir.path()));
+        let run = Supervised {
+            dag: PhysicalDag::new(Vec::new(), Vec::new()),
+            interval: Duration::from_secs(1),
+            store,
+            handoff: None,
+            recorded: 7,
+        };
+        let scheduler: Arc<dyn Scheduler> = Arc::new(NeverDeploy);
+        let err = run_once(PipelineId(3), &run, &scheduler, &Slot::default())
+            .await
+            .expect_err("an empty store holds no checkpoint 7");
+        let text = err.to_string();
+        assert!(
+            text.contains("checkpoint 7") && text.contains("newest: 0") && text.contains("twice"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn backoff_doubles_up_to_its_bound() {

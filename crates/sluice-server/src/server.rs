@@ -263,6 +263,7 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
                 config.security.clone(),
                 shutdown.clone(),
             ));
+            tokio::spawn(record_checkpoints(Arc::downgrade(&master), shutdown.clone()));
             master
         }
     };
@@ -283,6 +284,22 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
     handle.tasks.push(control_task);
     handle.control_addr = Some(control_addr);
     Ok(handle)
+}
+
+/// On the quorum's leader, every second: writes each pipeline's newest
+/// completed checkpoint to the replicated catalog (one write at a time; a
+/// write that fails is retried on the next tick).
+async fn record_checkpoints(master: std::sync::Weak<Master>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+        let Some(master) = master.upgrade() else { return };
+        if let Err(e) = master.record_checkpoints().await {
+            tracing::debug!("recording checkpoints in the master quorum: {e}");
+        }
+    }
 }
 
 /// Follows this master's role in the quorum: on becoming leader it takes
