@@ -384,7 +384,7 @@ impl DagBuilder<'_> {
             LogicalPlan::Distinct(_) => Err(unsupported(
                 "SELECT DISTINCT ON is not supported on a stream; use ROW_NUMBER() OVER (PARTITION BY …) with rn = 1",
             )),
-            LogicalPlan::Union(_) => Err(unsupported("UNION of streams is not supported yet")),
+            LogicalPlan::Union(u) => self.plan_union(u),
             LogicalPlan::Window(w) => self.plan_top_n(w),
             other => Err(unsupported(&format!(
                 "{} is not supported in a continuous query",
@@ -467,6 +467,87 @@ impl DagBuilder<'_> {
             return Err(Error::internal("scan with pushed-down filters"));
         }
         Ok(stage)
+    }
+
+    /// `UNION ALL`: every branch projected to the union's columns (cast to
+    /// its types), all of them feeding one pass-through operator, whose
+    /// low watermark is the least of its inputs' (a task's watermark is the
+    /// minimum over its input channels). The result has an event time when
+    /// every branch has one in the same column. (`UNION` without ALL is a
+    /// DISTINCT over this, planned by the caller as a changelog.)
+    fn plan_union(&mut self, u: &datafusion::logical_expr::Union) -> Result<Stage> {
+        let schema = u.schema.as_arrow();
+        let names: Vec<String> = (0..schema.fields().len()).map(|i| format!("_u{i}")).collect();
+        let mut branches = Vec::new();
+        let mut time_columns = Vec::new();
+        for input in &u.inputs {
+            let child = self.plan_node(input)?;
+            if let Some(updater) = self.updater(child.op) {
+                return Err(unsupported(&format!(
+                    "UNION ALL of an updating result is not supported yet: {updater} emits a changelog"
+                )));
+            }
+            if child.window.is_some() {
+                return Err(unsupported(
+                    "UNION ALL of window TVFs is not supported; aggregate each window first, or take the UNION ALL \
+                     of the streams and apply one window TVF to it in a derived stream",
+                ));
+            }
+            let df = datafusion::common::DFSchema::try_from(child.input_schema.as_ref().clone()).map_err(plan_error)?;
+            let mut exprs = Vec::with_capacity(child.exprs.len());
+            for (e, field) in child.exprs.iter().zip(schema.fields()) {
+                let e = unaliased(e.clone());
+                let (_, have) = datafusion::logical_expr::ExprSchemable::to_field(&e, &df).map_err(plan_error)?;
+                exprs.push(if have.data_type() == field.data_type() {
+                    e
+                } else {
+                    Expr::Cast(datafusion::logical_expr::Cast::new(
+                        Box::new(e),
+                        field.data_type().clone(),
+                    ))
+                });
+            }
+            time_columns.push(
+                child
+                    .time_column
+                    .as_ref()
+                    .and_then(|t| exprs.iter().position(|e| matches!(e, Expr::Column(c) if &c.name == t))),
+            );
+            let branch = Stage { exprs, ..child };
+            branches.push(self.materialize(&branch, &names)?);
+        }
+        let parallelism = branches.iter().map(|(_, _, p)| *p).max().unwrap_or(1);
+        let union_schema = branches
+            .first()
+            .map(|(_, s, _)| s.clone())
+            .ok_or_else(|| Error::internal("UNION without inputs"))?;
+        let spec = ProjectSpec {
+            input_schema: union_schema.clone(),
+            filter: None,
+            exprs: names.iter().map(|n| to_sql(&col(n))).collect::<Result<_>>()?,
+        };
+        let op = self.add(OperatorKind::Project(spec), parallelism, union_schema.clone());
+        for (from, _, p) in branches {
+            let partitioning = if p == parallelism {
+                Partitioning::Forward
+            } else {
+                Partitioning::RoundRobin
+            };
+            self.connect(from, op, partitioning);
+        }
+        let time_column = match time_columns.first() {
+            Some(Some(j)) if time_columns.iter().all(|t| *t == Some(*j)) => Some(names[*j].clone()),
+            _ => None,
+        };
+        Ok(Stage {
+            op,
+            parallelism,
+            input_schema: union_schema,
+            filter: None,
+            exprs: names.iter().map(|n| col(n)).collect(),
+            time_column,
+            window: None,
+        })
     }
 
     /// Turns a stage into an operator (unless it is a pass-through with the

@@ -58,6 +58,13 @@ struct SidePlan {
 
 impl DagBuilder<'_> {
     pub(super) fn plan_join(&mut self, join: &Join, above: Option<&Expr>) -> Result<Stage> {
+        if matches!(join.join_type, JoinType::LeftSemi | JoinType::LeftAnti) {
+            // What INTERSECT, EXCEPT and IN / EXISTS subqueries become.
+            return Err(unsupported(
+                "INTERSECT, EXCEPT and IN or EXISTS subqueries over streams (semi and anti joins) are not \
+                 supported yet; UNION ALL and inner joins are",
+            ));
+        }
         if join.join_type != JoinType::Inner {
             return Err(unsupported(&format!(
                 "{} joins of streams are not supported yet; only inner joins",
