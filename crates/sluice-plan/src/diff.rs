@@ -469,6 +469,7 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
             if side(&a.left, &b.left)
                 && side(&a.right, &b.right)
                 && a.windowed == b.windowed
+                && a.kind == b.kind
                 && a.interval_ms == b.interval_ms
             {
                 Shape::Same

@@ -227,7 +227,8 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 }
             };
             format!(
-                "inner join on {}; {state}; rows max {}",
+                "{} join on {}; {state}; rows max {}",
+                j.kind.describe(),
                 pairs.join(" AND "),
                 j.state_rows_max
             )

@@ -176,6 +176,10 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
                 h.u64(side.output_columns as u64);
             }
             h.u64(u64::from(j.windowed));
+            // (Inner adds nothing: uids of inner joins stay as they were.)
+            if !j.kind.is_inner() {
+                h.str(j.kind.describe());
+            }
             match j.interval_ms {
                 Some([l, r]) => {
                     h.u64(1);

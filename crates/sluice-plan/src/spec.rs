@@ -125,7 +125,7 @@ pub enum OperatorKind {
     /// The first rows per partition in an order (`ROW_NUMBER() … <= N`):
     /// top-N and deduplication, a changelog.
     TopN(TopNSpec),
-    /// Inner equi-join of two streams (input 0 = left, input 1 = right).
+    /// Equi-join of two streams, inner or outer (input 0 = left, input 1 = right).
     Join(JoinSpec),
     Sink(SinkSpec),
 }
@@ -461,7 +461,7 @@ pub struct JoinSide {
     pub output_columns: usize,
 }
 
-/// Inner equi-join of two streams; output rows are the left side's output
+/// Equi-join of two streams (inner, or outer: see [`JoinKind`]); output rows are the left side's output
 /// columns followed by the right side's.
 ///
 /// State is bounded three ways: a *windowed* join (the keys pair the two
@@ -476,6 +476,11 @@ pub struct JoinSide {
 pub struct JoinSpec {
     pub left: JoinSide,
     pub right: JoinSide,
+    /// Inner, or which sides are preserved (outer joins are windowed or
+    /// interval joins: a preserved row without a match is emitted with
+    /// NULLs for the other side once it expires).
+    #[serde(default, skip_serializing_if = "JoinKind::is_inner")]
+    pub kind: JoinKind,
     pub windowed: bool,
     /// An interval join: a row of side `s` can match nothing once the low
     /// watermark passes its event time plus `interval_ms[s]` (for
@@ -484,6 +489,46 @@ pub struct JoinSpec {
     pub interval_ms: Option<[i64; 2]>,
     pub state_ttl_ms: Option<i64>,
     pub state_rows_max: usize,
+}
+
+/// Which rows of a join's sides appear without a match.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub enum JoinKind {
+    /// Matched pairs only.
+    #[default]
+    Inner,
+    /// Every left row: with NULLs for the right side when nothing matched.
+    Left,
+    /// Every right row likewise.
+    Right,
+    /// Both.
+    Full,
+}
+
+impl JoinKind {
+    pub fn is_inner(&self) -> bool {
+        *self == JoinKind::Inner
+    }
+
+    /// Whether each side (left, right) keeps its rows without a match.
+    pub fn preserved(&self) -> [bool; 2] {
+        match self {
+            JoinKind::Inner => [false, false],
+            JoinKind::Left => [true, false],
+            JoinKind::Right => [false, true],
+            JoinKind::Full => [true, true],
+        }
+    }
+
+    /// `inner`, `left outer`, `right outer`, `full outer`.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            JoinKind::Inner => "inner",
+            JoinKind::Left => "left outer",
+            JoinKind::Right => "right outer",
+            JoinKind::Full => "full outer",
+        }
+    }
 }
 
 /// Writes rows somewhere.

@@ -1,4 +1,11 @@
-//! Inner equi-join of two streams: a symmetric hash join.
+//! Equi-join of two streams: a symmetric hash join.
+//!
+//! An outer join (windowed or interval) also remembers, per row of a
+//! preserved side, whether it matched; when a watermark expires rows, the
+//! preserved ones that never matched are emitted with NULLs for the other
+//! side, before the watermark goes on. An outer interval join decides
+//! matches by the exact bounds between the two times (`pair_bounds`),
+//! which an inner join leaves to the filter after it.
 //!
 //! Each side keeps the rows it has seen in the batches they arrived in
 //! (immutable, shared with the output and with snapshots), numbered in
@@ -69,6 +76,15 @@ pub struct JoinState {
     /// cutoff; an interval join's sides expire at different times).
     cutoffs: [i64; 2],
     hasher: DefaultHashBuilder,
+    /// An outer join's preserved sides: their rows remember whether they
+    /// matched, and those that never did are emitted with NULLs for the
+    /// other side as they expire ([`Self::unmatched`]).
+    preserved: [bool; 2],
+    /// An outer interval join's exact condition on the two times, `[v, u]`:
+    /// a pair matches when `-u <= right.t - left.t <= v` (an inner join
+    /// checks it after the join, as a filter; an outer one must know which
+    /// rows found a match).
+    pair_bounds: Option<[i64; 2]>,
 }
 
 /// The probe of one batch: (probing row, stored entry) pairs.
@@ -81,7 +97,44 @@ impl JoinState {
             rows_max,
             cutoffs: [i64::MIN; 2],
             hasher: DefaultHashBuilder::default(),
+            preserved: [false; 2],
+            pair_bounds: None,
         }
+    }
+
+    /// An outer join's state: `preserved` sides, pairs within `pair_bounds`.
+    pub fn outer(rows_max: usize, preserved: [bool; 2], pair_bounds: Option<[i64; 2]>) -> Self {
+        JoinState {
+            preserved,
+            pair_bounds,
+            ..JoinState::new(rows_max)
+        }
+    }
+
+    /// The rows of preserved `side` that expire between cutoffs `from` and
+    /// `to` (`from <= time < to`) without having matched, in arrival order.
+    fn unmatched(&self, side: usize, from: i64, to: i64) -> Vec<Entry> {
+        let state = &self.sides[side];
+        let mut out = Vec::new();
+        if !self.preserved[side] || to <= from {
+            return out;
+        }
+        for (at, b) in state.batches.iter().enumerate() {
+            if b.max_time < from || b.min_time >= to {
+                continue;
+            }
+            let first = if at == 0 { state.freed } else { 0 };
+            for r in first..b.batch.num_rows() {
+                let t = b.times.value(r);
+                if b.stored.value(r) && !b.matched[r] && t >= from && t < to {
+                    out.push(Entry {
+                        batch: b.number,
+                        row: r as u32,
+                    });
+                }
+            }
+        }
+        out
     }
 
     /// Rows held over both sides.
@@ -143,11 +196,39 @@ impl JoinState {
                 tracing::debug!(rows = other.rows, keys = probing.len(), took = ?started.elapsed(), "join scan");
             }
         }
-        self.store(side, batch, keys, hashes, times, store)?;
+        if let Some([v, u]) = self.pair_bounds {
+            let other = &self.sides[1 - side];
+            matches.retain(|(r, e)| {
+                let stored = other.batch(e.batch).map_or(i64::MIN, |b| b.times.value(e.row as usize));
+                let probing = times[*r as usize];
+                let d = if side == 0 { stored - probing } else { probing - stored };
+                -u <= d && d <= v
+            });
+        }
+        if self.preserved[1 - side] {
+            let other = &mut self.sides[1 - side];
+            for (_, e) in &matches {
+                if let Some(b) = other.batch_mut(e.batch) {
+                    b.matched[e.row as usize] = true;
+                }
+            }
+        }
+        let matched = if self.preserved[side] {
+            let mut m = vec![false; batch.num_rows()];
+            for (r, _) in &matches {
+                m[*r as usize] = true;
+            }
+            m
+        } else {
+            Vec::new()
+        };
+        self.store(side, batch, keys, hashes, times, store, matched)?;
         Ok(matches)
     }
 
-    /// Stores the rows of `batch` marked in `store` on `side`.
+    /// Stores the rows of `batch` marked in `store` on `side` (with whether
+    /// each matched, on a preserved side).
+    #[allow(clippy::too_many_arguments)]
     fn store(
         &mut self,
         side: usize,
@@ -156,6 +237,7 @@ impl JoinState {
         hashes: Vec<u64>,
         times: Vec<i64>,
         store: &[bool],
+        matched: Vec<bool>,
     ) -> Result<()> {
         let count = store.iter().filter(|s| **s).count();
         if count == 0 {
@@ -174,9 +256,14 @@ impl JoinState {
                 ),
             ));
         }
+        let matched = match (self.preserved[side], matched.is_empty()) {
+            (true, true) => vec![false; batch.num_rows()],
+            (true, false) => matched,
+            (false, _) => Vec::new(),
+        };
         let hasher = &self.hasher;
         let state = &mut self.sides[side];
-        state.store(batch, keys, hashes, times, store, count)?;
+        state.store(batch, keys, hashes, times, store, count, matched)?;
         state.choose_strategy(hasher);
         Ok(())
     }
@@ -195,13 +282,22 @@ impl JoinState {
             // A batch whose stored rows all expired (waiting to be freed).
             .filter(|(_, b)| b.max_time >= cutoff)
             .map(|(at, b)| {
-                if (at == 0 && state.freed > 0) || b.min_time < cutoff {
+                let snapshot = if (at == 0 && state.freed > 0) || b.min_time < cutoff {
                     // Some rows expired: mark them dead.
                     let times = state.snapshot_times.then_some(&b.times);
-                    snapshot_batch(b.snapshot.schema(), &b.batch, times, state.live(at, cutoff))
+                    snapshot_batch(b.snapshot.schema(), &b.batch, times, state.live(at, cutoff))?
                 } else {
-                    Ok(b.snapshot.clone())
+                    b.snapshot.clone()
+                };
+                if !self.preserved[side] {
+                    return Ok(snapshot);
                 }
+                // Whether each row matched, last (an outer join's own column).
+                let mut fields: Vec<Arc<Field>> = snapshot.schema().fields().iter().cloned().collect();
+                fields.push(Arc::new(Field::new(SNAPSHOT_MATCHED, DataType::Boolean, false)));
+                let mut columns = snapshot.columns().to_vec();
+                columns.push(Arc::new(BooleanArray::from(b.matched.clone())));
+                Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
             })
             .collect()
     }
@@ -210,6 +306,8 @@ impl JoinState {
 /// Column names a join snapshot adds to a side's stored batches.
 const SNAPSHOT_TIME: &str = "__sluice_join_time";
 const SNAPSHOT_LIVE: &str = "__sluice_join_live";
+/// An outer join's preserved side: whether each row matched.
+const SNAPSHOT_MATCHED: &str = "__sluice_join_matched";
 
 /// A row's event time in ms (a null time is the earliest: it expires first).
 fn event_times(column: &ArrayRef) -> Result<Vec<i64>> {

@@ -5,10 +5,10 @@
 
 use super::expiry::{self, FREE_ROWS_STEP};
 use super::side::{Entry, STORED_BATCH_ROWS_MAX};
-use super::{JoinState, SIDE_NAMES, SNAPSHOT_TIME, event_times};
+use super::{JoinState, SIDE_NAMES, SNAPSHOT_MATCHED, SNAPSHOT_TIME, event_times};
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
-use arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, UInt32Array, new_null_array};
 use arrow::compute::{interleave, take};
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::record_batch::RecordBatch;
@@ -19,6 +19,13 @@ use sluice_plan::{JoinSide, JoinSpec};
 use sluice_types::{Error, Result, Watermark};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Where unmatched rows of a side come from: rows of an input batch (a
+/// NULL key), or stored rows expiring.
+enum Padded<'a> {
+    Rows(&'a RecordBatch, &'a [u32]),
+    Stored(&'a [Entry]),
+}
 
 /// Rows gathered into one output batch at most.
 pub const OUTPUT_BATCH_ROWS_MAX: usize = 8192;
@@ -58,7 +65,14 @@ impl JoinOperator {
             left_inputs,
             converters: [l, r],
             state: {
-                let mut state = JoinState::new(spec.state_rows_max);
+                let preserved = spec.kind.preserved();
+                if preserved.iter().any(|p| *p) && !event_time_bound {
+                    return Err(Error::internal(
+                        "an outer join that is neither windowed nor an interval join",
+                    ));
+                }
+                let pair_bounds = spec.interval_ms.filter(|_| !spec.kind.is_inner());
+                let mut state = JoinState::outer(spec.state_rows_max, preserved, pair_bounds);
                 for side in &mut state.sides {
                     side.snapshot_times = processing_time;
                 }
@@ -90,7 +104,16 @@ impl JoinOperator {
 
     /// Stores the rows of `batch` marked in `live` with their times (restore).
     /// (An old checkpoint's gathered rows may exceed a stored batch: sliced.)
-    fn restore_rows(&mut self, side: usize, batch: &RecordBatch, times: &[i64], live: &[bool]) -> Result<()> {
+    /// (`matched`: whether each row matched, on an outer join's preserved
+    /// side; empty otherwise.)
+    fn restore_rows(
+        &mut self,
+        side: usize,
+        batch: &RecordBatch,
+        times: &[i64],
+        live: &[bool],
+        matched: &[bool],
+    ) -> Result<()> {
         let mut at = 0;
         while at < batch.num_rows() {
             let n = STORED_BATCH_ROWS_MAX.min(batch.num_rows() - at);
@@ -98,11 +121,69 @@ impl JoinOperator {
             let (keys, null) = self.keys(side, &slice)?;
             let store: Vec<bool> = live[at..at + n].iter().zip(&null).map(|(l, n)| *l && !n).collect();
             let hashes = self.state.hashes(&keys, &store);
+            let matched = matched.get(at..at + n).map(<[bool]>::to_vec).unwrap_or_default();
             self.state
-                .store(side, &slice, keys, hashes, times[at..at + n].to_vec(), &store)?;
+                .store(side, &slice, keys, hashes, times[at..at + n].to_vec(), &store, matched)?;
             at += n;
         }
         Ok(())
+    }
+
+    /// Rows of `side` without a match, with NULLs for the other side's
+    /// columns: `rows` of `batch` when given, else stored `entries`.
+    fn padded(&self, side: usize, from: Padded<'_>) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        let own = self.side(side).output_columns;
+        let other = self.side(1 - side).output_columns;
+        let offset = if side == 0 { own } else { 0 };
+        let null_columns = |n: usize| -> Vec<ArrayRef> {
+            (0..other)
+                .map(|c| new_null_array(self.output_schema.field(offset + c).data_type(), n))
+                .collect()
+        };
+        let mut push = |columns: Vec<ArrayRef>, n: usize| -> Result<()> {
+            let nulls = null_columns(n);
+            let columns = if side == 0 {
+                columns.into_iter().chain(nulls).collect()
+            } else {
+                nulls.into_iter().chain(columns).collect()
+            };
+            out.push(RecordBatch::try_new(self.output_schema.clone(), columns)?);
+            Ok(())
+        };
+        match from {
+            Padded::Rows(batch, rows) => {
+                if rows.is_empty() {
+                    return Ok(out);
+                }
+                let rows = UInt32Array::from_iter_values(rows.iter().copied());
+                let columns = (0..own)
+                    .map(|c| take(batch.column(c), &rows, None))
+                    .collect::<std::result::Result<_, _>>()?;
+                push(columns, rows.len())?;
+            }
+            Padded::Stored(entries) => {
+                let stored = &self.state.sides[side];
+                for chunk in entries.chunks(OUTPUT_BATCH_ROWS_MAX) {
+                    let mut sources: Vec<u64> = chunk.iter().map(|e| e.batch).collect();
+                    sources.dedup();
+                    let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+                    let indices: Vec<(usize, usize)> = chunk.iter().map(|e| (slot[&e.batch], e.row as usize)).collect();
+                    let batches = sources
+                        .iter()
+                        .map(|b| stored.batch(*b).map(|s| &s.batch))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| Error::internal("join: an unmatched row's batch was freed"))?;
+                    let mut columns = Vec::with_capacity(own);
+                    for c in 0..own {
+                        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+                        columns.push(interleave(&arrays, &indices)?);
+                    }
+                    push(columns, chunk.len())?;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Probes with and stores one batch of at most
@@ -127,6 +208,13 @@ impl JoinOperator {
         } else {
             null.iter().map(|n| !n).collect()
         };
+        // A preserved row with a NULL key can never match: out at once.
+        if self.state.preserved[side] {
+            let rows: Vec<u32> = (0..batch.num_rows() as u32).filter(|r| null[*r as usize]).collect();
+            for out in self.padded(side, Padded::Rows(&batch, &rows))? {
+                ctx.emit(out).await?;
+            }
+        }
         let matches = self.state.probe_and_store(side, &batch, keys, times, &store)?;
         ctx.metrics
             .state_groups
@@ -191,6 +279,17 @@ impl Operator for JoinOperator {
         if !self.processing_time
             && let Some(cutoffs) = expiry::watermark_cutoffs(&self.spec, watermark)
         {
+            // Preserved rows that expire now without a match, before the
+            // watermark passes them downstream (so they are not late there).
+            for (side, cutoff) in cutoffs.into_iter().enumerate() {
+                let entries = self.state.unmatched(side, self.state.cutoffs[side], cutoff);
+                if entries.is_empty() {
+                    continue;
+                }
+                for out in self.padded(side, Padded::Stored(&entries))? {
+                    ctx.emit(out).await?;
+                }
+            }
             self.state.advance(cutoffs);
             self.state.free(FREE_ROWS_STEP);
             ctx.metrics
@@ -225,6 +324,23 @@ impl Operator for JoinOperator {
             // are disjoint; each one's rows in arrival order).
             for stored in &state.rows(&format!("join.{name}.batches")) {
                 let bad = || Error::internal(format!("join snapshot: bad {name} batch"));
+                // An outer join's preserved side carries whether each row
+                // matched, last: read and set aside.
+                let (stored, matched) = match stored.schema().fields().last() {
+                    Some(f) if f.name() == SNAPSHOT_MATCHED => {
+                        let last = stored.num_columns() - 1;
+                        let matched: Vec<bool> = stored
+                            .column(last)
+                            .as_boolean_opt()
+                            .ok_or_else(bad)?
+                            .values()
+                            .iter()
+                            .collect();
+                        (stored.project(&(0..last).collect::<Vec<_>>())?, matched)
+                    }
+                    _ => (stored.clone(), Vec::new()),
+                };
+                let stored = &stored;
                 let last = stored.num_columns().checked_sub(1).ok_or_else(bad)?;
                 // Times are stored for arrival times (and by checkpoints
                 // from before event times were read back from the batch).
@@ -249,7 +365,7 @@ impl Operator for JoinOperator {
                     .iter()
                     .collect();
                 let batch = stored.project(&(0..n).collect::<Vec<_>>())?;
-                self.restore_rows(side, &batch, &times, &live)?;
+                self.restore_rows(side, &batch, &times, &live, &matched)?;
             }
         }
         Ok(())

@@ -77,6 +77,9 @@ pub(super) struct StoredBatch {
     /// so a checkpoint of tens of thousands of batches does not stall the
     /// task assembling them.
     pub(super) snapshot: RecordBatch,
+    /// On an outer join's preserved side: whether each row matched a row
+    /// of the other side (empty on other sides).
+    pub(super) matched: Vec<bool>,
 }
 
 /// Shards of a side's key index: a table grows (rehashing everything it
@@ -302,6 +305,12 @@ impl SideState {
         self.batches.get(at)
     }
 
+    /// The stored batch numbered `number`, to mark its rows matched.
+    pub(super) fn batch_mut(&mut self, number: u64) -> Option<&mut StoredBatch> {
+        let at = usize::try_from(number.checked_sub(self.batches.front()?.number)?).ok()?;
+        self.batches.get_mut(at)
+    }
+
     /// Appends `key`'s stored rows that have not expired (`time >= cutoff`)
     /// to `out`, oldest first, each paired with `probe_row`.
     pub(super) fn probe(&self, key: &[u8], hash: u64, cutoff: i64, probe_row: u32, out: &mut Vec<(u32, Entry)>) {
@@ -332,7 +341,9 @@ impl SideState {
         out[start..].reverse();
     }
 
-    /// Stores `batch` (its `stored` rows, with their keys, hashes and times).
+    /// Stores `batch` (its `stored` rows, with their keys, hashes and times;
+    /// on a preserved side whether each row `matched`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn store(
         &mut self,
         batch: &RecordBatch,
@@ -341,6 +352,7 @@ impl SideState {
         times: Vec<i64>,
         stored: &[bool],
         count: usize,
+        matched: Vec<bool>,
     ) -> Result<()> {
         let number = self.next;
         let n = batch.num_rows();
@@ -389,6 +401,7 @@ impl SideState {
             first_tag,
             max_time,
             snapshot,
+            matched,
         });
         self.next = number + 1;
         self.rows += count;

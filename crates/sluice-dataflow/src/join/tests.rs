@@ -41,6 +41,7 @@ fn spec(windowed: bool, ttl: Option<i64>, rows_max: usize) -> JoinSpec {
     JoinSpec {
         left: side("l", windowed),
         right: side("r", windowed),
+        kind: sluice_plan::JoinKind::Inner,
         windowed,
         interval_ms: None,
         state_ttl_ms: ttl,
@@ -808,5 +809,152 @@ fn key_prefixes_sort_as_the_keys_do() {
     assert_eq!(
         (zone.min, zone.max),
         (key_prefix(keys.row(2).data()), key_prefix(keys.row(0).data()))
+    );
+}
+
+/// An outer join's output may hold NULLs: (l_t, l_v, r_t, r_v), each
+/// `None` where padded.
+type OuterRow = (Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+
+fn nullable_output_schema() -> SchemaRef {
+    let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+    Arc::new(Schema::new(vec![
+        Field::new("l_t", ts.clone(), true),
+        Field::new("l_v", DataType::Int64, true),
+        Field::new("r_t", ts, true),
+        Field::new("r_v", DataType::Int64, true),
+    ]))
+}
+
+fn outer_harness(spec: JoinSpec) -> Harness {
+    let mut h = Harness::new(JoinSpec {
+        kind: sluice_plan::JoinKind::Inner,
+        ..spec.clone()
+    });
+    h.op = JoinOperator::new(&spec, nullable_output_schema(), 1).unwrap();
+    h
+}
+
+impl Harness {
+    async fn send_outer(&mut self, input: usize, batch: RecordBatch) -> Vec<OuterRow> {
+        let mut ctx = OperatorContext {
+            output: &mut self.output,
+            metrics: &self.metrics,
+            watermark: self.watermark,
+        };
+        self.op.process_batch(batch, input, &mut ctx).await.unwrap();
+        self.drain_outer()
+    }
+
+    async fn watermark_outer(&mut self, w: i64) -> Vec<OuterRow> {
+        self.watermark = Watermark(w);
+        let mut ctx = OperatorContext {
+            output: &mut self.output,
+            metrics: &self.metrics,
+            watermark: self.watermark,
+        };
+        self.op.process_watermark(Watermark(w), &mut ctx).await.unwrap();
+        self.drain_outer()
+    }
+
+    fn drain_outer(&mut self) -> Vec<OuterRow> {
+        let mut out = Vec::new();
+        while let Ok(m) = self.rx.try_recv() {
+            let Message::Data(b) = m else { continue };
+            let ts = |c: usize| {
+                b.column(c)
+                    .as_primitive::<arrow::datatypes::TimestampMillisecondType>()
+                    .clone()
+            };
+            let iv = |c: usize| b.column(c).as_primitive::<arrow::datatypes::Int64Type>().clone();
+            let (lt, lv, rt, rv) = (ts(0), iv(1), ts(2), iv(3));
+            let get = |a: &dyn arrow::array::Array, r: usize, v: i64| (!a.is_null(r)).then_some(v);
+            for r in 0..b.num_rows() {
+                out.push((
+                    get(&lt, r, lt.value(r)),
+                    get(&lv, r, lv.value(r)),
+                    get(&rt, r, rt.value(r)),
+                    get(&rv, r, rv.value(r)),
+                ));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+}
+
+#[tokio::test]
+async fn a_left_outer_windowed_join_pads_unmatched_left_rows_when_their_window_closes() {
+    let spec = JoinSpec {
+        kind: sluice_plan::JoinKind::Left,
+        ..spec(true, None, 1_000)
+    };
+    let mut h = outer_harness(spec);
+    // Left k=1 and k=2 at time 10; right k=1 at 10 (matches) and k=3 at 10
+    // (no left: a right row, not preserved, never appears alone).
+    assert_eq!(
+        h.send_outer(0, rows("l", &[(10, Some(1), 1), (10, Some(2), 2)])).await,
+        vec![]
+    );
+    assert_eq!(
+        h.send_outer(1, rows("r", &[(10, Some(1), 3), (10, Some(3), 4)])).await,
+        vec![(Some(10), Some(1), Some(10), Some(3))]
+    );
+    // Before the window closes nothing is padded; once the watermark
+    // passes time 10, k=2 comes out alone, once.
+    assert_eq!(h.watermark_outer(10).await, vec![]);
+    assert_eq!(h.watermark_outer(20).await, vec![(Some(10), Some(2), None, None)]);
+    assert_eq!(h.watermark_outer(30).await, vec![]);
+    // A left row with a NULL key can never match: out at once.
+    assert_eq!(
+        h.send_outer(0, rows("l", &[(40, None, 9)])).await,
+        vec![(Some(40), Some(9), None, None)]
+    );
+}
+
+#[tokio::test]
+async fn a_full_outer_interval_join_matches_only_pairs_within_the_interval() {
+    // |right.t - left.t| <= 5.
+    let spec = JoinSpec {
+        kind: sluice_plan::JoinKind::Full,
+        interval_ms: Some([5, 5]),
+        ..spec(false, None, 1_000)
+    };
+    let mut h = outer_harness(spec);
+    assert_eq!(h.send_outer(0, rows("l", &[(0, Some(1), 1)])).await, vec![]);
+    // Same key, 10 ms apart: not a match (an inner join's filter would drop
+    // it after the join; an outer join must not count it).
+    assert_eq!(h.send_outer(1, rows("r", &[(10, Some(1), 2)])).await, vec![]);
+    assert_eq!(
+        h.send_outer(0, rows("l", &[(8, Some(1), 3)])).await,
+        vec![(Some(8), Some(3), Some(10), Some(2))]
+    );
+    // Right k=2 at 12 matches nothing.
+    h.send_outer(1, rows("r", &[(12, Some(2), 4)])).await;
+    // Watermark 100: everything expires; unmatched rows of both sides come
+    // out padded, each once: left t=0 and right t=12.
+    assert_eq!(
+        h.watermark_outer(100).await,
+        vec![(None, None, Some(12), Some(4)), (Some(0), Some(1), None, None)]
+    );
+    assert_eq!(h.watermark_outer(200).await, vec![]);
+}
+
+#[tokio::test]
+async fn a_restored_outer_join_remembers_which_rows_matched() {
+    let spec = JoinSpec {
+        kind: sluice_plan::JoinKind::Left,
+        ..spec(true, None, 1_000)
+    };
+    let mut h = outer_harness(spec.clone());
+    h.send_outer(0, rows("l", &[(10, Some(1), 1), (10, Some(2), 2)])).await;
+    assert_eq!(h.send_outer(1, rows("r", &[(10, Some(1), 3)])).await.len(), 1);
+    let snapshot = h.op.snapshot(1).await.unwrap();
+    let mut restored = outer_harness(spec);
+    restored.op.restore(Some((1, snapshot))).await.unwrap();
+    // Only the row that never matched is padded.
+    assert_eq!(
+        restored.watermark_outer(20).await,
+        vec![(Some(10), Some(2), None, None)]
     );
 }

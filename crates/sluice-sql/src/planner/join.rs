@@ -1,5 +1,8 @@
-//! Inner joins of two streams → a join operator fed by a hash exchange of
-//! each side on its equi-join keys.
+//! Joins of two streams → a join operator fed by a hash exchange of each
+//! side on its equi-join keys. Outer joins (LEFT, RIGHT, FULL) must be
+//! windowed or interval joins, and their ON holds only what the operator
+//! decides matches by (keys, time bounds) and filters of the side that is
+//! not preserved; their WHERE filters the joined rows.
 //!
 //! The conjuncts of `ON` and of a `WHERE` right above the join are sorted:
 //! those reading one side only become that side's filter (before the
@@ -20,7 +23,7 @@ use arrow::datatypes::{Field, Schema};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Join, JoinType, Operator};
-use sluice_plan::{JoinSide, JoinSpec, OperatorKind, Partitioning};
+use sluice_plan::{JoinKind, JoinSide, JoinSpec, OperatorKind, Partitioning};
 use sluice_types::{Error, Result, SqlCode};
 use std::sync::Arc;
 
@@ -65,12 +68,18 @@ impl DagBuilder<'_> {
                  supported yet; UNION ALL and inner joins are",
             ));
         }
-        if join.join_type != JoinType::Inner {
-            return Err(unsupported(&format!(
-                "{} joins of streams are not supported yet; only inner joins",
-                join.join_type
-            )));
-        }
+        let kind = match join.join_type {
+            JoinType::Inner => JoinKind::Inner,
+            JoinType::Left => JoinKind::Left,
+            JoinType::Right => JoinKind::Right,
+            JoinType::Full => JoinKind::Full,
+            other => {
+                return Err(unsupported(&format!(
+                    "{other} joins of streams are not supported yet; inner and outer joins are"
+                )));
+            }
+        };
+        let preserved = kind.preserved();
         let (ls, rs) = (join.left.schema().clone(), join.right.schema().clone());
         let mut left = SidePlan {
             stage: self.plan_node(&join.left)?,
@@ -94,12 +103,38 @@ impl DagBuilder<'_> {
             left.keys.push(left.stage.substitute(l, &ls)?);
             right.keys.push(right.stage.substitute(r, &rs)?);
         }
+        // An inner join's ON and the WHERE above it are one condition; an
+        // outer join's WHERE filters the joined rows (padded ones too).
         let mut conjuncts: Vec<Expr> = Vec::new();
-        for e in join.filter.iter().chain(above) {
+        let mut after: Vec<Expr> = Vec::new();
+        if let Some(e) = &join.filter {
             conjuncts.extend(split_conjunction(e).into_iter().cloned());
+        }
+        if let Some(e) = above {
+            let split = split_conjunction(e).into_iter().cloned();
+            if kind.is_inner() {
+                conjuncts.extend(split);
+            } else {
+                after.extend(split);
+            }
         }
         let mut residual = Vec::new();
         for c in conjuncts {
+            let side = match reads(&c, &ls, &rs) {
+                Reads::Left => Some(0),
+                Reads::Right => Some(1),
+                _ => None,
+            };
+            if let Some(s) = side.filter(|s| preserved[*s]) {
+                // Filtering a preserved side's rows before the join would
+                // drop rows an outer join must keep.
+                return Err(unsupported(&format!(
+                    "a condition in the ON of a {} join on its preserved {} side only ({c}) is not supported; \
+                     put it in WHERE, or in a subquery of that side",
+                    kind.describe(),
+                    ["left", "right"][s]
+                )));
+            }
             match reads(&c, &ls, &rs) {
                 Reads::Left => {
                     let e = left.stage.substitute(&c, &ls)?;
@@ -143,6 +178,29 @@ impl DagBuilder<'_> {
         } else {
             interval_bounds(&residual, [&left.stage, &right.stage], [&ls, &rs])
         };
+        if !kind.is_inner() {
+            // The operator decides which rows matched: by the keys and, for
+            // an interval join, the bounds between the times — nothing else.
+            if let Some(c) = residual
+                .iter()
+                .find(|c| !is_time_bound(c, [&left.stage, &right.stage], [&ls, &rs]))
+            {
+                return Err(unsupported(&format!(
+                    "the ON of a {} join of streams may hold equalities between the sides, bounds between \
+                     their event times, and conditions on the side that is not preserved; not {c}",
+                    kind.describe()
+                )));
+            }
+            if !windowed && interval_ms.is_none() {
+                return Err(unsupported(&format!(
+                    "a {} join of streams needs a window (join on both sides' window_end) or an interval \
+                     bounding each side's event time by the other's in ON (a.ts BETWEEN b.ts - INTERVAL '10' \
+                     SECOND AND b.ts): a row without a match is emitted with NULLs once nothing can match it; \
+                     a regular outer join's result would update, which is not supported yet",
+                    kind.describe()
+                )));
+            }
+        }
         // Any other join keeps its rows: without `join_state_ttl` only
         // `join_state_rows_max` bounds it (Flink's and RisingWave's regular
         // join), and reaching it fails the pipeline naming the setting.
@@ -182,6 +240,7 @@ impl DagBuilder<'_> {
         let spec = JoinSpec {
             left: left_side.clone(),
             right: right_side.clone(),
+            kind,
             windowed,
             interval_ms,
             state_ttl_ms,
@@ -197,9 +256,10 @@ impl DagBuilder<'_> {
             .collect();
         // The joined rows keep the left side's event time when it is an output
         // column and the join is windowed (its rows never fall behind the watermark).
+        // (A right or full outer join's left columns may be NULL: no event time.)
         let time_column = left_side
             .time_column
-            .filter(|i| windowed && *i < n_left)
+            .filter(|i| windowed && *i < n_left && !preserved[1])
             .map(|i| format!("_l{i}"));
         let mut stage = Stage {
             op,
@@ -211,7 +271,9 @@ impl DagBuilder<'_> {
             window: None,
         };
         let joined = join.schema.as_ref();
-        for r in residual {
+        // An outer join's ON conditions were all taken by the operator.
+        let residual = if kind.is_inner() { residual } else { Vec::new() };
+        for r in residual.into_iter().chain(after) {
             let e = stage.substitute(&r, joined)?;
             add_filter(&mut stage, e);
         }
@@ -280,7 +342,9 @@ impl DagBuilder<'_> {
 /// `t + v`), or `None` unless both directions are bounded.
 fn interval_bounds(conditions: &[Expr], stages: [&Stage; 2], schemas: [&DFSchema; 2]) -> Option<[i64; 2]> {
     let mut bounds: [Option<i64>; 2] = [None, None];
-    let mut bound = |p: &Expr, q: &Expr| {
+    // `strict`: p < q, which for whole ms is p <= q - 1 (exact: an outer
+    // join decides matches by these bounds alone).
+    let mut bound = |p: &Expr, q: &Expr, strict: bool| {
         let Some((sp, op)) = time_term(p, stages, schemas) else {
             return;
         };
@@ -291,8 +355,9 @@ fn interval_bounds(conditions: &[Expr], stages: [&Stage; 2], schemas: [&DFSchema
             return;
         }
         // t_p + op <= t_q + oq, i.e. t_p - t_q <= oq - op.
+        let limit = oq - op - i64::from(strict);
         let b = &mut bounds[sp];
-        *b = Some(b.map_or(oq - op, |old| old.min(oq - op)));
+        *b = Some(b.map_or(limit, |old| old.min(limit)));
     };
     for c in conditions {
         match c {
@@ -302,12 +367,14 @@ fn interval_bounds(conditions: &[Expr], stages: [&Stage; 2], schemas: [&DFSchema
                 low,
                 high,
             }) => {
-                bound(low, expr);
-                bound(expr, high);
+                bound(low, expr, false);
+                bound(expr, high, false);
             }
             Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
-                Operator::Lt | Operator::LtEq => bound(left, right),
-                Operator::Gt | Operator::GtEq => bound(right, left),
+                Operator::Lt => bound(left, right, true),
+                Operator::LtEq => bound(left, right, false),
+                Operator::Gt => bound(right, left, true),
+                Operator::GtEq => bound(right, left, false),
                 _ => {}
             },
             _ => {}
@@ -315,6 +382,28 @@ fn interval_bounds(conditions: &[Expr], stages: [&Stage; 2], schemas: [&DFSchema
     }
     // bounds[0] bounds L.t - R.t: a right row's wait; bounds[1] a left row's.
     Some([bounds[1]?, bounds[0]?])
+}
+
+/// Whether `c` bounds one side's event time by the other's (what
+/// [`interval_bounds`] reads): `BETWEEN` or a comparison between the two
+/// sides' event-time columns plus or minus constant intervals.
+fn is_time_bound(c: &Expr, stages: [&Stage; 2], schemas: [&DFSchema; 2]) -> bool {
+    let sides = |p: &Expr, q: &Expr| match (time_term(p, stages, schemas), time_term(q, stages, schemas)) {
+        (Some((a, _)), Some((b, _))) => a != b,
+        _ => false,
+    };
+    match c {
+        Expr::Between(Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        }) => sides(low, expr) && sides(expr, high),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            matches!(op, Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq) && sides(left, right)
+        }
+        _ => false,
+    }
 }
 
 /// `(side, offset)` when `e` is a side's event-time column plus a constant
