@@ -44,6 +44,7 @@ pub mod join;
 pub mod message;
 pub mod metrics;
 pub mod operator;
+pub mod over_aggregate;
 pub mod part;
 pub mod project;
 pub mod source;

@@ -866,6 +866,10 @@ fn build_task(
             op.output_schema.clone(),
         )?),
         OperatorKind::TopN(spec) => Box::new(crate::top_n::TopNOperator::new(spec, op.output_schema.clone())?),
+        OperatorKind::OverAggregate(spec) => Box::new(crate::over_aggregate::OverAggregateOperator::new(
+            spec,
+            op.output_schema.clone(),
+        )?),
         OperatorKind::Join(spec) => Box::new(JoinOperator::new(spec, op.output_schema.clone(), left_inputs)?),
         OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, &instance_ctx)?,
     };
@@ -890,6 +894,7 @@ fn check_keyed_state(dag: &PhysicalDag) -> Result<()> {
             OperatorKind::WindowAggregate(w) if !w.key_columns.is_empty() => vec![w.key_columns.clone()],
             OperatorKind::GroupAggregate(g) if !g.key_columns.is_empty() => vec![g.key_columns.clone()],
             OperatorKind::TopN(t) if !t.partition_columns.is_empty() => vec![t.partition_columns.clone()],
+            OperatorKind::OverAggregate(o) if !o.partition_columns.is_empty() => vec![o.partition_columns.clone()],
             OperatorKind::Join(j) => vec![j.left.keys.clone(), j.right.keys.clone()],
             _ => continue,
         };

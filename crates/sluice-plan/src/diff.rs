@@ -321,6 +321,7 @@ fn parallelism_note(before: &OperatorSpec, after: &OperatorSpec) -> Option<Strin
             OperatorKind::WindowAggregate(_)
             | OperatorKind::GroupAggregate(_)
             | OperatorKind::TopN(_)
+            | OperatorKind::OverAggregate(_)
             | OperatorKind::Join(_) => ", state redistributed by key group",
             OperatorKind::Source(_) => ", partitions re-split",
             _ => "",
@@ -459,6 +460,20 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
                 Shape::Same
             }
         }
+        (OperatorKind::OverAggregate(a), OperatorKind::OverAggregate(b)) => {
+            if a.partition_columns != b.partition_columns
+                || a.time_column != b.time_column
+                || a.frame != b.frame
+                || a.aggregates != b.aggregates
+                || a.output_columns != b.output_columns
+            {
+                Shape::Different("another partition, frame or aggregates".into())
+            } else if types_of(&a.input_schema) != types_of(&b.input_schema) {
+                Shape::Different("its input columns have other types".into())
+            } else {
+                Shape::Same
+            }
+        }
         (OperatorKind::Join(a), OperatorKind::Join(b)) => {
             let side = |x: &crate::JoinSide, y: &crate::JoinSide| {
                 x.keys == y.keys
@@ -505,6 +520,10 @@ fn rescalable(op: &OperatorSpec, source_rescalable: &dyn Fn(&crate::SourceSpec) 
         }
         OperatorKind::TopN(t) if !t.partition_columns.is_empty() => Ok(()),
         OperatorKind::TopN(_) => Err("a top-N without PARTITION BY holds its one list in one instance".into()),
+        OperatorKind::OverAggregate(o) if !o.partition_columns.is_empty() => Ok(()),
+        OperatorKind::OverAggregate(_) => {
+            Err("an OVER aggregate without PARTITION BY holds its one partition in one instance".into())
+        }
         OperatorKind::Source(s) => Err(format!(
             "a {} source reads its stream at the parallelism it started with (Kafka sources re-split their partitions)",
             s.connector

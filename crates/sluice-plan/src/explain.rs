@@ -185,6 +185,27 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
             g.groups_max,
             ttl(g.state_ttl_ms)
         ),
+        OperatorKind::OverAggregate(o) => {
+            let calls: Vec<String> = o
+                .aggregates
+                .iter()
+                .map(|a| match a.arg {
+                    Some(c) => format!("{}({})", a.function, input_label(dag, op, &o.input_schema, c)),
+                    None => format!("{}(*)", a.function),
+                })
+                .collect();
+            let frame = match o.frame {
+                crate::OverFrame::Rows { preceding } => format!("rows {preceding} preceding"),
+                crate::OverFrame::Range { preceding_ms } => format!("range {preceding_ms} ms preceding"),
+            };
+            format!(
+                "over [{}] by {} {frame}; {}; rows max {}",
+                labels(dag, op, &o.input_schema, &o.partition_columns),
+                input_label(dag, op, &o.input_schema, o.time_column),
+                calls.join(", "),
+                o.rows_max
+            )
+        }
         OperatorKind::TopN(t) => {
             let order: Vec<String> = t
                 .order

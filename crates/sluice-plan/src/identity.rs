@@ -169,6 +169,26 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
             }
             h.u64(t.limit as u64);
         }
+        OperatorKind::OverAggregate(o) => {
+            h.str("over");
+            h.indices(&o.partition_columns);
+            h.u64(o.time_column as u64);
+            h.u64(o.output_columns as u64);
+            match o.frame {
+                crate::OverFrame::Rows { preceding } => {
+                    h.u64(1);
+                    h.u64(preceding);
+                }
+                crate::OverFrame::Range { preceding_ms } => {
+                    h.u64(2);
+                    h.i64(preceding_ms);
+                }
+            }
+            for a in &o.aggregates {
+                h.str(&a.function);
+                h.opt_i64(a.arg.map(|c| c as i64));
+            }
+        }
         OperatorKind::Join(j) => {
             for side in [&j.left, &j.right] {
                 h.indices(&side.keys);

@@ -125,6 +125,10 @@ pub enum OperatorKind {
     /// The first rows per partition in an order (`ROW_NUMBER() … <= N`):
     /// top-N and deduplication, a changelog.
     TopN(TopNSpec),
+    /// Aggregates over a frame of each row's preceding rows in its
+    /// partition, in event-time order (`… OVER (PARTITION BY … ORDER BY ts
+    /// ROWS | RANGE BETWEEN … PRECEDING AND CURRENT ROW)`): append-only.
+    OverAggregate(OverAggSpec),
     /// Equi-join of two streams, inner or outer (input 0 = left, input 1 = right).
     Join(JoinSpec),
     Sink(SinkSpec),
@@ -134,25 +138,36 @@ impl OperatorKind {
     /// Every kind's [`name`](Self::name): the variant's name in snake case,
     /// in declaration order (a test checks both against the enum). What
     /// the HTTP API's OpenAPI document lists as an operator's `kind`.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "source",
         "project",
         "window_aggregate",
         "group_aggregate",
         "top_n",
+        "over_aggregate",
         "join",
         "sink",
     ];
 
     /// Short name for EXPLAIN and metrics.
     pub fn name(&self) -> &'static str {
-        let [source, project, window_aggregate, group_aggregate, top_n, join, sink] = Self::NAMES;
+        let [
+            source,
+            project,
+            window_aggregate,
+            group_aggregate,
+            top_n,
+            over_aggregate,
+            join,
+            sink,
+        ] = Self::NAMES;
         match self {
             OperatorKind::Source(_) => source,
             OperatorKind::Project(_) => project,
             OperatorKind::WindowAggregate(_) => window_aggregate,
             OperatorKind::GroupAggregate(_) => group_aggregate,
             OperatorKind::TopN(_) => top_n,
+            OperatorKind::OverAggregate(_) => over_aggregate,
             OperatorKind::Join(_) => join,
             OperatorKind::Sink(_) => sink,
         }
@@ -447,6 +462,45 @@ pub struct TopNSpec {
     /// time) is deleted (`-D` of its rows) and its state freed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_ttl_ms: Option<i64>,
+}
+
+/// An OVER aggregate: each row of the input, in event-time order once the
+/// watermark passes it, with aggregates over its frame.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OverAggSpec {
+    /// `[output columns…, partition keys…, aggregate arguments…]`.
+    pub input_schema: SchemaRef,
+    /// The first `output_columns` input columns are the output's first.
+    pub output_columns: usize,
+    pub partition_columns: Vec<usize>,
+    /// The event-time column (the ORDER BY).
+    pub time_column: usize,
+    pub frame: OverFrame,
+    /// One output column each, after the input's output columns.
+    pub aggregates: Vec<OverAggregateCall>,
+    /// Rows one instance holds (waiting for the watermark, or in a frame);
+    /// past it the pipeline fails.
+    pub rows_max: usize,
+}
+
+/// Which preceding rows an OVER aggregate's frame holds (always up to the
+/// current row).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum OverFrame {
+    /// `ROWS BETWEEN n PRECEDING AND CURRENT ROW`: the row and the `n`
+    /// before it.
+    Rows { preceding: u64 },
+    /// `RANGE BETWEEN INTERVAL … PRECEDING AND CURRENT ROW`: rows whose
+    /// time is at most `preceding_ms` before the row's, and its peers.
+    Range { preceding_ms: i64 },
+}
+
+/// `function(arg)` over a frame: `count` (arg None: `count(*)`), `sum`,
+/// `avg`, `min`, `max`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OverAggregateCall {
+    pub function: String,
+    pub arg: Option<usize>,
 }
 
 /// One side of a stream join: the rows it receives and where its keys are.

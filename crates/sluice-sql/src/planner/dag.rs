@@ -9,8 +9,8 @@ use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, expr::AggregateFunc
 use sluice_plan::catalog::StreamDef;
 use sluice_plan::{
     ALIGNMENT_MAX_DRIFT_MS_DEFAULT, AggregateCall, AlignmentSetting, EdgeSpec, GroupAggSpec, OP_COLUMN, OperatorKind,
-    OperatorSpec, Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SortKey, SourceSpec, TopNSpec, WindowAggSpec,
-    WindowKind,
+    OperatorSpec, OverAggSpec, OverAggregateCall, OverFrame, Partitioning, PhysicalDag, ProjectSpec, SinkSpec, SortKey,
+    SourceSpec, TopNSpec, WindowAggSpec, WindowKind,
 };
 use sluice_types::{EdgeId, Error, OperatorId, OperatorUid, Result, SqlCode};
 use std::collections::HashMap;
@@ -34,12 +34,21 @@ struct DagBuilder<'p> {
     top_n_limit: Option<usize>,
 }
 
+/// The most rows an OVER aggregate instance holds (waiting for the
+/// watermark, or in frames).
+const OVER_ROWS_MAX: usize = 10_000_000;
+
+/// The most preceding rows of a `ROWS` frame (each row's aggregates are
+/// computed over its frame).
+const OVER_ROWS_PRECEDING_MAX: u64 = 10_000;
+
 /// The most rows a top-N keeps per partition.
 const TOP_N_MAX: usize = 10_000;
 
-const OVER_UNSUPPORTED: &str = "OVER windows are not supported yet, except ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) \
-     filtered by WHERE rn <= N in an outer query (top-N, deduplication); for aggregates over time use TUMBLE, HOP \
-     or SESSION in FROM";
+const OVER_UNSUPPORTED: &str = "ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) is supported only filtered by WHERE rn <= N \
+     in an outer query (top-N, deduplication); other OVER windows are count, sum, avg, min and max over ROWS or RANGE \
+     BETWEEN … PRECEDING AND CURRENT ROW ordered by event time; for aggregates over time windows use TUMBLE, HOP or \
+     SESSION in FROM";
 
 /// True when `e` is `ROW_NUMBER() OVER (…)` (maybe aliased).
 fn is_row_number(e: &Expr) -> bool {
@@ -246,10 +255,12 @@ impl DagBuilder<'_> {
     /// only delay its rows); nor is a source without a WATERMARK or with one
     /// instance (nothing to align).
     fn align_sources(&mut self) -> Result<()> {
-        let stateful = self
-            .operators
-            .iter()
-            .any(|o| matches!(o.kind, OperatorKind::WindowAggregate(_) | OperatorKind::Join(_)));
+        let stateful = self.operators.iter().any(|o| {
+            matches!(
+                o.kind,
+                OperatorKind::WindowAggregate(_) | OperatorKind::Join(_) | OperatorKind::OverAggregate(_)
+            )
+        });
         for op in &mut self.operators {
             let parallelism = op.parallelism;
             let OperatorKind::Source(spec) = &mut op.kind else {
@@ -385,7 +396,8 @@ impl DagBuilder<'_> {
                 "SELECT DISTINCT ON is not supported on a stream; use ROW_NUMBER() OVER (PARTITION BY …) with rn = 1",
             )),
             LogicalPlan::Union(u) => self.plan_union(u),
-            LogicalPlan::Window(w) => self.plan_top_n(w),
+            LogicalPlan::Window(w) if w.window_expr.iter().any(is_row_number) => self.plan_top_n(w),
+            LogicalPlan::Window(w) => self.plan_over(w),
             other => Err(unsupported(&format!(
                 "{} is not supported in a continuous query",
                 other.display()
@@ -691,6 +703,219 @@ impl DagBuilder<'_> {
         })
     }
 
+    /// `agg(x) OVER (PARTITION BY p ORDER BY ts ROWS | RANGE BETWEEN …
+    /// PRECEDING AND CURRENT ROW)`: an OVER aggregate operator over
+    /// `[the input's columns…, partition keys…, arguments…, ts]`, hashed on
+    /// the partition keys; its output is the input's columns and one per
+    /// aggregate, append-only, with the input's event time.
+    fn plan_over(&mut self, w: &datafusion::logical_expr::Window) -> Result<Stage> {
+        use datafusion::logical_expr::{WindowFrameBound, WindowFrameUnits, WindowFunctionDefinition};
+        let child = self.plan_node(&w.input)?;
+        if let Some(updater) = self.updater(child.op) {
+            return Err(unsupported(&format!(
+                "an OVER aggregate over an updating result is not supported yet: {updater} emits a changelog"
+            )));
+        }
+        if child.window.is_some() {
+            return Err(unsupported(
+                "an OVER aggregate over a window TVF is not supported; OVER a stream",
+            ));
+        }
+        let Some(time) = child.time_column.clone() else {
+            return Err(unsupported(
+                "an OVER aggregate needs ORDER BY the stream's event-time column (its WATERMARK column)",
+            ));
+        };
+        let input_schema = w.input.schema();
+        let mut shape: Option<(Vec<Expr>, Expr, OverFrame)> = None;
+        let mut calls = Vec::new();
+        for e in &w.window_expr {
+            let Expr::WindowFunction(f) = unaliased(e.clone()) else {
+                return Err(unsupported(OVER_UNSUPPORTED));
+            };
+            let name = f.fun.name().to_string();
+            let params = &f.params;
+            if !matches!(f.fun, WindowFunctionDefinition::AggregateUDF(_))
+                || !matches!(name.as_str(), "count" | "sum" | "avg" | "min" | "max")
+                || params.distinct
+                || params.filter.is_some()
+                || params.args.len() > 1
+            {
+                return Err(unsupported(&format!(
+                    "{name}(…) OVER is not supported; OVER aggregates are count, sum, avg, min and max of one \
+                     argument (no DISTINCT or FILTER), and ROW_NUMBER() for a top-N"
+                )));
+            }
+            let [order] = params.order_by.as_slice() else {
+                return Err(unsupported(
+                    "an OVER aggregate needs ORDER BY the stream's event-time column (its WATERMARK column), alone",
+                ));
+            };
+            let order_expr = child.substitute(&order.expr, input_schema)?;
+            if !matches!(&order_expr, Expr::Column(c) if c.name == time) || !order.asc {
+                return Err(unsupported(&format!(
+                    "an OVER aggregate is ordered by the stream's event time ascending: ORDER BY {} (not {})",
+                    child
+                        .exprs
+                        .iter()
+                        .zip(input_schema.fields())
+                        .find(|(e, _)| matches!(e, Expr::Column(c) if c.name == time))
+                        .map_or(time.clone(), |(_, f)| f.name().clone()),
+                    order.expr
+                )));
+            }
+            let frame = &params.window_frame;
+            let preceding = |b: &WindowFrameBound| match b {
+                WindowFrameBound::CurrentRow => Some(datafusion::common::ScalarValue::UInt64(Some(0))),
+                WindowFrameBound::Preceding(v) if !v.is_null() => Some(v.clone()),
+                _ => None,
+            };
+            let frame_error = || {
+                unsupported(
+                    "an OVER aggregate's frame is ROWS BETWEEN n PRECEDING AND CURRENT ROW or RANGE BETWEEN \
+                     INTERVAL '…' PRECEDING AND CURRENT ROW (UNBOUNDED PRECEDING, FOLLOWING and GROUPS are not \
+                     supported: a stream never ends)",
+                )
+            };
+            if !matches!(frame.end_bound, WindowFrameBound::CurrentRow) {
+                return Err(frame_error());
+            }
+            let start = preceding(&frame.start_bound).ok_or_else(frame_error)?;
+            let over_frame = match frame.units {
+                WindowFrameUnits::Rows => {
+                    let n = match start {
+                        datafusion::common::ScalarValue::UInt64(Some(n)) => n,
+                        other => other
+                            .cast_to(&arrow::datatypes::DataType::UInt64)
+                            .ok()
+                            .and_then(|v| match v {
+                                datafusion::common::ScalarValue::UInt64(Some(n)) => Some(n),
+                                _ => None,
+                            })
+                            .ok_or_else(frame_error)?,
+                    };
+                    if n > OVER_ROWS_PRECEDING_MAX {
+                        return Err(unsupported(&format!(
+                            "a ROWS frame of an OVER aggregate holds at most {OVER_ROWS_PRECEDING_MAX} preceding \
+                             rows, not {n}"
+                        )));
+                    }
+                    OverFrame::Rows { preceding: n }
+                }
+                WindowFrameUnits::Range => {
+                    let ms = match &start {
+                        datafusion::common::ScalarValue::UInt64(Some(0)) => Some(0),
+                        other => interval_literal_ms(other),
+                    }
+                    .filter(|ms| *ms >= 0)
+                    .ok_or_else(frame_error)?;
+                    OverFrame::Range { preceding_ms: ms }
+                }
+                WindowFrameUnits::Groups => return Err(frame_error()),
+            };
+            let partition: Vec<Expr> = params
+                .partition_by
+                .iter()
+                .map(|p| child.substitute(p, input_schema))
+                .collect::<Result<_>>()?;
+            let this = (partition, order_expr, over_frame);
+            match &shape {
+                None => shape = Some(this),
+                Some(s) if *s == this => {}
+                Some(_) => {
+                    return Err(unsupported(
+                        "the OVER aggregates of one query must share their PARTITION BY, ORDER BY and frame",
+                    ));
+                }
+            }
+            let arg = match params.args.first() {
+                None => None,
+                // count(*) is count(1): no argument to read.
+                Some(Expr::Literal(v, _)) if name == "count" && !v.is_null() => None,
+                Some(a) => Some(child.substitute(a, input_schema)?),
+            };
+            calls.push((name, arg));
+        }
+        let (partition, order_expr, frame) = shape.ok_or_else(|| Error::internal("a Window without expressions"))?;
+        let n = child.exprs.len();
+        let mut pre_exprs = child.exprs.clone();
+        let mut pre_names: Vec<String> = (0..n).map(|i| format!("_c{i}")).collect();
+        // A key, argument or time that is already a column is not repeated.
+        let mut column_of = |e: &Expr, name: String| match pre_exprs
+            .iter()
+            .position(|x| x.clone().unalias() == e.clone().unalias())
+        {
+            Some(i) => i,
+            None => {
+                pre_exprs.push(e.clone());
+                pre_names.push(name);
+                pre_exprs.len() - 1
+            }
+        };
+        let partition_columns: Vec<usize> = partition
+            .iter()
+            .enumerate()
+            .map(|(j, p)| column_of(p, format!("_p{j}")))
+            .collect();
+        let mut aggregates = Vec::new();
+        for (i, (function, arg)) in calls.iter().enumerate() {
+            let arg = arg.as_ref().map(|a| column_of(a, format!("_a{i}")));
+            aggregates.push(OverAggregateCall {
+                function: function.clone(),
+                arg,
+            });
+        }
+        let time_column = column_of(&order_expr, "_t".into());
+        let pre = Stage {
+            exprs: pre_exprs,
+            window: None,
+            ..child.clone()
+        };
+        let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
+        let mut fields: Vec<Field> = (0..n)
+            .map(|i| pre_schema.field(i).as_ref().clone().with_nullable(true))
+            .collect();
+        for i in 0..calls.len() {
+            let logical = w.schema.field(input_schema.fields().len() + i);
+            fields.push(Field::new(format!("_o{i}"), logical.data_type().clone(), true));
+        }
+        let out_schema = Arc::new(Schema::new(fields));
+        let spec = OverAggSpec {
+            input_schema: pre_schema,
+            output_columns: n,
+            partition_columns: partition_columns.clone(),
+            time_column,
+            frame,
+            aggregates,
+            rows_max: OVER_ROWS_MAX,
+        };
+        let (parallelism, partitioning) = if partition_columns.is_empty() {
+            (1, Partitioning::Single)
+        } else {
+            (self.settings.parallelism, Partitioning::Hash(partition_columns))
+        };
+        let op = self.add(OperatorKind::OverAggregate(spec), parallelism, out_schema.clone());
+        self.connect(pre_op, op, partitioning);
+        let mut exprs: Vec<Expr> = (0..n).map(|i| col(&format!("_c{i}"))).collect();
+        exprs.extend((0..calls.len()).map(|i| col(&format!("_o{i}"))));
+        // The output keeps event time where the input's time column is one
+        // of its columns.
+        let time_column = child
+            .exprs
+            .iter()
+            .position(|e| matches!(e, Expr::Column(c) if c.name == time))
+            .map(|k| format!("_c{k}"));
+        Ok(Stage {
+            op,
+            parallelism,
+            input_schema: out_schema,
+            filter: None,
+            exprs,
+            time_column,
+            window: None,
+        })
+    }
+
     /// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) … WHERE rn <= N`: a
     /// top-N operator, whose changelog is `[op, input columns…, rn]`.
     fn plan_top_n(&mut self, w: &datafusion::logical_expr::Window) -> Result<Stage> {
@@ -941,4 +1166,18 @@ fn unread_columns(def: &StreamDef, projection: Option<&[usize]>) -> Vec<usize> {
     (0..def.schema.fields().len())
         .filter(|c| !projection.contains(c) && Some(*c) != event_time)
         .collect()
+}
+
+/// A constant interval (a RANGE frame's offset) in whole ms.
+fn interval_literal_ms(v: &datafusion::common::ScalarValue) -> Option<i64> {
+    use datafusion::common::ScalarValue;
+    match v {
+        ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => i64::from(i.days)
+            .checked_mul(86_400_000)?
+            .checked_add(i.nanoseconds.div_euclid(1_000_000)),
+        ScalarValue::IntervalDayTime(Some(i)) => i64::from(i.days)
+            .checked_mul(86_400_000)?
+            .checked_add(i64::from(i.milliseconds)),
+        _ => None,
+    }
 }

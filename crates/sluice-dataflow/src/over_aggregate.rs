@@ -1,0 +1,439 @@
+//! OVER aggregates (`count/sum/avg/min/max(x) OVER (PARTITION BY p ORDER
+//! BY ts ROWS BETWEEN n PRECEDING AND CURRENT ROW)`, or `RANGE BETWEEN
+//! INTERVAL … PRECEDING AND CURRENT ROW`) over an append-only input, in
+//! event-time order, as Flink's event-time OVER aggregates.
+//!
+//! A row waits (row-encoded, with its time and its aggregates' arguments)
+//! until the low watermark passes its time: then no row of an earlier time
+//! can still come, and the rows of its partition released by that
+//! watermark are taken in time order (arrival order among equal times).
+//! Each joins its partition's frame, the frame drops what falls out of it
+//! (all but the last `n + 1` rows, or rows more than the range before),
+//! and the row goes out with the aggregates over the frame. In a RANGE
+//! frame the rows of one time are peers: all join the frame before any goes
+//! out, so they share their aggregates (SQL's CURRENT ROW with peers).
+//! Rows behind the watermark when they arrive are late: dropped, counted.
+//! The output is append-only and keeps the input's event time.
+//!
+//! The aggregates are computed over the frame for each released row (a
+//! frame of `n + 1` rows: O(n) a row). `rows_max` bounds the rows one
+//! instance holds, waiting or in frames; past it the pipeline fails.
+
+use crate::checkpoint::TaskState;
+use crate::operator::{Operator, OperatorContext};
+use crate::project::df_error;
+use crate::time::timestamps_ms;
+use crate::window::fixed::finish_batch;
+use arrow::array::{ArrayRef, BooleanArray, UInt64Array};
+use arrow::compute::{sort_to_indices, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use async_trait::async_trait;
+use datafusion::common::ScalarValue;
+use hashbrown::HashMap;
+use sluice_plan::{OverAggSpec, OverFrame};
+use sluice_types::{Error, Result, SqlCode, Watermark};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Snapshot layout: every held row (the input's columns), its arrival
+/// number and whether it still waits for the watermark, keyed by the
+/// partition columns.
+const ROWS_KEY: &str = "rows";
+
+/// A row held: waiting for the watermark, or in a frame.
+struct Held {
+    time: i64,
+    seq: u64,
+    row: Box<[u8]>,
+    args: Vec<ScalarValue>,
+}
+
+#[derive(Default)]
+struct Partition {
+    waiting: Vec<Held>,
+    frame: VecDeque<Held>,
+}
+
+/// The operator.
+pub struct OverAggregateOperator {
+    spec: OverAggSpec,
+    partition: Option<RowConverter>,
+    rows: RowConverter,
+    partitions: HashMap<Box<[u8]>, Partition>,
+    held: usize,
+    next_seq: u64,
+    output_schema: SchemaRef,
+}
+
+impl OverAggregateOperator {
+    pub fn new(spec: &OverAggSpec, output_schema: SchemaRef) -> Result<Self> {
+        let field = |c: usize| SortField::new(spec.input_schema.field(c).data_type().clone());
+        let partition = if spec.partition_columns.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(
+                spec.partition_columns.iter().map(|c| field(*c)).collect(),
+            )?)
+        };
+        let rows = RowConverter::new((0..spec.input_schema.fields().len()).map(field).collect())?;
+        for a in &spec.aggregates {
+            if !matches!(a.function.as_str(), "count" | "sum" | "avg" | "min" | "max") {
+                return Err(Error::internal(format!("OVER aggregate {}", a.function)));
+            }
+        }
+        Ok(OverAggregateOperator {
+            spec: spec.clone(),
+            partition,
+            rows,
+            partitions: HashMap::new(),
+            held: 0,
+            next_seq: 0,
+            output_schema,
+        })
+    }
+
+    /// Rows held (waiting or in frames).
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Holds the rows of `batch` at or after `low` (the rest are late:
+    /// returns how many); `seqs` gives their arrival numbers (restore) or
+    /// they get the next ones; `waiting` says which wait for the watermark
+    /// (restore) — all, for new rows.
+    fn hold(
+        &mut self,
+        batch: &RecordBatch,
+        low: i64,
+        seqs: Option<&UInt64Array>,
+        waiting: Option<&[bool]>,
+    ) -> Result<usize> {
+        let times = timestamps_ms(batch.column(self.spec.time_column))?;
+        let keys = match &self.partition {
+            Some(c) => Some(
+                c.convert_columns(
+                    &self
+                        .spec
+                        .partition_columns
+                        .iter()
+                        .map(|c| batch.column(*c).clone())
+                        .collect::<Vec<_>>(),
+                )?,
+            ),
+            None => None,
+        };
+        let rows = self.rows.convert_columns(batch.columns())?;
+        let mut late = 0;
+        for i in 0..batch.num_rows() {
+            let time = times[i].unwrap_or(i64::MIN);
+            let is_waiting = waiting.is_none_or(|w| w[i]);
+            if is_waiting && time < low {
+                late += 1;
+                continue;
+            }
+            if self.held >= self.spec.rows_max {
+                return Err(Error::user(
+                    SqlCode::ConfigurationLimitExceeded,
+                    format!(
+                        "OVER aggregate state limit reached: {} rows held in one instance (waiting for the \
+                         watermark or in frames); use a shorter frame or more parallelism",
+                        self.spec.rows_max
+                    ),
+                ));
+            }
+            let args = self
+                .spec
+                .aggregates
+                .iter()
+                .map(|a| match a.arg {
+                    Some(c) => ScalarValue::try_from_array(batch.column(c), i),
+                    None => Ok(ScalarValue::Boolean(Some(true))),
+                })
+                .collect::<datafusion::common::Result<Vec<_>>>()
+                .map_err(df_error)?;
+            let seq = match seqs {
+                Some(s) => s.value(i),
+                None => self.next_seq,
+            };
+            self.next_seq = self.next_seq.max(seq + 1);
+            let held = Held {
+                time,
+                seq,
+                row: rows.row(i).data().into(),
+                args,
+            };
+            let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
+            let partition = self.partitions.entry(Box::<[u8]>::from(key)).or_default();
+            if is_waiting {
+                partition.waiting.push(held);
+            } else {
+                partition.frame.push_back(held);
+            }
+            self.held += 1;
+        }
+        Ok(late)
+    }
+
+    /// Releases every waiting row older than `watermark`, in time order per
+    /// partition: the output rows with their aggregates, as one batch.
+    pub fn release(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
+        let mut out_rows: Vec<Box<[u8]>> = Vec::new();
+        let mut out_aggs: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.spec.aggregates.len()];
+        let frame = self.spec.frame;
+        let functions: Vec<&str> = self.spec.aggregates.iter().map(|a| a.function.as_str()).collect();
+        let types: Vec<DataType> = (0..functions.len())
+            .map(|a| {
+                self.output_schema
+                    .field(self.spec.output_columns + a)
+                    .data_type()
+                    .clone()
+            })
+            .collect();
+        let mut emptied = Vec::new();
+        for (key, p) in self.partitions.iter_mut() {
+            if p.waiting.iter().any(|h| h.time < watermark) {
+                let (mut due, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut p.waiting)
+                    .into_iter()
+                    .partition(|h| h.time < watermark);
+                p.waiting = waiting;
+                due.sort_by_key(|h| (h.time, h.seq));
+                let mut due = due.into_iter().peekable();
+                while let Some(first) = due.next() {
+                    // A ROWS frame takes rows one by one; a RANGE frame the
+                    // peers (rows of one time) together.
+                    let mut group = vec![first];
+                    if matches!(frame, OverFrame::Range { .. }) {
+                        while due.peek().is_some_and(|h| h.time == group[0].time) {
+                            group.push(due.next().expect("peeked"));
+                        }
+                    }
+                    let time = group[0].time;
+                    let rows: Vec<Box<[u8]>> = group.iter().map(|h| h.row.clone()).collect();
+                    p.frame.extend(group);
+                    match frame {
+                        OverFrame::Rows { preceding } => {
+                            while p.frame.len() as u64 > preceding.saturating_add(1) {
+                                p.frame.pop_front();
+                                self.held -= 1;
+                            }
+                        }
+                        OverFrame::Range { preceding_ms } => {
+                            while p
+                                .frame
+                                .front()
+                                .is_some_and(|h| h.time < time.saturating_sub(preceding_ms))
+                            {
+                                p.frame.pop_front();
+                                self.held -= 1;
+                            }
+                        }
+                    }
+                    for (a, function) in functions.iter().enumerate() {
+                        let value = aggregate(function, &types[a], p.frame.iter().map(|h| &h.args[a]))?;
+                        out_aggs[a].extend(std::iter::repeat_n(value, rows.len()));
+                    }
+                    out_rows.extend(rows);
+                }
+            }
+            // A RANGE frame's rows older than any row still to come are
+            // no longer needed.
+            if let OverFrame::Range { preceding_ms } = frame {
+                while p
+                    .frame
+                    .front()
+                    .is_some_and(|h| h.time < watermark.saturating_sub(preceding_ms))
+                {
+                    p.frame.pop_front();
+                    self.held -= 1;
+                }
+            }
+            if p.waiting.is_empty() && p.frame.is_empty() {
+                emptied.push(key.clone());
+            }
+        }
+        for key in emptied {
+            self.partitions.remove(&key);
+        }
+        if out_rows.is_empty() {
+            return Ok(None);
+        }
+        let parser = self.rows.parser();
+        let input = self.rows.convert_rows(out_rows.iter().map(|r| parser.parse(r)))?;
+        let mut columns: Vec<ArrayRef> = input.into_iter().take(self.spec.output_columns).collect();
+        for values in out_aggs {
+            columns.push(ScalarValue::iter_to_array(values).map_err(df_error)?);
+        }
+        finish_batch(&self.output_schema, columns).map(Some)
+    }
+
+    /// Every held row, its arrival number and whether it waits, as one batch.
+    fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
+        let held: Vec<(&Held, bool)> = self
+            .partitions
+            .values()
+            .flat_map(|p| {
+                p.frame
+                    .iter()
+                    .map(|h| (h, false))
+                    .chain(p.waiting.iter().map(|h| (h, true)))
+            })
+            .collect();
+        if held.is_empty() {
+            return Ok(None);
+        }
+        let parser = self.rows.parser();
+        let mut columns = self.rows.convert_rows(held.iter().map(|(h, _)| parser.parse(&h.row)))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(held.iter().map(|(h, _)| h.seq))));
+        columns.push(Arc::new(BooleanArray::from_iter(held.iter().map(|(_, w)| Some(*w)))));
+        let mut fields: Vec<Field> = self
+            .spec
+            .input_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        fields.push(Field::new("__seq", DataType::UInt64, false));
+        fields.push(Field::new("__waiting", DataType::Boolean, false));
+        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// Holds [`Self::snapshot_batch`]'s rows again (maybe of several old
+    /// instances: their partitions are disjoint).
+    fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        let n = batch.num_columns();
+        let bad = || Error::internal("OVER aggregate snapshot: bad columns");
+        if n < 2 {
+            return Err(bad());
+        }
+        let by_seq = sort_to_indices(batch.column(n - 2), None, None)?;
+        let batch = take_record_batch(batch, &by_seq)?;
+        let seqs = batch
+            .column(n - 2)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .ok_or_else(bad)?
+            .clone();
+        let waiting: Vec<bool> = batch
+            .column(n - 1)
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|w| w.unwrap_or(true))
+            .collect();
+        let input = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
+        let input = RecordBatch::try_new(self.spec.input_schema.clone(), input.columns().to_vec())?;
+        self.hold(&input, i64::MIN, Some(&seqs), Some(&waiting))?;
+        // A frame is in the order its rows were released: by time, then
+        // arrival.
+        for p in self.partitions.values_mut() {
+            p.frame.make_contiguous().sort_by_key(|h| (h.time, h.seq));
+        }
+        Ok(())
+    }
+}
+
+/// `function` over the frame's arguments (NULLs skipped; `count(*)`'s
+/// argument is never NULL).
+/// The result has type `out` (a NULL too).
+fn aggregate<'a>(function: &str, out: &DataType, values: impl Iterator<Item = &'a ScalarValue>) -> Result<ScalarValue> {
+    let values = values.filter(|v| !v.is_null());
+    let value = match function {
+        "count" => ScalarValue::Int64(Some(values.count() as i64)),
+        // Summed in the result's type (an INT column's sum is a BIGINT).
+        "sum" => {
+            let cast: Vec<ScalarValue> = values
+                .map(|v| v.cast_to(out))
+                .collect::<datafusion::common::Result<_>>()
+                .map_err(df_error)?;
+            sum(cast.iter())?.unwrap_or(ScalarValue::Null)
+        }
+        "avg" => {
+            let mut count = 0i64;
+            let mut total = 0f64;
+            for v in values {
+                let v = v.cast_to(&DataType::Float64).map_err(df_error)?;
+                if let ScalarValue::Float64(Some(x)) = v {
+                    total += x;
+                    count += 1;
+                }
+            }
+            ScalarValue::Float64((count > 0).then(|| total / count as f64))
+        }
+        "min" | "max" => {
+            let mut best: Option<&ScalarValue> = None;
+            for v in values {
+                let better = match best {
+                    None => true,
+                    Some(b) => {
+                        let ord = v
+                            .partial_cmp(b)
+                            .ok_or_else(|| Error::internal("OVER min/max of unlike values"))?;
+                        if function == "min" { ord.is_lt() } else { ord.is_gt() }
+                    }
+                };
+                if better {
+                    best = Some(v);
+                }
+            }
+            best.cloned().unwrap_or(ScalarValue::Null)
+        }
+        other => return Err(Error::internal(format!("OVER aggregate {other}"))),
+    };
+    value.cast_to(out).map_err(df_error)
+}
+
+fn sum<'a>(mut values: impl Iterator<Item = &'a ScalarValue>) -> Result<Option<ScalarValue>> {
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    let mut total = first.clone();
+    for v in values {
+        total = total.add_checked(v).map_err(|e| {
+            Error::user(
+                SqlCode::DataException,
+                format!("OVER sum overflowed: {}", e.strip_backtrace()),
+            )
+        })?;
+    }
+    Ok(Some(total))
+}
+
+#[async_trait]
+impl Operator for OverAggregateOperator {
+    async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let late = self.hold(&batch, ctx.watermark.0, None, None)?;
+        ctx.metrics.late_rows_dropped.fetch_add(late as u64, Ordering::Relaxed);
+        ctx.metrics.state_groups.store(self.held as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        if let Some(out) = self.release(watermark.0)? {
+            ctx.emit(out).await?;
+        }
+        ctx.metrics.state_groups.store(self.held as u64, Ordering::Relaxed);
+        ctx.emit_watermark(watermark).await
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        if let Some(batch) = self.snapshot_batch()? {
+            state.put_rows(ROWS_KEY, batch, self.spec.partition_columns.clone());
+        }
+        Ok(state)
+    }
+
+    async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        if let Some(batch) = TaskState::restored_rows(checkpoint, ROWS_KEY)? {
+            self.restore_batch(&batch)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
