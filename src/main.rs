@@ -74,10 +74,12 @@ enum Command {
         /// Control-plane address workers connect to.
         #[arg(long, default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
-        /// Other masters of the quorum (`m2=HOST:PORT,m3=HOST:PORT`: their
-        /// --id and --listen); a single master needs none. Three or five
-        /// masters decide by majority: the catalog is replicated, the
-        /// leader runs the pipelines, DDL through any master.
+        /// The masters of the quorum (`m2=HOST:PORT,m3=HOST:PORT`: their
+        /// --id and --listen; this master's own entry, if listed, is
+        /// skipped, so all can get the same list); a single master needs
+        /// none. Three or five masters decide by majority: the catalog is
+        /// replicated, the leader runs the pipelines, DDL through any
+        /// master.
         #[arg(long, value_delimiter = ',')]
         peers: Vec<String>,
         /// Data-plane address of the master's own worker (tasks whose
@@ -169,8 +171,10 @@ fn parse_peers(me: &str, peers: &[String]) -> anyhow::Result<std::collections::B
             anyhow::bail!("--peers: '{p}' is not ID=HOST:PORT (the peer's --id and --listen)");
         };
         let (id, address) = (id.trim(), address.trim());
+        // This master's own entry is skipped: every master of a quorum
+        // can be given the same list (one argument for a whole StatefulSet).
         if id == me {
-            anyhow::bail!("--peers: '{id}' is this master's own --id; list the other masters only");
+            continue;
         }
         if out.insert(id.to_string(), address.to_string()).is_some() {
             anyhow::bail!("--peers: '{id}' is listed twice");
@@ -370,6 +374,28 @@ async fn run() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peers_skip_this_masters_own_entry_and_need_an_odd_quorum() {
+        let list = |s: &str| s.split(',').map(str::to_string).collect::<Vec<_>>();
+        let all = list("m1=a:1,m2=b:2,m3=c:3");
+        let peers = parse_peers("m2", &all).unwrap();
+        assert_eq!(peers.keys().collect::<Vec<_>>(), ["m1", "m3"]);
+        assert_eq!(
+            parse_peers("m1", &list("m2=b:2,m3=c:3")).unwrap(),
+            parse_peers("m1", &all).unwrap()
+        );
+        // Four masters in all: refused.
+        let err = parse_peers("m1", &list("m2=b:2,m3=c:3,m4=d:4")).unwrap_err();
+        assert!(err.to_string().contains("odd number"), "{err}");
+        assert!(
+            parse_peers("m1", &list("m2=b:2,m2=c:3"))
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
+        assert!(parse_peers("m1", &list("m2")).is_err());
+    }
 
     #[test]
     fn the_server_turns_transparent_huge_pages_off() {

@@ -189,9 +189,27 @@ fn wrong_master_names_are_caught() {
         set_arg(&mut d, "Deployment", "--masters=", wrong);
         assert_caught(&check_master_names(&manifests(&d)), "--masters");
     }
-    let mut peers = docs.clone();
-    set(&mut peers, "StatefulSet", "/spec/replicas", json!(3));
-    assert_caught(&check_master_names(&manifests(&peers)), "replicas");
+    // An even quorum; five replicas with --peers and --masters for three.
+    let mut even = docs.clone();
+    set(&mut even, "StatefulSet", "/spec/replicas", json!(4));
+    assert_caught(&check_master_names(&manifests(&even)), "odd number");
+    let mut five = docs.clone();
+    set(&mut five, "StatefulSet", "/spec/replicas", json!(5));
+    assert_caught(&check_master_names(&manifests(&five)), "--peers names");
+    // A peer entry whose id is not its pod's name, or on another port.
+    for wrong in [
+        "--peers=m0=sluice-master-0.sluice-master:7070,sluice-master-1=sluice-master-1.sluice-master:7070,sluice-master-2=sluice-master-2.sluice-master:7070",
+        "--peers=sluice-master-0=sluice-master-0.sluice-master:7071,sluice-master-1=sluice-master-1.sluice-master:7070,sluice-master-2=sluice-master-2.sluice-master:7070",
+        "--peers=sluice-master-0=sluice-master-0.sluice-master:7070,sluice-master-1=sluice-master-1.sluice-master:7070",
+    ] {
+        let mut d = docs.clone();
+        set_arg(&mut d, "StatefulSet", "--peers=", wrong);
+        assert_caught(&check_master_names(&manifests(&d)), "--peers");
+    }
+    // One replica keeping the quorum's --peers.
+    let mut one = docs.clone();
+    set(&mut one, "StatefulSet", "/spec/replicas", json!(1));
+    assert_caught(&check_master_names(&manifests(&one)), "one replica with --peers");
 }
 
 #[test]

@@ -54,10 +54,9 @@ impl Quorum {
     }
 
     fn start_master(&mut self, i: usize) {
-        let peers: Vec<String> = (0..3)
-            .filter(|j| *j != i)
-            .map(|j| format!("{}={}", self.ids[j], self.listen[j]))
-            .collect();
+        // Every master gets the same list of all three (each skips its
+        // own entry), as the Kubernetes StatefulSet gives it.
+        let peers: Vec<String> = (0..3).map(|j| format!("{}={}", self.ids[j], self.listen[j])).collect();
         let data = self.dir.path().join(&self.ids[i]);
         std::fs::create_dir_all(&data).unwrap();
         self.masters[i] = Some(TestServer::start_quorum_master(

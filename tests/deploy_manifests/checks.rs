@@ -382,20 +382,49 @@ pub fn check_master_names(m: &Manifests) -> Vec<String> {
     let spec = sts.spec.clone().unwrap_or_default();
     let replicas = spec.replicas.unwrap_or(1);
     let service = spec.service_name.clone().unwrap_or_default();
-    if replicas != 1 {
+    if replicas % 2 == 0 {
         problems.push(format!(
-            "StatefulSet {name}: replicas {replicas}, but `sluice master` refuses --peers until the master quorum exists"
+            "StatefulSet {name}: replicas {replicas}; a master quorum needs an odd number (1, 3 or 5)"
         ));
     }
     let master = &m.workloads()[0];
-    let control = flag_port(&Args::of(&master.containers()[0]), "listen");
+    let master_args = Args::of(&master.containers()[0]);
+    let control = flag_port(&master_args, "listen");
     let control_text = control.map_or("?".to_string(), |p| p.to_string());
-    if Args::of(&master.containers()[0])
-        .flags
-        .iter()
-        .any(|(n, _)| n == "peers")
-    {
-        problems.push(format!("StatefulSet {name}: --peers is refused by this release"));
+    // Each pod's --id is its name, and --peers names every pod by its
+    // stable DNS name and control port (a pod skips its own entry).
+    let peers = master_args.get("peers");
+    if replicas > 1 && master_args.get("id") != Some("$(POD_NAME)") {
+        problems.push(format!(
+            "StatefulSet {name}: --id must be the pod's name, $(POD_NAME), which --peers lists"
+        ));
+    }
+    match (replicas, peers) {
+        (1, Some(_)) => problems.push(format!("StatefulSet {name}: one replica with --peers")),
+        (1, None) => {}
+        (_, None) => problems.push(format!("StatefulSet {name}: {replicas} replicas without --peers")),
+        (_, Some(list)) => {
+            let mut named = BTreeSet::new();
+            for entry in list.split(',') {
+                let ordinal = entry.split_once('=').and_then(|(id, address)| {
+                    let i = master_ordinal(address, &name, &service, control)?;
+                    (id == format!("{name}-{i}")).then_some(i)
+                });
+                match ordinal {
+                    Some(i) if i < replicas => {
+                        named.insert(i);
+                    }
+                    _ => problems.push(format!(
+                        "StatefulSet {name}: --peers {entry} is not {name}-N={name}-N.{service}:{control_text}"
+                    )),
+                }
+            }
+            if named.len() != replicas as usize {
+                problems.push(format!(
+                    "StatefulSet {name}: --peers names {named:?} of {replicas} masters"
+                ));
+            }
+        }
     }
     let headless = m
         .services
