@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::netns::Hosts;
 use common::{TestServer, pipeline_state};
 use std::time::{Duration, Instant};
 
@@ -34,18 +35,34 @@ struct Quorum {
     listen: Vec<String>,
     masters: Vec<Option<TestServer>>,
     dir: tempfile::TempDir,
+    /// Each master's network namespace and address, when on separate
+    /// hosts (`Quorum::start_on`).
+    netns: Option<Vec<(String, String)>>,
 }
 
 impl Quorum {
     fn start() -> Quorum {
-        let dir = tempfile::tempdir().unwrap();
         let ids: Vec<String> = (1..=3).map(|i| format!("m{i}")).collect();
         let listen: Vec<String> = ids.iter().map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        Quorum::start_with(ids, listen, None)
+    }
+
+    /// Masters m1, m2, m3 each on its own host of `hosts` (network
+    /// namespaces with their own addresses), listening on port 7070.
+    fn start_on(hosts: &Hosts) -> Quorum {
+        let ids: Vec<String> = (1..=3).map(|i| format!("m{i}")).collect();
+        let listen = ids.iter().map(|id| format!("{}:7070", hosts.ip(id))).collect();
+        let netns = ids.iter().map(|id| (hosts.ns(id), hosts.ip(id))).collect();
+        Quorum::start_with(ids, listen, Some(netns))
+    }
+
+    fn start_with(ids: Vec<String>, listen: Vec<String>, netns: Option<Vec<(String, String)>>) -> Quorum {
         let mut q = Quorum {
             ids,
             listen,
             masters: vec![None, None, None],
-            dir,
+            dir: tempfile::tempdir().unwrap(),
+            netns,
         };
         for i in 0..3 {
             q.start_master(i);
@@ -59,11 +76,16 @@ impl Quorum {
         let peers: Vec<String> = (0..3).map(|j| format!("{}={}", self.ids[j], self.listen[j])).collect();
         let data = self.dir.path().join(&self.ids[i]);
         std::fs::create_dir_all(&data).unwrap();
-        self.masters[i] = Some(TestServer::start_quorum_master(
+        let (netns, ip) = match &self.netns {
+            Some(n) => (Some(n[i].0.as_str()), n[i].1.as_str()),
+            None => (None, "127.0.0.1"),
+        };
+        self.masters[i] = Some(TestServer::start_quorum_master_at(
             &data,
             &self.ids[i],
             &self.listen[i],
             &peers.join(","),
+            (netns, ip),
         ));
     }
 
@@ -519,5 +541,82 @@ async fn a_rolling_restart_of_the_masters_keeps_an_exactly_once_pipeline_exact()
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     common::assert_windows_exact(&common::committed_windows(&out), 5, 20);
+    drop(workers);
+}
+
+/// The leader cut off from the other masters and the worker by the network
+/// (each master and the worker on its own host, network namespaces;
+/// blackhole routes drop every packet between the cut master and the
+/// others, no reset, while the test still reaches all of them): the other
+/// two elect a leader in a newer term and take DDL; the cut master steps
+/// down, refuses DDL with 57P03 naming the quorum and still answers reads
+/// of its catalog. Healed, it follows the new leader, holds what was
+/// decided meanwhile, and DDL through it works again (forwarded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_steps_down_refuses_ddl_and_converges_when_healed() {
+    let hosts = Hosts::up(&format!("sq{}", std::process::id() % 10_000), &["m1", "m2", "m3", "w1"]);
+    let q = Quorum::start_on(&hosts);
+    let old = q.leader(Duration::from_secs(30)).await;
+    let mut workers = TestServer::workers_only(q.dir.path());
+    workers.add_worker_to_at("w1", 8, &q.all_listen(), (Some(&hosts.ns("w1")), &hosts.ip("w1")));
+    let c_old = q.master(old).connect().await;
+    c_old
+        .batch_execute("CREATE STREAM p_before (x BIGINT)")
+        .await
+        .expect("DDL before the cut");
+    let term_before = q.me(old)["term"].as_u64().unwrap();
+    let others: Vec<usize> = (0..3).filter(|i| *i != old).collect();
+    for host in ["m1", "m2", "m3", "w1"].into_iter().filter(|h| *h != q.ids[old]) {
+        hosts.partition(&q.ids[old], host, true);
+    }
+    // The other two elect a leader in a newer term.
+    let new = q.leader_among(&others, Duration::from_secs(30), false).await;
+    assert!(q.me(new)["term"].as_u64().unwrap() > term_before);
+    // The cut master steps down: no quorum, and says so.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while q.me(old)["has_quorum"] != false || q.me(old)["role"] == "leader" {
+        assert!(Instant::now() < deadline, "the cut leader kept leading: {}", q.me(old));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = c_old
+        .batch_execute("CREATE STREAM p_refused (x BIGINT)")
+        .await
+        .expect_err("DDL through a master without a quorum");
+    let db = refused.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "57P03", "{db:?}");
+    assert!(db.message().contains("quorum"), "{}", db.message());
+    assert!(streams(&c_old).await.contains(&"p_before".to_string()), "reads work");
+    // The majority decides meanwhile.
+    let c_new = q.master(new).connect().await;
+    c_new
+        .batch_execute("CREATE STREAM p_during (x BIGINT)")
+        .await
+        .expect("DDL through the majority");
+    for host in ["m1", "m2", "m3", "w1"].into_iter().filter(|h| *h != q.ids[old]) {
+        hosts.partition(&q.ids[old], host, false);
+    }
+    // Healed: the old leader follows, holds what was decided, and takes
+    // DDL again (forwarded to the leader), seen everywhere.
+    wait_for_stream(&q, old, "p_during").await;
+    assert!(!streams(&c_new).await.contains(&"p_refused".to_string()));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match q
+            .master(old)
+            .connect()
+            .await
+            .batch_execute("CREATE STREAM p_after (x BIGINT)")
+            .await
+        {
+            Ok(()) => break,
+            Err(e) => assert!(Instant::now() < deadline, "DDL through the healed master: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for i in 0..3 {
+        wait_for_stream(&q, i, "p_after").await;
+    }
+    // One leader among the three again.
+    q.leader(Duration::from_secs(15)).await;
     drop(workers);
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod external;
+pub mod netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -110,11 +111,23 @@ impl TestServer {
     /// Starts master `id` of a quorum, its control plane on `listen`, with
     /// `peers` (`m2=HOST:PORT,…`).
     pub fn start_quorum_master(data_dir: &Path, id: &str, listen: &str, peers: &str) -> TestServer {
+        TestServer::start_quorum_master_at(data_dir, id, listen, peers, (None, "127.0.0.1"))
+    }
+
+    /// A master of a quorum in network namespace `netns` (when given),
+    /// listening on `ip`.
+    pub fn start_quorum_master_at(
+        data_dir: &Path,
+        id: &str,
+        listen: &str,
+        peers: &str,
+        (netns, ip): (Option<&str>, &str),
+    ) -> TestServer {
         TestServer::spawn_master(
             data_dir,
             &[],
-            None,
-            "127.0.0.1",
+            netns,
+            ip,
             &["--id", id, "--listen", listen, "--peers", peers],
         )
     }
@@ -202,8 +215,13 @@ impl TestServer {
     /// Starts worker `id` registering with any of `masters` (a quorum's
     /// control addresses, comma-separated).
     pub fn add_worker_to(&mut self, id: &str, slots: u32, masters: &str) {
+        self.add_worker_to_at(id, slots, masters, (None, "127.0.0.1"));
+    }
+
+    /// [`Self::add_worker_to`] in network namespace `netns`, on `ip`.
+    pub fn add_worker_to_at(&mut self, id: &str, slots: u32, masters: &str, at: (Option<&str>, &str)) {
         let control = self.control.replace(masters.to_string());
-        self.add_worker_with(id, slots, &[], (None, "127.0.0.1"), &[]);
+        self.add_worker_with(id, slots, &[], at, &[]);
         self.control = control;
     }
 
