@@ -328,6 +328,39 @@ async fn http_api_answers_json() {
     assert!(e.code().is_some(), "{}", describe(&e));
 }
 
+/// Runs `ddl` on a server in `data_dir`, then twice: waits until
+/// `committed()` grew by `step`, lets a moment the test does not choose
+/// pass (0 to 1.5 s), kills the server with SIGKILL and starts it again
+/// from its directory; finally waits for `step` more and stops it.
+async fn killed_twice(data_dir: &Path, ddl: &str, step: usize, committed: impl Fn() -> usize) {
+    let mut server = TestServer::start_in(data_dir);
+    server
+        .connect()
+        .await
+        .batch_execute(ddl)
+        .await
+        .expect("create the pipeline");
+    let committed = &committed;
+    let grown = |n: usize| {
+        within("new committed output", PIPELINE_TIMEOUT, async move {
+            while committed() < n {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let mut before = 0;
+    for _ in 0..2 {
+        grown(before + step).await;
+        let pause = rand::random::<u64>() % 1500;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        server.stop();
+        before = committed();
+        server = TestServer::start_in(data_dir);
+    }
+    grown(before + step).await;
+    server.stop();
+}
+
 /// `UNION ALL` of two window aggregates in a named pipeline writing
 /// exactly once to files, the server killed with SIGKILL twice mid-stream
 /// and restarted from its directory: the barriers align across the union's
@@ -340,52 +373,24 @@ async fn http_api_answers_json() {
 async fn a_union_all_pipeline_stays_exactly_once_across_kills() {
     let dir = tempfile::tempdir().expect("data dir");
     let out = dir.path().join("out");
-    let mut server = TestServer::start_in(dir.path());
-    let client = server.connect().await;
-    client
-        .batch_execute(&format!(
-            "CREATE STREAM ua (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
-                WITH (connector = 'datagen', 'rows-per-second' = '300',
-                'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
-             CREATE STREAM ub (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
-                WITH (connector = 'datagen', 'rows-per-second' = '300',
-                'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
-             SET parallelism = 2;
-             CREATE SINK u_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
-                SELECT window_start, k, count(*) AS n FROM TUMBLE(ua, ts, INTERVAL '1' SECOND)
-                GROUP BY window_start, window_end, k
-                UNION ALL
-                SELECT window_start, k + 100, count(*) FROM TUMBLE(ub, ts, INTERVAL '1' SECOND)
-                GROUP BY window_start, window_end, k",
-            out.display()
-        ))
-        .await
-        .expect("create the union pipeline");
-    drop(client);
-    let windows_at_least = |n: usize| {
-        let out = out.clone();
-        async move {
-            within("new windows of the union", PIPELINE_TIMEOUT, async {
-                while crate::common::committed_windows(&out).len() < n {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            })
-            .await
-        }
-    };
-    let mut committed = 0;
-    for _ in 0..2 {
-        // Some new windows of both branches, then a kill at a moment the
-        // test does not choose (between 0 and 1.5 s later).
-        windows_at_least(committed + 30).await;
-        let pause = rand::random::<u64>() % 1500;
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-        server.stop();
-        committed = crate::common::committed_windows(&out).len();
-        server = TestServer::start_in(dir.path());
-    }
-    windows_at_least(committed + 30).await;
-    server.stop();
+    let ddl = format!(
+        "CREATE STREAM ua (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '300',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+         CREATE STREAM ub (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '300',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+         SET parallelism = 2;
+         CREATE SINK u_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
+            SELECT window_start, k, count(*) AS n FROM TUMBLE(ua, ts, INTERVAL '1' SECOND)
+            GROUP BY window_start, window_end, k
+            UNION ALL
+            SELECT window_start, k + 100, count(*) FROM TUMBLE(ub, ts, INTERVAL '1' SECOND)
+            GROUP BY window_start, window_end, k",
+        out.display()
+    );
+    // 30 new windows (3 s of both branches) before each kill and after.
+    killed_twice(dir.path(), &ddl, 30, || crate::common::committed_windows(&out).len()).await;
     let rows = crate::common::committed_windows(&out);
     let keys: std::collections::BTreeSet<i64> = rows.iter().map(|(_, k, _)| *k).collect();
     assert_eq!(keys, (0..5).chain(100..105).collect(), "the keys of both branches");
@@ -406,48 +411,21 @@ async fn a_union_all_pipeline_stays_exactly_once_across_kills() {
 async fn a_left_outer_join_pipeline_stays_exactly_once_across_kills() {
     let dir = tempfile::tempdir().expect("data dir");
     let out = dir.path().join("out");
-    let mut server = TestServer::start_in(dir.path());
-    let client = server.connect().await;
-    client
-        .batch_execute(&format!(
-            "CREATE STREAM oa (i BIGINT, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
-                WITH (connector = 'datagen', 'rows-per-second' = '300',
-                'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
-             CREATE STREAM ob (i BIGINT, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
-                WITH (connector = 'datagen', 'rows-per-second' = '300',
-                'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
-             SET parallelism = 2;
-             CREATE SINK o_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
-                SELECT oa.i, ob.i AS bi FROM oa LEFT JOIN ob
-                ON oa.i = ob.i AND ob.i % 3 <> 0
-                AND ob.ts BETWEEN oa.ts - INTERVAL '1' SECOND AND oa.ts + INTERVAL '1' SECOND",
-            out.display()
-        ))
-        .await
-        .expect("create the outer join pipeline");
-    drop(client);
-    let rows_at_least = |n: usize| {
-        let out = out.clone();
-        async move {
-            within("new rows of the outer join", PIPELINE_TIMEOUT, async {
-                while crate::common::committed_json(&out).len() < n {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            })
-            .await
-        }
-    };
-    let mut committed = 0;
-    for _ in 0..2 {
-        rows_at_least(committed + 600).await;
-        let pause = rand::random::<u64>() % 1500;
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-        server.stop();
-        committed = crate::common::committed_json(&out).len();
-        server = TestServer::start_in(dir.path());
-    }
-    rows_at_least(committed + 600).await;
-    server.stop();
+    let ddl = format!(
+        "CREATE STREAM oa (i BIGINT, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '300',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+         CREATE STREAM ob (i BIGINT, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '300',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+         SET parallelism = 2;
+         CREATE SINK o_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
+            SELECT oa.i, ob.i AS bi FROM oa LEFT JOIN ob
+            ON oa.i = ob.i AND ob.i % 3 <> 0
+            AND ob.ts BETWEEN oa.ts - INTERVAL '1' SECOND AND oa.ts + INTERVAL '1' SECOND",
+        out.display()
+    );
+    killed_twice(dir.path(), &ddl, 600, || crate::common::committed_json(&out).len()).await;
     let mut seen: BTreeMap<i64, Option<i64>> = BTreeMap::new();
     for row in crate::common::committed_json(&out) {
         let i = row["i"].as_i64().expect("i");
@@ -474,44 +452,17 @@ async fn a_left_outer_join_pipeline_stays_exactly_once_across_kills() {
 async fn an_over_aggregate_pipeline_stays_exactly_once_across_kills() {
     let dir = tempfile::tempdir().expect("data dir");
     let out = dir.path().join("out");
-    let mut server = TestServer::start_in(dir.path());
-    let client = server.connect().await;
-    client
-        .batch_execute(&format!(
-            "CREATE STREAM ov (i BIGINT, k AS i % 3, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
-                WITH (connector = 'datagen', 'rows-per-second' = '300',
-                'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
-             SET parallelism = 2;
-             CREATE SINK ov_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
-                SELECT i, sum(i) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s
-                FROM ov",
-            out.display()
-        ))
-        .await
-        .expect("create the OVER pipeline");
-    drop(client);
-    let rows_at_least = |n: usize| {
-        let out = out.clone();
-        async move {
-            within("new rows of the OVER aggregate", PIPELINE_TIMEOUT, async {
-                while crate::common::committed_json(&out).len() < n {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            })
-            .await
-        }
-    };
-    let mut committed = 0;
-    for _ in 0..2 {
-        rows_at_least(committed + 600).await;
-        let pause = rand::random::<u64>() % 1500;
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-        server.stop();
-        committed = crate::common::committed_json(&out).len();
-        server = TestServer::start_in(dir.path());
-    }
-    rows_at_least(committed + 600).await;
-    server.stop();
+    let ddl = format!(
+        "CREATE STREAM ov (i BIGINT, k AS i % 3, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '300',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+         SET parallelism = 2;
+         CREATE SINK ov_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
+            SELECT i, sum(i) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s
+            FROM ov",
+        out.display()
+    );
+    killed_twice(dir.path(), &ddl, 600, || crate::common::committed_json(&out).len()).await;
     let mut seen: BTreeMap<i64, i64> = BTreeMap::new();
     for row in crate::common::committed_json(&out) {
         let i = row["i"].as_i64().expect("i");

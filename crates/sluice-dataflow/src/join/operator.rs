@@ -20,6 +20,11 @@ use sluice_types::{Error, Result, Watermark};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// A snapshot's boolean column as bools (`None`: not boolean).
+fn booleans(column: &ArrayRef) -> Option<Vec<bool>> {
+    Some(column.as_boolean_opt()?.values().iter().collect())
+}
+
 /// Where unmatched rows of a side come from: rows of an input batch (a
 /// NULL key), or stored rows expiring.
 enum Padded<'a> {
@@ -329,13 +334,7 @@ impl Operator for JoinOperator {
                 let (stored, matched) = match stored.schema().fields().last() {
                     Some(f) if f.name() == SNAPSHOT_MATCHED => {
                         let last = stored.num_columns() - 1;
-                        let matched: Vec<bool> = stored
-                            .column(last)
-                            .as_boolean_opt()
-                            .ok_or_else(bad)?
-                            .values()
-                            .iter()
-                            .collect();
+                        let matched = booleans(stored.column(last)).ok_or_else(bad)?;
                         (stored.project(&(0..last).collect::<Vec<_>>())?, matched)
                     }
                     _ => (stored.clone(), Vec::new()),
@@ -357,13 +356,7 @@ impl Operator for JoinOperator {
                     let c = self.side(side).time_column.filter(|c| *c < n).ok_or_else(bad)?;
                     event_times(stored.column(c))?
                 };
-                let live: Vec<bool> = stored
-                    .column(last)
-                    .as_boolean_opt()
-                    .ok_or_else(bad)?
-                    .values()
-                    .iter()
-                    .collect();
+                let live = booleans(stored.column(last)).ok_or_else(bad)?;
                 let batch = stored.project(&(0..n).collect::<Vec<_>>())?;
                 self.restore_rows(side, &batch, &times, &live, &matched)?;
             }

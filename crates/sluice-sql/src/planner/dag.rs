@@ -315,6 +315,25 @@ impl DagBuilder<'_> {
         id
     }
 
+    /// Adds a keyed operator fed by `from` hashed on `keys` (one instance,
+    /// fed whole, without keys); returns it and its parallelism.
+    fn add_keyed(
+        &mut self,
+        kind: OperatorKind,
+        from: OperatorId,
+        keys: Vec<usize>,
+        output_schema: SchemaRef,
+    ) -> (OperatorId, u32) {
+        let (parallelism, partitioning) = if keys.is_empty() {
+            (1, Partitioning::Single)
+        } else {
+            (self.settings.parallelism, Partitioning::Hash(keys))
+        };
+        let op = self.add(kind, parallelism, output_schema);
+        self.connect(from, op, partitioning);
+        (op, parallelism)
+    }
+
     fn connect(&mut self, from: OperatorId, to: OperatorId, partitioning: Partitioning) {
         let id = EdgeId(self.edges.len() as u32);
         self.edges.push(EdgeSpec {
@@ -692,15 +711,7 @@ impl DagBuilder<'_> {
         self.connect(pre_op, op, partitioning);
         let mut exprs = slots;
         exprs.extend((0..agg.aggr_expr.len()).map(|i| col(&format!("_a{i}"))));
-        Ok(Stage {
-            op,
-            parallelism,
-            input_schema: out_schema,
-            filter: None,
-            exprs,
-            time_column: Some(out_time),
-            window: None,
-        })
+        Ok(Stage::new(op, parallelism, out_schema, exprs, Some(out_time)))
     }
 
     /// `agg(x) OVER (PARTITION BY p ORDER BY ts ROWS | RANGE BETWEEN …
@@ -889,13 +900,12 @@ impl DagBuilder<'_> {
             aggregates,
             rows_max: OVER_ROWS_MAX,
         };
-        let (parallelism, partitioning) = if partition_columns.is_empty() {
-            (1, Partitioning::Single)
-        } else {
-            (self.settings.parallelism, Partitioning::Hash(partition_columns))
-        };
-        let op = self.add(OperatorKind::OverAggregate(spec), parallelism, out_schema.clone());
-        self.connect(pre_op, op, partitioning);
+        let (op, parallelism) = self.add_keyed(
+            OperatorKind::OverAggregate(spec),
+            pre_op,
+            partition_columns,
+            out_schema.clone(),
+        );
         let mut exprs: Vec<Expr> = (0..n).map(|i| col(&format!("_c{i}"))).collect();
         exprs.extend((0..calls.len()).map(|i| col(&format!("_o{i}"))));
         // The output keeps event time where the input's time column is one
@@ -905,15 +915,7 @@ impl DagBuilder<'_> {
             .iter()
             .position(|e| matches!(e, Expr::Column(c) if c.name == time))
             .map(|k| format!("_c{k}"));
-        Ok(Stage {
-            op,
-            parallelism,
-            input_schema: out_schema,
-            filter: None,
-            exprs,
-            time_column,
-            window: None,
-        })
+        Ok(Stage::new(op, parallelism, out_schema, exprs, time_column))
     }
 
     /// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) … WHERE rn <= N`: a
@@ -983,24 +985,10 @@ impl DagBuilder<'_> {
             partitions_max: self.settings.aggregate_groups_max,
             state_ttl_ms: self.settings.state_ttl_ms,
         };
-        let (parallelism, partitioning) = if partition_columns.is_empty() {
-            (1, Partitioning::Single)
-        } else {
-            (self.settings.parallelism, Partitioning::Hash(partition_columns))
-        };
-        let op = self.add(OperatorKind::TopN(spec), parallelism, out_schema.clone());
-        self.connect(pre_op, op, partitioning);
+        let (op, parallelism) = self.add_keyed(OperatorKind::TopN(spec), pre_op, partition_columns, out_schema.clone());
         let mut exprs: Vec<Expr> = (0..n).map(|i| col(&format!("_c{i}"))).collect();
         exprs.push(col("_rn"));
-        Ok(Stage {
-            op,
-            parallelism,
-            input_schema: out_schema,
-            filter: None,
-            exprs,
-            time_column: None,
-            window: None,
-        })
+        Ok(Stage::new(op, parallelism, out_schema, exprs, None))
     }
 
     /// An aggregate without a window: its result updates with every row,
@@ -1045,24 +1033,15 @@ impl DagBuilder<'_> {
             aggregates: calls,
             groups_max: self.settings.aggregate_groups_max,
         };
-        let (parallelism, partitioning) = if keys.is_empty() {
-            (1, Partitioning::Single)
-        } else {
-            (self.settings.parallelism, Partitioning::Hash(key_columns))
-        };
-        let op = self.add(OperatorKind::GroupAggregate(spec), parallelism, out_schema.clone());
-        self.connect(pre_op, op, partitioning);
+        let (op, parallelism) = self.add_keyed(
+            OperatorKind::GroupAggregate(spec),
+            pre_op,
+            key_columns,
+            out_schema.clone(),
+        );
         let mut exprs: Vec<Expr> = (0..keys.len()).map(|j| col(&format!("_k{j}"))).collect();
         exprs.extend((0..agg.aggr_expr.len()).map(|i| col(&format!("_a{i}"))));
-        Ok(Stage {
-            op,
-            parallelism,
-            input_schema: out_schema,
-            filter: None,
-            exprs,
-            time_column: None,
-            window: None,
-        })
+        Ok(Stage::new(op, parallelism, out_schema, exprs, None))
     }
 
     /// An aggregate's input projection: `lead` (the time, or a changelog's
@@ -1168,7 +1147,8 @@ fn unread_columns(def: &StreamDef, projection: Option<&[usize]>) -> Vec<usize> {
         .collect()
 }
 
-/// A constant interval (a RANGE frame's offset) in whole ms.
+/// A constant day-time interval (a RANGE frame's offset, an interval
+/// join's bound) in whole ms, rounded down.
 fn interval_literal_ms(v: &datafusion::common::ScalarValue) -> Option<i64> {
     use datafusion::common::ScalarValue;
     match v {

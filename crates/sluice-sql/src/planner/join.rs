@@ -20,7 +20,7 @@
 use super::{DagBuilder, unsupported};
 use crate::planner::stage::{Stage, col};
 use arrow::datatypes::{Field, Schema};
-use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::common::DFSchema;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Join, JoinType, Operator};
 use sluice_plan::{JoinKind, JoinSide, JoinSpec, OperatorKind, Partitioning};
@@ -261,15 +261,7 @@ impl DagBuilder<'_> {
             .time_column
             .filter(|i| windowed && *i < n_left && !preserved[1])
             .map(|i| format!("_l{i}"));
-        let mut stage = Stage {
-            op,
-            parallelism,
-            input_schema: out_schema,
-            filter: None,
-            exprs,
-            time_column,
-            window: None,
-        };
+        let mut stage = Stage::new(op, parallelism, out_schema, exprs, time_column);
         let joined = join.schema.as_ref();
         // An outer join's ON conditions were all taken by the operator.
         let residual = if kind.is_inner() { residual } else { Vec::new() };
@@ -360,50 +352,47 @@ fn interval_bounds(conditions: &[Expr], stages: [&Stage; 2], schemas: [&DFSchema
         *b = Some(b.map_or(limit, |old| old.min(limit)));
     };
     for c in conditions {
-        match c {
-            Expr::Between(Between {
-                expr,
-                negated: false,
-                low,
-                high,
-            }) => {
-                bound(low, expr, false);
-                bound(expr, high, false);
-            }
-            Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
-                Operator::Lt => bound(left, right, true),
-                Operator::LtEq => bound(left, right, false),
-                Operator::Gt => bound(right, left, true),
-                Operator::GtEq => bound(right, left, false),
-                _ => {}
-            },
-            _ => {}
+        for (p, q, strict) in comparisons(c) {
+            bound(p, q, strict);
         }
     }
     // bounds[0] bounds L.t - R.t: a right row's wait; bounds[1] a left row's.
     Some([bounds[1]?, bounds[0]?])
 }
 
-/// Whether `c` bounds one side's event time by the other's (what
-/// [`interval_bounds`] reads): `BETWEEN` or a comparison between the two
-/// sides' event-time columns plus or minus constant intervals.
-fn is_time_bound(c: &Expr, stages: [&Stage; 2], schemas: [&DFSchema; 2]) -> bool {
-    let sides = |p: &Expr, q: &Expr| match (time_term(p, stages, schemas), time_term(q, stages, schemas)) {
-        (Some((a, _)), Some((b, _))) => a != b,
-        _ => false,
-    };
+/// A conjunct as `p <= q` comparisons (`strict`: `p < q`): `BETWEEN` is
+/// two, `<`, `<=`, `>`, `>=` one, anything else none.
+fn comparisons(c: &Expr) -> Vec<(&Expr, &Expr, bool)> {
     match c {
         Expr::Between(Between {
             expr,
             negated: false,
             low,
             high,
-        }) => sides(low, expr) && sides(expr, high),
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            matches!(op, Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq) && sides(left, right)
-        }
-        _ => false,
+        }) => vec![(low, expr, false), (expr, high, false)],
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::Lt => vec![(left, right, true)],
+            Operator::LtEq => vec![(left, right, false)],
+            Operator::Gt => vec![(right, left, true)],
+            Operator::GtEq => vec![(right, left, false)],
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
     }
+}
+
+/// Whether `c` bounds one side's event time by the other's (what
+/// [`interval_bounds`] reads): `BETWEEN` or a comparison between the two
+/// sides' event-time columns plus or minus constant intervals.
+fn is_time_bound(c: &Expr, stages: [&Stage; 2], schemas: [&DFSchema; 2]) -> bool {
+    let terms = comparisons(c);
+    !terms.is_empty()
+        && terms.iter().all(
+            |(p, q, _)| match (time_term(p, stages, schemas), time_term(q, stages, schemas)) {
+                (Some((a, _)), Some((b, _))) => a != b,
+                _ => false,
+            },
+        )
 }
 
 /// `(side, offset)` when `e` is a side's event-time column plus a constant
@@ -446,12 +435,7 @@ fn time_offset(e: &Expr, time: &str) -> Option<i64> {
 fn interval_ms(e: &Expr) -> Option<i64> {
     match e {
         Expr::Alias(a) => interval_ms(&a.expr),
-        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(i)), _) if i.months == 0 => i64::from(i.days)
-            .checked_mul(86_400_000)?
-            .checked_add(i.nanoseconds.div_euclid(1_000_000)),
-        Expr::Literal(ScalarValue::IntervalDayTime(Some(i)), _) => i64::from(i.days)
-            .checked_mul(86_400_000)?
-            .checked_add(i64::from(i.milliseconds)),
+        Expr::Literal(v, _) => super::interval_literal_ms(v),
         _ => None,
     }
 }

@@ -38,6 +38,27 @@ pub fn col(name: &str) -> Expr {
 }
 
 impl Stage {
+    /// The output of operator `op` (`parallelism` instances, `input_schema`)
+    /// as `exprs`, with no pending filter or window; event time in
+    /// `time_column` if any.
+    pub fn new(
+        op: OperatorId,
+        parallelism: u32,
+        input_schema: SchemaRef,
+        exprs: Vec<Expr>,
+        time_column: Option<String>,
+    ) -> Stage {
+        Stage {
+            op,
+            parallelism,
+            input_schema,
+            filter: None,
+            exprs,
+            time_column,
+            window: None,
+        }
+    }
+
     /// Rewrites `expr`, written over the child plan's `schema`, into an
     /// expression over this stage's input.
     pub fn substitute(&self, expr: &Expr, schema: &DFSchema) -> Result<Expr> {
