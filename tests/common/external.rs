@@ -122,6 +122,8 @@ pub struct Consumed {
     pub partition: i32,
     pub key: Option<String>,
     pub payload: String,
+    /// No value at all (a tombstone), not an empty one.
+    pub null_payload: bool,
     pub timestamp_ms: Option<i64>,
     pub headers: BTreeMap<String, String>,
 }
@@ -194,6 +196,7 @@ pub fn consume(topic: &str, expected: usize, grace: Duration, limit: Duration) -
                     partition: m.partition(),
                     key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
                     payload: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                    null_payload: m.payload().is_none(),
                     timestamp_ms: m.timestamp().to_millis(),
                     headers,
                 });

@@ -559,3 +559,92 @@ async fn an_updating_query_reaches_kafka_as_debezium_json() {
     }
     panic!("the topic folds to {last:?}, not {expected:?}");
 }
+
+/// Folds an upsert topic: the latest value per key, a tombstone (no
+/// value) deleting it. Returns the table and how many tombstones came.
+fn fold_upserts(records: &[crate::common::external::Consumed]) -> (BTreeMap<String, serde_json::Value>, usize) {
+    let mut table = BTreeMap::new();
+    let mut tombstones = 0;
+    for r in records {
+        let key = r.key.clone().expect("an upsert record has a key");
+        if r.null_payload {
+            tombstones += 1;
+            table.remove(&key);
+        } else {
+            table.insert(key, serde_json::from_str(&r.payload).unwrap());
+        }
+    }
+    (table, tombstones)
+}
+
+/// An updating query to an upsert topic (`format = 'upsert-json'`, Flink's
+/// upsert-kafka): each key's latest row as its value, deletes as
+/// tombstones. The query counts keys by their count (an aggregate over an
+/// aggregate's changelog): after every key was seen once, the group n = 1
+/// holds six keys; once each is seen again that group empties — a delete,
+/// so a tombstone for key {"n":1} — and n = 2 holds six. Folding the topic
+/// (latest value per key, tombstones deleting) gives the table computed
+/// here; without a 'key' option the sink is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_updating_query_reaches_kafka_as_upserts_with_tombstones() {
+    let output = unique("upserts");
+    create_topic(&output, 1).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    exec(&client, "CREATE STREAM up_clicks (k TEXT)").await;
+    let query = "SELECT n, count(*) AS keys FROM (SELECT k, count(*) AS n FROM up_clicks GROUP BY k) AS t GROUP BY n";
+    let refused = client
+        .batch_execute(&format!(
+            "CREATE SINK up_nokey WITH (connector = 'kafka', topic = '{output}', \
+             'properties.bootstrap.servers' = 'localhost:9092', format = 'upsert-json') AS {query}"
+        ))
+        .await
+        .expect_err("an upsert sink needs a key");
+    let db = refused.as_db_error().expect("a server error");
+    assert!(db.message().contains("needs a 'key' option"), "{}", db.message());
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK up_counts WITH (connector = 'kafka', topic = '{output}', \
+             'properties.bootstrap.servers' = 'localhost:9092', format = 'upsert-json', key = 'n') AS {query}"
+        ),
+    )
+    .await;
+    let keys: Vec<String> = (0..6).map(|i| format!("('k{i}')")).collect();
+    exec(&client, &format!("INSERT INTO up_clicks VALUES {}", keys.join(", "))).await;
+    // Wait until the first round is out (n = 1: six keys), so the second
+    // comes in another batch and empties that group.
+    let mut first = BTreeMap::new();
+    for _ in 0..60 {
+        (first, _) = fold_upserts(&consume(
+            &output,
+            1,
+            Duration::from_millis(500),
+            Duration::from_secs(90),
+        ));
+        if first.get(r#"{"n":1}"#).is_some_and(|v| v["keys"] == 6) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        first.get(r#"{"n":1}"#).map(|v| v["keys"].clone()),
+        Some(serde_json::json!(6)),
+        "{first:?}"
+    );
+    exec(&client, &format!("INSERT INTO up_clicks VALUES {}", keys.join(", "))).await;
+    let expected: BTreeMap<String, serde_json::Value> =
+        [(r#"{"n":2}"#.to_string(), serde_json::json!({"n": 2, "keys": 6}))]
+            .into_iter()
+            .collect();
+    let mut last = (BTreeMap::new(), 0);
+    for _ in 0..30 {
+        last = fold_upserts(&consume(&output, 2, Duration::from_secs(1), Duration::from_secs(90)));
+        if last.0 == expected {
+            assert!(last.1 >= 1, "the emptied group n = 1 left by a tombstone");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("the topic folds to {last:?}, not {expected:?}");
+}

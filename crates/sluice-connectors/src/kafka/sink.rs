@@ -55,6 +55,9 @@ pub struct KafkaSink {
     format: RecordFormat,
     /// `format = 'debezium-json'`: each row in Debezium's envelope.
     debezium: bool,
+    /// `format = 'upsert-json'`: the latest row per key, deletes as
+    /// tombstones (Flink's upsert-kafka).
+    upsert: bool,
     /// The rows are a changelog (their first column is the op).
     changelog: bool,
     key: Option<KeySpec>,
@@ -134,11 +137,42 @@ pub fn check(options: &BTreeMap<String, String>, schema: &SchemaRef) -> Result<(
 /// envelope.
 pub const DEBEZIUM_JSON: &str = "debezium-json";
 
-/// Whether a sink with `options` takes a changelog: in Debezium's format.
+/// The sink format that writes a changelog as upserts: each `+I`/`+U` row
+/// as the JSON value of its key, each `-D` as a tombstone (the key with a
+/// null value), `-U` not at all (the `+U` after it overwrites the key),
+/// as Flink's upsert-kafka connector writes a table with a primary key.
+pub const UPSERT_JSON: &str = "upsert-json";
+
+/// Whether a sink with `options` takes a changelog: in Debezium's format,
+/// or as upserts.
 pub fn accepts_changelog(options: &BTreeMap<String, String>) -> bool {
     options
         .get("format")
-        .is_some_and(|f| f.eq_ignore_ascii_case(DEBEZIUM_JSON))
+        .is_some_and(|f| f.eq_ignore_ascii_case(DEBEZIUM_JSON) || f.eq_ignore_ascii_case(UPSERT_JSON))
+}
+
+/// An upsert sink's changelog without its `-U` rows (the `+U` that
+/// follows each overwrites the key).
+pub fn upsert_rows(batch: &RecordBatch) -> Result<RecordBatch> {
+    let ops = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
+    let parsed = (0..ops.len())
+        .map(|i| {
+            sluice_plan::ChangeOp::parse(ops.value(i))
+                .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let keep: Vec<bool> = parsed
+        .iter()
+        .map(|op| *op != sluice_plan::ChangeOp::UpdateBefore)
+        .collect();
+    Ok(arrow::compute::filter_record_batch(
+        batch,
+        &arrow::array::BooleanArray::from(keep),
+    )?)
 }
 
 /// Each row of `batch` in Debezium's JSON envelope, as Flink's
@@ -188,6 +222,7 @@ struct Settings {
     topic: String,
     format: RecordFormat,
     debezium: bool,
+    upsert: bool,
     key: Option<KeySpec>,
     timestamp_column: Option<usize>,
     properties: BTreeMap<String, String>,
@@ -203,18 +238,28 @@ impl Settings {
             .filter(|t| !t.trim().is_empty())
             .ok_or_else(|| Error::invalid_option("the Kafka sink needs a 'topic' option"))?
             .clone();
-        let (format, debezium) = match options.get("format").map(String::as_str) {
-            Some(f) if f.eq_ignore_ascii_case(DEBEZIUM_JSON) => (RecordFormat::Json, true),
+        let (format, debezium, upsert) = match options.get("format").map(String::as_str) {
+            Some(f) if f.eq_ignore_ascii_case(DEBEZIUM_JSON) => (RecordFormat::Json, true, false),
+            Some(f) if f.eq_ignore_ascii_case(UPSERT_JSON) => (RecordFormat::Json, false, true),
             f => (
                 RecordFormat::parse(f.unwrap_or("json")).map_err(|_| {
                     Error::invalid_option(format!(
-                        "format '{}' is not supported by the Kafka sink; use json, csv, raw or {DEBEZIUM_JSON}",
+                        "format '{}' is not supported by the Kafka sink; use json, csv, raw, {DEBEZIUM_JSON} or \
+                         {UPSERT_JSON}",
                         f.unwrap_or_default()
                     ))
                 })?,
                 false,
+                false,
             ),
         };
+        if upsert && !options.contains_key("key") {
+            return Err(Error::invalid_option(format!(
+                "format '{UPSERT_JSON}' needs a 'key' option: the columns that identify a row of the result \
+                 (its GROUP BY columns, or a top-N's partition columns and rank), as Flink's upsert-kafka needs \
+                 a PRIMARY KEY"
+            )));
+        }
         format.check_schema(schema)?;
         let exactly_once = match options.get("sink.delivery-guarantee").map(String::as_str) {
             None | Some("at-least-once") => false,
@@ -302,6 +347,7 @@ impl Settings {
             topic,
             format,
             debezium,
+            upsert,
             key,
             timestamp_column,
             properties,
@@ -364,6 +410,7 @@ impl KafkaSink {
             topic: s.topic,
             format: s.format,
             debezium: s.debezium,
+            upsert: s.upsert,
             changelog,
             key: s.key,
             timestamp_column: s.timestamp_column,
@@ -490,6 +537,8 @@ struct Encoded {
     values: Vec<Vec<u8>>,
     keys: Option<Vec<Vec<u8>>>,
     timestamps: Option<TimestampMillisecondArray>,
+    /// Rows written as tombstones (an upsert sink's deletes: no value).
+    tombstones: Option<Vec<bool>>,
 }
 
 impl KafkaSink {
@@ -529,9 +578,30 @@ impl KafkaSink {
         t.replay.extend(records, max)
     }
 
+    /// (An upsert sink's changelog comes without its `-U` rows:
+    /// [`upsert_rows`] in `process_batch`.)
     fn encode(&self, batch: &RecordBatch) -> Result<Encoded> {
+        let mut tombstones = None;
         let values = if self.debezium {
             debezium_rows(batch, self.changelog)?
+        } else if self.upsert && self.changelog {
+            let ops = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
+            let deletes: Vec<bool> = (0..ops.len())
+                .map(|i| sluice_plan::ChangeOp::parse(ops.value(i)) == Some(sluice_plan::ChangeOp::Delete))
+                .collect();
+            let data = batch.project(&(1..batch.num_columns()).collect::<Vec<_>>())?;
+            let mut values = encode_rows(RecordFormat::Json, &data)?;
+            for (value, delete) in values.iter_mut().zip(&deletes) {
+                if *delete {
+                    value.clear();
+                }
+            }
+            tombstones = Some(deletes);
+            values
         } else {
             encode_rows(self.format, batch)?
         };
@@ -555,6 +625,7 @@ impl KafkaSink {
             values,
             keys,
             timestamps,
+            tombstones,
         })
     }
 }
@@ -648,6 +719,11 @@ impl Operator for KafkaSink {
     }
 
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, _ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let batch = if self.upsert && self.changelog {
+            upsert_rows(&batch)?
+        } else {
+            batch
+        };
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -713,7 +789,11 @@ impl KafkaSink {
             if keep.is_some_and(|k| !k[row]) {
                 continue;
             }
-            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).payload(value.as_slice());
+            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic);
+            // A tombstone has no value at all (not an empty one).
+            if !rows.tombstones.as_ref().is_some_and(|t| t[row]) {
+                record = record.payload(value.as_slice());
+            }
             if let Some(keys) = &rows.keys {
                 record = record.key(keys[row].as_slice());
             }
@@ -751,6 +831,38 @@ impl KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upsert_rows_drop_update_befores_and_keep_deletes() {
+        use arrow::array::{Int64Array, StringArray};
+        use arrow::datatypes::{Field, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("op", DataType::Utf8, false),
+            Field::new("k", DataType::Utf8, false),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["+I", "-U", "+U", "-D"])),
+                Arc::new(StringArray::from(vec!["a", "a", "a", "b"])),
+                Arc::new(Int64Array::from(vec![1, 1, 2, 5])),
+            ],
+        )
+        .unwrap();
+        let kept = upsert_rows(&batch).unwrap();
+        let ops = kept.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(ops.iter().flatten().collect::<Vec<_>>(), ["+I", "+U", "-D"]);
+        let n = kept.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(n.values().to_vec(), [1, 2, 5]);
+        let options: BTreeMap<String, String> = [("topic", "t"), ("format", "upsert-json")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let err = Settings::parse(&options, &kept.schema()).err().expect("no key");
+        assert!(err.to_string().contains("needs a 'key' option"), "{err}");
+        assert!(accepts_changelog(&options));
+    }
 
     #[test]
     fn debezium_rows_write_retractions_as_deletes_without_the_op() {

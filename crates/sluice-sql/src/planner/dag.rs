@@ -190,7 +190,7 @@ pub(super) fn build(
                 SqlCode::FeatureNotSupported,
                 format!(
                     "a {} sink is append-only, and this query's result updates: {updater} emits a changelog \
-                     (+I, -U, +U, -D rows); write it to Kafka with format 'debezium-json', to a file, HDFS or \
+                     (+I, -U, +U, -D rows); write it to Kafka with format 'debezium-json' or 'upsert-json', to a file, HDFS or \
                      blackhole sink (they write the op column), or query it from a session",
                     sink.connector
                 ),
