@@ -42,6 +42,10 @@ use std::sync::atomic::Ordering;
 /// number and whether it still waits for the watermark, keyed by the
 /// partition columns.
 const ROWS_KEY: &str = "rows";
+/// An unbounded frame's running values: per partition its key columns,
+/// then per aggregate its count and running value; keyed by the key
+/// columns.
+const RUNNING_KEY: &str = "running";
 
 /// A row held: waiting for the watermark, or in a frame.
 struct Held {
@@ -55,6 +59,67 @@ struct Held {
 struct Partition {
     waiting: Vec<Held>,
     frame: VecDeque<Held>,
+    /// An unbounded frame's running aggregates (one per aggregate; empty
+    /// until the partition's first row is released).
+    running: Vec<Running>,
+}
+
+/// One aggregate's running value over an unbounded frame: the non-NULL
+/// arguments counted, and their sum (in the result's type; Float64 for
+/// `avg`), least or greatest.
+#[derive(Clone, Default)]
+struct Running {
+    count: i64,
+    acc: Option<ScalarValue>,
+}
+
+impl Running {
+    fn add(&mut self, function: &str, out: &DataType, value: &ScalarValue) -> Result<()> {
+        if value.is_null() {
+            return Ok(());
+        }
+        self.count += 1;
+        let next = match (function, self.acc.take()) {
+            ("count", _) => None,
+            ("sum", acc) | ("avg", acc) => {
+                let ty = if function == "avg" { &DataType::Float64 } else { out };
+                let v = value.cast_to(ty).map_err(df_error)?;
+                Some(match acc {
+                    None => v,
+                    Some(a) => a.add_checked(&v).map_err(|e| {
+                        Error::user(
+                            SqlCode::DataException,
+                            format!("OVER {function} overflowed: {}", e.strip_backtrace()),
+                        )
+                    })?,
+                })
+            }
+            (_, None) => Some(value.clone()),
+            (f, Some(a)) => {
+                let ord = value
+                    .partial_cmp(&a)
+                    .ok_or_else(|| Error::internal("OVER min/max of unlike values"))?;
+                let better = if f == "min" { ord.is_lt() } else { ord.is_gt() };
+                Some(if better { value.clone() } else { a })
+            }
+        };
+        self.acc = next;
+        Ok(())
+    }
+
+    fn value(&self, function: &str, out: &DataType) -> Result<ScalarValue> {
+        let value = match function {
+            "count" => ScalarValue::Int64(Some(self.count)),
+            "avg" => match &self.acc {
+                Some(ScalarValue::Float64(Some(total))) if self.count > 0 => {
+                    ScalarValue::Float64(Some(total / self.count as f64))
+                }
+                _ => ScalarValue::Null,
+            },
+            _ => self.acc.clone().unwrap_or(ScalarValue::Null),
+        };
+        value.cast_to(out).map_err(df_error)
+    }
 }
 
 /// The operator.
@@ -205,13 +270,32 @@ impl OverAggregateOperator {
                     // A ROWS frame takes rows one by one; a RANGE frame the
                     // peers (rows of one time) together.
                     let mut group = vec![first];
-                    if matches!(frame, OverFrame::Range { .. }) {
+                    if matches!(frame, OverFrame::Range { .. } | OverFrame::Unbounded { peers: true }) {
                         while due.peek().is_some_and(|h| h.time == group[0].time) {
                             group.push(due.next().expect("peeked"));
                         }
                     }
                     let time = group[0].time;
                     let rows: Vec<Box<[u8]>> = group.iter().map(|h| h.row.clone()).collect();
+                    if let OverFrame::Unbounded { .. } = frame {
+                        // Running values: the rows themselves go.
+                        if p.running.is_empty() {
+                            p.running = vec![Running::default(); functions.len()];
+                            self.held += 1;
+                        }
+                        for h in &group {
+                            for (a, function) in functions.iter().enumerate() {
+                                p.running[a].add(function, &types[a], &h.args[a])?;
+                            }
+                        }
+                        self.held -= group.len();
+                        for (a, function) in functions.iter().enumerate() {
+                            let value = p.running[a].value(function, &types[a])?;
+                            out_aggs[a].extend(std::iter::repeat_n(value, rows.len()));
+                        }
+                        out_rows.extend(rows);
+                        continue;
+                    }
                     p.frame.extend(group);
                     match frame {
                         OverFrame::Rows { preceding } => {
@@ -230,6 +314,7 @@ impl OverAggregateOperator {
                                 self.held -= 1;
                             }
                         }
+                        OverFrame::Unbounded { .. } => unreachable!("handled above"),
                     }
                     for (a, function) in functions.iter().enumerate() {
                         let value = aggregate(function, &types[a], p.frame.iter().map(|h| &h.args[a]))?;
@@ -250,7 +335,7 @@ impl OverAggregateOperator {
                     self.held -= 1;
                 }
             }
-            if p.waiting.is_empty() && p.frame.is_empty() {
+            if p.waiting.is_empty() && p.frame.is_empty() && p.running.is_empty() {
                 emptied.push(key.clone());
             }
         }
@@ -298,6 +383,86 @@ impl OverAggregateOperator {
         fields.push(Field::new("__seq", DataType::UInt64, false));
         fields.push(Field::new("__waiting", DataType::Boolean, false));
         Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// The type a running value is kept in: Float64 for `avg`, else the
+    /// result's.
+    fn running_type(&self, a: usize) -> DataType {
+        if self.spec.aggregates[a].function == "avg" {
+            DataType::Float64
+        } else {
+            self.output_schema
+                .field(self.spec.output_columns + a)
+                .data_type()
+                .clone()
+        }
+    }
+
+    /// Every partition's running values, as one batch (see [`RUNNING_KEY`]).
+    fn running_batch(&self) -> Result<Option<RecordBatch>> {
+        let parts: Vec<(&Box<[u8]>, &Partition)> =
+            self.partitions.iter().filter(|(_, p)| !p.running.is_empty()).collect();
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let mut fields = Vec::new();
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        if let Some(c) = &self.partition {
+            let parser = c.parser();
+            columns = c.convert_rows(parts.iter().map(|(k, _)| parser.parse(k)))?;
+            for (j, col) in self.spec.partition_columns.iter().enumerate() {
+                let f = self.spec.input_schema.field(*col);
+                fields.push(Field::new(format!("__key{j}"), f.data_type().clone(), true));
+            }
+        }
+        for a in 0..self.spec.aggregates.len() {
+            let ty = self.running_type(a);
+            columns.push(Arc::new(arrow::array::Int64Array::from_iter_values(
+                parts.iter().map(|(_, p)| p.running[a].count),
+            )));
+            let accs = parts
+                .iter()
+                .map(|(_, p)| p.running[a].acc.clone().unwrap_or(ScalarValue::Null).cast_to(&ty))
+                .collect::<datafusion::common::Result<Vec<_>>>()
+                .map_err(df_error)?;
+            columns.push(ScalarValue::iter_to_array(accs).map_err(df_error)?);
+            fields.push(Field::new(format!("__count{a}"), DataType::Int64, false));
+            fields.push(Field::new(format!("__acc{a}"), ty, true));
+        }
+        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// Takes the running values of [`Self::running_batch`] again.
+    fn restore_running(&mut self, batch: &RecordBatch) -> Result<()> {
+        let k = self.spec.partition_columns.len();
+        let bad = || Error::internal("OVER aggregate snapshot: bad running values");
+        if batch.num_columns() != k + 2 * self.spec.aggregates.len() {
+            return Err(bad());
+        }
+        let keys = match &self.partition {
+            Some(c) => Some(c.convert_columns(&batch.columns()[..k])?),
+            None => None,
+        };
+        for r in 0..batch.num_rows() {
+            let mut running = Vec::with_capacity(self.spec.aggregates.len());
+            for a in 0..self.spec.aggregates.len() {
+                let count = batch
+                    .column(k + 2 * a)
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .ok_or_else(bad)?
+                    .value(r);
+                let acc = ScalarValue::try_from_array(batch.column(k + 2 * a + 1), r).map_err(df_error)?;
+                running.push(Running {
+                    count,
+                    acc: (!acc.is_null()).then_some(acc),
+                });
+            }
+            let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(r).data());
+            self.partitions.entry(Box::<[u8]>::from(key)).or_default().running = running;
+            self.held += 1;
+        }
+        Ok(())
     }
 
     /// Holds [`Self::snapshot_batch`]'s rows again (maybe of several old
@@ -424,10 +589,17 @@ impl Operator for OverAggregateOperator {
         if let Some(batch) = self.snapshot_batch()? {
             state.put_rows(ROWS_KEY, batch, self.spec.partition_columns.clone());
         }
+        if let Some(batch) = self.running_batch()? {
+            let keys = (0..self.spec.partition_columns.len()).collect();
+            state.put_rows(RUNNING_KEY, batch, keys);
+        }
         Ok(state)
     }
 
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        if let Some(batch) = TaskState::restored_rows(checkpoint.clone(), RUNNING_KEY)? {
+            self.restore_running(&batch)?;
+        }
         if let Some(batch) = TaskState::restored_rows(checkpoint, ROWS_KEY)? {
             self.restore_batch(&batch)?;
         }

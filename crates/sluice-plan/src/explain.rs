@@ -197,6 +197,8 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
             let frame = match o.frame {
                 crate::OverFrame::Rows { preceding } => format!("rows {preceding} preceding"),
                 crate::OverFrame::Range { preceding_ms } => format!("range {preceding_ms} ms preceding"),
+                crate::OverFrame::Unbounded { peers: false } => "rows unbounded preceding".to_string(),
+                crate::OverFrame::Unbounded { peers: true } => "range unbounded preceding".to_string(),
             };
             format!(
                 "over [{}] by {} {frame}; {}; rows max {}",

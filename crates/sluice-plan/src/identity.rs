@@ -183,6 +183,10 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
                     h.u64(2);
                     h.i64(preceding_ms);
                 }
+                crate::OverFrame::Unbounded { peers } => {
+                    h.u64(3);
+                    h.u64(u64::from(peers));
+                }
             }
             for a in &o.aggregates {
                 h.str(&a.function);

@@ -493,6 +493,10 @@ pub enum OverFrame {
     /// `RANGE BETWEEN INTERVAL … PRECEDING AND CURRENT ROW`: rows whose
     /// time is at most `preceding_ms` before the row's, and its peers.
     Range { preceding_ms: i64 },
+    /// `… BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW`: every row so far
+    /// (running aggregates; with `peers`, RANGE: rows of the row's time
+    /// too). Only the aggregates' running values are kept.
+    Unbounded { peers: bool },
 }
 
 /// `function(arg)` over a frame: `count` (arg None: `count(*)`), `sum`,

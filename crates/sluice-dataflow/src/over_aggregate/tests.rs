@@ -118,6 +118,8 @@ fn expected(rows: &[(i64, i64, Option<i64>)], frame: OverFrame) -> Vec<Out> {
                     .map(|(_, r)| *r)
                     .filter(|r| r.1 <= row.1 && r.1 >= row.1 - preceding_ms)
                     .collect(),
+                OverFrame::Unbounded { peers: false } => part[..=at].iter().map(|(_, r)| *r).collect(),
+                OverFrame::Unbounded { peers: true } => part.iter().map(|(_, r)| *r).filter(|r| r.1 <= row.1).collect(),
             };
             let values: Vec<i64> = in_frame.iter().filter_map(|r| r.2).collect();
             let sum = (!values.is_empty()).then(|| values.iter().sum::<i64>());
@@ -172,6 +174,8 @@ fn rows_and_range_frames_match_a_nested_loop() {
         OverFrame::Rows { preceding: 3 },
         OverFrame::Range { preceding_ms: 0 },
         OverFrame::Range { preceding_ms: 50 },
+        OverFrame::Unbounded { peers: false },
+        OverFrame::Unbounded { peers: true },
     ] {
         let rows = random_rows(200, &mut seed);
         let mut op = OverAggregateOperator::new(&spec(frame, 10_000), output_schema()).unwrap();
@@ -242,9 +246,31 @@ fn state_is_bounded_at_rows_max() {
 
 #[tokio::test]
 async fn a_restored_operator_goes_on_as_the_original() {
+    for frame in [OverFrame::Rows { preceding: 2 }, OverFrame::Unbounded { peers: true }] {
+        restored_goes_on(frame).await;
+    }
+}
+
+#[test]
+fn an_unbounded_frame_keeps_running_values_not_rows() {
+    let mut op =
+        OverAggregateOperator::new(&spec(OverFrame::Unbounded { peers: false }, 100), output_schema()).unwrap();
+    let rows: Vec<In> = (0..50).map(|i| (i % 2, i, Some(i))).collect();
+    op.hold(&batch(&rows), 0, None, None).unwrap();
+    assert_eq!(op.held(), 50);
+    let out = rows_of(&op.release(1_000).unwrap().unwrap());
+    // One running value per partition is all that is held.
+    assert_eq!(op.held(), 2);
+    // Partition 1's last row (t = 49): every odd value 1..49.
+    let last = out.iter().find(|r| r.1 == 49).unwrap();
+    assert_eq!(last.3, 25);
+    assert_eq!(last.4, Some((1..50).step_by(2).sum()));
+    assert_eq!((last.6, last.7), (Some(1), Some(49)));
+}
+
+async fn restored_goes_on(frame: OverFrame) {
     let mut seed = 11;
     let rows = random_rows(120, &mut seed);
-    let frame = OverFrame::Rows { preceding: 2 };
     let (first, second) = rows.split_at(60);
     // Half, a release at 200 (frames hold rows, others wait), a snapshot,
     // and a new operator restored from it takes the rest.

@@ -783,46 +783,52 @@ impl DagBuilder<'_> {
             };
             let frame_error = || {
                 unsupported(
-                    "an OVER aggregate's frame is ROWS BETWEEN n PRECEDING AND CURRENT ROW or RANGE BETWEEN \
-                     INTERVAL '…' PRECEDING AND CURRENT ROW (UNBOUNDED PRECEDING, FOLLOWING and GROUPS are not \
-                     supported: a stream never ends)",
+                    "an OVER aggregate's frame is ROWS BETWEEN n PRECEDING AND CURRENT ROW, RANGE BETWEEN \
+                     INTERVAL '…' PRECEDING AND CURRENT ROW, or either from UNBOUNDED PRECEDING (FOLLOWING and \
+                     GROUPS are not supported: a stream never ends)",
                 )
             };
             if !matches!(frame.end_bound, WindowFrameBound::CurrentRow) {
                 return Err(frame_error());
             }
-            let start = preceding(&frame.start_bound).ok_or_else(frame_error)?;
-            let over_frame = match frame.units {
-                WindowFrameUnits::Rows => {
-                    let n = match start {
-                        datafusion::common::ScalarValue::UInt64(Some(n)) => n,
-                        other => other
-                            .cast_to(&arrow::datatypes::DataType::UInt64)
-                            .ok()
-                            .and_then(|v| match v {
-                                datafusion::common::ScalarValue::UInt64(Some(n)) => Some(n),
-                                _ => None,
-                            })
-                            .ok_or_else(frame_error)?,
-                    };
-                    if n > OVER_ROWS_PRECEDING_MAX {
-                        return Err(unsupported(&format!(
-                            "a ROWS frame of an OVER aggregate holds at most {OVER_ROWS_PRECEDING_MAX} preceding \
+            let unbounded = matches!(&frame.start_bound, WindowFrameBound::Preceding(v) if v.is_null());
+            let start = preceding(&frame.start_bound);
+            let over_frame = match (frame.units, start) {
+                (WindowFrameUnits::Rows, _) if unbounded => OverFrame::Unbounded { peers: false },
+                (WindowFrameUnits::Range, _) if unbounded => OverFrame::Unbounded { peers: true },
+                (_, None) => return Err(frame_error()),
+                (units, Some(start)) => match units {
+                    WindowFrameUnits::Rows => {
+                        let n = match start {
+                            datafusion::common::ScalarValue::UInt64(Some(n)) => n,
+                            other => other
+                                .cast_to(&arrow::datatypes::DataType::UInt64)
+                                .ok()
+                                .and_then(|v| match v {
+                                    datafusion::common::ScalarValue::UInt64(Some(n)) => Some(n),
+                                    _ => None,
+                                })
+                                .ok_or_else(frame_error)?,
+                        };
+                        if n > OVER_ROWS_PRECEDING_MAX {
+                            return Err(unsupported(&format!(
+                                "a ROWS frame of an OVER aggregate holds at most {OVER_ROWS_PRECEDING_MAX} preceding \
                              rows, not {n}"
-                        )));
+                            )));
+                        }
+                        OverFrame::Rows { preceding: n }
                     }
-                    OverFrame::Rows { preceding: n }
-                }
-                WindowFrameUnits::Range => {
-                    let ms = match &start {
-                        datafusion::common::ScalarValue::UInt64(Some(0)) => Some(0),
-                        other => interval_literal_ms(other),
+                    WindowFrameUnits::Range => {
+                        let ms = match &start {
+                            datafusion::common::ScalarValue::UInt64(Some(0)) => Some(0),
+                            other => interval_literal_ms(other),
+                        }
+                        .filter(|ms| *ms >= 0)
+                        .ok_or_else(frame_error)?;
+                        OverFrame::Range { preceding_ms: ms }
                     }
-                    .filter(|ms| *ms >= 0)
-                    .ok_or_else(frame_error)?;
-                    OverFrame::Range { preceding_ms: ms }
-                }
-                WindowFrameUnits::Groups => return Err(frame_error()),
+                    WindowFrameUnits::Groups => return Err(frame_error()),
+                },
             };
             let partition: Vec<Expr> = params
                 .partition_by
