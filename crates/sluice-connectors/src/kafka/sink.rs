@@ -151,21 +151,25 @@ pub fn accepts_changelog(options: &BTreeMap<String, String>) -> bool {
         .is_some_and(|f| f.eq_ignore_ascii_case(DEBEZIUM_JSON) || f.eq_ignore_ascii_case(UPSERT_JSON))
 }
 
-/// An upsert sink's changelog without its `-U` rows (the `+U` that
-/// follows each overwrites the key).
-pub fn upsert_rows(batch: &RecordBatch) -> Result<RecordBatch> {
+/// The ops of a changelog batch (its first column).
+fn change_ops(batch: &RecordBatch) -> Result<Vec<sluice_plan::ChangeOp>> {
     let ops = batch
         .column(0)
         .as_any()
         .downcast_ref::<arrow::array::StringArray>()
         .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
-    let parsed = (0..ops.len())
+    (0..ops.len())
         .map(|i| {
             sluice_plan::ChangeOp::parse(ops.value(i))
                 .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))
         })
-        .collect::<Result<Vec<_>>>()?;
-    let keep: Vec<bool> = parsed
+        .collect()
+}
+
+/// An upsert sink's changelog without its `-U` rows (the `+U` that
+/// follows each overwrites the key).
+pub fn upsert_rows(batch: &RecordBatch) -> Result<RecordBatch> {
+    let keep: Vec<bool> = change_ops(batch)?
         .iter()
         .map(|op| *op != sluice_plan::ChangeOp::UpdateBefore)
         .collect();
@@ -183,12 +187,10 @@ pub fn upsert_rows(batch: &RecordBatch) -> Result<RecordBatch> {
 /// is the op and is not written.
 pub fn debezium_rows(batch: &RecordBatch, changelog: bool) -> Result<Vec<Vec<u8>>> {
     let (ops, data) = if changelog {
-        let ops = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<arrow::array::StringArray>()
-            .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
-        (Some(ops), batch.project(&(1..batch.num_columns()).collect::<Vec<_>>())?)
+        (
+            Some(change_ops(batch)?),
+            batch.project(&(1..batch.num_columns()).collect::<Vec<_>>())?,
+        )
     } else {
         (None, batch.clone())
     };
@@ -196,12 +198,7 @@ pub fn debezium_rows(batch: &RecordBatch, changelog: bool) -> Result<Vec<Vec<u8>
     rows.into_iter()
         .enumerate()
         .map(|(i, row)| {
-            let retracts = match ops {
-                Some(ops) => sluice_plan::ChangeOp::parse(ops.value(i))
-                    .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))?
-                    .retracts(),
-                None => false,
-            };
+            let retracts = ops.as_ref().is_some_and(|ops| ops[i].retracts());
             let (before, after, op): (&[u8], &[u8], &str) = if retracts {
                 (&row, b"null", "d")
             } else {
@@ -585,13 +582,9 @@ impl KafkaSink {
         let values = if self.debezium {
             debezium_rows(batch, self.changelog)?
         } else if self.upsert && self.changelog {
-            let ops = batch
-                .column(0)
-                .as_any()
-                .downcast_ref::<arrow::array::StringArray>()
-                .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
-            let deletes: Vec<bool> = (0..ops.len())
-                .map(|i| sluice_plan::ChangeOp::parse(ops.value(i)) == Some(sluice_plan::ChangeOp::Delete))
+            let deletes: Vec<bool> = change_ops(batch)?
+                .iter()
+                .map(|op| *op == sluice_plan::ChangeOp::Delete)
                 .collect();
             let data = batch.project(&(1..batch.num_columns()).collect::<Vec<_>>())?;
             let mut values = encode_rows(RecordFormat::Json, &data)?;
@@ -832,8 +825,8 @@ impl KafkaSink {
 mod tests {
     use super::*;
 
-    #[test]
-    fn upsert_rows_drop_update_befores_and_keep_deletes() {
+    /// A changelog (op, k, n) of rows `ops`, `keys` and `values`.
+    fn changelog(ops: Vec<&str>, keys: Vec<&str>, values: Vec<Option<i64>>) -> RecordBatch {
         use arrow::array::{Int64Array, StringArray};
         use arrow::datatypes::{Field, Schema};
         let schema = Arc::new(Schema::new(vec![
@@ -841,15 +834,25 @@ mod tests {
             Field::new("k", DataType::Utf8, false),
             Field::new("n", DataType::Int64, true),
         ]));
-        let batch = RecordBatch::try_new(
+        RecordBatch::try_new(
             schema,
             vec![
-                Arc::new(StringArray::from(vec!["+I", "-U", "+U", "-D"])),
-                Arc::new(StringArray::from(vec!["a", "a", "a", "b"])),
-                Arc::new(Int64Array::from(vec![1, 1, 2, 5])),
+                Arc::new(StringArray::from(ops)),
+                Arc::new(StringArray::from(keys)),
+                Arc::new(Int64Array::from(values)),
             ],
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn upsert_rows_drop_update_befores_and_keep_deletes() {
+        use arrow::array::{Int64Array, StringArray};
+        let batch = changelog(
+            vec!["+I", "-U", "+U", "-D"],
+            vec!["a", "a", "a", "b"],
+            vec![Some(1), Some(1), Some(2), Some(5)],
+        );
         let kept = upsert_rows(&batch).unwrap();
         let ops = kept.column(0).as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(ops.iter().flatten().collect::<Vec<_>>(), ["+I", "+U", "-D"]);
@@ -866,22 +869,11 @@ mod tests {
 
     #[test]
     fn debezium_rows_write_retractions_as_deletes_without_the_op() {
-        use arrow::array::{Int64Array, StringArray};
-        use arrow::datatypes::{Field, Schema};
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("op", DataType::Utf8, false),
-            Field::new("k", DataType::Utf8, false),
-            Field::new("n", DataType::Int64, true),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(StringArray::from(vec!["+I", "-U", "+U", "-D"])),
-                Arc::new(StringArray::from(vec!["a", "a", "a", "b"])),
-                Arc::new(Int64Array::from(vec![Some(1), Some(1), Some(2), None])),
-            ],
-        )
-        .unwrap();
+        let batch = changelog(
+            vec!["+I", "-U", "+U", "-D"],
+            vec!["a", "a", "a", "b"],
+            vec![Some(1), Some(1), Some(2), None],
+        );
         let rows: Vec<serde_json::Value> = debezium_rows(&batch, true)
             .unwrap()
             .iter()
