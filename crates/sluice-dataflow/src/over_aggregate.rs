@@ -62,6 +62,8 @@ struct Partition {
     /// An unbounded frame's running aggregates (one per aggregate; empty
     /// until the partition's first row is released).
     running: Vec<Running>,
+    /// When a row last reached it (processing time, ms: `state_ttl`).
+    touched_ms: i64,
 }
 
 /// One aggregate's running value over an unbounded frame: the non-NULL
@@ -191,6 +193,7 @@ impl OverAggregateOperator {
             None => None,
         };
         let rows = self.rows.convert_columns(batch.columns())?;
+        let now_ms = sluice_types::now_ms();
         let mut late = 0;
         for i in 0..batch.num_rows() {
             let time = times[i].unwrap_or(i64::MIN);
@@ -232,6 +235,7 @@ impl OverAggregateOperator {
             };
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
             let partition = self.partitions.entry(Box::<[u8]>::from(key)).or_default();
+            partition.touched_ms = now_ms;
             if is_waiting {
                 partition.waiting.push(held);
             } else {
@@ -354,6 +358,26 @@ impl OverAggregateOperator {
         finish_batch(&self.output_schema, columns).map(Some)
     }
 
+    /// `state_ttl`: forgets every partition no row reached since `now_ms`
+    /// minus the TTL and in which none waits; returns how many.
+    pub fn expire(&mut self, now_ms: i64) -> usize {
+        let Some(ttl) = self.spec.state_ttl_ms else {
+            return 0;
+        };
+        let cutoff = now_ms.saturating_sub(ttl);
+        let before = self.partitions.len();
+        let mut freed = 0;
+        self.partitions.retain(|_, p| {
+            let idle = p.waiting.is_empty() && p.touched_ms < cutoff;
+            if idle {
+                freed += p.frame.len() + usize::from(!p.running.is_empty());
+            }
+            !idle
+        });
+        self.held -= freed;
+        before - self.partitions.len()
+    }
+
     /// Every held row, its arrival number and whether it waits, as one batch.
     fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
         let held: Vec<(&Held, bool)> = self
@@ -459,7 +483,10 @@ impl OverAggregateOperator {
                 });
             }
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(r).data());
-            self.partitions.entry(Box::<[u8]>::from(key)).or_default().running = running;
+            let partition = self.partitions.entry(Box::<[u8]>::from(key)).or_default();
+            partition.running = running;
+            // Restored partitions count as just reached (`state_ttl`).
+            partition.touched_ms = sluice_types::now_ms();
             self.held += 1;
         }
         Ok(())
@@ -582,6 +609,16 @@ impl Operator for OverAggregateOperator {
         }
         ctx.metrics.state_groups.store(self.held as u64, Ordering::Relaxed);
         ctx.emit_watermark(watermark).await
+    }
+
+    fn timer_interval(&self) -> Option<std::time::Duration> {
+        self.spec.state_ttl_ms.map(crate::group_aggregate::ttl_sweep_interval)
+    }
+
+    async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        self.expire(sluice_types::now_ms());
+        ctx.metrics.state_groups.store(self.held as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {

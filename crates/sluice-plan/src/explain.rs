@@ -201,11 +201,12 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 crate::OverFrame::Unbounded { peers: true } => "range unbounded preceding".to_string(),
             };
             format!(
-                "over [{}] by {} {frame}; {}; rows max {}",
+                "over [{}] by {} {frame}; {}; rows max {}{}",
                 labels(dag, op, &o.input_schema, &o.partition_columns),
                 input_label(dag, op, &o.input_schema, o.time_column),
                 calls.join(", "),
-                o.rows_max
+                o.rows_max,
+                ttl(o.state_ttl_ms)
             )
         }
         OperatorKind::TopN(t) => {

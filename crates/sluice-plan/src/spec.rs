@@ -478,9 +478,14 @@ pub struct OverAggSpec {
     pub frame: OverFrame,
     /// One output column each, after the input's output columns.
     pub aggregates: Vec<OverAggregateCall>,
-    /// Rows one instance holds (waiting for the watermark, or in a frame);
+    /// Rows one instance holds (waiting for the watermark, or in frames);
     /// past it the pipeline fails.
     pub rows_max: usize,
+    /// `SET state_ttl`: a partition no row reached for this long
+    /// (processing time) and none waits in is forgotten (its frame or
+    /// running values; a later row starts it afresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_ttl_ms: Option<i64>,
 }
 
 /// Which preceding rows an OVER aggregate's frame holds (always up to the

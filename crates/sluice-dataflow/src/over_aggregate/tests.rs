@@ -44,6 +44,7 @@ fn spec(frame: OverFrame, rows_max: usize) -> OverAggSpec {
             call("max", Some(2)),
         ],
         rows_max,
+        state_ttl_ms: None,
     }
 }
 
@@ -297,4 +298,31 @@ async fn restored_goes_on(frame: OverFrame) {
         "restored run ({late} late rows left out of both)"
     );
     assert_eq!(got.len(), kept.len());
+}
+
+#[test]
+fn state_ttl_forgets_idle_partitions_and_a_later_row_starts_afresh() {
+    let spec = OverAggSpec {
+        state_ttl_ms: Some(1_000),
+        ..spec(OverFrame::Unbounded { peers: false }, 100)
+    };
+    let mut op = OverAggregateOperator::new(&spec, output_schema()).unwrap();
+    op.hold(&batch(&[(1, 10, Some(5)), (2, 10, Some(7))]), 0, None, None)
+        .unwrap();
+    // Partition 2 waits for the watermark: kept whatever its age.
+    op.release(11).unwrap();
+    op.hold(&batch(&[(2, 20, Some(1))]), 11, None, None).unwrap();
+    assert_eq!(op.held(), 3, "two running values, one waiting row");
+    let now = sluice_types::now_ms();
+    assert_eq!(op.expire(now), 0, "nothing is idle for a second yet");
+    // A second and more later: partition 1 is forgotten; 2 has a waiting row.
+    assert_eq!(op.expire(now + 2_000), 1);
+    assert_eq!(op.held(), 2);
+    // Partition 1 again: its running sum starts afresh (not 5 + 3).
+    op.hold(&batch(&[(1, 30, Some(3))]), 11, None, None).unwrap();
+    let out = rows_of(&op.release(40).unwrap().unwrap());
+    let one = out.iter().find(|r| r.0 == 1).unwrap();
+    assert_eq!(one.4, Some(3));
+    let two = out.iter().find(|r| r.0 == 2).unwrap();
+    assert_eq!(two.4, Some(8), "partition 2 kept its running sum: 7 + 1");
 }

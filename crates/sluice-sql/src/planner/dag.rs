@@ -905,6 +905,7 @@ impl DagBuilder<'_> {
             frame,
             aggregates,
             rows_max: OVER_ROWS_MAX,
+            state_ttl_ms: self.settings.state_ttl_ms,
         };
         let (op, parallelism) = self.add_keyed(
             OperatorKind::OverAggregate(spec),
