@@ -17,6 +17,9 @@ pub enum PipelineKind {
     Sink,
     /// `CREATE STREAM … AS`.
     DerivedStream,
+    /// `CREATE MATERIALIZED VIEW`: its sink keeps the query's current
+    /// result, which `SELECT … FROM name` reads.
+    MaterializedView,
 }
 
 /// A named pipeline.

@@ -386,6 +386,17 @@ impl Master {
                 format!("stream \"{}\" already exists", def.name),
             ));
         }
+        // Streams and materialized views share the names queries read.
+        if state
+            .pipelines
+            .get(&def.name)
+            .is_some_and(|p| p.kind == PipelineKind::MaterializedView)
+        {
+            return Err(Error::user(
+                SqlCode::DuplicateObject,
+                format!("materialized view \"{}\" already exists", def.name),
+            ));
+        }
         state.streams.insert(def.name.clone(), def);
         self.store.save(&state)?;
         Ok(true)
@@ -397,6 +408,16 @@ impl Master {
         self.ensure_not_altering(name)?;
         let mut state = self.lock();
         let Some(def) = state.streams.get(name).cloned() else {
+            if state
+                .pipelines
+                .get(name)
+                .is_some_and(|p| p.kind == PipelineKind::MaterializedView)
+            {
+                return Err(Error::user(
+                    SqlCode::WrongObjectType,
+                    format!("\"{name}\" is a materialized view, not a stream: use DROP MATERIALIZED VIEW {name}"),
+                ));
+            }
             return if if_exists {
                 Ok(false)
             } else {
@@ -429,7 +450,8 @@ impl Master {
     ) -> Result<bool> {
         let def = {
             let mut state = self.lock();
-            if state.pipelines.contains_key(name) || derived.is_some() && state.streams.contains_key(name) {
+            let read_by_name = derived.is_some() || kind == PipelineKind::MaterializedView;
+            if state.pipelines.contains_key(name) || read_by_name && state.streams.contains_key(name) {
                 if if_not_exists {
                     return Ok(false);
                 }
@@ -542,10 +564,22 @@ impl Master {
                 Err(Error::not_found(ObjectKind::Pipeline, name))
             };
         };
-        if only == Some(PipelineKind::Sink) && kind != PipelineKind::Sink {
+        if let Some(only) = only
+            && only != kind
+        {
+            let (what, statement) = match kind {
+                PipelineKind::Sink => ("a sink", "DROP SINK"),
+                PipelineKind::DerivedStream => ("a stream", "DROP STREAM"),
+                PipelineKind::MaterializedView => ("a materialized view", "DROP MATERIALIZED VIEW"),
+            };
+            let asked = match only {
+                PipelineKind::Sink => "a sink",
+                PipelineKind::DerivedStream => "a stream",
+                PipelineKind::MaterializedView => "a materialized view",
+            };
             return Err(Error::user(
                 SqlCode::WrongObjectType,
-                format!("\"{name}\" is a stream, not a sink: use DROP STREAM {name}"),
+                format!("\"{name}\" is {what}, not {asked}: use {statement} {name}"),
             ));
         }
         let derived: Vec<String> = state
@@ -795,6 +829,7 @@ impl Master {
                     kind: match def.kind {
                         PipelineKind::Sink => "sink".into(),
                         PipelineKind::DerivedStream => "stream".into(),
+                        PipelineKind::MaterializedView => "materialized view".into(),
                     },
                     state,
                     since_ms,

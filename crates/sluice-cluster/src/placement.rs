@@ -63,14 +63,15 @@ pub trait Pinned {
     fn pinned(&self, op: &OperatorSpec) -> bool;
 }
 
-/// Session query results and memory streams live in the master.
+/// Session query results, memory streams and materialized views' rows
+/// live in the master.
 pub struct MasterOwned;
 
 impl Pinned for MasterOwned {
     fn pinned(&self, op: &OperatorSpec) -> bool {
         match &op.kind {
             OperatorKind::Source(s) => s.connector == "memory",
-            OperatorKind::Sink(s) => s.connector == "client" || s.connector == "memory",
+            OperatorKind::Sink(s) => matches!(s.connector.as_str(), "client" | "memory" | "view"),
             _ => false,
         }
     }

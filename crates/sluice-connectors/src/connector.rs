@@ -29,6 +29,7 @@ pub mod hdfs;
 pub mod kafka;
 pub mod memory;
 pub mod nexmark;
+pub mod view;
 
 /// A kind of source and/or sink. Implementations are unit structs listed in
 /// [`crate::registry`]; the methods say what the engine asks of them, and

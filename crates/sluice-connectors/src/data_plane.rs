@@ -1,10 +1,11 @@
 //! What the connectors of one process share, apart from the connectors
-//! themselves (which only describe and build): memory streams' logs and the
-//! result channels of session queries. The worker runs tasks with it and
+//! themselves (which only describe and build): memory streams' logs, the
+//! result channels of session queries and materialized views' rows. The worker runs tasks with it and
 //! the engine reaches it directly (INSERT, session queries); the master
 //! never holds it.
 
 use crate::memory::MemoryLogs;
+use crate::views::Views;
 use arrow::record_batch::RecordBatch;
 use sluice_types::PipelineId;
 use std::collections::HashMap;
@@ -31,10 +32,11 @@ impl ClientSinks {
     }
 }
 
-/// What the connectors of this process share: memory logs and the result
-/// channels of session queries.
+/// What the connectors of this process share: memory logs, the result
+/// channels of session queries and the rows of materialized views.
 #[derive(Debug, Default, Clone)]
 pub struct Connectors {
     pub memory: Arc<MemoryLogs>,
     pub clients: Arc<ClientSinks>,
+    pub views: Arc<Views>,
 }

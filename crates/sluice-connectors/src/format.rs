@@ -7,7 +7,7 @@
 //! of rows than records) decodes record by record to find the bad ones, so
 //! the good records of a batch with one bad record still arrive.
 
-use arrow::array::{ArrayRef, BinaryArray, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, BinaryArray, RecordBatch, StringArray};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, SchemaRef};
 use sluice_types::{Error, Result};
@@ -268,6 +268,21 @@ pub fn encode_rows(format: RecordFormat, batch: &RecordBatch) -> Result<Vec<Vec<
             }
         }
     }
+}
+
+/// The op of each row of a changelog batch (its first column).
+pub fn change_ops(batch: &RecordBatch) -> Result<Vec<sluice_plan::ChangeOp>> {
+    let ops = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
+    (0..ops.len())
+        .map(|i| {
+            sluice_plan::ChangeOp::parse(ops.value(i))
+                .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@
 //! (through its catalog) and the runtime ask the registry.
 //!
 //! The connectors ([`connector`]): `memory`, `nexmark`, `datagen`, `kafka`
-//! (sources); `kafka`, `file`, `hdfs`, `blackhole` (sinks); `memory` and
-//! `client` are also the engine's own sinks (a derived stream's log, a
-//! session's result stream). Their machinery:
+//! (sources); `kafka`, `file`, `hdfs`, `blackhole` (sinks); `memory`,
+//! `client` and `view` are also the engine's own sinks (a derived stream's
+//! log, a session's result stream, a materialized view's rows). Their machinery:
 //!
 //! - [`memory`]: in-memory append-only logs — what `INSERT INTO` appends to
 //!   and what a derived stream's pipeline writes (with its watermarks);
@@ -35,6 +35,9 @@
 //!   product feature);
 //! - [`options`]: the options every source or sink takes, and typed access
 //!   to option values;
+//! - [`views`]: the rows of materialized views as their `view` sinks
+//!   last published them (at a checkpoint barrier), read by `SELECT … FROM
+//!   view`;
 //! - [`state_store`]: where checkpoints go (`'checkpoint.dir'`: a local
 //!   directory or HDFS).
 
@@ -56,6 +59,7 @@ pub mod pacing;
 pub mod registry;
 pub mod rolling;
 pub mod state_store;
+pub mod views;
 
 pub use connector::{Connector, OptionDoc, OptionSet};
 pub use data_plane::{ClientSinks, Connectors};

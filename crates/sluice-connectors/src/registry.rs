@@ -20,6 +20,7 @@ static CONNECTORS: &[&dyn Connector] = &[
     &connector::kafka::Kafka,
     &connector::hdfs::HDFS,
     &connector::client::Client,
+    &connector::view::View,
 ];
 
 /// Every registered connector.

@@ -37,6 +37,8 @@ pub enum DropKind {
     Stream,
     Sink,
     Pipeline,
+    /// `DROP MATERIALIZED VIEW`.
+    MaterializedView,
 }
 
 /// What `ALTER PIPELINE name …` changes in a running pipeline.
@@ -68,6 +70,15 @@ pub enum SluiceStatement {
     },
     /// `CREATE SINK name WITH (…) AS query`.
     CreateSink {
+        name: String,
+        if_not_exists: bool,
+        options: BTreeMap<String, String>,
+        query: Box<Query>,
+    },
+    /// `CREATE MATERIALIZED VIEW name [WITH (…)] AS query`: a pipeline
+    /// keeping the query's current result, which `SELECT … FROM name`
+    /// reads.
+    CreateMaterializedView {
         name: String,
         if_not_exists: bool,
         options: BTreeMap<String, String>,
@@ -133,6 +144,7 @@ macro_rules! statement_walk {
                 }
                 SluiceStatement::CreateStreamAs { query, .. }
                 | SluiceStatement::CreateSink { query, .. }
+                | SluiceStatement::CreateMaterializedView { query, .. }
                 | SluiceStatement::Explain(query) => $visit::visit(query, v)?,
                 SluiceStatement::AlterPipeline { change, .. } | SluiceStatement::ExplainAlter { change, .. } => {
                     if let PipelineChange::Query { query, .. } = change {
@@ -218,7 +230,8 @@ fn parse_one(p: &mut Parser) -> Result<SluiceStatement> {
     match (first.as_deref(), second.as_deref()) {
         (Some("CREATE"), Some("STREAM")) => parse_create_stream(p),
         (Some("CREATE"), Some("SINK")) => parse_create_sink(p),
-        (Some("DROP"), Some("STREAM" | "SINK" | "PIPELINE")) => parse_drop(p),
+        (Some("CREATE"), Some("MATERIALIZED")) => parse_create_materialized_view(p),
+        (Some("DROP"), Some("STREAM" | "SINK" | "PIPELINE" | "MATERIALIZED")) => parse_drop(p),
         (Some("SHOW"), _) => parse_show(p),
         (Some("DESCRIBE" | "DESC"), _) => {
             p.next_token();
@@ -494,6 +507,31 @@ fn parse_create_sink(p: &mut Parser) -> Result<SluiceStatement> {
     })
 }
 
+/// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name [WITH (…)] AS query`.
+fn parse_create_materialized_view(p: &mut Parser) -> Result<SluiceStatement> {
+    p.next_token();
+    p.next_token();
+    if word(p, 0).as_deref() != Some("VIEW") {
+        return Err(Error::syntax("CREATE MATERIALIZED is followed by VIEW name AS query"));
+    }
+    p.next_token();
+    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = object_name(p)?;
+    let options = if p.parse_keyword(Keyword::WITH) {
+        parse_options(p)?
+    } else {
+        BTreeMap::new()
+    };
+    p.expect_keyword(Keyword::AS).map_err(parser_error)?;
+    let query = p.parse_query().map_err(parser_error)?;
+    Ok(SluiceStatement::CreateMaterializedView {
+        name,
+        if_not_exists,
+        options,
+        query,
+    })
+}
+
 /// `( key = value, … )` where a key is an identifier, a dotted name or a
 /// quoted string, and a value a string, number or word. Keys are
 /// lower-cased; values kept as written.
@@ -549,6 +587,13 @@ fn parse_drop(p: &mut Parser) -> Result<SluiceStatement> {
     let kind = match word(p, 0).as_deref() {
         Some("STREAM") => DropKind::Stream,
         Some("SINK") => DropKind::Sink,
+        Some("MATERIALIZED") => {
+            p.next_token();
+            if word(p, 0).as_deref() != Some("VIEW") {
+                return Err(Error::syntax("DROP MATERIALIZED is followed by VIEW name"));
+            }
+            DropKind::MaterializedView
+        }
         _ => DropKind::Pipeline,
     };
     p.next_token();

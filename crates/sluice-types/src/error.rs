@@ -65,6 +65,9 @@ pub enum SqlCode {
     StatementTooComplex,
     /// `55006`: the object is in use (a pipeline another ALTER is changing).
     ObjectInUse,
+    /// `55000`: the object is not ready for this (a materialized view
+    /// whose pipeline has not published its rows).
+    ObjectNotInPrerequisiteState,
     /// `53000`: the cluster lacks what a pipeline needs (workers, slots,
     /// workers with the labels it asks for).
     InsufficientResources,
@@ -117,6 +120,7 @@ impl SqlCode {
             SqlCode::ProgramLimitExceeded => "54000",
             SqlCode::StatementTooComplex => "54001",
             SqlCode::ObjectInUse => "55006",
+            SqlCode::ObjectNotInPrerequisiteState => "55000",
             SqlCode::InsufficientResources => "53000",
             SqlCode::InsufficientPrivilege => "42501",
             SqlCode::InvalidAuthorization => "28000",
@@ -129,7 +133,7 @@ impl SqlCode {
     }
 
     /// Every code (to map a SQLSTATE back).
-    pub const ALL: [SqlCode; 35] = [
+    pub const ALL: [SqlCode; 36] = [
         SqlCode::Syntax,
         SqlCode::UndefinedTable,
         SqlCode::UndefinedColumn,
@@ -157,6 +161,7 @@ impl SqlCode {
         SqlCode::ProgramLimitExceeded,
         SqlCode::StatementTooComplex,
         SqlCode::ObjectInUse,
+        SqlCode::ObjectNotInPrerequisiteState,
         SqlCode::InsufficientResources,
         SqlCode::InsufficientPrivilege,
         SqlCode::InvalidAuthorization,

@@ -26,7 +26,7 @@
 
 use super::replay::{AFTER_HEADER, ReplayFilter, TXN_HEADER, end_offsets, read_committed_since};
 use super::{Reporting, client_config, properties};
-use crate::format::{RecordFormat, encode_rows};
+use crate::format::{RecordFormat, change_ops, encode_rows};
 use arrow::array::{Array, RecordBatch, TimestampMillisecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
@@ -149,21 +149,6 @@ pub fn accepts_changelog(options: &BTreeMap<String, String>) -> bool {
     options
         .get("format")
         .is_some_and(|f| f.eq_ignore_ascii_case(DEBEZIUM_JSON) || f.eq_ignore_ascii_case(UPSERT_JSON))
-}
-
-/// The ops of a changelog batch (its first column).
-fn change_ops(batch: &RecordBatch) -> Result<Vec<sluice_plan::ChangeOp>> {
-    let ops = batch
-        .column(0)
-        .as_any()
-        .downcast_ref::<arrow::array::StringArray>()
-        .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
-    (0..ops.len())
-        .map(|i| {
-            sluice_plan::ChangeOp::parse(ops.value(i))
-                .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))
-        })
-        .collect()
 }
 
 /// An upsert sink's changelog without its `-U` rows (the `+U` that

@@ -107,12 +107,18 @@ impl<'a> Planner<'a> {
     /// one-off batch query); `42P01` for a relation that is neither a
     /// stream nor one of the query's CTEs.
     pub fn reads_streams(&self, query: &Query) -> Result<bool> {
+        self.reads_streams_besides(query, &|_| false)
+    }
+
+    /// [`Planner::reads_streams`] where `other` claims relations that are
+    /// not streams (materialized views, which a batch query reads).
+    pub fn reads_streams_besides(&self, query: &Query, other: &dyn Fn(&str) -> bool) -> Result<bool> {
         let mut query = query.clone();
         let windows = extract_window_tvfs(&mut query)?;
         let mut names = Vec::new();
         let _ = query.visit(&mut RelationCollector(&mut names));
         let ctes = cte_names(&query);
-        names.retain(|n| !n.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) && !ctes.contains(n));
+        names.retain(|n| !n.starts_with(crate::window_tvf::WINDOW_TABLE_PREFIX) && !ctes.contains(n) && !other(n));
         names.extend(windows.into_iter().map(|w| w.stream));
         if let Some(unknown) = names.iter().find(|n| self.catalog.stream(n).is_none()) {
             return Err(Error::not_found(ObjectKind::Stream, unknown));

@@ -33,6 +33,12 @@ pub async fn command_for(ctx: Ctx<'_>, statement: &SluiceStatement) -> Result<Op
             options,
             query,
         } => create_sink(ctx, name, *if_not_exists, options.clone(), query).await?,
+        SluiceStatement::CreateMaterializedView {
+            name,
+            if_not_exists,
+            options,
+            query,
+        } => create_materialized_view(ctx, name, *if_not_exists, options.clone(), query).await?,
         SluiceStatement::Drop { kind, name, if_exists } => {
             let (name, if_exists) = (name.clone(), *if_exists);
             match kind {
@@ -46,6 +52,11 @@ pub async fn command_for(ctx: Ctx<'_>, statement: &SluiceStatement) -> Result<Op
                     name,
                     if_exists,
                     only: None,
+                },
+                DropKind::MaterializedView => CatalogCommand::DropPipeline {
+                    name,
+                    if_exists,
+                    only: Some(PipelineKind::MaterializedView),
                 },
             }
         }
@@ -66,10 +77,12 @@ pub fn tag(command: &CatalogCommand) -> &'static str {
         CatalogCommand::CreatePipeline { kind, .. } => match kind {
             PipelineKind::Sink => "CREATE SINK",
             PipelineKind::DerivedStream => "CREATE STREAM",
+            PipelineKind::MaterializedView => "CREATE MATERIALIZED VIEW",
         },
         CatalogCommand::DropStream { .. } => "DROP STREAM",
         CatalogCommand::DropPipeline { only, .. } => match only {
             Some(PipelineKind::Sink) => "DROP SINK",
+            Some(PipelineKind::MaterializedView) => "DROP MATERIALIZED VIEW",
             _ => "DROP PIPELINE",
         },
         CatalogCommand::SetPaused { .. } | CatalogCommand::AlterPipeline { .. } => "ALTER PIPELINE",
@@ -78,18 +91,28 @@ pub fn tag(command: &CatalogCommand) -> &'static str {
     }
 }
 
-/// Has the master apply `command`. A new sink's statement returns once
-/// its pipeline's first deployment was attempted (a checkpointed one
-/// restores first), so a failure to start shows in `SHOW PIPELINES` at once.
+/// Has the master apply `command`. A new sink's or view's statement
+/// returns once its pipeline's first deployment was attempted (a
+/// checkpointed one restores first), so a failure to start shows in `SHOW
+/// PIPELINES` at once. A dropped view's rows are forgotten.
 pub async fn apply(ctx: Ctx<'_>, cmd: CatalogCommand) -> Result<Output> {
     let tag = tag(&cmd);
     let started = match &cmd {
         CatalogCommand::CreatePipeline {
             name,
-            kind: PipelineKind::Sink,
+            kind: PipelineKind::Sink | PipelineKind::MaterializedView,
             ..
         }
         | CatalogCommand::AlterPipeline { name, .. } => Some(name.clone()),
+        _ => None,
+    };
+    let dropped_view = match &cmd {
+        CatalogCommand::DropPipeline { name, .. } => ctx
+            .engine
+            .master
+            .pipeline(name)
+            .filter(|p| p.kind == PipelineKind::MaterializedView)
+            .map(|p| p.name),
         _ => None,
     };
     let cmd = CatalogCommand::AsRole {
@@ -99,6 +122,9 @@ pub async fn apply(ctx: Ctx<'_>, cmd: CatalogCommand) -> Result<Output> {
     let applied = ctx.engine.master.apply(cmd).await?;
     if let (Some(name), Applied::Changed) = (started, applied) {
         ctx.engine.master.wait_started(&name).await;
+    }
+    if let (Some(name), Applied::Changed) = (dropped_view, applied) {
+        ctx.engine.data.views.forget(&name);
     }
     Ok(command(tag))
 }
@@ -207,6 +233,45 @@ async fn create_sink(
     })
 }
 
+/// `CREATE MATERIALIZED VIEW name [WITH (…)] AS query`: a pipeline whose
+/// `view` sink keeps the query's current result (see
+/// `sluice_connectors::connector::view`). A view checkpoints every second
+/// unless it says otherwise, as its rows are published at checkpoints.
+async fn create_materialized_view(
+    ctx: Ctx<'_>,
+    name: &str,
+    if_not_exists: bool,
+    mut options: BTreeMap<String, String>,
+    query: &sqlparser::ast::Query,
+) -> Result<CatalogCommand> {
+    use sluice_connectors::connector::view;
+    view::validate(&options)?;
+    options
+        .entry("checkpoint.interval".to_string())
+        .or_insert_with(|| view::VIEW_CHECKPOINT_INTERVAL_DEFAULT.to_string());
+    let sql = format!("CREATE MATERIALIZED VIEW {name} WITH ({}) AS {query}", listed(&options));
+    options.insert(view::VIEW_NAME_OPTION.to_string(), name.to_string());
+    let planned = ctx.plan(query, sink_spec("view", options)).await?;
+    Ok(CatalogCommand::CreatePipeline {
+        name: name.to_string(),
+        kind: PipelineKind::MaterializedView,
+        sql,
+        dag: planned.dag,
+        derived: None,
+        if_not_exists,
+        created_ms: now_ms(),
+    })
+}
+
+/// Options as a statement lists them: `'key' = 'value', …`.
+fn listed(options: &BTreeMap<String, String>) -> String {
+    let listed: Vec<String> = options
+        .iter()
+        .map(|(k, v)| format!("'{k}' = '{}'", v.replace('\'', "''")))
+        .collect();
+    listed.join(", ")
+}
+
 /// A sink's pipeline: its statement as stored (every option listed) and
 /// its DAG, the sink's output checked by its connector.
 async fn plan_sink(
@@ -217,11 +282,7 @@ async fn plan_sink(
     query: &sqlparser::ast::Query,
 ) -> Result<(String, sluice_plan::PhysicalDag)> {
     let sink = sluice_connectors::registry::validate_sink(connector, &options)?;
-    let listed: Vec<String> = options
-        .iter()
-        .map(|(k, v)| format!("'{k}' = '{}'", v.replace('\'', "''")))
-        .collect();
-    let sql = format!("CREATE SINK {name} WITH ({}) AS {query}", listed.join(", "));
+    let sql = format!("CREATE SINK {name} WITH ({}) AS {query}", listed(&options));
     let planned = ctx.plan(query, sink_spec(connector, options.clone())).await?;
     sink.check_sink_output(&options, &planned.schema)?;
     Ok((sql, planned.dag))
@@ -256,6 +317,14 @@ pub async fn alter_pipeline(ctx: Ctx<'_>, name: &str, change: &PipelineChange) -
                 PipelineKind::DerivedStream => {
                     let (sql, dag, def) = plan_derived_stream(ctx, name, query).await?;
                     (sql, dag, Some(def))
+                }
+                // The sink of a new query would start empty while the
+                // operators it kept went on from their state: rows they
+                // emitted before would be missing from the view.
+                PipelineKind::MaterializedView => {
+                    return Err(Error::unsupported(format!(
+                        "ALTER PIPELINE … AS does not change a materialized view's query; DROP MATERIALIZED VIEW {name} and create it again (SET PARALLELISM and RESET SOURCE work)"
+                    )));
                 }
             };
             let with = if *reset_state { " WITH (state = 'reset')" } else { "" };

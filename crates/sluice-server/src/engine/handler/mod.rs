@@ -25,11 +25,17 @@ pub(super) mod variable;
 use super::catalog::MasterCatalog;
 use super::settings::Settings;
 use super::{Engine, Output, RowStream, batch, column_names, pg_catalog, query};
+use sluice_cluster::catalog::PipelineKind;
+use sluice_connectors::views::PublishedView;
 use sluice_sql::planner::sink_spec;
 use sluice_sql::{PlannedQuery, Planner, PlannerSettings};
-use sluice_types::Result;
+use sluice_types::{Error, Result, SqlCode};
 use sqlparser::ast::Query;
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The views a batch query reads, by name, with their rows.
+type ViewRows = Vec<(String, Arc<PublishedView>)>;
 
 /// What a handler sees of its session: the shared engine and the
 /// session's settings.
@@ -85,8 +91,8 @@ impl Ctx<'_> {
     ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        let (params, schema) = if self.reads_catalog(q) || !planner.reads_streams(q)? {
-            batch::describe(q, self.catalog_snapshot()).await?
+        let (params, schema) = if let Some(views) = self.batch_views(q, &planner)? {
+            batch::describe(q, self.catalog_snapshot().with_views(views)).await?
         } else {
             planner.describe(q).await?
         };
@@ -98,8 +104,8 @@ impl Ctx<'_> {
     pub async fn rows(&self, q: &Query) -> Result<RowStream> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        let rows = if self.reads_catalog(q) || !planner.reads_streams(q)? {
-            batch::run(q, self.catalog_snapshot()).await?
+        let rows = if let Some(views) = self.batch_views(q, &planner)? {
+            batch::run(q, self.catalog_snapshot().with_views(views)).await?
         } else {
             let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
             let who = super::authorize::who(self.engine, self.user)?;
@@ -107,6 +113,60 @@ impl Ctx<'_> {
             query::start(&self.engine.master, &self.engine.data.clients, &planned)?
         };
         Ok(column_names::rename_rows(q, rows))
+    }
+
+    /// `Some(views)` when `q` runs once as a batch query — it reads the
+    /// catalog, materialized views (`views`: their rows as of their last
+    /// barrier) or nothing — and `None` when it reads streams (a
+    /// continuous query). Reading a view needs what reading its query
+    /// needs (SELECT on every stream it reads, `42501` otherwise); a view
+    /// whose pipeline has not published on this server is `55000`; a query
+    /// that reads a view and a stream is refused (`0A000`): it would be
+    /// neither answered at once nor continuous.
+    fn batch_views(&self, q: &Query, planner: &Planner<'_>) -> Result<Option<ViewRows>> {
+        let mut views: ViewRows = Vec::new();
+        for parts in pg_catalog::relation_names(q) {
+            let name = match parts.as_slice() {
+                [name] => name,
+                [schema, name] if schema == "public" => name,
+                _ => continue,
+            };
+            if views.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            let Some(def) = self
+                .engine
+                .master
+                .pipeline(name)
+                .filter(|p| p.kind == PipelineKind::MaterializedView)
+            else {
+                continue;
+            };
+            let who = super::authorize::who(self.engine, self.user)?;
+            super::authorize::check_reads(self.engine, &who, &def.dag)?;
+            let rows = self.engine.data.views.get(name).ok_or_else(|| {
+                Error::user(
+                    SqlCode::ObjectNotInPrerequisiteState,
+                    format!(
+                        "materialized view {name} has no rows on this server yet: its pipeline has not started here (SHOW PIPELINES says why)"
+                    ),
+                )
+            })?;
+            views.push((name.clone(), rows));
+        }
+        if self.reads_catalog(q) {
+            return Ok(Some(views));
+        }
+        let is_view = |n: &str| views.iter().any(|(v, _)| v == n);
+        if !planner.reads_streams_besides(q, &is_view)? {
+            return Ok(Some(views));
+        }
+        match views.first() {
+            None => Ok(None),
+            Some((view, _)) => Err(Error::unsupported(format!(
+                "this query reads materialized view {view} and streams: a query reads either streams (a continuous query) or materialized views (answered at once), not both"
+            ))),
+        }
     }
 
     /// Whether `q` reads `pg_catalog` or `information_schema` (it then runs

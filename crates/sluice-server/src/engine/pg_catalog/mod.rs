@@ -33,6 +33,7 @@ use datafusion::prelude::SessionContext;
 use sluice_cluster::security::{
     BOOTSTRAP_SUPERUSER, BUILTIN_ROLES, PG_WRITE_SERVER_FILES, PUBLIC, Principal, Privilege, SecurityCatalog,
 };
+use sluice_connectors::views::PublishedView;
 use sluice_plan::catalog::StreamDef;
 use sqlparser::ast::{ObjectName, Query, Visit, Visitor};
 use std::ops::ControlFlow;
@@ -72,6 +73,10 @@ pub struct Snapshot {
     pub security: SecurityCatalog,
     /// The role the query runs as (empty: `sluice`).
     pub user: String,
+    /// The materialized views the query reads, by name, with their rows as
+    /// of their last barrier: tables of `public` (an unqualified name finds
+    /// them after `pg_catalog`, as Postgres' search path does).
+    pub views: Vec<(String, Arc<PublishedView>)>,
 }
 
 /// A role as `pg_roles` lists it.
@@ -93,6 +98,7 @@ impl Snapshot {
             settings,
             security: SecurityCatalog::default(),
             user: String::new(),
+            views: Vec::new(),
         }
     }
 
@@ -101,6 +107,21 @@ impl Snapshot {
         self.security = security;
         self.user = user.to_string();
         self
+    }
+
+    /// This snapshot with the rows of the views a query reads.
+    pub fn with_views(mut self, views: Vec<(String, Arc<PublishedView>)>) -> Self {
+        self.views = views;
+        self
+    }
+
+    /// A view's rows as a table.
+    fn view_table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some((_, view)) = self.views.iter().find(|(n, _)| n == name) else {
+            return Ok(None);
+        };
+        let table = MemTable::try_new(view.schema.clone(), vec![vec![view.rows.clone()]])?;
+        Ok(Some(Arc::new(table)))
     }
 
     /// The role the query runs as.
@@ -292,6 +313,16 @@ pub struct Relation {
 /// `information_schema.` name, or an unqualified `pg_catalog` table name
 /// (Postgres searches `pg_catalog` first) that `is_stream` does not claim.
 pub fn reads_catalog(query: &Query, is_stream: impl Fn(&str) -> bool) -> bool {
+    relation_names(query).iter().any(|parts| match parts.as_slice() {
+        [.., schema, _] => schema == "pg_catalog" || schema == "information_schema",
+        [table] => CATALOG_TABLE_NAMES.contains(&table.as_str()) && !is_stream(table),
+        [] => false,
+    })
+}
+
+/// Every relation `query` names, each as its normalised parts
+/// (`["public", "v"]`, `["v"]`), in the order they appear.
+pub fn relation_names(query: &Query) -> Vec<Vec<String>> {
     struct Names(Vec<ObjectName>);
     impl Visitor for Names {
         type Break = ();
@@ -302,19 +333,17 @@ pub fn reads_catalog(query: &Query, is_stream: impl Fn(&str) -> bool) -> bool {
     }
     let mut names = Names(Vec::new());
     let _ = query.visit(&mut names);
-    names.0.iter().any(|name| {
-        let parts: Vec<String> = name
-            .0
-            .iter()
-            .filter_map(|p| p.as_ident())
-            .map(sluice_sql::names::normalize_ident)
-            .collect();
-        match parts.as_slice() {
-            [.., schema, _] => schema == "pg_catalog" || schema == "information_schema",
-            [table] => CATALOG_TABLE_NAMES.contains(&table.as_str()) && !is_stream(table),
-            [] => false,
-        }
-    })
+    names
+        .0
+        .iter()
+        .map(|name| {
+            name.0
+                .iter()
+                .filter_map(|p| p.as_ident())
+                .map(sluice_sql::names::normalize_ident)
+                .collect()
+        })
+        .collect()
 }
 
 /// Catalog tables that never have rows in Sluice (no policies, statistics
@@ -415,8 +444,16 @@ pub fn register(ctx: &SessionContext, snapshot: Arc<Snapshot>) {
             .register_schema(schema, provider)
             .expect("registering a schema in a memory catalog cannot fail");
     }
+    let public = Arc::new(MemorySchemaProvider::new());
+    for (name, _) in &snapshot.views {
+        if let Ok(Some(table)) = snapshot.view_table(name) {
+            public
+                .register_table(name.clone(), table)
+                .expect("a view's name is registered once");
+        }
+    }
     catalog
-        .register_schema("public", Arc::new(MemorySchemaProvider::new()))
+        .register_schema("public", public)
         .expect("registering a schema in a memory catalog cannot fail");
     functions::register(ctx, snapshot);
 }
@@ -441,6 +478,10 @@ impl SchemaProvider for CatalogSchema {
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         let Some(batch) = tables::build(self.schema, name, &self.snapshot)? else {
+            // The search path: `pg_catalog`, then `public`.
+            if self.schema == "pg_catalog" {
+                return self.snapshot.view_table(name);
+            }
             return Ok(None);
         };
         let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
@@ -451,6 +492,7 @@ impl SchemaProvider for CatalogSchema {
         tables::catalog_relations()
             .iter()
             .any(|r| r.schema_name == self.schema && r.name == name)
+            || self.schema == "pg_catalog" && self.snapshot.views.iter().any(|(n, _)| n == name)
     }
 }
 
