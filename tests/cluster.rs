@@ -90,6 +90,39 @@ async fn a_query_spread_over_two_workers_is_exact() {
     assert_eq!(workers.len(), 2, "{cluster}");
 }
 
+/// A materialized view in a cluster: the generator and the aggregate run
+/// on the two workers, the view's sink on the master, whose SQL front end
+/// answers `SELECT … FROM view` from the rows it published. Once the
+/// bounded input ended the view holds every key's sums, computed here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_materialized_view_over_two_workers_is_exact() {
+    let (server, _tmp) = cluster(2);
+    let c = server.connect().await;
+    exec(
+        &c,
+        "CREATE STREAM vnums (i BIGINT, k AS i % 7) WITH (
+            connector = 'datagen', 'number-of-rows' = '100000', 'rows-per-second' = '0',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '99999');
+         SET parallelism = 2;
+         CREATE MATERIALIZED VIEW vsums AS SELECT k, count(*) AS n, sum(i) AS s FROM vnums GROUP BY k",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = c.query("SELECT k, n, s FROM vsums ORDER BY k", &[]).await.unwrap();
+        let got: Vec<(i64, i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+        if got == expected_sums(100_000, 7) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the view never held every row: {got:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The master runs only pinned tasks (here the view's sink): the
+    // generator and the aggregate ran on the workers.
+    let cluster = server.cluster_json();
+    assert_eq!(cluster["workers"].as_array().unwrap().len(), 2, "{cluster}");
+}
+
 /// A bounded pipeline that finished on the workers shows every row it
 /// read and wrote: each part's final counters reach the master before it
 /// exits (the last periodic heartbeat is up to a second old).
