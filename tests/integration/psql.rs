@@ -273,3 +273,46 @@ fn describe_meta_commands_show_what_postgres_would() {
     // \dn lists the schemas that are not the system's.
     assert_eq!(meta(&server, "\\dn"), "public|sluice\n");
 }
+
+/// A materialized view is a relation of kind `m`: `\d` lists it as such,
+/// `\dm` lists only views, `\d name` shows the columns of its query (no op
+/// column) with Postgres' names for their types, and a plain SELECT reads
+/// it.
+#[test]
+fn describe_meta_commands_show_materialized_views() {
+    let server = TestServer::start();
+    let out = psql(
+        &server,
+        &[
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            "CREATE STREAM nums (i BIGINT) WITH (connector = 'datagen', 'number-of-rows' = '12', \
+               'rows-per-second' = '0', 'fields.i.kind' = 'sequence', 'fields.i.start' = '1', 'fields.i.end' = '12'); \
+             CREATE MATERIALIZED VIEW parity AS SELECT i % 2 AS odd, count(*) AS n, max(i) AS top FROM nums GROUP BY i % 2",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        meta(&server, "\\d"),
+        "public|nums|table|sluice\npublic|parity|materialized view|sluice\n"
+    );
+    assert_eq!(meta(&server, "\\dm"), "public|parity|materialized view|sluice\n");
+    assert_eq!(
+        meta(&server, "\\d parity"),
+        "odd|bigint|||\nn|bigint|||\ntop|bigint|||\n"
+    );
+    // i = 1..12: six odd (top 11), six even (top 12).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let rows = meta(&server, "SELECT odd, n, top FROM parity ORDER BY odd");
+        if rows == "0|6|12\n1|6|11\n" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the view never held all rows: {rows}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -793,6 +793,13 @@ impl Master {
         self.lock().pipelines.get(name).cloned()
     }
 
+    /// The stored definition of every pipeline, in name order.
+    pub fn pipeline_defs(&self) -> Vec<PipelineDef> {
+        let mut defs: Vec<PipelineDef> = self.lock().pipelines.values().cloned().collect();
+        defs.sort_by(|a, b| a.name.cmp(&b.name));
+        defs
+    }
+
     /// Status of every named pipeline.
     pub fn pipelines(&self) -> Vec<PipelineInfo> {
         let defs: Vec<PipelineDef> = self.lock().pipelines.values().cloned().collect();

@@ -93,6 +93,9 @@ pub enum SluiceStatement {
     ShowPipelines,
     /// `SHOW CLUSTER`: masters (role, term, quorum) and workers.
     ShowCluster,
+    /// `SHOW MATERIALIZED VIEWS`: each view's state, rows and how fresh
+    /// they are.
+    ShowMaterializedViews,
     /// `SHOW CHECKPOINTS FOR pipeline`.
     ShowCheckpoints(String),
     /// `SHOW name`.
@@ -156,6 +159,7 @@ macro_rules! statement_walk {
                 | SluiceStatement::ShowStreams
                 | SluiceStatement::ShowPipelines
                 | SluiceStatement::ShowCluster
+                | SluiceStatement::ShowMaterializedViews
                 | SluiceStatement::ShowCheckpoints(_)
                 | SluiceStatement::ShowVariable(_)
                 | SluiceStatement::ShowAll
@@ -620,6 +624,11 @@ fn parse_show(p: &mut Parser) -> Result<SluiceStatement> {
         Some("CLUSTER") => {
             p.next_token();
             Ok(SluiceStatement::ShowCluster)
+        }
+        Some("MATERIALIZED") if word(p, 1).as_deref() == Some("VIEWS") => {
+            p.next_token();
+            p.next_token();
+            Ok(SluiceStatement::ShowMaterializedViews)
         }
         Some("PIPELINE") if word(p, 1).as_deref() == Some("HISTORY") => {
             p.next_token();

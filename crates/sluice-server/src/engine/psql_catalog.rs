@@ -7,9 +7,9 @@
 //! the oid lookup of `\d name`, its footers).
 
 use super::Output;
+use super::pg_catalog::Relation;
 use super::pg_catalog::Snapshot;
 use super::show::Table;
-use sluice_plan::catalog::StreamDef;
 use sluice_sql::types::pg_type_name;
 use sluice_types::Result;
 
@@ -23,7 +23,6 @@ pub fn answer(sql: &str, snapshot: impl FnOnce() -> Snapshot) -> Option<Result<O
     if let Some(answer) = super::pg_catalog::psql_meta::answer(sql, &snapshot) {
         return Some(answer.table().output("SELECT"));
     }
-    let streams = snapshot.streams.as_slice();
     if sql.trim_start().starts_with("SELECT c.relchecks, c.relkind") {
         let columns = [
             "relchecks",
@@ -42,11 +41,16 @@ pub fn answer(sql: &str, snapshot: impl FnOnce() -> Snapshot) -> Option<Result<O
             "relreplident",
             "amname",
         ];
-        let row: Vec<String> = ["0", "r", "f", "f", "f", "f", "f", "f", "f", "", "0", "", "p", "d", ""]
-            .iter()
-            .map(|s| s.to_string())
+        let rows = by_oid(sql, &snapshot)
+            .map(|r| {
+                let kind = r.kind.to_string();
+                ["0", &kind, "f", "f", "f", "f", "f", "f", "f", "", "0", "", "p", "d", ""]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<String>>()
+            })
+            .into_iter()
             .collect();
-        let rows = by_oid(sql, streams).map(|_| row.clone()).into_iter().collect();
         return Some(Table::text(&columns, rows).output("SELECT"));
     }
     if sql.trim_start().starts_with(
@@ -71,8 +75,8 @@ pub fn answer(sql: &str, snapshot: impl FnOnce() -> Snapshot) -> Option<Result<O
         .filter(|(_, marker)| sql.contains(marker))
         .map(|(column, _)| column)
         .collect();
-        let def = by_oid(sql, streams);
-        let fields = def.map(|d| d.schema.fields().to_vec()).unwrap_or_default();
+        let relation = by_oid(sql, &snapshot);
+        let fields = relation.map(|r| r.schema.fields().to_vec()).unwrap_or_default();
         let rows = fields
             .iter()
             .map(|f| {
@@ -101,12 +105,16 @@ pub fn answer(sql: &str, snapshot: impl FnOnce() -> Snapshot) -> Option<Result<O
     None
 }
 
-/// The stream named by `WHERE c.oid = '16384'` / `a.attrelid = '16384'`.
-fn by_oid<'a>(sql: &str, streams: &'a [StreamDef]) -> Option<&'a StreamDef> {
+/// The stream or materialized view named by `WHERE c.oid = '16384'` /
+/// `a.attrelid = '16384'`.
+fn by_oid(sql: &str, snapshot: &Snapshot) -> Option<Relation> {
     let oid: i64 = ["c.oid = '", "a.attrelid = '"]
         .iter()
         .find_map(|marker| sql.split(marker).nth(1))
         .and_then(|rest| rest.split('\'').next())
         .and_then(|n| n.parse().ok())?;
-    streams.get(usize::try_from(oid.checked_sub(Snapshot::stream_oid(0))?).ok()?)
+    snapshot
+        .relations()
+        .into_iter()
+        .find(|r| r.oid == oid && r.schema_name == "public")
 }

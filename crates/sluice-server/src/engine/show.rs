@@ -194,6 +194,43 @@ pub fn pipelines(infos: &[PipelineInfo]) -> Table {
     Table { schema, rows }
 }
 
+/// A materialized view as `SHOW MATERIALIZED VIEWS` lists it.
+pub struct ViewRow {
+    pub name: String,
+    /// Its pipeline's state.
+    pub state: String,
+    /// Its rows as this server last had them published.
+    pub published: Option<Arc<sluice_connectors::views::PublishedView>>,
+}
+
+/// `SHOW MATERIALIZED VIEWS`: name, its pipeline's state, the rows a
+/// SELECT reads now, the checkpoint they are as of (NULL: as of a start or
+/// the end of the input) and when they were published (NULL: not on this
+/// server yet).
+pub fn materialized_views(views: &[ViewRow]) -> Table {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, true),
+        Field::new("state", DataType::Utf8, true),
+        Field::new("rows", DataType::Int64, true),
+        Field::new("checkpoint_id", DataType::Int64, true),
+        Field::new("published_at", DataType::Utf8, true),
+    ]));
+    let rows = views
+        .iter()
+        .map(|v| {
+            let p = v.published.as_deref();
+            vec![
+                Cell::Text(Some(v.name.clone())),
+                Cell::Text(Some(v.state.clone())),
+                Cell::Int(p.map(|p| p.rows.num_rows() as i64)),
+                Cell::Int(p.and_then(|p| p.checkpoint).map(|c| c as i64)),
+                Cell::Text(p.map(|p| ts_ms_to_string(p.published_ms))),
+            ]
+        })
+        .collect();
+    Table { schema, rows }
+}
+
 /// `SHOW CHECKPOINTS FOR name`: the pipeline's completed checkpoints
 /// since the server started (at most the last 10), newest first, and the
 /// one it was restored from (`restored` true; its time and size are in its
@@ -388,6 +425,7 @@ pub fn schema_of(table: &str) -> SchemaRef {
         "cluster" => cluster(&[]).schema,
         "streams" => streams(&[]).schema,
         "pipelines" => pipelines(&[]).schema,
+        "materialized_views" => materialized_views(&[]).schema,
         "checkpoints" => checkpoints(&PipelineInfo::default()).schema,
         "explain_alter" => alter_diff(&DagDiff::default()).schema,
         "history" => history_schema(),

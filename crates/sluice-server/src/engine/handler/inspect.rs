@@ -1,4 +1,4 @@
-//! `SHOW STREAMS | PIPELINES | CHECKPOINTS FOR p | PIPELINE HISTORY p`,
+//! `SHOW STREAMS | PIPELINES | MATERIALIZED VIEWS | CHECKPOINTS FOR p | PIPELINE HISTORY p`,
 //! `DESCRIBE stream`, `EXPLAIN query`, `EXPLAIN PIPELINE p`, `EXPLAIN ALTER
 //! PIPELINE …`: rows about the catalog and the plans, formatted by
 //! `super::super::show`.
@@ -17,6 +17,19 @@ pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Re
         SluiceStatement::ShowStreams => show::streams(&master.streams()).output("SHOW"),
         SluiceStatement::ShowPipelines => show::pipelines(&master.pipelines()).output("SHOW"),
         SluiceStatement::ShowCluster => show::cluster(&cluster_rows(ctx.engine)).output("SHOW"),
+        SluiceStatement::ShowMaterializedViews => {
+            let views: Vec<show::ViewRow> = master
+                .pipelines()
+                .into_iter()
+                .filter(|p| p.kind == "materialized view")
+                .map(|p| show::ViewRow {
+                    published: ctx.engine.data.views.get(&p.name),
+                    name: p.name,
+                    state: p.state,
+                })
+                .collect();
+            show::materialized_views(&views).output("SHOW")
+        }
         SluiceStatement::ShowCheckpoints(name) => match master.pipelines().into_iter().find(|p| p.name == name) {
             Some(info) => show::checkpoints(&info).output("SHOW"),
             None => Err(Error::not_found(ObjectKind::Pipeline, &name)),
@@ -147,6 +160,7 @@ pub fn schema(statement: &SluiceStatement) -> Option<arrow::datatypes::SchemaRef
         SluiceStatement::ShowStreams => "streams",
         SluiceStatement::ShowPipelines => "pipelines",
         SluiceStatement::ShowCluster => "cluster",
+        SluiceStatement::ShowMaterializedViews => "materialized_views",
         SluiceStatement::ShowCheckpoints(_) => "checkpoints",
         SluiceStatement::Describe(_) => "describe",
         SluiceStatement::Explain(_) | SluiceStatement::ExplainPipeline(_) => "explain",

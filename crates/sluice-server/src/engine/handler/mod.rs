@@ -175,9 +175,27 @@ impl Ctx<'_> {
         pg_catalog::reads_catalog(q, |name| self.engine.master.stream(name).is_some())
     }
 
-    /// What the catalog tables show this session now.
+    /// What the catalog tables show this session now: streams, and
+    /// materialized views with the columns of their query.
     pub fn catalog_snapshot(&self) -> pg_catalog::Snapshot {
+        let views = self
+            .engine
+            .master
+            .pipeline_defs()
+            .into_iter()
+            .filter(|p| p.kind == PipelineKind::MaterializedView)
+            .filter_map(|p| {
+                let sink = p.dag.operators.iter().find_map(|o| match &o.kind {
+                    sluice_plan::OperatorKind::Sink(s) => Some((s.changelog, o.output_schema.clone())),
+                    _ => None,
+                })?;
+                let (changelog, schema) = sink;
+                let fields = schema.fields()[usize::from(changelog)..].to_vec();
+                Some((p.name, Arc::new(arrow::datatypes::Schema::new(fields))))
+            })
+            .collect();
         pg_catalog::Snapshot::new(self.engine.master.streams(), self.settings.all())
             .with_security(self.engine.master.with_security(|s| s.clone()), self.user)
+            .with_view_relations(views)
     }
 }

@@ -77,6 +77,9 @@ pub struct Snapshot {
     /// of their last barrier: tables of `public` (an unqualified name finds
     /// them after `pg_catalog`, as Postgres' search path does).
     pub views: Vec<(String, Arc<PublishedView>)>,
+    /// Every materialized view with its columns, in name order:
+    /// relations of kind `'m'` in `public`, after the streams.
+    pub view_relations: Vec<(String, SchemaRef)>,
 }
 
 /// A role as `pg_roles` lists it.
@@ -99,6 +102,7 @@ impl Snapshot {
             security: SecurityCatalog::default(),
             user: String::new(),
             views: Vec::new(),
+            view_relations: Vec::new(),
         }
     }
 
@@ -112,6 +116,13 @@ impl Snapshot {
     /// This snapshot with the rows of the views a query reads.
     pub fn with_views(mut self, views: Vec<(String, Arc<PublishedView>)>) -> Self {
         self.views = views;
+        self
+    }
+
+    /// This snapshot with every materialized view's name and columns.
+    pub fn with_view_relations(mut self, mut views: Vec<(String, SchemaRef)>) -> Self {
+        views.sort_by(|a, b| a.0.cmp(&b.0));
+        self.view_relations = views;
         self
     }
 
@@ -234,7 +245,8 @@ impl Snapshot {
         i64::from(STREAM_OID_BASE) + index as i64
     }
 
-    /// Every relation: streams, then the catalog's own tables and views.
+    /// Every relation: streams, materialized views, then the catalog's own
+    /// tables and views.
     pub fn relations(&self) -> Vec<Relation> {
         let mut out: Vec<Relation> = self
             .streams
@@ -250,6 +262,20 @@ impl Snapshot {
                 stream: Some(i),
             })
             .collect();
+        out.extend(
+            self.view_relations
+                .iter()
+                .enumerate()
+                .map(|(j, (name, schema))| Relation {
+                    oid: Self::stream_oid(self.streams.len() + j),
+                    namespace: PUBLIC_OID,
+                    schema_name: "public",
+                    name: name.clone(),
+                    kind: 'm',
+                    schema: schema.clone(),
+                    stream: None,
+                }),
+        );
         out.extend(tables::catalog_relations());
         out
     }
