@@ -85,15 +85,21 @@ pub const SINK_COMMON: &[OptionDoc] = &[
         "checkpoint.interval",
         "how often the pipeline checkpoints ('off' or a duration; default: SET checkpoint_interval)",
     ),
-    option(
-        "checkpoint.dir",
-        "where its checkpoints go: a local directory or 'hdfs://host:port/path'",
-    ),
-    option(
-        "placement",
-        "in a cluster, the labels the workers running its tasks must have ('zone=a,disk=ssd')",
-    ),
+    CHECKPOINT_DIR,
+    PLACEMENT,
 ];
+
+/// `'checkpoint.dir'` of a pipeline's sink (or materialized view).
+pub const CHECKPOINT_DIR: OptionDoc = option(
+    "checkpoint.dir",
+    "where its checkpoints go: a local directory or 'hdfs://host:port/path'",
+);
+
+/// `'placement'` of a pipeline's sink (or materialized view).
+pub const PLACEMENT: OptionDoc = option(
+    "placement",
+    "in a cluster, the labels the workers running its tasks must have ('zone=a,disk=ssd')",
+);
 
 /// A non-negative integer option.
 pub fn u64_option(options: &BTreeMap<String, String>, key: &str) -> Result<Option<u64>> {

@@ -494,15 +494,7 @@ fn parse_create_stream(p: &mut Parser) -> Result<SluiceStatement> {
 fn parse_create_sink(p: &mut Parser) -> Result<SluiceStatement> {
     p.next_token();
     p.next_token();
-    let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
-    let name = object_name(p)?;
-    let options = if p.parse_keyword(Keyword::WITH) {
-        parse_options(p)?
-    } else {
-        BTreeMap::new()
-    };
-    p.expect_keyword(Keyword::AS).map_err(parser_error)?;
-    let query = p.parse_query().map_err(parser_error)?;
+    let (name, if_not_exists, options, query) = parse_named_query(p)?;
     Ok(SluiceStatement::CreateSink {
         name,
         if_not_exists,
@@ -519,6 +511,20 @@ fn parse_create_materialized_view(p: &mut Parser) -> Result<SluiceStatement> {
         return Err(Error::syntax("CREATE MATERIALIZED is followed by VIEW name AS query"));
     }
     p.next_token();
+    let (name, if_not_exists, options, query) = parse_named_query(p)?;
+    Ok(SluiceStatement::CreateMaterializedView {
+        name,
+        if_not_exists,
+        options,
+        query,
+    })
+}
+
+/// What follows `CREATE SINK` or `CREATE MATERIALIZED VIEW`: `[IF NOT
+/// EXISTS] name [WITH (…)] AS query`.
+type NamedQuery = (String, bool, BTreeMap<String, String>, Box<Query>);
+
+fn parse_named_query(p: &mut Parser) -> Result<NamedQuery> {
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = object_name(p)?;
     let options = if p.parse_keyword(Keyword::WITH) {
@@ -528,12 +534,7 @@ fn parse_create_materialized_view(p: &mut Parser) -> Result<SluiceStatement> {
     };
     p.expect_keyword(Keyword::AS).map_err(parser_error)?;
     let query = p.parse_query().map_err(parser_error)?;
-    Ok(SluiceStatement::CreateMaterializedView {
-        name,
-        if_not_exists,
-        options,
-        query,
-    })
+    Ok((name, if_not_exists, options, query))
 }
 
 /// `( key = value, … )` where a key is an identifier, a dotted name or a

@@ -52,14 +52,8 @@ static VIEW_OPTIONS: OptionSet = OptionSet::keys(&[
         "checkpoint.interval",
         "how often the view's rows are published and checkpointed (a duration; default 1s; not 'off')",
     ),
-    option(
-        "checkpoint.dir",
-        "where its checkpoints go: a local directory or 'hdfs://host:port/path'",
-    ),
-    option(
-        "placement",
-        "in a cluster, the labels the workers running its tasks must have ('zone=a,disk=ssd')",
-    ),
+    crate::options::CHECKPOINT_DIR,
+    crate::options::PLACEMENT,
 ]);
 
 /// Checks the options of `CREATE MATERIALIZED VIEW … WITH (…)`: the keys

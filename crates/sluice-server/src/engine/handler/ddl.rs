@@ -222,15 +222,26 @@ async fn create_sink(
         .entry("checkpoint.interval".to_string())
         .or_insert(ctx.settings.get("checkpoint_interval")?);
     let (sql, dag) = plan_sink(ctx, name, &connector, options, query).await?;
-    Ok(CatalogCommand::CreatePipeline {
+    Ok(new_pipeline(name, PipelineKind::Sink, sql, dag, if_not_exists))
+}
+
+/// The command creating pipeline `name` (not a derived stream's), now.
+fn new_pipeline(
+    name: &str,
+    kind: PipelineKind,
+    sql: String,
+    dag: sluice_plan::PhysicalDag,
+    if_not_exists: bool,
+) -> CatalogCommand {
+    CatalogCommand::CreatePipeline {
         name: name.to_string(),
-        kind: PipelineKind::Sink,
+        kind,
         sql,
         dag,
         derived: None,
         if_not_exists,
         created_ms: now_ms(),
-    })
+    }
 }
 
 /// `CREATE MATERIALIZED VIEW name [WITH (…)] AS query`: a pipeline whose
@@ -252,15 +263,13 @@ async fn create_materialized_view(
     let sql = format!("CREATE MATERIALIZED VIEW {name} WITH ({}) AS {query}", listed(&options));
     options.insert(view::VIEW_NAME_OPTION.to_string(), name.to_string());
     let planned = ctx.plan(query, sink_spec("view", options)).await?;
-    Ok(CatalogCommand::CreatePipeline {
-        name: name.to_string(),
-        kind: PipelineKind::MaterializedView,
+    Ok(new_pipeline(
+        name,
+        PipelineKind::MaterializedView,
         sql,
-        dag: planned.dag,
-        derived: None,
+        planned.dag,
         if_not_exists,
-        created_ms: now_ms(),
-    })
+    ))
 }
 
 /// Options as a statement lists them: `'key' = 'value', …`.
