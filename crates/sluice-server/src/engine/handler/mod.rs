@@ -68,7 +68,23 @@ impl Ctx<'_> {
     }
 
     /// The physical plan of a query whose rows go to `sink`.
+    /// A continuous query reads streams only: a materialized view it names
+    /// is refused with `0A000` (a view's rows are read at once, by a plain
+    /// SELECT; they are not a stream of changes to build on).
     pub async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
+        if let Some(view) = pg_catalog::relation_names(q)
+            .iter()
+            .find_map(|parts| match parts.as_slice() {
+                [name] | [_, name] if self.is_view(name) && self.engine.master.stream(name).is_none() => {
+                    Some(name.clone())
+                }
+                _ => None,
+            })
+        {
+            return Err(Error::unsupported(format!(
+                "materialized view {view} cannot be read by a pipeline or a continuous query; a plain SELECT reads its rows at once (build on the view's query or its stream instead)"
+            )));
+        }
         let catalog = MasterCatalog(&self.engine.master);
         Planner::new(&catalog, self.planner_settings()).plan(q, sink).await
     }
@@ -115,6 +131,14 @@ impl Ctx<'_> {
         Ok(column_names::rename_rows(q, rows))
     }
 
+    /// Whether `name` is a materialized view.
+    fn is_view(&self, name: &str) -> bool {
+        self.engine
+            .master
+            .pipeline(name)
+            .is_some_and(|p| p.kind == PipelineKind::MaterializedView)
+    }
+
     /// `Some(views)` when `q` runs once as a batch query — it reads the
     /// catalog, materialized views (`views`: their rows as of their last
     /// barrier) or nothing — and `None` when it reads streams (a
@@ -134,12 +158,7 @@ impl Ctx<'_> {
             if views.iter().any(|(n, _)| n == name) {
                 continue;
             }
-            let Some(def) = self
-                .engine
-                .master
-                .pipeline(name)
-                .filter(|p| p.kind == PipelineKind::MaterializedView)
-            else {
+            let Some(def) = self.engine.master.pipeline(name).filter(|_| self.is_view(name)) else {
                 continue;
             };
             let who = super::authorize::who(self.engine, self.user)?;
