@@ -544,6 +544,44 @@ async fn a_rolling_restart_of_the_masters_keeps_an_exactly_once_pipeline_exact()
     drop(workers);
 }
 
+/// A materialized view under a master quorum. Its sink runs on the
+/// leader's own worker, so its rows are the leader's. The leader killed
+/// with SIGKILL, the new leader restarts the view's pipeline from its
+/// newest checkpoint (whose id every master holds) and answers SELECT with
+/// that checkpoint's rows as soon as it is started, then goes on. Every
+/// answer, on either leader, is the result of a prefix of the input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_materialized_view_moves_with_the_leader_and_keeps_its_rows() {
+    use common::views::{VIEW_QUERY, view_past};
+    let mut q = Quorum::start();
+    let leader = q.leader(Duration::from_secs(15)).await;
+    let mut workers = TestServer::workers_only(q.dir.path());
+    workers.add_worker_to("w1", 8, &q.all_listen());
+    let c = q.master(leader).connect().await;
+    c.batch_execute(&format!(
+        "CREATE STREAM qv_in (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '200',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+         CREATE MATERIALIZED VIEW qv WITH ('checkpoint.interval' = '500ms') AS
+            {VIEW_QUERY} FROM qv_in GROUP BY i % 7"
+    ))
+    .await
+    .unwrap();
+    let mut answers = 0;
+    // Past 2 s of input: checkpoints were taken and recorded (every 1 s).
+    let before = view_past(q.master(leader), "qv", 400, &mut answers).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    q.masters[leader].take().unwrap().stop();
+    let now = q.leader(Duration::from_secs(30)).await;
+    assert_ne!(now, leader);
+    let restored = view_past(q.master(now), "qv", i64::MIN, &mut answers).await;
+    assert!(
+        restored >= before,
+        "the new leader's first answer is the checkpoint's rows (i up to {restored}), not older than what was read before the kill (up to {before})"
+    );
+    view_past(q.master(now), "qv", restored + 200, &mut answers).await;
+    drop(workers);
+}
+
 /// The leader cut off from the other masters and the worker by the network
 /// (each master and the worker on its own host, network namespaces;
 /// blackhole routes drop every packet between the cut master and the

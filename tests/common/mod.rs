@@ -5,6 +5,7 @@
 
 pub mod external;
 pub mod netns;
+pub mod views;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

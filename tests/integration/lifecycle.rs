@@ -479,53 +479,6 @@ async fn an_over_aggregate_pipeline_stays_exactly_once_across_kills() {
     }
 }
 
-/// One row of the view `mvk` below: (k, n, s, hi).
-type ViewRow = (i64, i64, i64, i64);
-
-/// The rows of `mvk`, or `None` while it cannot answer (the server
-/// starting, the view not yet published after a restart).
-async fn view_rows(server: &TestServer) -> Option<Vec<ViewRow>> {
-    let (client, connection) = tokio_postgres::connect(&server.conn_str(), tokio_postgres::NoTls)
-        .await
-        .ok()?;
-    tokio::spawn(connection);
-    let rows = client.query("SELECT k, n, s, hi FROM mvk ORDER BY k", &[]).await.ok()?;
-    Some(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
-}
-
-/// `GROUP BY i % 7` of count, sum and max over i = 0..=p, computed here
-/// by counting: what the view must show when the source has read up to p.
-fn groups_up_to(p: i64) -> Vec<ViewRow> {
-    let mut groups: BTreeMap<i64, ViewRow> = BTreeMap::new();
-    for i in 0..=p {
-        let g = groups.entry(i % 7).or_insert((i % 7, 0, 0, i));
-        g.1 += 1;
-        g.2 += i;
-        g.3 = g.3.max(i);
-    }
-    groups.into_values().collect()
-}
-
-/// Reads `mvk` until it has read past `at_least` (`i64::MIN`: its first
-/// answer), checking that every answer is the result of a prefix of the
-/// input; returns the last i that answer counted (-1: none).
-async fn view_past(server: &TestServer, at_least: i64, answers: &mut usize) -> i64 {
-    within(&format!("the view past i = {at_least}"), PIPELINE_TIMEOUT, async {
-        loop {
-            if let Some(rows) = view_rows(server).await {
-                let p = rows.iter().map(|r| r.3).max().unwrap_or(-1);
-                assert_eq!(rows, groups_up_to(p), "the view's rows are those of i = 0..={p}");
-                *answers += 1;
-                if p >= at_least {
-                    return p;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-}
-
 /// A materialized view over a paced sequence (one source instance, read
 /// in order), the server killed with SIGKILL twice mid-stream and
 /// restarted from its directory. Every answer the view gives, before and
@@ -534,6 +487,7 @@ async fn view_past(server: &TestServer, at_least: i64, answers: &mut usize) -> i
 /// of an update — and once the input ended it is the result of all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_materialized_view_answers_consistently_across_kills() {
+    use crate::common::views::{VIEW_QUERY, groups_up_to, view_past, view_rows};
     const LAST: i64 = 1999;
     let dir = tempfile::tempdir().expect("data dir");
     let mut server = TestServer::start_in(dir.path());
@@ -544,24 +498,27 @@ async fn a_materialized_view_answers_consistently_across_kills() {
             "CREATE STREAM mvk_in (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '200',
                 'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '{LAST}');
              CREATE MATERIALIZED VIEW mvk WITH ('checkpoint.interval' = '500ms') AS
-                SELECT i % 7 AS k, count(*) AS n, sum(i) AS s, max(i) AS hi FROM mvk_in GROUP BY i % 7"
+                {VIEW_QUERY} FROM mvk_in GROUP BY i % 7"
         ))
         .await
         .expect("create the view");
     let mut answers = 0;
-    let mut p = view_past(&server, 300, &mut answers).await;
+    let mut p = view_past(&server, "mvk", 300, &mut answers).await;
     for _ in 0..2 {
         tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1500)).await;
         server.stop();
         server = TestServer::start_in(dir.path());
         // Its first answer after the restart: the restored checkpoint's
         // rows (a view started over would answer with none).
-        let restored = view_past(&server, i64::MIN, &mut answers).await;
+        let restored = view_past(&server, "mvk", i64::MIN, &mut answers).await;
         assert!(restored >= 0, "the view came back with its checkpointed rows");
-        p = view_past(&server, restored.max(p) + 300, &mut answers).await;
+        p = view_past(&server, "mvk", restored.max(p) + 300, &mut answers).await;
     }
-    view_past(&server, LAST, &mut answers).await;
-    assert_eq!(view_rows(&server).await.expect("the view answers"), groups_up_to(LAST));
+    view_past(&server, "mvk", LAST, &mut answers).await;
+    assert_eq!(
+        view_rows(&server, "mvk").await.expect("the view answers"),
+        groups_up_to(LAST)
+    );
     assert!(answers > 10, "the view was read while it changed ({answers} answers)");
     server.stop();
 }
