@@ -579,6 +579,16 @@ async fn a_materialized_view_moves_with_the_leader_and_keeps_its_rows() {
         "the new leader's first answer is the checkpoint's rows (i up to {restored}), not older than what was read before the kill (up to {before})"
     );
     view_past(q.master(now), "qv", restored + 200, &mut answers).await;
+    // A follower holds the catalog, not the rows: it says so.
+    let follower = (0..3).find(|i| *i != now && q.masters[*i].is_some()).unwrap();
+    let err = q
+        .master(follower)
+        .connect()
+        .await
+        .query("SELECT * FROM qv", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("55000"), "{err:?}");
     drop(workers);
 }
 
