@@ -117,22 +117,29 @@ pub fn streams(defs: &[StreamDef]) -> Table {
 
 /// `DESCRIBE name`.
 pub fn describe(def: &StreamDef) -> Table {
-    let rows = def
-        .schema
+    describe_with(&def.schema, |i, f| match &def.event_time {
+        Some(e) if e.column == i && e.from_upstream => "event time (watermark from pipeline)".to_string(),
+        Some(e) if e.column == i => format!("{} - INTERVAL '{}' MILLISECOND", f.name(), e.delay_ms),
+        _ => String::new(),
+    })
+}
+
+/// `DESCRIBE name` of a materialized view: its columns (no watermark).
+pub fn describe_columns(schema: &SchemaRef) -> Table {
+    describe_with(schema, |_, _| String::new())
+}
+
+fn describe_with(schema: &SchemaRef, watermark: impl Fn(usize, &Field) -> String) -> Table {
+    let rows = schema
         .fields()
         .iter()
         .enumerate()
         .map(|(i, f)| {
-            let wm = match &def.event_time {
-                Some(e) if e.column == i && e.from_upstream => "event time (watermark from pipeline)".to_string(),
-                Some(e) if e.column == i => format!("{} - INTERVAL '{}' MILLISECOND", f.name(), e.delay_ms),
-                _ => String::new(),
-            };
             vec![
                 f.name().clone(),
                 pg_type_name(f.data_type()),
                 if f.is_nullable() { "YES" } else { "NO" }.to_string(),
-                wm,
+                watermark(i, f),
             ]
         })
         .collect();

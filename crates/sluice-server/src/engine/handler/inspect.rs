@@ -36,7 +36,16 @@ pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Re
         },
         SluiceStatement::Describe(name) => match master.stream(&name) {
             Some(def) => show::describe(&def).output("SHOW"),
-            None => Err(Error::not_found(ObjectKind::Stream, &name)),
+            // A materialized view: the columns of its query.
+            None => match ctx
+                .catalog_snapshot()
+                .view_relations
+                .into_iter()
+                .find(|(n, _)| *n == name)
+            {
+                Some((_, schema)) => show::describe_columns(&schema).output("SHOW"),
+                None => Err(Error::not_found(ObjectKind::Stream, &name)),
+            },
         },
         SluiceStatement::Explain(q) => match ctx.explained(&q).await {
             Ok(dag) => show::explain(&dag).output("EXPLAIN"),
