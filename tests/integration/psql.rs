@@ -302,6 +302,11 @@ fn describe_meta_commands_show_materialized_views() {
         meta(&server, "\\d parity"),
         "odd|bigint|||\nn|bigint|||\ntop|bigint|||\n"
     );
+    // \d+ parity's "View definition" (what psql asks for it).
+    assert_eq!(
+        meta(&server, "SELECT pg_catalog.pg_get_viewdef('parity'::regclass, true)"),
+        "SELECT i % 2 AS odd, count(*) AS n, max(i) AS top FROM nums GROUP BY i % 2\n"
+    );
     // i = 1..12: six odd (top 11), six even (top 12).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {

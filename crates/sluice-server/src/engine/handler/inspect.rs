@@ -41,9 +41,9 @@ pub async fn handle(ctx: Ctx<'_>, statement: SluiceStatement) -> std::result::Re
                 .catalog_snapshot()
                 .view_relations
                 .into_iter()
-                .find(|(n, _)| *n == name)
+                .find(|v| v.name == name)
             {
-                Some((_, schema)) => show::describe_columns(&schema).output("SHOW"),
+                Some(view) => show::describe_columns(&view.schema).output("SHOW"),
                 None => Err(Error::not_found(ObjectKind::Stream, &name)),
             },
         },

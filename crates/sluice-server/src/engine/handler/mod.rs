@@ -195,7 +195,7 @@ impl Ctx<'_> {
     }
 
     /// What the catalog tables show this session now: streams, and
-    /// materialized views with the columns of their query.
+    /// materialized views with the columns and text of their query.
     pub fn catalog_snapshot(&self) -> pg_catalog::Snapshot {
         let views = self
             .engine
@@ -204,13 +204,21 @@ impl Ctx<'_> {
             .into_iter()
             .filter(|p| p.kind == PipelineKind::MaterializedView)
             .filter_map(|p| {
-                let sink = p.dag.operators.iter().find_map(|o| match &o.kind {
+                let (changelog, schema) = p.dag.operators.iter().find_map(|o| match &o.kind {
                     sluice_plan::OperatorKind::Sink(s) => Some((s.changelog, o.output_schema.clone())),
                     _ => None,
                 })?;
-                let (changelog, schema) = sink;
                 let fields = schema.fields()[usize::from(changelog)..].to_vec();
-                Some((p.name, Arc::new(arrow::datatypes::Schema::new(fields))))
+                // Its statement as stored, parsed back for the query alone.
+                let definition = match sluice_sql::statement::parse_statements(&p.sql).ok()?.pop()? {
+                    sluice_sql::statement::SluiceStatement::CreateMaterializedView { query, .. } => query.to_string(),
+                    _ => return None,
+                };
+                Some(pg_catalog::ViewRelation {
+                    name: p.name,
+                    schema: Arc::new(arrow::datatypes::Schema::new(fields)),
+                    definition,
+                })
             })
             .collect();
         pg_catalog::Snapshot::new(self.engine.master.streams(), self.settings.all())

@@ -274,7 +274,6 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
         ("pg_get_expr", &[2, 3]),
         ("pg_get_indexdef", &[1, 3]),
         ("pg_get_constraintdef", &[1, 2]),
-        ("pg_get_viewdef", &[1, 2]),
         ("pg_get_triggerdef", &[1, 2]),
         ("pg_get_partkeydef", &[1]),
         ("pg_get_function_result", &[1]),
@@ -318,6 +317,20 @@ fn definitions(snapshot: &Arc<Snapshot>) -> Vec<Def> {
             f: Arc::new(move |a: &[ScalarValue]| table_privilege(&s, a, target)),
         });
     }
+    // A materialized view's query (psql's `\d+ view`); NULL for anything
+    // else.
+    let s = snapshot.clone();
+    defs.push(Def {
+        name: "pg_get_viewdef",
+        arities: &[1, 2],
+        ret: DataType::Utf8,
+        f: ok(
+            move |a: &[ScalarValue]| match int_arg(a.first()).and_then(|oid| s.view_definition(oid)) {
+                Some(definition) => text(definition),
+                None => NULL_TEXT,
+            },
+        ),
+    });
     let s = snapshot.clone();
     defs.push(Def {
         name: "pg_has_role",

@@ -79,7 +79,17 @@ pub struct Snapshot {
     pub views: Vec<(String, Arc<PublishedView>)>,
     /// Every materialized view with its columns, in name order:
     /// relations of kind `'m'` in `public`, after the streams.
-    pub view_relations: Vec<(String, SchemaRef)>,
+    pub view_relations: Vec<ViewRelation>,
+}
+
+/// A materialized view as the catalog tables show it.
+#[derive(Debug, Clone)]
+pub struct ViewRelation {
+    pub name: String,
+    /// Its query's columns (no `op`).
+    pub schema: SchemaRef,
+    /// Its query, as `pg_get_viewdef` returns it.
+    pub definition: String,
 }
 
 /// A role as `pg_roles` lists it.
@@ -120,8 +130,8 @@ impl Snapshot {
     }
 
     /// This snapshot with every materialized view's name and columns.
-    pub fn with_view_relations(mut self, mut views: Vec<(String, SchemaRef)>) -> Self {
-        views.sort_by(|a, b| a.0.cmp(&b.0));
+    pub fn with_view_relations(mut self, mut views: Vec<ViewRelation>) -> Self {
+        views.sort_by(|a, b| a.name.cmp(&b.name));
         self.view_relations = views;
         self
     }
@@ -245,6 +255,19 @@ impl Snapshot {
         i64::from(STREAM_OID_BASE) + index as i64
     }
 
+    /// The oid of the view at `index` of [`Snapshot::view_relations`]:
+    /// after the streams'.
+    pub fn view_oid(&self, index: usize) -> i64 {
+        Self::stream_oid(self.streams.len() + index)
+    }
+
+    /// The query of the materialized view whose oid is `oid`.
+    pub fn view_definition(&self, oid: i64) -> Option<&str> {
+        (0..self.view_relations.len())
+            .find(|j| self.view_oid(*j) == oid)
+            .map(|j| self.view_relations[j].definition.as_str())
+    }
+
     /// Every relation: streams, materialized views, then the catalog's own
     /// tables and views.
     pub fn relations(&self) -> Vec<Relation> {
@@ -262,20 +285,15 @@ impl Snapshot {
                 stream: Some(i),
             })
             .collect();
-        out.extend(
-            self.view_relations
-                .iter()
-                .enumerate()
-                .map(|(j, (name, schema))| Relation {
-                    oid: Self::stream_oid(self.streams.len() + j),
-                    namespace: PUBLIC_OID,
-                    schema_name: "public",
-                    name: name.clone(),
-                    kind: 'm',
-                    schema: schema.clone(),
-                    stream: None,
-                }),
-        );
+        out.extend(self.view_relations.iter().enumerate().map(|(j, view)| Relation {
+            oid: self.view_oid(j),
+            namespace: PUBLIC_OID,
+            schema_name: "public",
+            name: view.name.clone(),
+            kind: 'm',
+            schema: view.schema.clone(),
+            stream: None,
+        }));
         out.extend(tables::catalog_relations());
         out
     }
