@@ -162,11 +162,12 @@ impl ViewSink {
                 // A row never added cannot be taken back; an upstream that
                 // retracts what it did not emit is a bug, not a reason to
                 // lose the view.
-                if let Some(count) = self.rows.get_mut(&row.owned()) {
+                let key = row.owned();
+                if let Some(count) = self.rows.get_mut(&key) {
                     *count -= 1;
                     self.len -= 1;
                     if *count == 0 {
-                        self.rows.remove(&row.owned());
+                        self.rows.remove(&key);
                     }
                 } else {
                     tracing::warn!(view = %self.name, "a retraction of a row the view does not hold was ignored");

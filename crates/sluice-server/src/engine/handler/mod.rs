@@ -67,22 +67,18 @@ impl Ctx<'_> {
         }
     }
 
-    /// The physical plan of a query whose rows go to `sink`.
-    /// A continuous query reads streams only: a materialized view it names
-    /// is refused with `0A000` (a view's rows are read at once, by a plain
-    /// SELECT; they are not a stream of changes to build on).
+    /// The physical plan of a query whose rows go to `sink`. A continuous
+    /// query reads streams only: a materialized view it names is refused
+    /// with `0A000` (a view's rows are read at once, by a plain SELECT;
+    /// they are not a stream of changes to build on).
     pub async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
         if let Some(view) = pg_catalog::relation_names(q)
             .iter()
-            .find_map(|parts| match parts.as_slice() {
-                [name] | [_, name] if self.is_view(name) && self.engine.master.stream(name).is_none() => {
-                    Some(name.clone())
-                }
-                _ => None,
-            })
+            .find_map(|parts| self.view_named(parts))
         {
             return Err(Error::unsupported(format!(
-                "materialized view {view} cannot be read by a pipeline or a continuous query; a plain SELECT reads its rows at once (build on the view's query or its stream instead)"
+                "materialized view {} cannot be read by a pipeline or a continuous query; a plain SELECT reads its rows at once (build on the view's query or its stream instead)",
+                view.name
             )));
         }
         let catalog = MasterCatalog(&self.engine.master);
@@ -131,12 +127,17 @@ impl Ctx<'_> {
         Ok(column_names::rename_rows(q, rows))
     }
 
-    /// Whether `name` is a materialized view.
-    fn is_view(&self, name: &str) -> bool {
+    /// The materialized view a relation name (`v` or `public.v`) names.
+    fn view_named(&self, parts: &[String]) -> Option<sluice_cluster::catalog::PipelineDef> {
+        let name = match parts {
+            [name] => name,
+            [schema, name] if schema == "public" => name,
+            _ => return None,
+        };
         self.engine
             .master
             .pipeline(name)
-            .is_some_and(|p| p.kind == PipelineKind::MaterializedView)
+            .filter(|p| p.kind == PipelineKind::MaterializedView)
     }
 
     /// `Some(views)` when `q` runs once as a batch query — it reads the
@@ -150,17 +151,13 @@ impl Ctx<'_> {
     fn batch_views(&self, q: &Query, planner: &Planner<'_>) -> Result<Option<ViewRows>> {
         let mut views: ViewRows = Vec::new();
         for parts in pg_catalog::relation_names(q) {
-            let name = match parts.as_slice() {
-                [name] => name,
-                [schema, name] if schema == "public" => name,
-                _ => continue,
+            let Some(def) = self.view_named(&parts) else {
+                continue;
             };
+            let name = &def.name;
             if views.iter().any(|(n, _)| n == name) {
                 continue;
             }
-            let Some(def) = self.engine.master.pipeline(name).filter(|_| self.is_view(name)) else {
-                continue;
-            };
             let who = super::authorize::who(self.engine, self.user)?;
             super::authorize::check_reads(self.engine, &who, &def.dag)?;
             let rows = self.engine.data.views.get(name).ok_or_else(|| {
