@@ -1,7 +1,7 @@
 //! Three `sluice master` processes as one quorum (`--peers`) and a worker
 //! that knows all three: DDL through any master is replicated to all, the
 //! leader runs the pipelines; kill -9 of the leader elects another that
-//! runs them again and takes DDL; a master left alone refuses DDL with
+//! adopts them as they run on the worker (nothing restarts) and takes DDL; a master left alone refuses DDL with
 //! 57P03 naming the quorum but still answers reads; a restarted master
 //! catches up. And a leader frozen with SIGSTOP for 20 s: the others elect
 //! a new one that runs the pipeline; woken, the old one steps down and
@@ -186,6 +186,18 @@ async fn show_cluster(q: &Quorum, i: usize) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Pipeline `name`'s `rows_in` in SHOW PIPELINES on master `i`.
+async fn rows_in(q: &Quorum, i: usize, name: &str) -> Option<u64> {
+    let c = q.master(i).connect().await;
+    let messages = c.simple_query("SHOW PIPELINES").await.ok()?;
+    messages.into_iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => {
+            r.get("rows_in").and_then(|v| v.parse().ok())
+        }
+        _ => None,
+    })
+}
+
 async fn wait_running(q: &Quorum, i: usize, name: &str, within: Duration) {
     let c = q.master(i).connect().await;
     let deadline = Instant::now() + within;
@@ -219,7 +231,7 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
     // DDL through a follower is forwarded to the leader and replicated.
     let c = q.master(follower).connect().await;
     c.batch_execute(
-        "CREATE STREAM ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '200',
+        "CREATE STREAM ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '1000',
             'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
     )
     .await
@@ -290,7 +302,20 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
             .is_empty()
     );
 
-    // kill -9 of the leader: another leads, runs the pipeline, takes DDL.
+    // kill -9 of the leader: another leads, adopts the pipeline running on
+    // the worker, takes DDL. Adopted, not restarted: its counters go on
+    // from where they were (a restart from the checkpoint counts from 0,
+    // and would have read at most a few thousand rows by its first
+    // heartbeat).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let before = loop {
+        let n = rows_in(&q, first, "moved").await.unwrap_or(0);
+        if n >= 8000 {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "moved read only {n} rows");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let killed_at = Instant::now();
     q.masters[first].take().unwrap().stop();
     let second = q.leader(Duration::from_secs(10)).await;
@@ -304,6 +329,32 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
     wait_for_stream(&q, second, "after_failover").await;
     wait_running(&q, second, "moved", Duration::from_secs(40)).await;
     eprintln!("pipeline running again after {:?}", killed_at.elapsed());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let n = rows_in(&q, second, "moved").await.unwrap_or(0);
+        if n > 0 {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "no rows counted on the new leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        after >= before,
+        "the new leader counts {after} rows read, fewer than the {before} read before the kill: the pipeline restarted instead of being adopted"
+    );
+    let c = q.master(second).connect().await;
+    let restarts = c
+        .simple_query("SHOW PIPELINES")
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some("moved") => {
+                r.get("restarts").map(str::to_string)
+            }
+            _ => None,
+        });
+    assert_eq!(restarts.as_deref(), Some("0"), "adopted without a restart");
 
     // One master alone: no quorum. DDL is refused with 57P03 naming the
     // quorum; reads still work there.
@@ -538,6 +589,122 @@ async fn a_rolling_restart_of_the_masters_keeps_an_exactly_once_pipeline_exact()
     let deadline = Instant::now() + Duration::from_secs(60);
     while common::committed_windows(&out).len() < committed + 25 {
         assert!(Instant::now() < deadline, "no windows after the last restart");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    common::assert_windows_exact(&common::committed_windows(&out), 5, 20);
+    drop(workers);
+}
+
+/// The checkpoint ids SHOW CHECKPOINTS lists for `name` on master `i`.
+async fn checkpoint_ids(q: &Quorum, i: usize, name: &str) -> Vec<u64> {
+    let c = q.master(i).connect().await;
+    let Ok(messages) = c.simple_query(&format!("SHOW CHECKPOINTS FOR {name}")).await else {
+        return Vec::new();
+    };
+    messages
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get("checkpoint_id").and_then(|v| v.parse().ok()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// kill -9 of the leader while a checkpoint is in flight: the worker's sink
+/// takes 3 s to store each snapshot (a fault hook), so the source's and the
+/// window's acknowledgements reach the leader and the sink's does not
+/// before it dies. The worker keeps its tasks and the new leader adopts
+/// them: its coordinator takes the checkpoint over, the worker sends the
+/// acknowledgements again, the checkpoint completes (the sink, which waits
+/// for it before taking more rows, commits) and the pipeline goes on —
+/// not restarted (counters go on, no restart counted), every window
+/// written exactly once with the count computed by hand. A restart would
+/// skip the in-flight checkpoint's id (its partial directory counts as
+/// used); the adopted deployment completes exactly that id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_mid_checkpoint_hands_the_running_pipeline_to_the_next_which_completes_it() {
+    let mut q = Quorum::start();
+    let leader = q.leader(Duration::from_secs(15)).await;
+    let mut workers = TestServer::workers_only(q.dir.path());
+    workers.add_worker_to_with_env("w1", 8, &q.all_listen(), &[("SLUICE_FAULT_SLOW_STATE", "sink:3000")]);
+    let out = q.dir.path().join("out");
+    let c = q.master(leader).connect().await;
+    // 300 rows/s; ts = i × 10 ms: the 1-second window w holds 20 rows of
+    // each k = i % 5.
+    c.batch_execute(&format!(
+        "CREATE STREAM a_ticks (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '300',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+         CREATE SINK a_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
+            SELECT window_start, k, count(*) AS n FROM TUMBLE(a_ticks, ts, INTERVAL '1' SECOND)
+            GROUP BY window_start, window_end, k",
+        out.display()
+    ))
+    .await
+    .unwrap();
+    wait_running(&q, leader, "a_out", Duration::from_secs(30)).await;
+    // Two checkpoints complete (each takes the sink's 3 s); then, 1.5 s
+    // after the second, the next (started within the 1 s interval) waits
+    // for the sink's snapshot.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = checkpoint_ids(&q, leader, "a_out").await;
+    while seen.len() < 2 {
+        assert!(Instant::now() < deadline, "no checkpoints: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = checkpoint_ids(&q, leader, "a_out").await;
+    }
+    let newest = *seen.iter().max().unwrap();
+    loop {
+        let now = checkpoint_ids(&q, leader, "a_out").await;
+        if now.iter().max() > Some(&newest) {
+            seen = now;
+            break;
+        }
+        assert!(Instant::now() < deadline, "no further checkpoint after {newest}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let completed = *seen.iter().max().unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = rows_in(&q, leader, "a_out").await.unwrap_or(0);
+    assert_eq!(
+        checkpoint_ids(&q, leader, "a_out").await.iter().max(),
+        Some(&completed),
+        "a checkpoint completed in the sink's 3 s: the leader was not killed mid-checkpoint"
+    );
+    let committed = common::committed_windows(&out).len();
+    q.masters[leader].take().unwrap().stop();
+    let second = q.leader(Duration::from_secs(15)).await;
+    wait_running(&q, second, "a_out", Duration::from_secs(40)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ids = checkpoint_ids(&q, second, "a_out").await;
+        if ids.contains(&(completed + 1)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the checkpoint in flight ({}) never completed on the new leader: {ids:?}",
+            completed + 1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The new leader counts what the worker's heartbeats say (one a second).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let n = rows_in(&q, second, "a_out").await.unwrap_or(0);
+        if n > 0 {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "no rows counted on the new leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        after >= before,
+        "counted {after} rows after the kill, {before} before: restarted, not adopted"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while common::committed_windows(&out).len() < committed + 25 {
+        assert!(Instant::now() < deadline, "no windows committed after the kill");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     common::assert_windows_exact(&common::committed_windows(&out), 5, 20);

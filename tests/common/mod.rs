@@ -226,6 +226,14 @@ impl TestServer {
         self.control = control;
     }
 
+    /// Starts worker `id` of a master quorum (`masters`: all of them) with
+    /// environment `env` (a fault hook).
+    pub fn add_worker_to_with_env(&mut self, id: &str, slots: u32, masters: &str, env: &[(&str, &str)]) {
+        let control = self.control.replace(masters.to_string());
+        self.add_worker_with(id, slots, env, (None, "127.0.0.1"), &[]);
+        self.control = control;
+    }
+
     /// Starts worker `id` with extra flags (`--labels zone=a`).
     pub fn add_worker_with(
         &mut self,

@@ -6,11 +6,23 @@
 //! events up the session.
 //!
 //! Commands are fenced: each deployment has the master's epoch, and a
-//! worker drops commands for an epoch it already stopped. A session that
-//! breaks stops every task of the worker (the master, which no longer
-//! hears from it, places them elsewhere) and the worker connects again,
-//! as a new worker with nothing running — so a worker cut off from its
-//! master never keeps a second copy of a task running.
+//! worker drops commands for an epoch it already stopped. A session with a
+//! single master that ends stops every task of the worker (the master,
+//! which no longer hears from it, places them elsewhere) and the worker
+//! connects again, as a new worker with nothing running — so a worker cut
+//! off from its master never keeps a second copy of a task running.
+//!
+//! With a master quorum, a session with the leader that *breaks* (the
+//! connection reset or closed: the leader died or stopped, not a silence
+//! that may be this worker's own cable) leaves the parts running as
+//! orphans for [`ORPHAN_GRACE`]: the worker registers with the next
+//! master, reporting them (`Register.running`: the DAG, the placement and
+//! the barrier signals each part last had), and a new leader adopts them —
+//! it sends their signals, and the worker sends again the checkpoint
+//! acknowledgements of checkpoints not known complete — or stops them.
+//! Orphans nobody claimed within the grace are stopped. A master that
+//! declares this worker lost says so (`Refused` in the session): its tasks
+//! then stop at once, as they run elsewhere.
 //!
 //! On SIGTERM ([`AgentConfig::shutdown`]) the worker drains: it tells the
 //! master, which moves its tasks (their pipelines restart from their last
@@ -18,7 +30,7 @@
 //! have stopped.
 
 use crate::wire::{DeploymentKey, event_to_wire, metrics_to_wire, watermarks_from_wire, watermarks_to_wire};
-use sluice_dataflow::checkpoint::coordinator::BarrierSignals;
+use sluice_dataflow::checkpoint::coordinator::{BarrierSignals, CoordinatorEvent};
 use sluice_dataflow::checkpoint::manifest::read_checkpoint;
 use sluice_dataflow::deploy::{ConnectorFactory, DeployConfig, Failure};
 use sluice_dataflow::metrics::TaskMetrics;
@@ -52,6 +64,10 @@ const DRAIN_LINGER_MAX: Duration = Duration::from_secs(10);
 /// worker stops its tasks (the master declares a silent worker dead after
 /// its --worker-timeout, 5 s by default: the two sides give up alike).
 const MASTER_SILENCE_MAX: u32 = 5;
+/// How long parts whose session with a quorum leader broke keep running
+/// without a master claiming them (a new leader's election, its wait for
+/// the workers, the adoption: about 2–7 s).
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(12);
 /// How long connecting to a master, or a full queue towards it, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Between two connection attempts to the masters.
@@ -72,6 +88,15 @@ pub struct AgentConfig {
 
 /// A deployment's part on this worker.
 struct Running {
+    /// What the part was started with (reported to a new leader).
+    start: pb::StartTasks,
+    /// Its checkpoint acknowledgements for checkpoints not known complete
+    /// and its tasks' finish notices (sent again to a new leader that
+    /// adopts the part); bounded by its tasks × the checkpoints in flight.
+    acks: Vec<PartEvent>,
+    /// False while orphaned: no master has claimed it since the session it
+    /// was started in broke.
+    claimed: bool,
     cancel: CancellationToken,
     paused: watch::Sender<bool>,
     trigger: watch::Sender<u64>,
@@ -120,30 +145,46 @@ impl Agent {
     /// version, a duplicate id).
     pub async fn run(&self) -> Result<()> {
         let mut attempt = 0usize;
-        loop {
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let mut parts = Parts {
+            running: HashMap::new(),
+            events,
+            events_rx,
+            orphaned_until: None,
+        };
+        let outcome = loop {
             if self.config.shutdown.is_cancelled() {
-                return Ok(());
+                break Ok(());
             }
             let master = &self.config.masters[attempt % self.config.masters.len().max(1)];
             attempt += 1;
-            match self.session(master).await {
-                Ok(SessionEnd::Shutdown) => return Ok(()),
-                Ok(SessionEnd::Lost(why)) => {
-                    tracing::warn!(worker = %self.config.id, %master, %why, "session with the master ended; tasks stopped, reconnecting");
+            match self.session(master, &mut parts).await {
+                Ok(SessionEnd::Shutdown) => break Ok(()),
+                Ok(SessionEnd::Lost { why, keep: true }) if !parts.running.is_empty() => {
+                    tracing::warn!(worker = %self.config.id, %master, %why, parts = parts.running.len(),
+                        "session with the quorum leader broke; tasks keep running for a new leader to adopt");
+                    parts.orphan(tokio::time::Instant::now() + ORPHAN_GRACE);
                 }
-                Err(SessionError::Refused(why)) => return Err(Error::external(why)),
+                Ok(SessionEnd::Lost { why, .. }) => {
+                    tracing::warn!(worker = %self.config.id, %master, %why, "session with the master ended; tasks stopped, reconnecting");
+                    parts.stop_all(&self.data);
+                }
+                Err(SessionError::Refused(why)) => break Err(Error::external(why)),
                 Err(SessionError::Connect(why)) => {
                     tracing::debug!(worker = %self.config.id, %master, %why, "master not reachable");
                 }
             }
+            parts.settle_orphans(&self.data);
             tokio::select! {
-                _ = self.config.shutdown.cancelled() => return Ok(()),
+                _ = self.config.shutdown.cancelled() => break Ok(()),
                 _ = tokio::time::sleep(RECONNECT_WAIT) => {}
             }
-        }
+        };
+        parts.stop_all(&self.data);
+        outcome
     }
 
-    async fn session(&self, master: &str) -> std::result::Result<SessionEnd, SessionError> {
+    async fn session(&self, master: &str, parts: &mut Parts) -> std::result::Result<SessionEnd, SessionError> {
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{master}"))
             .map_err(|e| SessionError::Refused(format!("--masters {master}: {e}")))?
             .connect_timeout(CONNECT_TIMEOUT)
@@ -167,7 +208,7 @@ impl Agent {
             data_address: self.config.data_address.clone(),
             slots: self.config.slots,
             labels: self.config.labels.clone().into_iter().collect(),
-            running: vec![],
+            running: parts.report(),
         })))
         .await
         .map_err(|_| SessionError::Connect("session closed".into()))?;
@@ -206,15 +247,11 @@ impl Agent {
             }
         };
         tracing::info!(worker = %self.config.id, %master, master_id = %registered.master_id, "registered with the master");
-        // Part events, bounded by construction: per task one failure and
-        // its checkpoint acknowledgements (CHECKPOINTS_IN_FLIGHT_MAX + the
-        // stop checkpoint), per part one exit.
-        let (events_tx, mut events) = mpsc::unbounded_channel::<(DeploymentKey, PartEvent)>();
         let mut session = Session {
             agent: self,
             up,
-            events: events_tx,
-            running: HashMap::new(),
+            events: parts.events.clone(),
+            running: std::mem::take(&mut parts.running),
             stopped: HashSet::new(),
             closing: HashSet::new(),
             checkpoint_dir: registered.checkpoint_dir,
@@ -238,6 +275,8 @@ impl Agent {
         // for MASTER_SILENCE_MAX intervals means it is gone or cut off.
         let silence_max = heartbeat.period() * MASTER_SILENCE_MAX;
         let mut last_heard = tokio::time::Instant::now();
+        let orphans_until = parts.orphaned_until;
+        let events = &mut parts.events_rx;
         let end = loop {
             if draining && session.running.is_empty() {
                 if session.closing.is_empty() {
@@ -251,7 +290,12 @@ impl Agent {
                     break SessionEnd::Shutdown;
                 }
                 _ = tokio::time::sleep_until(last_heard + silence_max) => {
-                    break SessionEnd::Lost(format!("no word from the master for {silence_max:?}"));
+                    // Perhaps this worker's own cable: the master moves its
+                    // tasks, so they stop here.
+                    break SessionEnd::Lost { why: format!("no word from the master for {silence_max:?}"), keep: false };
+                }
+                _ = tokio::time::sleep_until(orphans_until.unwrap_or(last_heard)), if orphans_until.is_some() && session.running.values().any(|r| !r.claimed) => {
+                    session.stop_unclaimed();
                 }
                 failure = link_failures.recv() => {
                     use tokio::sync::broadcast::error::RecvError;
@@ -283,14 +327,21 @@ impl Agent {
                     Ok(Some(c)) => {
                         last_heard = tokio::time::Instant::now();
                         if c.protocol_version != PROTOCOL_VERSION {
-                            break SessionEnd::Lost(version_mismatch(PROTOCOL_VERSION, c.protocol_version));
+                            break SessionEnd::Lost { why: version_mismatch(PROTOCOL_VERSION, c.protocol_version), keep: false };
+                        }
+                        // The master let this worker go (declared it lost):
+                        // its tasks run elsewhere now.
+                        if let Some(pb::master_command::Command::Refused(r)) = &c.command
+                            && c.term >= session.term
+                        {
+                            break SessionEnd::Lost { why: r.reason.clone(), keep: false };
                         }
                         if let Err(e) = session.on_command(c).await {
                             tracing::warn!(worker = %self.config.id, error = %e, "command failed");
                         }
                     }
-                    Ok(None) => break SessionEnd::Lost("the master closed the session".into()),
-                    Err(e) => break SessionEnd::Lost(e.message().to_string()),
+                    Ok(None) => break session.lost("the master closed the session".into()),
+                    Err(e) => break session.lost(e.message().to_string()),
                 },
                 Some((key, event)) = events.recv() => {
                     let exited = event == PartEvent::Exited;
@@ -299,13 +350,14 @@ impl Agent {
                         // the last it heard (a finished pipeline's rows).
                         let last = session.final_counters(key);
                         if session.send(pb::worker_event::Event::Heartbeat(last)).await.is_err() {
-                            break SessionEnd::Lost("the master closed the session".into());
+                            break session.lost("the master closed the session".into());
                         }
                     }
+                    session.keep_ack(key, &event);
                     match event_to_wire(key, &event) {
                         Ok(e) => {
                             if session.send(e).await.is_err() {
-                                break SessionEnd::Lost("the master closed the session".into());
+                                break session.lost("the master closed the session".into());
                             }
                         }
                         Err(e) => tracing::error!(error = %e, "event not sent"),
@@ -333,15 +385,16 @@ impl Agent {
                 }
                 _ = heartbeat.tick() => {
                     if session.send(pb::worker_event::Event::Heartbeat(session.heartbeat())).await.is_err() {
-                        break SessionEnd::Lost("the master closed the session".into());
+                        break session.lost("the master closed the session".into());
                     }
                 }
             }
         };
-        // Nothing runs without a master that knows it.
-        for (key, r) in session.running.drain() {
-            r.cancel.cancel();
-            self.data.close_deployment(key.pipeline, key.epoch);
+        // What runs goes back to the worker: stopped, or kept for a new
+        // leader when the session with a quorum leader broke.
+        parts.running = std::mem::take(&mut session.running);
+        if matches!(end, SessionEnd::Shutdown) {
+            parts.stop_all(&self.data);
         }
         Ok(end)
     }
@@ -349,7 +402,90 @@ impl Agent {
 
 enum SessionEnd {
     Shutdown,
-    Lost(String),
+    /// `keep`: the session with a quorum leader broke (not a silence):
+    /// the parts may be adopted by the next leader.
+    Lost {
+        why: String,
+        keep: bool,
+    },
+}
+
+/// The worker's deployment parts, kept across sessions.
+struct Parts {
+    running: HashMap<DeploymentKey, Running>,
+    /// Where parts report (read by the session loop; events arriving
+    /// between sessions wait here). Bounded by construction: per task one
+    /// failure and its checkpoint acknowledgements (CHECKPOINTS_IN_FLIGHT_MAX
+    /// + the stop checkpoint), per part one exit.
+    events: mpsc::UnboundedSender<(DeploymentKey, PartEvent)>,
+    events_rx: mpsc::UnboundedReceiver<(DeploymentKey, PartEvent)>,
+    /// While some parts are orphans: when the unclaimed ones stop.
+    orphaned_until: Option<tokio::time::Instant>,
+}
+
+impl Parts {
+    /// Every part is an orphan until a master claims it or `until`.
+    fn orphan(&mut self, until: tokio::time::Instant) {
+        for r in self.running.values_mut() {
+            r.claimed = false;
+        }
+        self.orphaned_until = Some(until);
+    }
+
+    fn stop_all(&mut self, data: &DataPlane) {
+        for (key, r) in self.running.drain() {
+            r.cancel.cancel();
+            data.close_deployment(key.pipeline, key.epoch);
+        }
+        self.orphaned_until = None;
+    }
+
+    /// Between sessions: takes the parts' events (a failed or exited part
+    /// is no orphan any more; acknowledgements are kept to be sent again),
+    /// and stops the orphans once their grace is over.
+    fn settle_orphans(&mut self, data: &DataPlane) {
+        while let Ok((key, event)) = self.events_rx.try_recv() {
+            match event {
+                PartEvent::Failed { .. } | PartEvent::Exited => {
+                    if let Some(r) = self.running.remove(&key) {
+                        r.cancel.cancel();
+                        data.close_deployment(key.pipeline, key.epoch);
+                    }
+                }
+                PartEvent::Checkpoint(_) => {
+                    if let Some(r) = self.running.get_mut(&key) {
+                        r.acks.push(event);
+                    }
+                }
+            }
+        }
+        if self.orphaned_until.is_some_and(|t| t <= tokio::time::Instant::now()) {
+            if !self.running.is_empty() {
+                tracing::warn!(
+                    parts = self.running.len(),
+                    "no master adopted this worker's tasks in time; stopping them"
+                );
+            }
+            self.stop_all(data);
+        }
+    }
+
+    /// The running parts as a registration reports them.
+    fn report(&self) -> Vec<pb::DeploymentRef> {
+        self.running
+            .iter()
+            .map(|(key, r)| pb::DeploymentRef {
+                pipeline: key.pipeline.0,
+                epoch: key.epoch,
+                dag_json: r.start.dag_json.clone(),
+                placement: r.start.placement.clone(),
+                trigger: *r.trigger.borrow(),
+                stop_at: *r.stop_at.borrow(),
+                completed: *r.completed.borrow(),
+                checkpointed: r.start.checkpoint.is_some(),
+            })
+            .collect()
+    }
 }
 
 enum SessionError {
@@ -377,6 +513,59 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
+    /// How a session that broke ends: with a quorum leader (a term), its
+    /// parts are kept for the next leader.
+    fn lost(&self, why: String) -> SessionEnd {
+        SessionEnd::Lost {
+            why,
+            keep: self.term > 0,
+        }
+    }
+
+    /// Keeps a part's checkpoint event to send again to a new leader.
+    fn keep_ack(&mut self, key: DeploymentKey, event: &PartEvent) {
+        if let (PartEvent::Checkpoint(_), Some(r)) = (event, self.running.get_mut(&key)) {
+            r.acks.push(event.clone());
+        }
+    }
+
+    /// The orphans' grace is over: those no master claimed stop.
+    fn stop_unclaimed(&mut self) {
+        let unclaimed: Vec<DeploymentKey> = self
+            .running
+            .iter()
+            .filter(|(_, r)| !r.claimed)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in unclaimed {
+            tracing::warn!(pipeline = %key.pipeline, epoch = key.epoch, "no master adopted this part in time; stopping it");
+            if let Some(r) = self.running.remove(&key) {
+                r.cancel.cancel();
+            }
+            self.agent.data.close_deployment(key.pipeline, key.epoch);
+        }
+    }
+
+    /// The master addressed deployment `key`: an orphan part is adopted;
+    /// its kept acknowledgements go to the master again.
+    async fn claim(&mut self, key: DeploymentKey) {
+        let Some(r) = self.running.get_mut(&key) else { return };
+        if r.claimed {
+            return;
+        }
+        r.claimed = true;
+        let acks = r.acks.clone();
+        tracing::info!(pipeline = %key.pipeline, epoch = key.epoch, acks = acks.len(), "deployment part adopted by the master");
+        for event in acks {
+            match event_to_wire(key, &event) {
+                Ok(e) => {
+                    let _ = self.send(e).await;
+                }
+                Err(e) => tracing::error!(error = %e, "event not sent"),
+            }
+        }
+    }
+
     /// Queues an event for the master; fails when the session is gone or
     /// the master has not taken an event for [`CONNECT_TIMEOUT`] with the
     /// queue full.
@@ -468,6 +657,14 @@ impl Session<'_> {
             pipeline: PipelineId(pipeline),
             epoch,
         };
+        let addressed = match &command.command {
+            Some(Command::Checkpoint(c)) => Some(key(c.pipeline, c.epoch)),
+            Some(Command::Paused(p)) => Some(key(p.pipeline, p.epoch)),
+            _ => None,
+        };
+        if let Some(k) = addressed {
+            self.claim(k).await;
+        }
         match command.command {
             Some(Command::Start(start)) => {
                 let k = key(start.pipeline, start.epoch);
@@ -502,14 +699,22 @@ impl Session<'_> {
                 self.agent.data.close_deployment(k.pipeline, k.epoch);
             }
             Some(Command::Checkpoint(c)) => {
-                if let Some(r) = self.running.get(&key(c.pipeline, c.epoch)) {
-                    // Stop first: a source injecting barrier n reads stop_at.
-                    r.stop_at
-                        .send_if_modified(|v| std::mem::replace(v, c.stop_at) != c.stop_at);
-                    r.completed
-                        .send_if_modified(|v| std::mem::replace(v, c.completed) != c.completed);
-                    r.trigger
-                        .send_if_modified(|v| std::mem::replace(v, c.trigger) != c.trigger);
+                if let Some(r) = self.running.get_mut(&key(c.pipeline, c.epoch)) {
+                    // Signals only rise (a new leader's coordinator starts
+                    // from what the workers reported). Stop first: a source
+                    // injecting barrier n reads stop_at.
+                    let raise = |to: u64| move |v: &mut u64| (to > *v).then(|| *v = to).is_some();
+                    r.stop_at.send_if_modified(raise(c.stop_at));
+                    r.completed.send_if_modified(raise(c.completed));
+                    r.trigger.send_if_modified(raise(c.trigger));
+                    let completed = *r.completed.borrow();
+                    r.acks.retain(|e| match e {
+                        PartEvent::Checkpoint(CoordinatorEvent::Stored { checkpoint_id, .. })
+                        | PartEvent::Checkpoint(CoordinatorEvent::WriteFailed { checkpoint_id, .. }) => {
+                            *checkpoint_id > completed
+                        }
+                        _ => true,
+                    });
                 }
             }
             Some(Command::Paused(p)) => {
@@ -534,7 +739,7 @@ impl Session<'_> {
     }
 
     /// Starts this worker's part of a deployment.
-    async fn start(&mut self, key: DeploymentKey, start: pb::StartTasks) -> Result<()> {
+    async fn start(&mut self, key: DeploymentKey, mut start: pb::StartTasks) -> Result<()> {
         let dag: PhysicalDag = serde_json::from_slice(&start.dag_json)
             .map_err(|e| Error::internal(format!("a deployment's DAG did not decode: {e}")))?;
         let placement = Placement {
@@ -544,7 +749,9 @@ impl Session<'_> {
                 .map(|p| (OperatorId(p.operator), p.instance, WorkerId(p.worker_id.clone())))
                 .collect(),
         };
-        self.agent.data.set_peers(peers(start.peers));
+        // Kept with the part without the peers' addresses (every keepalive
+        // brings them).
+        self.agent.data.set_peers(peers(std::mem::take(&mut start.peers)));
         let (metrics, metrics_of) = instance_metrics(&dag);
         let me = &self.agent.config.id;
         let local: Vec<Arc<TaskMetrics>> = metrics
@@ -621,6 +828,9 @@ impl Session<'_> {
         self.running.insert(
             key,
             Running {
+                start,
+                acks: Vec::new(),
+                claimed: true,
                 cancel,
                 paused,
                 trigger,

@@ -11,6 +11,13 @@
 //! deployment by `(pipeline, epoch)`; the coordinator's barrier signals,
 //! a pause and a stop are forwarded to every worker of the deployment.
 //!
+//! A new leader of a master quorum adopts what the workers kept running
+//! ([`Cluster::open_adoption`]): workers whose session with the old leader
+//! broke report their parts when they register; a deployment every part of
+//! which is reported, with the DAG the catalog has, is owned here as it
+//! runs (a coordinator resuming its checkpoint in flight) instead of
+//! restarting; the other reported parts are stopped.
+//!
 //! A worker is dead when its session breaks or it sends no heartbeat for
 //! the worker timeout: each deployment it took part in fails ("worker …
 //! lost"), which stops the deployment's other parts; the pipeline's
@@ -121,6 +128,52 @@ struct Route {
     metrics: HashMap<(OperatorId, u32), Arc<TaskMetrics>>,
 }
 
+/// Parts workers reported running when they registered with a new leader,
+/// by deployment.
+#[derive(Default)]
+struct Adoption {
+    /// True while this master, new leader, waits for its workers.
+    open: bool,
+    /// Counts the openings (a late close of an earlier one does nothing).
+    generation: u64,
+    /// The quorum term of the last opening: until this master opened
+    /// adoption in its term as leader it takes no worker (a worker taken
+    /// before would have its parts stopped, not adopted).
+    term: u64,
+    reports: HashMap<DeploymentKey, Reported>,
+}
+
+/// One deployment as its workers reported it.
+struct Reported {
+    dag_json: Vec<u8>,
+    placement: Vec<pb::Placement>,
+    checkpointed: bool,
+    /// Per reporting worker: trigger, stop_at, completed.
+    by: HashMap<WorkerId, (u64, u64, u64)>,
+}
+
+impl Reported {
+    fn workers(&self) -> std::collections::BTreeSet<WorkerId> {
+        self.placement.iter().map(|p| WorkerId(p.worker_id.clone())).collect()
+    }
+
+    /// Every worker of the placement reported it.
+    fn complete(&self) -> bool {
+        self.workers().iter().all(|w| self.by.contains_key(w))
+    }
+
+    /// Some of its tasks ran on another master's own worker (gone with
+    /// that master, or stopped when it stepped down): it cannot be adopted.
+    fn hopeless(&self, local: &WorkerId) -> bool {
+        self.workers()
+            .iter()
+            .any(|w| w.0.starts_with(MASTER_WORKER_PREFIX) && w != local)
+    }
+}
+
+/// The id of a master's own worker is this prefix and the master's id.
+pub const MASTER_WORKER_PREFIX: &str = "master:";
+
 /// The master's own worker: runs the tasks pinned to the master.
 pub struct MasterWorker {
     pub id: WorkerId,
@@ -153,6 +206,8 @@ pub struct Cluster {
     admission: Mutex<Option<Admission>>,
     /// This master's quorum member (`--peers`), for `/api/v1/cluster`.
     quorum: Mutex<Option<sluice_quorum::QuorumNode>>,
+    /// Parts reported by workers, while a new leader may adopt them.
+    adoption: Mutex<Adoption>,
 }
 
 /// Decides whether this master may take workers' sessions: `None` yes,
@@ -177,6 +232,7 @@ impl Cluster {
             local,
             admission: Mutex::default(),
             quorum: Mutex::default(),
+            adoption: Mutex::default(),
         });
         tokio::spawn(watchdog(Arc::downgrade(&cluster)));
         tokio::spawn(link_failures(
@@ -211,6 +267,122 @@ impl Cluster {
         self.quorum.lock().expect("quorum lock").clone()
     }
 
+    /// This master became the quorum's leader: until
+    /// [`Cluster::close_adoption`], parts workers report when they register
+    /// are kept, and a deployment of a pipeline every part of which was
+    /// reported is adopted by [`ClusterScheduler`] instead of placed anew.
+    /// Returns the opening's generation, for [`Cluster::close_adoption`].
+    pub fn open_adoption(&self) -> u64 {
+        let term = self.term();
+        let mut a = self.adoption.lock().expect("adoption lock");
+        a.open = true;
+        a.term = term;
+        a.generation += 1;
+        a.reports.clear();
+        a.generation
+    }
+
+    /// True when every pipeline of `pipelines` has a deployment whose
+    /// parts were all reported — or one that can never be adopted (tasks
+    /// on another master's own worker): waiting longer changes nothing.
+    pub fn adoption_ready(&self, pipelines: &[PipelineId]) -> bool {
+        let a = self.adoption.lock().expect("adoption lock");
+        pipelines.iter().all(|id| {
+            a.reports
+                .iter()
+                .any(|(k, r)| k.pipeline == *id && (r.complete() || r.hopeless(&self.local.id)))
+        })
+    }
+
+    /// The new leader's pipelines were deployed (adopted or placed anew):
+    /// every reported part not adopted is stopped, and parts reported from
+    /// now on are stopped at registration. Does nothing when adoption was
+    /// opened again since `generation`.
+    pub fn close_adoption(&self, generation: u64) {
+        let reports = {
+            let mut a = self.adoption.lock().expect("adoption lock");
+            if a.generation != generation {
+                return;
+            }
+            a.open = false;
+            std::mem::take(&mut a.reports)
+        };
+        for (key, r) in reports {
+            tracing::info!(pipeline = %key.pipeline, epoch = key.epoch, "stopping parts of a deployment not adopted");
+            for w in r.by.keys() {
+                self.send(w, stop_command(key));
+            }
+        }
+    }
+
+    /// A registering worker's running parts: kept while adoption is open,
+    /// else stopped (this master does not know them).
+    fn reported(&self, worker: &WorkerId, running: Vec<pb::DeploymentRef>) {
+        let mut a = self.adoption.lock().expect("adoption lock");
+        for d in running {
+            let key = DeploymentKey {
+                pipeline: PipelineId(d.pipeline),
+                epoch: d.epoch,
+            };
+            if !a.open {
+                drop(a);
+                self.send(worker, stop_command(key));
+                a = self.adoption.lock().expect("adoption lock");
+                continue;
+            }
+            let r = a.reports.entry(key).or_insert_with(|| Reported {
+                dag_json: d.dag_json.to_vec(),
+                placement: d.placement.clone(),
+                checkpointed: d.checkpointed,
+                by: HashMap::new(),
+            });
+            r.by.insert(worker.clone(), (d.trigger, d.stop_at, d.completed));
+        }
+    }
+
+    /// Takes the reported deployment of pipeline `id` if it can be adopted
+    /// as `dag` (with checkpoints or not): every part reported by a live
+    /// worker, the same DAG, no stop at a barrier under way.
+    fn adoptable(&self, id: PipelineId, dag: &PhysicalDag, checkpointed: bool) -> Option<(DeploymentKey, Reported)> {
+        let mut a = self.adoption.lock().expect("adoption lock");
+        if !a.open {
+            return None;
+        }
+        let live: std::collections::HashSet<WorkerId> =
+            self.workers.lock().expect("workers lock").keys().cloned().collect();
+        let want = serde_json::to_value(dag).ok()?;
+        let key = a.reports.iter().find_map(|(k, r)| {
+            let fits = k.pipeline == id
+                && r.complete()
+                && r.workers().iter().all(|w| live.contains(w))
+                && r.checkpointed == checkpointed
+                && r.by.values().all(|(_, stop_at, completed)| *stop_at <= *completed)
+                && serde_json::from_slice::<serde_json::Value>(&r.dag_json).ok().as_ref() == Some(&want);
+            if !fits && k.pipeline == id {
+                tracing::info!(pipeline = %id, epoch = k.epoch, complete = r.complete(), "a reported deployment cannot be adopted; it restarts");
+            }
+            fits.then_some(*k)
+        })?;
+        a.reports.remove(&key).map(|r| (key, r))
+    }
+
+    /// Pipeline `id` is placed anew: the parts workers reported of it stop
+    /// first (never two copies of a task).
+    fn discard_reports(&self, id: PipelineId) {
+        let discarded: Vec<(DeploymentKey, Reported)> = {
+            let mut a = self.adoption.lock().expect("adoption lock");
+            let keys: Vec<DeploymentKey> = a.reports.keys().filter(|k| k.pipeline == id).copied().collect();
+            keys.into_iter()
+                .filter_map(|k| a.reports.remove(&k).map(|r| (k, r)))
+                .collect()
+        };
+        for (key, r) in discarded {
+            for w in r.by.keys() {
+                self.send(w, stop_command(key));
+            }
+        }
+    }
+
     /// Ends every worker's session (this master stopped leading): each
     /// worker stops its tasks and registers with the next master.
     pub fn disconnect_all(&self, why: &str) {
@@ -222,7 +394,7 @@ impl Cluster {
             .map(|(id, w)| (id.clone(), w.session))
             .collect();
         for (id, session) in sessions {
-            self.worker_lost(&id, session, why);
+            self.worker_lost(&id, session, why, false);
         }
     }
 
@@ -334,13 +506,28 @@ impl Cluster {
         }
     }
 
-    /// A worker is gone: every deployment with a part on it fails.
-    fn worker_lost(&self, id: &WorkerId, session: u64, why: &str) {
+    /// A worker is gone: every deployment with a part on it fails. With
+    /// `release`, the worker (if it still hears) is told to stop its tasks
+    /// before its session closes — they run elsewhere now; without (this
+    /// master stops or stops leading), a worker of a quorum keeps them for
+    /// the next leader to adopt.
+    fn worker_lost(&self, id: &WorkerId, session: u64, why: &str, release: bool) {
         {
             let mut workers = self.workers.lock().expect("workers lock");
             match workers.get(id) {
                 Some(w) if w.session == session => {
                     let w = workers.remove(id).expect("present");
+                    if release {
+                        let _ = w.commands.try_send(Ok(pb::MasterCommand {
+                            protocol_version: PROTOCOL_VERSION,
+                            request_id: 0,
+                            term: self.term(),
+                            command: Some(pb::master_command::Command::Refused(pb::Refused {
+                                reason: format!("master {} declared this worker lost: {why}", self.master_id),
+                                ..Default::default()
+                            })),
+                        }));
+                    }
                     let entry = LostWorker {
                         id: id.0.clone(),
                         data_address: w.data_address,
@@ -355,6 +542,9 @@ impl Cluster {
             }
         }
         tracing::warn!(worker = %id, %why, "worker lost; its pipelines restart on the other workers");
+        for r in self.adoption.lock().expect("adoption lock").reports.values_mut() {
+            r.by.remove(id);
+        }
         let mut routes = self.routes.lock().expect("routes lock");
         for route in routes.values_mut() {
             if route.parts.get(id) == Some(&false) {
@@ -524,7 +714,7 @@ async fn watchdog(cluster: std::sync::Weak<Cluster>) {
             .collect();
         for (id, session) in silent {
             let why = format!("no heartbeat for {:?}", c.worker_timeout);
-            c.worker_lost(&id, session, &why);
+            c.worker_lost(&id, session, &why, true);
         }
     }
 }
@@ -595,7 +785,19 @@ impl pb::master_server::Master for Service {
             .lock()
             .expect("admission lock")
             .as_ref()
-            .and_then(|admit| admit());
+            .and_then(|admit| admit())
+            .or_else(|| {
+                // A new leader takes workers once it is ready to adopt
+                // what they kept running.
+                let starting =
+                    self.0.quorum().is_some() && self.0.adoption.lock().expect("adoption lock").term != self.0.term();
+                starting.then(|| {
+                    (
+                        format!("master {} is taking the lead; try again", self.0.master_id),
+                        self.0.control_address(),
+                    )
+                })
+            });
         if let Some((reason, leader_address)) = not_leader {
             let _ = tx.try_send(Ok(pb::MasterCommand {
                 protocol_version: PROTOCOL_VERSION,
@@ -636,7 +838,7 @@ impl pb::master_server::Master for Service {
                     .get(&id)
                     .map(|w| w.session);
                 if let Some(old) = old {
-                    cluster.worker_lost(&id, old, "it registered again");
+                    cluster.worker_lost(&id, old, "it registered again", true);
                 }
                 workers = cluster.workers.lock().expect("workers lock");
             }
@@ -665,7 +867,9 @@ impl pb::master_server::Master for Service {
                 heartbeat_interval_ms: HEARTBEAT_INTERVAL.as_millis() as u32,
             })),
         }));
-        tracing::info!(worker = %id, address = %register.data_address, slots = register.slots, "worker registered");
+        tracing::info!(worker = %id, address = %register.data_address, slots = register.slots,
+            running = register.running.len(), "worker registered");
+        cluster.reported(&id, register.running);
         tokio::spawn(async move {
             let why = loop {
                 match events.message().await {
@@ -678,7 +882,7 @@ impl pb::master_server::Master for Service {
                     Err(e) => break format!("its session broke: {}", e.message()),
                 }
             };
-            cluster.worker_lost(&id, session, &why);
+            cluster.worker_lost(&id, session, &why, true);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -709,6 +913,10 @@ impl ClusterScheduler {
         let dag = with_uids(dag);
         let dag = dag.as_ref();
         let cluster = &self.cluster;
+        if let Some((key, reported)) = cluster.adoptable(id, dag, plan.is_some()) {
+            return Ok(self.adopt(key, reported, dag, plan));
+        }
+        cluster.discard_reports(id);
         let used = cluster.used_slots();
         let workers: Vec<WorkerSlots> = {
             let conns = cluster.workers.lock().expect("workers lock");
@@ -744,6 +952,7 @@ impl ClusterScheduler {
                     config: plan.config,
                     restored_id,
                     highest_id: plan.highest_id,
+                    resume: None,
                 };
                 (
                     Some(owner),
@@ -864,9 +1073,8 @@ impl ClusterScheduler {
             key,
             remote,
             runtime.clone(),
-            owned.cancel.clone(),
-            owned.paused.clone(),
-            owned.signals.clone(),
+            (owned.cancel.clone(), owned.paused.clone(), owned.signals.clone()),
+            false,
         ));
         tracing::info!(pipeline = %id, epoch, workers = ?placement.workers(), "deployment placed");
         cluster
@@ -876,6 +1084,87 @@ impl ClusterScheduler {
             .insert(id, (epoch, runtime.clone()));
         Ok(runtime)
     }
+
+    /// Owns deployment `key`, which workers kept running through a change
+    /// of the quorum's leader: its tasks go on where they are. The
+    /// coordinator continues from the signals the workers had — the newest
+    /// completed checkpoint, and the one in flight (if any), which it
+    /// completes from the acknowledgements the workers send again.
+    fn adopt(
+        &self,
+        key: DeploymentKey,
+        reported: Reported,
+        dag: &PhysicalDag,
+        plan: Option<CheckpointPlan>,
+    ) -> Arc<PipelineRuntime> {
+        let cluster = &self.cluster;
+        let id = key.pipeline;
+        let placement = sluice_dataflow::part::Placement {
+            tasks: reported
+                .placement
+                .iter()
+                .map(|p| (OperatorId(p.operator), p.instance, WorkerId(p.worker_id.clone())))
+                .collect(),
+        };
+        let workers: Vec<WorkerId> = reported.workers().into_iter().collect();
+        let trigger = reported.by.values().map(|s| s.0).max().unwrap_or(0);
+        let completed = reported.by.values().map(|s| s.2).max().unwrap_or(0);
+        let (metrics, metrics_of) = instance_metrics(dag);
+        let checkpoint = plan.map(|plan| OwnerCheckpoint {
+            config: plan.config,
+            restored_id: completed,
+            highest_id: plan.highest_id.max(trigger),
+            resume: (trigger > completed).then_some(trigger),
+        });
+        let owned = own(
+            id,
+            dag,
+            task_instances(dag, &self.config),
+            metrics,
+            workers.len(),
+            checkpoint,
+        );
+        let mut slots: HashMap<WorkerId, u32> = HashMap::new();
+        for (op, instance) in task_instances(dag, &self.config) {
+            if let Some(w) = placement.worker_of(op, instance) {
+                *slots.entry(w.clone()).or_default() += 1;
+            }
+        }
+        cluster.routes.lock().expect("routes lock").insert(
+            key,
+            Route {
+                events: owned.events.clone(),
+                parts: workers.iter().map(|w| (w.clone(), false)).collect(),
+                slots,
+                metrics: metrics_of,
+            },
+        );
+        let mut runtime = owned.runtime;
+        runtime.placement = placement;
+        let runtime = Arc::new(runtime);
+        tokio::spawn(forward(
+            cluster.clone(),
+            key,
+            workers.clone(),
+            runtime.clone(),
+            (owned.cancel.clone(), owned.paused.clone(), owned.signals.clone()),
+            true,
+        ));
+        tracing::info!(pipeline = %id, epoch = key.epoch, ?workers, trigger, completed, "deployment adopted: its tasks keep running");
+        cluster
+            .runtimes
+            .lock()
+            .expect("runtimes lock")
+            .insert(id, (key.epoch, runtime.clone()));
+        runtime
+    }
+}
+
+fn stop_command(key: DeploymentKey) -> pb::master_command::Command {
+    pb::master_command::Command::Stop(pb::StopTasks {
+        pipeline: key.pipeline.0,
+        epoch: key.epoch,
+    })
 }
 
 /// The placement constraint a DAG carries (its sinks' `placement` option).
@@ -889,16 +1178,23 @@ fn dag_placement(dag: &PhysicalDag) -> &str {
         .unwrap_or("")
 }
 
+/// The owner's controls a deployment's workers follow.
+type OwnerControls = (
+    tokio_util::sync::CancellationToken,
+    tokio::sync::watch::Receiver<bool>,
+    Option<BarrierSignals>,
+);
+
 /// Forwards the owner's signals to the deployment's workers until every
-/// part exited.
+/// part exited. An adopted deployment's workers get them at once: that is
+/// how a worker learns its part was adopted.
 async fn forward(
     cluster: Arc<Cluster>,
     key: DeploymentKey,
     workers: Vec<WorkerId>,
     runtime: Arc<PipelineRuntime>,
-    cancel: tokio_util::sync::CancellationToken,
-    mut paused: tokio::sync::watch::Receiver<bool>,
-    signals: Option<BarrierSignals>,
+    (cancel, mut paused, signals): OwnerControls,
+    adopted: bool,
 ) {
     let send_all = |command: pb::master_command::Command| {
         for w in &workers {
@@ -933,13 +1229,24 @@ async fn forward(
             std::future::pending::<()>().await;
         }
     }
+    if adopted {
+        let p = *paused.borrow();
+        send_all(pb::master_command::Command::Paused(pb::SetPaused {
+            pipeline: key.pipeline.0,
+            epoch: key.epoch,
+            paused: p,
+        }));
+        if signals.is_some() {
+            send_all(checkpoint(&trigger, &stop_at, &completed));
+        }
+    }
     let mut cancelled = false;
     loop {
         tokio::select! {
             _ = runtime.wait() => break,
             _ = cancel.cancelled(), if !cancelled => {
                 cancelled = true;
-                send_all(pb::master_command::Command::Stop(pb::StopTasks { pipeline: key.pipeline.0, epoch: key.epoch }));
+                send_all(stop_command(key));
             }
             r = paused.changed() => {
                 if r.is_err() { continue; }
@@ -955,10 +1262,7 @@ async fn forward(
     // are told to stop (a part still running after its owner settled —
     // it cannot, but a stale command costs nothing).
     send_all(checkpoint(&trigger, &stop_at, &completed));
-    send_all(pb::master_command::Command::Stop(pb::StopTasks {
-        pipeline: key.pipeline.0,
-        epoch: key.epoch,
-    }));
+    send_all(stop_command(key));
     cluster.routes.lock().expect("routes lock").remove(&key);
     cluster.local.transport.close_deployment(key.pipeline, key.epoch);
     let mut runtimes = cluster.runtimes.lock().expect("runtimes lock");

@@ -340,6 +340,7 @@ pub fn deploy_with(
                 config: plan.config,
                 restored_id: restored.as_ref().map_or(0, |r| r.id),
                 highest_id: plan.highest_id,
+                resume: None,
             };
             (Some(owner), Some((restored, plan.handoff)))
         }
@@ -396,6 +397,10 @@ pub struct OwnerCheckpoint {
     pub restored_id: u64,
     /// The highest checkpoint id used before.
     pub highest_id: u64,
+    /// A checkpoint an earlier owner of these running tasks started and
+    /// did not see complete (a new quorum leader adopting a deployment):
+    /// the coordinator collects it first.
+    pub resume: Option<u64>,
 }
 
 /// A deployment's owner side, before its parts start.
@@ -447,11 +452,15 @@ pub fn own(
         Some(c) => {
             let (signals, channels, stop, to_coordinator) = coordinator::channels(c.restored_id);
             let store = c.config.store.clone();
-            let book = PendingCheckpoints::new(
+            let mut book = PendingCheckpoints::new(
                 tasks.iter().copied(),
                 c.highest_id.max(c.restored_id) + 1,
                 dag.key_groups,
             );
+            if let Some(id) = c.resume {
+                book.resume(id, sluice_types::now_ms());
+                channels.resume(id);
+            }
             let (status, cancel) = (status.clone(), cancel.clone());
             let fail = move |error: String| {
                 tracing::warn!(pipeline = %id, %error, "checkpoint failed");

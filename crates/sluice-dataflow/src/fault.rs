@@ -1,7 +1,10 @@
-//! A test hook for crash-recovery tests: `SLUICE_FAULT_PANIC_AT=<kind>:<k>`
+//! Test hooks for crash-recovery tests: `SLUICE_FAULT_PANIC_AT=<kind>:<k>`
 //! (e.g. `window_aggregate:5000`) makes the first task of that operator
 //! kind whose input passes `k` rows panic, once per process. Unset (the
 //! normal case), it costs one branch per batch.
+//! `SLUICE_FAULT_SLOW_STATE=<kind>:<ms>` makes the state writer take `ms`
+//! longer to store each snapshot of that operator kind (a slow checkpoint
+//! store), so a test can find a checkpoint in flight; unset, nothing.
 
 use crate::metrics::TaskMetrics;
 use std::sync::LazyLock;
@@ -20,4 +23,19 @@ pub fn check(metrics: &TaskMetrics) {
     if metrics.kind == kind && metrics.rows_in.load(Ordering::Relaxed) >= *k && !FIRED.swap(true, Ordering::SeqCst) {
         panic!("injected fault (SLUICE_FAULT_PANIC_AT={kind}:{k})");
     }
+}
+
+static SLOW_STATE: LazyLock<Option<(String, std::time::Duration)>> = LazyLock::new(|| {
+    let v = std::env::var("SLUICE_FAULT_SLOW_STATE").ok()?;
+    let (kind, ms) = v.split_once(':')?;
+    Some((
+        kind.to_string(),
+        std::time::Duration::from_millis(ms.trim().parse().ok()?),
+    ))
+});
+
+/// How much longer storing a snapshot of operator kind `kind` takes
+/// (`SLUICE_FAULT_SLOW_STATE`; `None` normally).
+pub fn slow_state(kind: &str) -> Option<std::time::Duration> {
+    SLOW_STATE.as_ref().filter(|(k, _)| k == kind).map(|(_, d)| *d)
 }

@@ -340,19 +340,27 @@ pub fn start_part(spec: PartSpec<'_>, report: impl Fn(PartEvent) + Send + Sync +
     let writer = checkpointing.map(|c| {
         let report = report.clone();
         let metrics = spec.metrics.clone();
-        tokio::spawn(coordinator::write_states(spec.id, c.store, acks_rx, move |e| {
-            if let CoordinatorEvent::Stored {
-                operator,
-                instance,
-                entry,
-                ..
-            } = &e
-                && let Some(m) = metrics.get(&(*operator, *instance))
-            {
-                m.state_bytes.store(entry.bytes, std::sync::atomic::Ordering::Relaxed);
-            }
-            report(PartEvent::Checkpoint(e))
-        }))
+        let kinds: HashMap<OperatorId, &'static str> = metrics.iter().map(|((op, _), m)| (*op, m.kind)).collect();
+        let slow = move |op: OperatorId| kinds.get(&op).and_then(|kind| crate::fault::slow_state(kind));
+        tokio::spawn(coordinator::write_states(
+            spec.id,
+            c.store,
+            acks_rx,
+            move |e| {
+                if let CoordinatorEvent::Stored {
+                    operator,
+                    instance,
+                    entry,
+                    ..
+                } = &e
+                    && let Some(m) = metrics.get(&(*operator, *instance))
+                {
+                    m.state_bytes.store(entry.bytes, std::sync::atomic::Ordering::Relaxed);
+                }
+                report(PartEvent::Checkpoint(e))
+            },
+            slow,
+        ))
     });
     supervise(spec.id, tasks, spec.control.cancel, report, writer);
     Ok(StartedPart {

@@ -17,8 +17,10 @@
 /// The version of the protocol these files define. A change that an older
 /// peer would misread bumps it. 2: `SourceWatermarks` (watermark alignment
 /// across workers; a worker of version 1 would ignore them and run its
-/// sources unaligned).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// sources unaligned). 3: workers keep their parts when the session with a
+/// quorum leader breaks and report them in `Register.running` (a version-2
+/// worker would stop them, a version-2 master would not stop unknown ones).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// `package sluice.v1`.
 pub mod v1 {

@@ -141,13 +141,13 @@ pub struct MasterConfig {
 /// Starts a cluster master: catalog, planning, pgwire and HTTP, the
 /// workers' control plane, and the master's own worker.
 pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle> {
-    use sluice_cluster::control::{Cluster, ClusterScheduler, MasterWorker};
+    use sluice_cluster::control::{Cluster, ClusterScheduler, MASTER_WORKER_PREFIX, MasterWorker};
     std::fs::create_dir_all(&config.data_dir)?;
     if !config.checkpoint_dir.contains("://") {
         std::fs::create_dir_all(&config.checkpoint_dir)?;
     }
     let connectors = Connectors::default();
-    let master_worker = sluice_types::WorkerId(format!("master:{}", config.id));
+    let master_worker = sluice_types::WorkerId(format!("{MASTER_WORKER_PREFIX}{}", config.id));
     let data_listener = tokio::net::TcpListener::bind(config.data_listen).await?;
     let data = sluice_net::DataPlane::start(master_worker.clone(), data_listener, Default::default())?;
     let data_address = advertised(data.local_addr(), config.advertise.clone(), "--data-listen")?;
@@ -302,6 +302,18 @@ async fn record_checkpoints(master: std::sync::Weak<Master>, shutdown: Cancellat
     }
 }
 
+/// How long a new leader waits for the workers to report the tasks they
+/// kept running before it starts the pipelines it could not adopt. Workers
+/// try the masters every half second, so those that lost the old leader
+/// report within a second or two of the election.
+const ADOPTION_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// How long after a new leader started its pipelines the parts workers
+/// reported and it did not adopt are stopped (its supervisors have read
+/// their checkpoint stores and deployed by then; a pipeline placed anew
+/// stops its reported parts itself first).
+const ADOPTION_CLOSE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Follows this master's role in the quorum: on becoming leader it takes
 /// the replicated catalog, starts the pipelines and makes sure the first
 /// superuser exists; on losing leadership it stops its pipelines and sends
@@ -327,7 +339,34 @@ async fn lead(
         let Some(master) = master.upgrade() else { return };
         let status = node.status();
         if !leading && node.is_leader() {
-            match quorum.catalog().and_then(|c| master.promote(c)) {
+            // Workers whose session with the old leader broke kept their
+            // tasks: wait (a little) for them to register and report, so
+            // their deployments are adopted rather than restarted.
+            let generation = cluster.open_adoption();
+            let pipelines: Vec<sluice_types::PipelineId> = quorum
+                .catalog()
+                .map(|c| c.pipelines.values().map(|p| p.id).collect())
+                .unwrap_or_default();
+            let deadline = tokio::time::Instant::now() + ADOPTION_WAIT;
+            while tokio::time::Instant::now() < deadline && node.is_leader() && !cluster.adoption_ready(&pipelines) {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+                }
+            }
+            if !node.is_leader() {
+                cluster.close_adoption(generation);
+                continue;
+            }
+            let promoted = quorum.catalog().and_then(|c| master.promote(c));
+            // Supervisors deploy from their checkpoint stores a moment
+            // later; what is still reported after that is stopped.
+            let closing = cluster.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(ADOPTION_CLOSE_AFTER).await;
+                closing.close_adoption(generation);
+            });
+            match promoted {
                 Ok(()) => {
                     leading = true;
                     tracing::info!(

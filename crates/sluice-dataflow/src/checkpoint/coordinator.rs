@@ -210,6 +210,18 @@ impl PendingCheckpoints {
         Some(id)
     }
 
+    /// Takes over checkpoint `id`, started by an earlier owner of the same
+    /// running tasks (a master quorum's new leader adopting a deployment):
+    /// it is pending again, collecting the acknowledgements the tasks send
+    /// (again), and new checkpoints start after it.
+    pub fn resume(&mut self, id: u64, now_ms: i64) {
+        self.pending.entry(id).or_insert(Pending {
+            started_ms: now_ms,
+            acked: BTreeMap::new(),
+        });
+        self.next_id = self.next_id.max(id + 1);
+    }
+
     /// Records task `key`'s stored file; returns the manifest when the
     /// checkpoint is complete (it leaves the pending set).
     pub fn on_ack(
@@ -357,6 +369,15 @@ pub fn channels(
     )
 }
 
+impl CoordinatorChannels {
+    /// Sources were asked for barrier `id` by an earlier owner (see
+    /// [`PendingCheckpoints::resume`]): the trigger says so again, so a
+    /// process that never heard it injects it now.
+    pub fn resume(&self, id: u64) {
+        self.trigger.send_replace(id);
+    }
+}
+
 /// Task handles whose acknowledgements the test reads itself, and the
 /// coordinator's ends (kept alive by the test).
 #[cfg(test)]
@@ -381,11 +402,15 @@ pub(crate) fn test_handles(
 /// is encoded, a buffer at a time, its length and CRC computed on the way
 /// (building it whole first touched hundreds of MB of fresh memory per
 /// checkpoint of a large join).
+///
+/// `slow` gives an operator's extra store time (a test hook,
+/// [`crate::fault::slow_state`]).
 pub async fn write_states(
     pipeline: PipelineId,
     store: Arc<dyn StateStore>,
     mut acks: mpsc::UnboundedReceiver<AckEvent>,
     coordinator: impl Fn(CoordinatorEvent),
+    slow: impl Fn(OperatorId) -> Option<Duration>,
 ) {
     while let Some(event) = acks.recv().await {
         let (checkpoint_id, task, state) = match event {
@@ -399,6 +424,9 @@ pub async fn write_states(
                 state,
             } => (checkpoint_id, task, state),
         };
+        if let Some(delay) = slow(task.operator) {
+            tokio::time::sleep(delay).await;
+        }
         let dir = manifest::checkpoint_dir(pipeline, checkpoint_id);
         let file = manifest::task_file(task.uid, task.instance);
         let path = format!("{dir}/{file}");
@@ -589,6 +617,19 @@ mod tests {
         assert_eq!((m.checkpoint_id, m.tasks.len(), m.size_bytes), (5, 3, 12));
         assert_eq!(m.completed_ms - m.started_ms, 30);
         assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_resumed_checkpoint_completes_from_acks_sent_again_and_later_ids_follow_it() {
+        let mut b = PendingCheckpoints::new([(OperatorId(1), 0), (OperatorId(2), 0)], 4, 256);
+        b.resume(7, 100);
+        assert_eq!(b.in_flight(), 1);
+        assert_eq!(b.start(110), None, "the resumed checkpoint is the one in flight");
+        assert!(ack(&mut b, 7, 1, 0, 120).is_none());
+        assert!(ack(&mut b, 7, 1, 0, 121).is_none(), "an ack sent twice counts once");
+        let m = ack(&mut b, 7, 2, 0, 130).unwrap();
+        assert_eq!(m.checkpoint_id, 7);
+        assert_eq!(b.start(140), Some(8), "new ids come after the resumed one");
     }
 
     #[test]
