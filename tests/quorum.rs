@@ -262,7 +262,27 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
         rows.iter().any(|r| r[1] == q.ids[first] && r[3] == "leader"),
         "{rows:?}"
     );
-    assert!(!rows.iter().any(|r| r[0] == "worker"), "{rows:?}");
+    // No worker registers with a follower; it lists the worker the leader
+    // recorded in the replicated state (written once a second).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = show_cluster(&q, follower).await;
+        let workers: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == "worker").collect();
+        if !workers.is_empty() {
+            assert_eq!(workers.len(), 1, "{rows:?}");
+            assert_eq!(workers[0][1], "w1", "{rows:?}");
+            assert_eq!(workers[0][4], "recorded", "{rows:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower lists no recorded worker: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let json = q.master(follower).cluster_json();
+    assert_eq!(json["recorded_workers"][0]["id"], "w1", "{json}");
+    assert_eq!(json["recorded_workers"][0]["slots"], 8, "{json}");
     // Every field /api/v1/cluster gives about a quorum's masters is in the
     // OpenAPI document.
     let spec: serde_json::Value =

@@ -141,6 +141,9 @@ struct Adoption {
     /// before would have its parts stopped, not adopted).
     term: u64,
     reports: HashMap<DeploymentKey, Reported>,
+    /// Where the old leader recorded each pipeline's tasks (the workers to
+    /// wait for).
+    recorded: BTreeMap<PipelineId, crate::recorded::RecordedPlacement>,
 }
 
 /// One deployment as its workers reported it.
@@ -274,24 +277,96 @@ impl Cluster {
     /// Returns the opening's generation, for [`Cluster::close_adoption`].
     pub fn open_adoption(&self) -> u64 {
         let term = self.term();
+        let recorded = self
+            .quorum()
+            .map(|q| crate::recorded::placements(&q.state()))
+            .unwrap_or_default();
         let mut a = self.adoption.lock().expect("adoption lock");
         a.open = true;
         a.term = term;
         a.generation += 1;
         a.reports.clear();
+        a.recorded = recorded;
         a.generation
     }
 
-    /// True when every pipeline of `pipelines` has a deployment whose
-    /// parts were all reported — or one that can never be adopted (tasks
-    /// on another master's own worker): waiting longer changes nothing.
+    /// True when waiting longer changes nothing for any pipeline of
+    /// `pipelines`: it has a deployment whose parts were all reported, or
+    /// one that can never be adopted (tasks on another master's own
+    /// worker), or every worker its recorded placement names has
+    /// registered (and reported what it runs).
     pub fn adoption_ready(&self, pipelines: &[PipelineId]) -> bool {
+        let registered: std::collections::HashSet<WorkerId> =
+            self.workers.lock().expect("workers lock").keys().cloned().collect();
         let a = self.adoption.lock().expect("adoption lock");
-        pipelines.iter().all(|id| {
-            a.reports
+        let hopeless = |workers: &std::collections::BTreeSet<WorkerId>| {
+            workers
                 .iter()
-                .any(|(k, r)| k.pipeline == *id && (r.complete() || r.hopeless(&self.local.id)))
+                .any(|w| w.0.starts_with(MASTER_WORKER_PREFIX) && *w != self.local.id)
+        };
+        pipelines.iter().all(|id| {
+            let reported = a
+                .reports
+                .iter()
+                .any(|(k, r)| k.pipeline == *id && (r.complete() || r.hopeless(&self.local.id)));
+            reported
+                || a.recorded.get(id).is_some_and(|p| {
+                    let workers = p.workers();
+                    hopeless(&workers) || workers.iter().all(|w| registered.contains(w))
+                })
         })
+    }
+
+    /// On a quorum's leader: records the registered workers and where each
+    /// running deployment's tasks are in the replicated state
+    /// ([`crate::recorded`]), when that changed. Not while adopting (the
+    /// old leader's placements are what a new leader waits for).
+    pub async fn record(&self) -> std::result::Result<(), String> {
+        let Some(node) = self.quorum() else { return Ok(()) };
+        if !node.is_leader() || self.adoption.lock().expect("adoption lock").open {
+            return Ok(());
+        }
+        use crate::recorded::{RecordedPlacement, RecordedWorker};
+        let workers: Vec<RecordedWorker> = self
+            .workers
+            .lock()
+            .expect("workers lock")
+            .iter()
+            .map(|(id, w)| RecordedWorker {
+                id: id.0.clone(),
+                data_address: w.data_address.clone(),
+                slots: w.slots,
+                labels: w.labels.clone(),
+            })
+            .collect();
+        let placements: BTreeMap<PipelineId, RecordedPlacement> = self
+            .runtimes
+            .lock()
+            .expect("runtimes lock")
+            .iter()
+            .map(|(id, (epoch, runtime))| {
+                let tasks = runtime
+                    .placement
+                    .tasks
+                    .iter()
+                    .map(|(op, instance, w)| (op.0, *instance, w.0.clone()))
+                    .collect();
+                (*id, RecordedPlacement { epoch: *epoch, tasks })
+            })
+            .collect();
+        let want = crate::recorded::registers(&workers, &placements);
+        let writes = crate::recorded::writes(&node.state(), &want);
+        if writes.is_empty() {
+            return Ok(());
+        }
+        node.propose(writes).await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// The workers the quorum's leader recorded (what a follower lists).
+    pub fn recorded_workers(&self) -> Vec<crate::recorded::RecordedWorker> {
+        self.quorum()
+            .map(|q| crate::recorded::workers(&q.state()))
+            .unwrap_or_default()
     }
 
     /// The new leader's pipelines were deployed (adopted or placed anew):

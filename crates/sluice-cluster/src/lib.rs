@@ -42,6 +42,7 @@ pub mod control;
 pub mod master;
 pub mod placement;
 pub mod process;
+pub mod recorded;
 pub mod replication;
 pub mod scheduler;
 pub mod security;

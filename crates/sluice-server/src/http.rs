@@ -195,6 +195,7 @@ async fn cluster(State(s): St) -> Json<serde_json::Value> {
             "started_ms": s.engine.started_ms,
             "masters": masters,
             "workers": cluster.workers(),
+            "recorded_workers": cluster.recorded_workers(),
             "lost_workers": cluster.lost_workers(),
             "pipelines_running": running,
         }));

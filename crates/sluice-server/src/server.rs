@@ -264,6 +264,7 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
                 shutdown.clone(),
             ));
             tokio::spawn(record_checkpoints(Arc::downgrade(&master), shutdown.clone()));
+            tokio::spawn(record_cluster(Arc::downgrade(&cluster), shutdown.clone()));
             master
         }
     };
@@ -298,6 +299,22 @@ async fn record_checkpoints(master: std::sync::Weak<Master>, shutdown: Cancellat
         let Some(master) = master.upgrade() else { return };
         if let Err(e) = master.record_checkpoints().await {
             tracing::debug!("recording checkpoints in the master quorum: {e}");
+        }
+    }
+}
+
+/// On the quorum's leader, every second: records the workers and the
+/// running deployments' placements in the replicated state (for followers
+/// to list, and for the next leader to know whom to wait for).
+async fn record_cluster(cluster: std::sync::Weak<sluice_cluster::control::Cluster>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+        let Some(cluster) = cluster.upgrade() else { return };
+        if let Err(e) = cluster.record().await {
+            tracing::debug!("recording workers and placements in the master quorum: {e}");
         }
     }
 }

@@ -137,6 +137,23 @@ fn cluster_rows(engine: &crate::engine::Engine) -> Vec<show::ClusterRow> {
         );
         rows.push(show::ClusterRow::worker(&w.id, &w.data_address, &w.health, &detail));
     }
+    // A follower has no worker of its own: it lists those the leader
+    // recorded in the replicated state.
+    if cluster.quorum().is_some_and(|q| !q.is_leader()) {
+        for w in cluster.recorded_workers() {
+            let labels: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let detail = format!(
+                "slots {}{}; as the leader recorded it",
+                w.slots,
+                if labels.is_empty() {
+                    String::new()
+                } else {
+                    format!("; labels {}", labels.join(","))
+                }
+            );
+            rows.push(show::ClusterRow::worker(&w.id, &w.data_address, "recorded", &detail));
+        }
+    }
     rows
 }
 
