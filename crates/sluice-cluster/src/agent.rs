@@ -539,7 +539,23 @@ impl Session<'_> {
             .collect();
         for key in unclaimed {
             tracing::warn!(pipeline = %key.pipeline, epoch = key.epoch, "no master adopted this part in time; stopping it");
-            if let Some(r) = self.running.remove(&key) {
+            // A master that adopts it after all hears that it failed (its
+            // pipeline restarts from its checkpoint) rather than that it
+            // ended.
+            let _ = self.events.send((
+                key,
+                PartEvent::Failed {
+                    operator: OperatorId(0),
+                    instance: 0,
+                    failure: Failure::message(format!(
+                        "no master adopted this worker's part within {ORPHAN_GRACE:?} of losing the leader"
+                    )),
+                    after_cancel: false,
+                },
+            ));
+            if let Some(r) = self.running.get_mut(&key) {
+                // Given up, no orphan any more: its exit goes up as usual.
+                r.claimed = true;
                 r.cancel.cancel();
             }
             self.agent.data.close_deployment(key.pipeline, key.epoch);
