@@ -198,6 +198,38 @@ async fn rows_in(q: &Quorum, i: usize, name: &str) -> Option<u64> {
     })
 }
 
+/// Creates stream `{p}_ticks` (300 rows/s; ts = i × 10 ms, so the
+/// 1-second window w holds i = 100·w … 100·w + 99: 20 rows of each
+/// k = i % 5) and the exactly-once file sink `{p}_out` of its per-second
+/// counts by k into `out`, checkpointed every second.
+async fn create_windowed_counts(c: &tokio_postgres::Client, p: &str, out: &std::path::Path) {
+    c.batch_execute(&format!(
+        "CREATE STREAM {p}_ticks (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
+            WITH (connector = 'datagen', 'rows-per-second' = '300',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+         CREATE SINK {p}_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
+            SELECT window_start, k, count(*) AS n FROM TUMBLE({p}_ticks, ts, INTERVAL '1' SECOND)
+            GROUP BY window_start, window_end, k",
+        out.display()
+    ))
+    .await
+    .unwrap();
+}
+
+/// Pipeline `name`'s `rows_in` on master `i` once it counts any (a new
+/// leader counts what the workers' heartbeats, one a second, say).
+async fn first_rows_in(q: &Quorum, i: usize, name: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = rows_in(q, i, name).await.unwrap_or(0);
+        if n > 0 {
+            return n;
+        }
+        assert!(Instant::now() < deadline, "no rows of {name} counted on {}", q.ids[i]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn wait_running(q: &Quorum, i: usize, name: &str, within: Duration) {
     let c = q.master(i).connect().await;
     let deadline = Instant::now() + within;
@@ -349,15 +381,7 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
     wait_for_stream(&q, second, "after_failover").await;
     wait_running(&q, second, "moved", Duration::from_secs(40)).await;
     eprintln!("pipeline running again after {:?}", killed_at.elapsed());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let after = loop {
-        let n = rows_in(&q, second, "moved").await.unwrap_or(0);
-        if n > 0 {
-            break n;
-        }
-        assert!(Instant::now() < deadline, "no rows counted on the new leader");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let after = first_rows_in(&q, second, "moved").await;
     assert!(
         after >= before,
         "the new leader counts {after} rows read, fewer than the {before} read before the kill: the pipeline restarted instead of being adopted"
@@ -557,19 +581,7 @@ async fn a_rolling_restart_of_the_masters_keeps_an_exactly_once_pipeline_exact()
     workers.add_worker_to("w1", 8, &q.all_listen());
     let out = q.dir.path().join("out");
     let c = q.master(leader).connect().await;
-    // 300 rows/s; ts = i × 10 ms, so the 1-second window w holds
-    // i = 100·w … 100·w + 99: 20 rows of each k = i % 5.
-    c.batch_execute(&format!(
-        "CREATE STREAM r_ticks (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
-            WITH (connector = 'datagen', 'rows-per-second' = '300',
-            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
-         CREATE SINK r_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
-            SELECT window_start, k, count(*) AS n FROM TUMBLE(r_ticks, ts, INTERVAL '1' SECOND)
-            GROUP BY window_start, window_end, k",
-        out.display()
-    ))
-    .await
-    .unwrap();
+    create_windowed_counts(&c, "r", &out).await;
     wait_running(&q, leader, "r_out", Duration::from_secs(30)).await;
     let mut committed = 0;
     let mut restarted = Vec::new();
@@ -631,7 +643,7 @@ async fn checkpoint_ids(q: &Quorum, i: usize, name: &str) -> Vec<u64> {
 }
 
 /// kill -9 of the leader while a checkpoint is in flight: the worker's sink
-/// takes 3 s to store each snapshot (a fault hook), so the source's and the
+/// takes 5 s to store each snapshot (a fault hook), so the source's and the
 /// window's acknowledgements reach the leader and the sink's does not
 /// before it dies. The worker keeps its tasks and the new leader adopts
 /// them: its coordinator takes the checkpoint over, the worker sends the
@@ -646,24 +658,12 @@ async fn a_leader_killed_mid_checkpoint_hands_the_running_pipeline_to_the_next_w
     let mut q = Quorum::start();
     let leader = q.leader(Duration::from_secs(15)).await;
     let mut workers = TestServer::workers_only(q.dir.path());
-    workers.add_worker_to_with_env("w1", 8, &q.all_listen(), &[("SLUICE_FAULT_SLOW_STATE", "sink:3000")]);
+    workers.add_worker_to_with_env("w1", 8, &q.all_listen(), &[("SLUICE_FAULT_SLOW_STATE", "sink:5000")]);
     let out = q.dir.path().join("out");
     let c = q.master(leader).connect().await;
-    // 300 rows/s; ts = i × 10 ms: the 1-second window w holds 20 rows of
-    // each k = i % 5.
-    c.batch_execute(&format!(
-        "CREATE STREAM a_ticks (i BIGINT, k AS i % 5, ts AS TO_TIMESTAMP_LTZ(i * 10, 3), WATERMARK FOR ts AS ts)
-            WITH (connector = 'datagen', 'rows-per-second' = '300',
-            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
-         CREATE SINK a_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '1s') AS
-            SELECT window_start, k, count(*) AS n FROM TUMBLE(a_ticks, ts, INTERVAL '1' SECOND)
-            GROUP BY window_start, window_end, k",
-        out.display()
-    ))
-    .await
-    .unwrap();
+    create_windowed_counts(&c, "a", &out).await;
     wait_running(&q, leader, "a_out", Duration::from_secs(30)).await;
-    // Two checkpoints complete (each takes the sink's 3 s); then, 1.5 s
+    // Two checkpoints complete (each takes the sink's 5 s); then, 1.5 s
     // after the second, the next (started within the 1 s interval) waits
     // for the sink's snapshot.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -689,7 +689,7 @@ async fn a_leader_killed_mid_checkpoint_hands_the_running_pipeline_to_the_next_w
     assert_eq!(
         checkpoint_ids(&q, leader, "a_out").await.iter().max(),
         Some(&completed),
-        "a checkpoint completed in the sink's 3 s: the leader was not killed mid-checkpoint"
+        "a checkpoint completed in the sink's 5 s: the leader was not killed mid-checkpoint"
     );
     let committed = common::committed_windows(&out).len();
     q.masters[leader].take().unwrap().stop();
@@ -708,16 +708,7 @@ async fn a_leader_killed_mid_checkpoint_hands_the_running_pipeline_to_the_next_w
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // The new leader counts what the worker's heartbeats say (one a second).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let after = loop {
-        let n = rows_in(&q, second, "a_out").await.unwrap_or(0);
-        if n > 0 {
-            break n;
-        }
-        assert!(Instant::now() < deadline, "no rows counted on the new leader");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let after = first_rows_in(&q, second, "a_out").await;
     assert!(
         after >= before,
         "counted {after} rows after the kill, {before} before: restarted, not adopted"

@@ -34,7 +34,7 @@ use sluice_dataflow::deploy::{
 };
 use sluice_dataflow::metrics::TaskMetrics;
 use sluice_dataflow::part::{
-    PartCheckpoint, PartControl, PartEvent, PartSpec, instance_metrics, start_part, task_instances,
+    PartCheckpoint, PartControl, PartEvent, PartSpec, Placement, instance_metrics, start_part, task_instances,
 };
 use sluice_plan::PhysicalDag;
 use sluice_proto::v1 as pb;
@@ -319,13 +319,15 @@ impl Cluster {
 
     /// On a quorum's leader: records the registered workers and where each
     /// running deployment's tasks are in the replicated state
-    /// ([`crate::recorded`]), when that changed. Not while adopting (the
-    /// old leader's placements are what a new leader waits for).
+    /// ([`crate::recorded`]), when that changed. While adopting, the old
+    /// leader's placements are kept (they are what the next leader would
+    /// wait for, should this one fail before it deployed).
     pub async fn record(&self) -> std::result::Result<(), String> {
         let Some(node) = self.quorum() else { return Ok(()) };
-        if !node.is_leader() || self.adoption.lock().expect("adoption lock").open {
+        if !node.is_leader() {
             return Ok(());
         }
+        let adopting = self.adoption.lock().expect("adoption lock").open;
         use crate::recorded::{RecordedPlacement, RecordedWorker};
         let workers: Vec<RecordedWorker> = self
             .workers
@@ -355,7 +357,10 @@ impl Cluster {
             })
             .collect();
         let want = crate::recorded::registers(&workers, &placements);
-        let writes = crate::recorded::writes(&node.state(), &want);
+        let mut writes = crate::recorded::writes(&node.state(), &want);
+        if adopting {
+            writes.retain(|(k, v)| v.is_some() || !k.starts_with(crate::recorded::PLACEMENT));
+        }
         if writes.is_empty() {
             return Ok(());
         }
@@ -1045,12 +1050,7 @@ impl ClusterScheduler {
             checkpoint,
         );
         let remote: Vec<WorkerId> = parts.iter().filter(|w| **w != local.id).cloned().collect();
-        let mut slots: HashMap<WorkerId, u32> = HashMap::new();
-        for (op, instance) in task_instances(dag, &self.config) {
-            if let Some(w) = placement.worker_of(op, instance).filter(|w| **w != local.id) {
-                *slots.entry(w.clone()).or_default() += 1;
-            }
-        }
+        let slots = self.slots(dag, &placement);
         cluster.routes.lock().expect("routes lock").insert(
             key,
             Route {
@@ -1140,24 +1140,54 @@ impl ClusterScheduler {
         for w in &remote {
             cluster.send(w, pb::master_command::Command::Start(start.clone()));
         }
+        tracing::info!(pipeline = %id, epoch, workers = ?placement.workers(), "deployment placed");
+        Ok(self.run_owned(key, owned, placement, remote, false))
+    }
+
+    /// The remote workers' task slots in a deployment placed by
+    /// `placement` (a slot per task, not per chained operator).
+    fn slots(&self, dag: &PhysicalDag, placement: &Placement) -> HashMap<WorkerId, u32> {
+        let mut slots: HashMap<WorkerId, u32> = HashMap::new();
+        for (op, instance) in task_instances(dag, &self.config) {
+            if let Some(w) = placement
+                .worker_of(op, instance)
+                .filter(|w| **w != self.cluster.local.id)
+            {
+                *slots.entry(w.clone()).or_default() += 1;
+            }
+        }
+        slots
+    }
+
+    /// Holds an owned deployment as the pipeline's running one: its
+    /// runtime (with `placement`), and the task forwarding its signals to
+    /// `workers` until it ends.
+    fn run_owned(
+        &self,
+        key: DeploymentKey,
+        owned: sluice_dataflow::deploy::Owned,
+        placement: Placement,
+        workers: Vec<WorkerId>,
+        adopted: bool,
+    ) -> Arc<PipelineRuntime> {
+        let cluster = &self.cluster;
         let mut runtime = owned.runtime;
-        runtime.placement = placement.clone();
+        runtime.placement = placement;
         let runtime = Arc::new(runtime);
         tokio::spawn(forward(
             cluster.clone(),
             key,
-            remote,
+            workers,
             runtime.clone(),
-            (owned.cancel.clone(), owned.paused.clone(), owned.signals.clone()),
-            false,
+            (owned.cancel, owned.paused, owned.signals),
+            adopted,
         ));
-        tracing::info!(pipeline = %id, epoch, workers = ?placement.workers(), "deployment placed");
         cluster
             .runtimes
             .lock()
             .expect("runtimes lock")
-            .insert(id, (epoch, runtime.clone()));
-        Ok(runtime)
+            .insert(key.pipeline, (key.epoch, runtime.clone()));
+        runtime
     }
 
     /// Owns deployment `key`, which workers kept running through a change
@@ -1174,7 +1204,7 @@ impl ClusterScheduler {
     ) -> Arc<PipelineRuntime> {
         let cluster = &self.cluster;
         let id = key.pipeline;
-        let placement = sluice_dataflow::part::Placement {
+        let placement = Placement {
             tasks: reported
                 .placement
                 .iter()
@@ -1199,12 +1229,7 @@ impl ClusterScheduler {
             workers.len(),
             checkpoint,
         );
-        let mut slots: HashMap<WorkerId, u32> = HashMap::new();
-        for (op, instance) in task_instances(dag, &self.config) {
-            if let Some(w) = placement.worker_of(op, instance) {
-                *slots.entry(w.clone()).or_default() += 1;
-            }
-        }
+        let slots = self.slots(dag, &placement);
         cluster.routes.lock().expect("routes lock").insert(
             key,
             Route {
@@ -1214,24 +1239,8 @@ impl ClusterScheduler {
                 metrics: metrics_of,
             },
         );
-        let mut runtime = owned.runtime;
-        runtime.placement = placement;
-        let runtime = Arc::new(runtime);
-        tokio::spawn(forward(
-            cluster.clone(),
-            key,
-            workers.clone(),
-            runtime.clone(),
-            (owned.cancel.clone(), owned.paused.clone(), owned.signals.clone()),
-            true,
-        ));
         tracing::info!(pipeline = %id, epoch = key.epoch, ?workers, trigger, completed, "deployment adopted: its tasks keep running");
-        cluster
-            .runtimes
-            .lock()
-            .expect("runtimes lock")
-            .insert(id, (key.epoch, runtime.clone()));
-        runtime
+        self.run_owned(key, owned, placement, workers, true)
     }
 }
 
