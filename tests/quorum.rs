@@ -4,8 +4,8 @@
 //! adopts them as they run on the worker (nothing restarts) and takes DDL; a master left alone refuses DDL with
 //! 57P03 naming the quorum but still answers reads; a restarted master
 //! catches up. And a leader frozen with SIGSTOP for 20 s: the others elect
-//! a new one that runs the pipeline; woken, the old one steps down and
-//! keeps no worker.
+//! a new one that adopts the pipeline the worker kept running; woken, the
+//! old one steps down and keeps no worker.
 
 mod common;
 
@@ -463,7 +463,7 @@ async fn a_leader_frozen_for_20_s_is_replaced_and_steps_down_when_it_wakes() {
     workers.add_worker_to("w1", 8, &q.all_listen());
     let c = q.master(old).connect().await;
     c.batch_execute(
-        "CREATE STREAM ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '200',
+        "CREATE STREAM ticks (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '1000',
             'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000')",
     )
     .await
@@ -475,9 +475,21 @@ async fn a_leader_frozen_for_20_s_is_replaced_and_steps_down_when_it_wakes() {
     .unwrap();
     wait_running(&q, old, "frozen", Duration::from_secs(30)).await;
     let old_term = q.me(old)["term"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let before = loop {
+        let n = rows_in(&q, old, "frozen").await.unwrap_or(0);
+        if n >= 6000 {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "frozen read only {n} rows");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
 
     // Frozen: sockets open, silent. The others elect a leader in a newer
-    // term, the worker leaves the silent master for it, the pipeline runs.
+    // term; the worker, hearing nothing, finds it and keeps its tasks for
+    // it, and it adopts the running pipeline (counters go on from where
+    // they were: a restart counts from 0, and by its first heartbeat would
+    // have read a couple of thousand rows at most).
     let pid = q.master(old).pid().unwrap();
     signal(pid, "-STOP");
     let frozen_at = Instant::now();
@@ -485,6 +497,11 @@ async fn a_leader_frozen_for_20_s_is_replaced_and_steps_down_when_it_wakes() {
     let new = q.leader_among(&others, Duration::from_secs(15), false).await;
     assert!(q.me(new)["term"].as_u64().unwrap() > old_term);
     wait_running(&q, new, "frozen", Duration::from_secs(30)).await;
+    let after = first_rows_in(&q, new, "frozen").await;
+    assert!(
+        after >= before,
+        "the new leader counts {after} rows, the frozen one had {before}: restarted, not adopted"
+    );
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(frozen_at.elapsed())).await;
 
     // Woken: it steps down (its lease long gone), follows the new leader,

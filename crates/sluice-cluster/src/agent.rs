@@ -20,9 +20,13 @@
 //! the barrier signals each part last had), and a new leader adopts them —
 //! it sends their signals, and the worker sends again the checkpoint
 //! acknowledgements of checkpoints not known complete — or stops them.
-//! Orphans nobody claimed within the grace are stopped. A master that
-//! declares this worker lost says so (`Refused` in the session): its tasks
-//! then stop at once, as they run elsewhere.
+//! Orphans nobody claimed within the grace are stopped. A session that
+//! ends in silence (no word, or HTTP/2 pings timing out: a leader frozen
+//! or cut off, or this worker's own cable) keeps the parts only if the
+//! worker registers with a leader of a newer term within
+//! [`SILENT_ORPHAN_GRACE`]; the leader moves a silent worker's tasks later
+//! than that. A master that declares this worker lost says so (`Refused`
+//! in the session): its tasks then stop at once, as they run elsewhere.
 //!
 //! On SIGTERM ([`AgentConfig::shutdown`]) the worker drains: it tells the
 //! master, which moves its tasks (their pipelines restart from their last
@@ -44,7 +48,8 @@ use sluice_proto::v1 as pb;
 use sluice_proto::{PROTOCOL_VERSION, version_mismatch};
 use sluice_types::{Error, OperatorId, PipelineId, Result, WorkerId};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -68,6 +73,13 @@ const MASTER_SILENCE_MAX: u32 = 5;
 /// without a master claiming them (a new leader's election, its wait for
 /// the workers, the adoption: about 2–7 s).
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(12);
+/// How long parts whose quorum leader fell *silent* keep running while the
+/// worker looks for a leader of a newer term (found: they are orphans as
+/// after a break; not found — this worker may be the one cut off, and its
+/// master moves the tasks — they stop). A quorum leader moves the tasks of
+/// a worker it declared dead for silence only this much later
+/// ([`crate::control`]), so the two never run at once.
+pub const SILENT_ORPHAN_GRACE: Duration = Duration::from_secs(2);
 /// How long connecting to a master, or a full queue towards it, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Between two connection attempts to the masters.
@@ -94,9 +106,10 @@ struct Running {
     /// and its tasks' finish notices (sent again to a new leader that
     /// adopts the part); bounded by its tasks × the checkpoints in flight.
     acks: Vec<PartEvent>,
-    /// False while orphaned: no master has claimed it since the session it
-    /// was started in broke.
-    claimed: bool,
+    /// [`CLAIMED`], [`ORPHAN`] (no master has claimed it since the session
+    /// it ran under ended) or [`ABANDONED`] (nobody claimed it in time: it
+    /// is stopping). Shared with the orphans' timer.
+    state: Arc<AtomicU8>,
     cancel: CancellationToken,
     paused: watch::Sender<bool>,
     trigger: watch::Sender<u64>,
@@ -108,6 +121,11 @@ struct Running {
     /// what this worker last reported of its instances in each.
     alignment: Vec<(SplitAlignment, Reported)>,
 }
+
+/// A part's [`Running::state`].
+const CLAIMED: u8 = 0;
+const ORPHAN: u8 = 1;
+const ABANDONED: u8 = 2;
 
 /// A worker's instances in a split alignment group and their watermarks.
 type Reported = Vec<(u32, Option<i64>)>;
@@ -150,7 +168,9 @@ impl Agent {
             running: HashMap::new(),
             events,
             events_rx,
-            orphaned_until: None,
+            orphan_deadline: Arc::default(),
+            newer_than: None,
+            data: self.data.clone(),
         };
         let outcome = loop {
             if self.config.shutdown.is_cancelled() {
@@ -160,27 +180,38 @@ impl Agent {
             attempt += 1;
             match self.session(master, &mut parts).await {
                 Ok(SessionEnd::Shutdown) => break Ok(()),
-                Ok(SessionEnd::Lost { why, keep: true }) if !parts.running.is_empty() => {
+                Ok(SessionEnd::Lost {
+                    why,
+                    keep: Keep::Broken,
+                }) if !parts.running.is_empty() => {
                     tracing::warn!(worker = %self.config.id, %master, %why, parts = parts.running.len(),
                         "session with the quorum leader broke; tasks keep running for a new leader to adopt");
-                    parts.orphan(tokio::time::Instant::now() + ORPHAN_GRACE);
+                    parts.orphan(tokio::time::Instant::now() + ORPHAN_GRACE, None);
+                }
+                Ok(SessionEnd::Lost {
+                    why,
+                    keep: Keep::IfNewerLeader(term),
+                }) if !parts.running.is_empty() => {
+                    tracing::warn!(worker = %self.config.id, %master, %why, parts = parts.running.len(),
+                        "the quorum leader fell silent; tasks keep running if a leader of a newer term is found");
+                    parts.orphan(tokio::time::Instant::now() + SILENT_ORPHAN_GRACE, Some(term));
                 }
                 Ok(SessionEnd::Lost { why, .. }) => {
                     tracing::warn!(worker = %self.config.id, %master, %why, "session with the master ended; tasks stopped, reconnecting");
-                    parts.stop_all(&self.data);
+                    parts.stop_all();
                 }
                 Err(SessionError::Refused(why)) => break Err(Error::external(why)),
                 Err(SessionError::Connect(why)) => {
                     tracing::debug!(worker = %self.config.id, %master, %why, "master not reachable");
                 }
             }
-            parts.settle_orphans(&self.data);
+            parts.settle_orphans();
             tokio::select! {
                 _ = self.config.shutdown.cancelled() => break Ok(()),
                 _ = tokio::time::sleep(RECONNECT_WAIT) => {}
             }
         };
-        parts.stop_all(&self.data);
+        parts.stop_all();
         outcome
     }
 
@@ -247,6 +278,15 @@ impl Agent {
             }
         };
         tracing::info!(worker = %self.config.id, %master, master_id = %registered.master_id, "registered with the master");
+        // Parts kept after a silent leader live on only under a newer one.
+        if let Some(term) = parts.newer_than.take() {
+            if first_term > term {
+                parts.extend_orphans(tokio::time::Instant::now() + ORPHAN_GRACE);
+            } else {
+                tracing::warn!(worker = %self.config.id, term = first_term, "no newer leader: the kept tasks stop (they run elsewhere)");
+                parts.stop_all();
+            }
+        }
         let mut session = Session {
             agent: self,
             up,
@@ -275,7 +315,10 @@ impl Agent {
         // for MASTER_SILENCE_MAX intervals means it is gone or cut off.
         let silence_max = heartbeat.period() * MASTER_SILENCE_MAX;
         let mut last_heard = tokio::time::Instant::now();
-        let orphans_until = parts.orphaned_until;
+        // A session that breaks after this long without a word from the
+        // master broke of silence (HTTP/2 pings timed out: a master frozen
+        // or cut off, or this worker's own cable), not of a reset.
+        let quiet = heartbeat.period() * 2;
         let events = &mut parts.events_rx;
         let end = loop {
             if draining && session.running.is_empty() {
@@ -292,10 +335,10 @@ impl Agent {
                 _ = tokio::time::sleep_until(last_heard + silence_max) => {
                     // Perhaps this worker's own cable: the master moves its
                     // tasks, so they stop here.
-                    break SessionEnd::Lost { why: format!("no word from the master for {silence_max:?}"), keep: false };
-                }
-                _ = tokio::time::sleep_until(orphans_until.unwrap_or(last_heard)), if orphans_until.is_some() && session.running.values().any(|r| !r.claimed) => {
-                    session.stop_unclaimed();
+                    break SessionEnd::Lost {
+                        why: format!("no word from the master for {silence_max:?}"),
+                        keep: if session.term > 0 { Keep::IfNewerLeader(session.term) } else { Keep::No },
+                    };
                 }
                 failure = link_failures.recv() => {
                     use tokio::sync::broadcast::error::RecvError;
@@ -327,21 +370,21 @@ impl Agent {
                     Ok(Some(c)) => {
                         last_heard = tokio::time::Instant::now();
                         if c.protocol_version != PROTOCOL_VERSION {
-                            break SessionEnd::Lost { why: version_mismatch(PROTOCOL_VERSION, c.protocol_version), keep: false };
+                            break SessionEnd::Lost { why: version_mismatch(PROTOCOL_VERSION, c.protocol_version), keep: Keep::No };
                         }
                         // The master let this worker go (declared it lost):
                         // its tasks run elsewhere now.
                         if let Some(pb::master_command::Command::Refused(r)) = &c.command
                             && c.term >= session.term
                         {
-                            break SessionEnd::Lost { why: r.reason.clone(), keep: false };
+                            break SessionEnd::Lost { why: r.reason.clone(), keep: Keep::No };
                         }
                         if let Err(e) = session.on_command(c).await {
                             tracing::warn!(worker = %self.config.id, error = %e, "command failed");
                         }
                     }
-                    Ok(None) => break session.lost("the master closed the session".into()),
-                    Err(e) => break session.lost(e.message().to_string()),
+                    Ok(None) => break session.lost("the master closed the session".into(), last_heard.elapsed() >= quiet),
+                    Err(e) => break session.lost(e.message().to_string(), last_heard.elapsed() >= quiet),
                 },
                 Some((key, event)) = events.recv() => {
                     let exited = event == PartEvent::Exited;
@@ -350,14 +393,14 @@ impl Agent {
                         // the last it heard (a finished pipeline's rows).
                         let last = session.final_counters(key);
                         if session.send(pb::worker_event::Event::Heartbeat(last)).await.is_err() {
-                            break session.lost("the master closed the session".into());
+                            break session.lost("the master closed the session".into(), last_heard.elapsed() >= quiet);
                         }
                     }
                     session.keep_ack(key, &event);
                     match event_to_wire(key, &event) {
                         Ok(e) => {
                             if session.send(e).await.is_err() {
-                                break session.lost("the master closed the session".into());
+                                break session.lost("the master closed the session".into(), last_heard.elapsed() >= quiet);
                             }
                         }
                         Err(e) => tracing::error!(error = %e, "event not sent"),
@@ -385,7 +428,7 @@ impl Agent {
                 }
                 _ = heartbeat.tick() => {
                     if session.send(pb::worker_event::Event::Heartbeat(session.heartbeat())).await.is_err() {
-                        break session.lost("the master closed the session".into());
+                        break session.lost("the master closed the session".into(), last_heard.elapsed() >= quiet);
                     }
                 }
             }
@@ -394,7 +437,7 @@ impl Agent {
         // leader when the session with a quorum leader broke.
         parts.running = std::mem::take(&mut session.running);
         if matches!(end, SessionEnd::Shutdown) {
-            parts.stop_all(&self.data);
+            parts.stop_all();
         }
         Ok(end)
     }
@@ -402,12 +445,24 @@ impl Agent {
 
 enum SessionEnd {
     Shutdown,
-    /// `keep`: the session with a quorum leader broke (not a silence):
-    /// the parts may be adopted by the next leader.
+    /// `keep`: whether the parts may be adopted by the next leader.
     Lost {
         why: String,
-        keep: bool,
+        keep: Keep,
     },
+}
+
+/// What becomes of a worker's parts when its session ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// They stop (a single master, or the master let this worker go).
+    No,
+    /// The session with a quorum leader broke: orphans for a new leader.
+    Broken,
+    /// The quorum leader of this term fell silent: orphans only if a
+    /// leader of a newer term takes this worker within
+    /// [`SILENT_ORPHAN_GRACE`].
+    IfNewerLeader(u64),
 }
 
 /// The worker's deployment parts, kept across sessions.
@@ -419,37 +474,98 @@ struct Parts {
     /// + the stop checkpoint), per part one exit.
     events: mpsc::UnboundedSender<(DeploymentKey, PartEvent)>,
     events_rx: mpsc::UnboundedReceiver<(DeploymentKey, PartEvent)>,
-    /// While some parts are orphans: when the unclaimed ones stop.
-    orphaned_until: Option<tokio::time::Instant>,
+    /// While some parts are orphans: when those still unclaimed are given
+    /// up (read by the orphans' timer, which keeps waiting while it moves
+    /// later, and ends when it is cleared).
+    orphan_deadline: Arc<Mutex<Option<tokio::time::Instant>>>,
+    /// Orphans of a silent leader of this term: kept only if the next
+    /// master registered with leads a newer term.
+    newer_than: Option<u64>,
+    data: Arc<DataPlane>,
 }
 
 impl Parts {
-    /// Every part is an orphan until a master claims it or `until`.
-    fn orphan(&mut self, until: tokio::time::Instant) {
-        for r in self.running.values_mut() {
-            r.claimed = false;
-        }
-        self.orphaned_until = Some(until);
+    /// Every part is an orphan until a master claims it or `until` (and,
+    /// with `newer_than`, until a master of a lower or equal term takes
+    /// this worker). A timer gives up those unclaimed at the deadline,
+    /// whatever the worker is doing then (a connection attempt to a master
+    /// cut off may take seconds).
+    fn orphan(&mut self, until: tokio::time::Instant, newer_than: Option<u64>) {
+        let orphans: Vec<(DeploymentKey, Arc<AtomicU8>, CancellationToken)> = self
+            .running
+            .iter()
+            .map(|(k, r)| {
+                r.state.store(ORPHAN, Ordering::SeqCst);
+                (*k, r.state.clone(), r.cancel.clone())
+            })
+            .collect();
+        *self.orphan_deadline.lock().expect("deadline lock") = Some(until);
+        self.newer_than = newer_than;
+        let (deadline, events, data) = (self.orphan_deadline.clone(), self.events.clone(), self.data.clone());
+        tokio::spawn(async move {
+            loop {
+                let Some(at) = *deadline.lock().expect("deadline lock") else {
+                    return;
+                };
+                if tokio::time::Instant::now() >= at {
+                    break;
+                }
+                tokio::time::sleep_until(at).await;
+            }
+            for (key, state, cancel) in orphans {
+                if state
+                    .compare_exchange(ORPHAN, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+                {
+                    continue;
+                }
+                tracing::warn!(pipeline = %key.pipeline, epoch = key.epoch, "no master adopted this part in time; stopping it");
+                // A master that adopts it after all hears that it failed
+                // (its pipeline restarts from its checkpoint) rather than
+                // that it ended.
+                let _ = events.send((
+                    key,
+                    PartEvent::Failed {
+                        operator: OperatorId(0),
+                        instance: 0,
+                        failure: Failure::message(
+                            "no master adopted this worker's part in time after it lost the leader".to_string(),
+                        ),
+                        after_cancel: false,
+                    },
+                ));
+                cancel.cancel();
+                data.close_deployment(key.pipeline, key.epoch);
+            }
+        });
     }
 
-    fn stop_all(&mut self, data: &DataPlane) {
+    /// Orphans found a newer leader: they wait for its claim until `until`.
+    fn extend_orphans(&self, until: tokio::time::Instant) {
+        let mut deadline = self.orphan_deadline.lock().expect("deadline lock");
+        if deadline.is_some() {
+            *deadline = Some(until);
+        }
+    }
+
+    fn stop_all(&mut self) {
         for (key, r) in self.running.drain() {
             r.cancel.cancel();
-            data.close_deployment(key.pipeline, key.epoch);
+            self.data.close_deployment(key.pipeline, key.epoch);
         }
-        self.orphaned_until = None;
+        *self.orphan_deadline.lock().expect("deadline lock") = None;
+        self.newer_than = None;
     }
 
     /// Between sessions: takes the parts' events (a failed or exited part
-    /// is no orphan any more; acknowledgements are kept to be sent again),
-    /// and stops the orphans once their grace is over.
-    fn settle_orphans(&mut self, data: &DataPlane) {
+    /// is no orphan any more; acknowledgements are kept to be sent again).
+    fn settle_orphans(&mut self) {
         while let Ok((key, event)) = self.events_rx.try_recv() {
             match event {
                 PartEvent::Failed { .. } | PartEvent::Exited => {
                     if let Some(r) = self.running.remove(&key) {
                         r.cancel.cancel();
-                        data.close_deployment(key.pipeline, key.epoch);
+                        self.data.close_deployment(key.pipeline, key.epoch);
                     }
                 }
                 PartEvent::Checkpoint(_) => {
@@ -459,21 +575,13 @@ impl Parts {
                 }
             }
         }
-        if self.orphaned_until.is_some_and(|t| t <= tokio::time::Instant::now()) {
-            if !self.running.is_empty() {
-                tracing::warn!(
-                    parts = self.running.len(),
-                    "no master adopted this worker's tasks in time; stopping them"
-                );
-            }
-            self.stop_all(data);
-        }
     }
 
     /// The running parts as a registration reports them.
     fn report(&self) -> Vec<pb::DeploymentRef> {
         self.running
             .iter()
+            .filter(|(_, r)| r.state.load(Ordering::SeqCst) != ABANDONED)
             .map(|(key, r)| pb::DeploymentRef {
                 pipeline: key.pipeline.0,
                 epoch: key.epoch,
@@ -514,12 +622,15 @@ struct Session<'a> {
 
 impl Session<'_> {
     /// How a session that broke ends: with a quorum leader (a term), its
-    /// parts are kept for the next leader.
-    fn lost(&self, why: String) -> SessionEnd {
-        SessionEnd::Lost {
-            why,
-            keep: self.term > 0,
-        }
+    /// parts are kept for the next leader — after a reset, for a new
+    /// leader; after silence (`silent`), only for a leader of a newer term.
+    fn lost(&self, why: String, silent: bool) -> SessionEnd {
+        let keep = match (self.term, silent) {
+            (0, _) => Keep::No,
+            (term, true) => Keep::IfNewerLeader(term),
+            (_, false) => Keep::Broken,
+        };
+        SessionEnd::Lost { why, keep }
     }
 
     /// Keeps a part's checkpoint event to send again to a new leader.
@@ -529,47 +640,16 @@ impl Session<'_> {
         }
     }
 
-    /// The orphans' grace is over: those no master claimed stop.
-    fn stop_unclaimed(&mut self) {
-        let unclaimed: Vec<DeploymentKey> = self
-            .running
-            .iter()
-            .filter(|(_, r)| !r.claimed)
-            .map(|(k, _)| *k)
-            .collect();
-        for key in unclaimed {
-            tracing::warn!(pipeline = %key.pipeline, epoch = key.epoch, "no master adopted this part in time; stopping it");
-            // A master that adopts it after all hears that it failed (its
-            // pipeline restarts from its checkpoint) rather than that it
-            // ended.
-            let _ = self.events.send((
-                key,
-                PartEvent::Failed {
-                    operator: OperatorId(0),
-                    instance: 0,
-                    failure: Failure::message(format!(
-                        "no master adopted this worker's part within {ORPHAN_GRACE:?} of losing the leader"
-                    )),
-                    after_cancel: false,
-                },
-            ));
-            if let Some(r) = self.running.get_mut(&key) {
-                // Given up, no orphan any more: its exit goes up as usual.
-                r.claimed = true;
-                r.cancel.cancel();
-            }
-            self.agent.data.close_deployment(key.pipeline, key.epoch);
-        }
-    }
-
     /// The master addressed deployment `key`: an orphan part is adopted;
     /// its kept acknowledgements go to the master again.
     async fn claim(&mut self, key: DeploymentKey) {
         let Some(r) = self.running.get_mut(&key) else { return };
-        if r.claimed {
+        if r.state
+            .compare_exchange(ORPHAN, CLAIMED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
             return;
         }
-        r.claimed = true;
         let acks = r.acks.clone();
         tracing::info!(pipeline = %key.pipeline, epoch = key.epoch, acks = acks.len(), "deployment part adopted by the master");
         for event in acks {
@@ -846,7 +926,7 @@ impl Session<'_> {
             Running {
                 start,
                 acks: Vec::new(),
-                claimed: true,
+                state: Arc::new(AtomicU8::new(CLAIMED)),
                 cancel,
                 paused,
                 trigger,

@@ -50,6 +50,13 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+/// How much later than it declares a worker lost for silence a quorum
+/// leader moves its tasks: the worker's own wait for a newer leader, plus
+/// a margin of two heartbeat intervals (the two sides' last words may be
+/// a heartbeat apart) for messages and timers.
+pub const SILENT_WORKER_MOVE_DELAY: Duration =
+    Duration::from_millis(crate::agent::SILENT_ORPHAN_GRACE.as_millis() as u64 + 2000);
+
 /// Commands queued for one worker, at most.
 pub const COMMAND_QUEUE_MAX: usize = 1024;
 /// Heartbeat interval the master asks workers for.
@@ -474,7 +481,7 @@ impl Cluster {
             .map(|(id, w)| (id.clone(), w.session))
             .collect();
         for (id, session) in sessions {
-            self.worker_lost(&id, session, why, false);
+            self.worker_lost(&id, session, why, false, false);
         }
     }
 
@@ -591,7 +598,12 @@ impl Cluster {
     /// before its session closes — they run elsewhere now; without (this
     /// master stops or stops leading), a worker of a quorum keeps them for
     /// the next leader to adopt.
-    fn worker_lost(&self, id: &WorkerId, session: u64, why: &str, release: bool) {
+    ///
+    /// `silent`: declared lost for silence. With a quorum such a worker
+    /// may keep its tasks [`crate::agent::SILENT_ORPHAN_GRACE`] longer
+    /// (looking for a newer leader), so they move only after
+    /// [`SILENT_WORKER_MOVE_DELAY`].
+    fn worker_lost(&self, id: &WorkerId, session: u64, why: &str, release: bool, silent: bool) {
         {
             let mut workers = self.workers.lock().expect("workers lock");
             match workers.get(id) {
@@ -625,18 +637,40 @@ impl Cluster {
         for r in self.adoption.lock().expect("adoption lock").reports.values_mut() {
             r.by.remove(id);
         }
-        let mut routes = self.routes.lock().expect("routes lock");
-        for route in routes.values_mut() {
-            if route.parts.get(id) == Some(&false) {
-                route.parts.insert(id.clone(), true);
-                let _ = route.events.send(PartEvent::Failed {
+        // The owners of its parts hear nothing more from it; they fail
+        // (their pipelines move) at once, or — a quorum leader's worker
+        // that fell silent may still run its tasks for a moment, looking
+        // for a newer leader — once it stopped them.
+        let owners: Vec<mpsc::UnboundedSender<PartEvent>> = {
+            let mut routes = self.routes.lock().expect("routes lock");
+            routes
+                .values_mut()
+                .filter(|route| route.parts.get(id) == Some(&false))
+                .map(|route| {
+                    route.parts.insert(id.clone(), true);
+                    route.events.clone()
+                })
+                .collect()
+        };
+        let failure = format!("worker {id} was lost: {why}");
+        let fail = move || {
+            for events in owners {
+                let _ = events.send(PartEvent::Failed {
                     operator: OperatorId(0),
                     instance: 0,
-                    failure: Failure::message(format!("worker {id} was lost: {why}")),
+                    failure: Failure::message(failure.clone()),
                     after_cancel: false,
                 });
-                let _ = route.events.send(PartEvent::Exited);
+                let _ = events.send(PartEvent::Exited);
             }
+        };
+        if silent && self.quorum().is_some() {
+            tokio::spawn(async move {
+                tokio::time::sleep(SILENT_WORKER_MOVE_DELAY).await;
+                fail();
+            });
+        } else {
+            fail();
         }
     }
 
@@ -794,7 +828,7 @@ async fn watchdog(cluster: std::sync::Weak<Cluster>) {
             .collect();
         for (id, session) in silent {
             let why = format!("no heartbeat for {:?}", c.worker_timeout);
-            c.worker_lost(&id, session, &why, true);
+            c.worker_lost(&id, session, &why, true, true);
         }
     }
 }
@@ -918,7 +952,7 @@ impl pb::master_server::Master for Service {
                     .get(&id)
                     .map(|w| w.session);
                 if let Some(old) = old {
-                    cluster.worker_lost(&id, old, "it registered again", true);
+                    cluster.worker_lost(&id, old, "it registered again", true, false);
                 }
                 workers = cluster.workers.lock().expect("workers lock");
             }
@@ -962,7 +996,7 @@ impl pb::master_server::Master for Service {
                     Err(e) => break format!("its session broke: {}", e.message()),
                 }
             };
-            cluster.worker_lost(&id, session, &why, true);
+            cluster.worker_lost(&id, session, &why, true, false);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

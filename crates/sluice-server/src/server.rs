@@ -323,7 +323,7 @@ async fn record_cluster(cluster: std::sync::Weak<sluice_cluster::control::Cluste
 /// kept running before it starts the pipelines it could not adopt. Workers
 /// try the masters every half second, so those that lost the old leader
 /// report within a second or two of the election.
-const ADOPTION_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
+const ADOPTION_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
 
 /// How long after a new leader started its pipelines the parts workers
 /// reported and it did not adopt are stopped (its supervisors have read
