@@ -216,18 +216,27 @@ async fn create_windowed_counts(c: &tokio_postgres::Client, p: &str, out: &std::
     .unwrap();
 }
 
-/// Pipeline `name`'s `rows_in` on master `i` once it counts any (a new
-/// leader counts what the workers' heartbeats, one a second, say).
-async fn first_rows_in(q: &Quorum, i: usize, name: &str) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Pipeline `name`'s `rows_in` on master `i` once it is at least `min`
+/// (a leader counts what the workers' heartbeats, one a second, say).
+async fn rows_in_at_least(q: &Quorum, i: usize, name: &str, min: u64, within: Duration) -> u64 {
+    let deadline = Instant::now() + within;
     loop {
         let n = rows_in(q, i, name).await.unwrap_or(0);
-        if n > 0 {
+        if n >= min {
             return n;
         }
-        assert!(Instant::now() < deadline, "no rows of {name} counted on {}", q.ids[i]);
+        assert!(
+            Instant::now() < deadline,
+            "{name} counts {n} rows on {}, not {min}",
+            q.ids[i]
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Pipeline `name`'s `rows_in` on master `i` once it counts any.
+async fn first_rows_in(q: &Quorum, i: usize, name: &str) -> u64 {
+    rows_in_at_least(q, i, name, 1, Duration::from_secs(10)).await
 }
 
 async fn wait_running(q: &Quorum, i: usize, name: &str, within: Duration) {
@@ -359,15 +368,7 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
     // from where they were (a restart from the checkpoint counts from 0,
     // and would have read at most a few thousand rows by its first
     // heartbeat).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let before = loop {
-        let n = rows_in(&q, first, "moved").await.unwrap_or(0);
-        if n >= 8000 {
-            break n;
-        }
-        assert!(Instant::now() < deadline, "moved read only {n} rows");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let before = rows_in_at_least(&q, first, "moved", 8000, Duration::from_secs(30)).await;
     let killed_at = Instant::now();
     q.masters[first].take().unwrap().stop();
     let second = q.leader(Duration::from_secs(10)).await;
@@ -475,15 +476,7 @@ async fn a_leader_frozen_for_20_s_is_replaced_and_steps_down_when_it_wakes() {
     .unwrap();
     wait_running(&q, old, "frozen", Duration::from_secs(30)).await;
     let old_term = q.me(old)["term"].as_u64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let before = loop {
-        let n = rows_in(&q, old, "frozen").await.unwrap_or(0);
-        if n >= 6000 {
-            break n;
-        }
-        assert!(Instant::now() < deadline, "frozen read only {n} rows");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let before = rows_in_at_least(&q, old, "frozen", 6000, Duration::from_secs(30)).await;
 
     // Frozen: sockets open, silent. The others elect a leader in a newer
     // term; the worker, hearing nothing, finds it and keeps its tasks for
