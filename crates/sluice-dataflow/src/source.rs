@@ -302,9 +302,15 @@ pub struct SourceTask {
 /// The next checkpoint to inject; never, without checkpoints.
 async fn next_trigger(checkpoint: &mut Option<TaskCheckpoint>) -> u64 {
     match checkpoint {
-        Some(c) => match c.handles.trigger.changed().await {
-            Ok(()) => *c.handles.trigger.borrow_and_update(),
-            Err(_) => std::future::pending().await,
+        Some(c) => loop {
+            match c.handles.trigger.changed().await {
+                // 0 is the channel's initial value, never a checkpoint.
+                Ok(()) => match *c.handles.trigger.borrow_and_update() {
+                    0 => continue,
+                    id => break id,
+                },
+                Err(_) => std::future::pending().await,
+            }
         },
         None => std::future::pending().await,
     }
@@ -328,7 +334,13 @@ impl SourceTask {
                     }
                 }
             }
-            c.handles.trigger.mark_unchanged();
+            // A checkpoint the coordinator started before this task ran (a
+            // stop asked for while the pipeline restores, a slow start) is
+            // still to be injected: the trigger's receiver has not seen it,
+            // so the first `next_trigger` returns it at once. Marking it
+            // seen here lost it, and with one checkpoint in flight no
+            // other — not even the stop of an ALTER — started until the
+            // checkpoint timed out.
         }
         let mut generator = WatermarkGenerator::new(
             self.reader.partitions().max(1),
@@ -674,6 +686,55 @@ mod tests {
         cancel.cancel();
         run.await.unwrap().unwrap();
         first
+    }
+
+    /// The coordinator may start a checkpoint (the stop of an `ALTER`
+    /// asked for while the pipeline restores, a slow start) before a
+    /// source task runs: the task injects it once it runs.
+    #[tokio::test]
+    async fn a_checkpoint_triggered_before_the_source_ran_is_injected() {
+        let (handles, mut acks, coordinator) = crate::checkpoint::coordinator::test_handles(7);
+        coordinator.resume(8);
+        let (tx, mut rx) = crate::channel::channel(64);
+        let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
+        let cancel = CancellationToken::new();
+        let (_paused_tx, paused) = tokio::sync::watch::channel(false);
+        let task = SourceTask {
+            reader: Box::new(ReadEverything {
+                restored: Default::default(),
+                keeps_position: true,
+            }),
+            watermark: None,
+            idle_timeout: Duration::from_secs(60),
+            batch_rows_max: 1024,
+            output: forward_to(tx, &metrics),
+            metrics,
+            cancel: cancel.clone(),
+            paused,
+            checkpoint: Some(TaskCheckpoint {
+                handles,
+                operator: sluice_types::OperatorId(0),
+                instance: 0,
+                identity: crate::checkpoint::TaskIdentity::single(sluice_types::OperatorId(0)),
+                restored: Some((7, TaskState::default())),
+            }),
+            alignment: None,
+        };
+        let run = tokio::spawn(task.run());
+        let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .ok()
+            .flatten();
+        match first {
+            Some(Message::Barrier(b)) => assert_eq!(b.checkpoint_id, 8),
+            other => panic!("expected barrier 8, got {other:?}"),
+        }
+        assert!(matches!(
+            acks.recv().await,
+            Some(crate::checkpoint::coordinator::AckEvent::Ack { checkpoint_id: 8, .. })
+        ));
+        cancel.cancel();
+        run.await.unwrap().unwrap();
     }
 
     #[tokio::test]
