@@ -555,7 +555,11 @@ pub fn committed_json(dir: &Path) -> Vec<serde_json::Value> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return rows;
     };
-    for path in entries.map(|e| e.unwrap().path()) {
+    // By name: one sink instance's files in the order it wrote them
+    // (`part-<instance>-<start ms>-<sequence>…`), which a changelog needs.
+    let mut paths: Vec<PathBuf> = entries.map(|e| e.unwrap().path()).collect();
+    paths.sort();
+    for path in paths {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         if name.starts_with('.') || !name.ends_with(".jsonl") {
             continue;

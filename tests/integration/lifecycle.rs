@@ -401,6 +401,54 @@ async fn a_union_all_pipeline_stays_exactly_once_across_kills() {
     crate::common::assert_windows_exact(&b, 5, 20);
 }
 
+/// A regular LEFT join of a stream onto an aggregate's changelog (the
+/// count per key) in a named pipeline writing its changelog exactly once
+/// to files, the server killed with SIGKILL twice mid-stream and restarted:
+/// both sides' rows are in the join's checkpoint, so the committed
+/// changelog folds — never taking back a row it did not add — to the join
+/// of the whole input, computed here: b's row j (key j % 60) with the
+/// count of a's rows of its key (i < 400, key i % 40: 10 each), NULL for
+/// the keys a never has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_over_a_changelog_stays_exactly_once_across_kills() {
+    let dir = tempfile::tempdir().expect("data dir");
+    let out = dir.path().join("out");
+    let ddl = format!(
+        "CREATE STREAM cja (i BIGINT, k AS i % 40) WITH (connector = 'datagen', 'rows-per-second' = '100',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '399');
+         CREATE STREAM cjb (j BIGINT, k AS j % 60) WITH (connector = 'datagen', 'rows-per-second' = '100',
+            'fields.j.kind' = 'sequence', 'fields.j.start' = '0', 'fields.j.end' = '599');
+         SET parallelism = 2;
+         CREATE SINK cj_out WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '500ms') AS
+            SELECT b.j, a.n FROM cjb AS b LEFT JOIN (SELECT k, count(*) AS n FROM cja GROUP BY k) AS a ON b.k = a.k",
+        out.display()
+    );
+    killed_twice(dir.path(), &ddl, 300, || crate::common::committed_json(&out).len()).await;
+    let expected: BTreeMap<(i64, Option<i64>), i64> = (0..600).map(|j| ((j, (j % 60 < 40).then_some(10)), 1)).collect();
+    let fold = || {
+        let mut result: BTreeMap<(i64, Option<i64>), i64> = BTreeMap::new();
+        for row in crate::common::committed_json(&out) {
+            let key = (row["j"].as_i64().expect("j"), row["n"].as_i64());
+            let op = row["op"].as_str().expect("op").to_string();
+            let n = result.entry(key).or_insert(0);
+            *n += if op.starts_with('+') { 1 } else { -1 };
+            assert!(*n >= 0, "{op} of {key:?}, which was not in the result");
+            if *n == 0 {
+                result.remove(&key);
+            }
+        }
+        result
+    };
+    let server = TestServer::start_in(dir.path());
+    let folded = wait_for("the whole input folded", PIPELINE_TIMEOUT, || async {
+        let result = fold();
+        (result == expected).then_some(result)
+    })
+    .await;
+    assert_eq!(folded.len(), 600);
+    drop(server);
+}
+
 /// A LEFT interval join in a named pipeline writing exactly once to files,
 /// the server killed with SIGKILL twice mid-stream and restarted: which
 /// rows matched is part of the join's checkpoint, so every left row is

@@ -18,7 +18,7 @@
 //! the same [`PartEvent`]s travel over the worker's session.
 
 use crate::channel::Transport;
-use crate::checkpoint::coordinator::{self, BarrierSignals, CoordinatorEvent, PendingCheckpoints};
+use crate::checkpoint::coordinator::{self, BarrierSignals, CHECKPOINTS_ENDED, CoordinatorEvent, PendingCheckpoints};
 use crate::checkpoint::{CheckpointConfig, RestoredCheckpoint};
 use crate::metrics::TaskMetrics;
 pub use crate::part::{ConnectorFactory, DeployConfig, Failure, InstanceContext};
@@ -165,6 +165,14 @@ impl PipelineRuntime {
             let Some(id) = id.or_else(|| Some(*stop_at.borrow()).filter(|id| *id > 0)) else {
                 return Err(self.not_stopped());
             };
+            if id == CHECKPOINTS_ENDED {
+                self.status.clear_stopping();
+                stop.request.send_replace(false);
+                return Err(Error::external(
+                    "a part of the pipeline's input ended, and checkpoints end with it: it cannot stop at a \
+                     barrier (it runs on; it can be stopped and started again)",
+                ));
+            }
             let _ = completed.wait_for(|c| *c >= id).await;
             let _ = done.wait_for(|d| *d).await;
             if *completed.borrow() >= id && self.status() == PipelineStatus::Stopped {
@@ -259,6 +267,10 @@ impl StatusCell {
 
     fn set_stopping(&self) {
         self.0.lock().expect("status lock").stopping = true;
+    }
+
+    fn clear_stopping(&self) {
+        self.0.lock().expect("status lock").stopping = false;
     }
 
     /// Every task exited: a running pipeline stopped (when cancelled or

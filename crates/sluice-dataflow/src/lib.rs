@@ -51,6 +51,7 @@ pub mod source;
 pub mod task;
 pub mod time;
 pub mod top_n;
+pub mod updating_join;
 pub mod watermark_alignment;
 pub mod window;
 

@@ -878,6 +878,11 @@ fn build_task(
             spec,
             op.output_schema.clone(),
         )?),
+        OperatorKind::Join(spec) if spec.updating() => Box::new(crate::updating_join::UpdatingJoinOperator::new(
+            spec,
+            op.output_schema.clone(),
+            left_inputs,
+        )?),
         OperatorKind::Join(spec) => Box::new(JoinOperator::new(spec, op.output_schema.clone(), left_inputs)?),
         OperatorKind::Sink(spec) => connectors.sink(spec, &op.output_schema, &instance_ctx)?,
     };

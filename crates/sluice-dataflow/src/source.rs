@@ -322,25 +322,24 @@ impl SourceTask {
     pub async fn run(mut self) -> Result<()> {
         let delay = self.watermark.as_ref().map_or(0, |w| w.delay_ms);
         let mut restored_watermarks = None;
-        if let Some(c) = &mut self.checkpoint {
-            if let Some((_, state)) = &c.restored {
-                match unpack_rescaled(state) {
-                    // Rescaled: the per-partition watermarks were another
-                    // instance's; they start over from the rows read next.
-                    Some(parts) => self.reader.restore_rescaled(&parts)?,
-                    None => {
-                        self.reader.restore(state)?;
-                        restored_watermarks = state.json::<WatermarkState>(WATERMARKS_KEY)?;
-                    }
+        // (A checkpoint the coordinator started before this task ran — a
+        // stop asked for while the pipeline restores, a slow start — is
+        // still to be injected: the trigger's receiver has not seen it, so
+        // the first `next_trigger` returns it at once. Marking it seen here
+        // lost it, and with one checkpoint in flight no other, not even the
+        // stop of an ALTER, started until the checkpoint timed out.)
+        if let Some(c) = &self.checkpoint
+            && let Some((_, state)) = &c.restored
+        {
+            match unpack_rescaled(state) {
+                // Rescaled: the per-partition watermarks were another
+                // instance's; they start over from the rows read next.
+                Some(parts) => self.reader.restore_rescaled(&parts)?,
+                None => {
+                    self.reader.restore(state)?;
+                    restored_watermarks = state.json::<WatermarkState>(WATERMARKS_KEY)?;
                 }
             }
-            // A checkpoint the coordinator started before this task ran (a
-            // stop asked for while the pipeline restores, a slow start) is
-            // still to be injected: the trigger's receiver has not seen it,
-            // so the first `next_trigger` returns it at once. Marking it
-            // seen here lost it, and with one checkpoint in flight no
-            // other — not even the stop of an ALTER — started until the
-            // checkpoint timed out.
         }
         let mut generator = WatermarkGenerator::new(
             self.reader.partitions().max(1),

@@ -479,6 +479,7 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
                 x.keys == y.keys
                     && x.time_column == y.time_column
                     && x.output_columns == y.output_columns
+                    && x.op_column == y.op_column
                     && types_of(&x.schema) == types_of(&y.schema)
             };
             if side(&a.left, &b.left)

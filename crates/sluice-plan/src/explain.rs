@@ -240,7 +240,13 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 .zip(&j.right.keys)
                 .map(|(l, r)| format!("{} = {}", label(0, *l), label(1, *r)))
                 .collect();
-            let state = if j.windowed {
+            let state = if j.updating() {
+                let ttl = match j.state_ttl_ms {
+                    Some(ttl) => format!("state ttl {ttl} ms of processing time per key"),
+                    None => "state kept until rows max (no ttl)".to_string(),
+                };
+                format!("changelog (+I, -U, +U, -D); {ttl}")
+            } else if j.windowed {
                 "windowed: state freed on watermark".to_string()
             } else if let Some([l, r]) = j.interval_ms {
                 format!("interval: state freed {l} ms (left), {r} ms (right) after the watermark")

@@ -198,6 +198,11 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
                 h.indices(&side.keys);
                 h.opt_i64(side.time_column.map(|c| c as i64));
                 h.u64(side.output_columns as u64);
+                // (Only a changelog side adds: other uids stay as they were.)
+                if let Some(op) = side.op_column {
+                    h.str("changelog");
+                    h.u64(op as u64);
+                }
             }
             h.u64(u64::from(j.windowed));
             // (Inner adds nothing: uids of inner joins stay as they were.)

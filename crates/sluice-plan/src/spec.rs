@@ -82,6 +82,7 @@ impl PhysicalDag {
     pub fn updating(&self, id: OperatorId) -> bool {
         match self.operator(id).map(|o| &o.kind) {
             Some(OperatorKind::GroupAggregate(_) | OperatorKind::TopN(_)) => true,
+            Some(OperatorKind::Join(j)) => j.updating(),
             Some(OperatorKind::Project(_) | OperatorKind::Sink(_)) => {
                 self.inputs_of(id).iter().any(|e| self.updating(e.from))
             }
@@ -522,6 +523,10 @@ pub struct JoinSide {
     pub time_column: Option<usize>,
     /// The first `output_columns` columns go to the join's output.
     pub output_columns: usize,
+    /// The side is a changelog (an aggregate without a window before it):
+    /// its [`OP_COLUMN`] is this column, after every other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_column: Option<usize>,
 }
 
 /// Equi-join of two streams (inner, or outer: see [`JoinKind`]); output rows are the left side's output
@@ -534,14 +539,15 @@ pub struct JoinSide {
 /// INTERVAL '10' SECOND AND b.ts`) frees a row once the watermark shows no
 /// row it could match can still come; any other join keeps a row for
 /// `state_ttl_ms` (event time when both sides have one, else processing
-/// time). `state_rows_max` caps the rows one instance holds.
+/// time; an [updating](JoinSpec::updating) join: processing time per key).
+/// `state_rows_max` caps the rows one instance holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct JoinSpec {
     pub left: JoinSide,
     pub right: JoinSide,
-    /// Inner, or which sides are preserved (outer joins are windowed or
-    /// interval joins: a preserved row without a match is emitted with
-    /// NULLs for the other side once it expires).
+    /// Inner, or which sides are preserved (a windowed or interval outer
+    /// join emits a preserved row without a match with NULLs for the other
+    /// side once it expires; any other outer join is updating).
     #[serde(default, skip_serializing_if = "JoinKind::is_inner")]
     pub kind: JoinKind,
     pub windowed: bool,
@@ -552,6 +558,19 @@ pub struct JoinSpec {
     pub interval_ms: Option<[i64; 2]>,
     pub state_ttl_ms: Option<i64>,
     pub state_rows_max: usize,
+}
+
+impl JoinSpec {
+    /// The join's result updates — a changelog `[op, left…, right…]`: a
+    /// side is a changelog, or an outer join is neither windowed nor an
+    /// interval join (a row emitted with NULLs is taken back once a match
+    /// comes). Such a join keeps its rows until `state_ttl_ms` or
+    /// `state_rows_max`.
+    pub fn updating(&self) -> bool {
+        self.left.op_column.is_some()
+            || self.right.op_column.is_some()
+            || (!self.kind.is_inner() && !self.windowed && self.interval_ms.is_none())
+    }
 }
 
 /// Which rows of a join's sides appear without a match.

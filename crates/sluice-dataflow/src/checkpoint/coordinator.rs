@@ -31,6 +31,13 @@ use tokio_util::sync::CancellationToken;
 
 /// Checkpoints started and not yet complete, at most.
 pub const CHECKPOINTS_IN_FLIGHT_MAX: usize = 1;
+/// The value of the `stop_at` signal once a task of the pipeline finished
+/// (its inputs ended): no checkpoint completes any more — the finished
+/// task acknowledges none — so a two-phase-commit sink waiting for the
+/// one in flight stops waiting, and what it pre-committed is committed
+/// with the rest at the end of its input. (Checkpoints that go on past a
+/// finished task, as Flink's FLIP-147, are not built.)
+pub const CHECKPOINTS_ENDED: u64 = u64::MAX;
 /// Completed checkpoints kept by default (older ones are deleted).
 pub const CHECKPOINTS_RETAINED_DEFAULT: usize = 3;
 /// Completed checkpoints listed in the status (SHOW PIPELINES, REST).
@@ -370,6 +377,12 @@ pub fn channels(
 }
 
 impl CoordinatorChannels {
+    /// A task finished: tells every task that no checkpoint completes any
+    /// more ([`CHECKPOINTS_ENDED`]).
+    pub(crate) fn end_checkpoints(&self) {
+        self.stop_at.send_replace(CHECKPOINTS_ENDED);
+    }
+
     /// Sources were asked for barrier `id` by an earlier owner (see
     /// [`PendingCheckpoints::resume`]): the trigger says so again, so a
     /// process that never heard it injects it now.
@@ -546,6 +559,7 @@ async fn on_event(
     let (id, task, entry) = match event {
         CoordinatorEvent::Finished { .. } => {
             book.on_finished();
+            ch.end_checkpoints();
             return Ok(());
         }
         CoordinatorEvent::WriteFailed { checkpoint_id, error } => {

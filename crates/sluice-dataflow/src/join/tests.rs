@@ -34,6 +34,7 @@ fn side(prefix: &str, windowed: bool) -> JoinSide {
         keys: if windowed { vec![2, 0] } else { vec![2] },
         time_column: Some(0),
         output_columns: 2,
+        op_column: None,
     }
 }
 

@@ -292,11 +292,18 @@ impl DagBuilder<'_> {
         let mut at = id;
         loop {
             let op = dag.operator(at)?;
-            match op.kind {
+            match &op.kind {
                 OperatorKind::GroupAggregate(_) => {
                     return Some(format!("the aggregate without a window (operator {})", op.id));
                 }
                 OperatorKind::TopN(_) => return Some(format!("the top-N of ROW_NUMBER() (operator {})", op.id)),
+                OperatorKind::Join(j) if j.left.op_column.is_none() && j.right.op_column.is_none() => {
+                    return Some(format!(
+                        "the {} join without a window or interval (operator {})",
+                        j.kind.describe(),
+                        op.id
+                    ));
+                }
                 _ => {}
             }
             at = dag.inputs_of(at).iter().find(|e| dag.updating(e.from))?.from;

@@ -1,8 +1,11 @@
 //! Joins of two streams → a join operator fed by a hash exchange of each
-//! side on its equi-join keys. Outer joins (LEFT, RIGHT, FULL) must be
-//! windowed or interval joins, and their ON holds only what the operator
-//! decides matches by (keys, time bounds) and filters of the side that is
-//! not preserved; their WHERE filters the joined rows.
+//! side on its equi-join keys. The ON of an outer join (LEFT, RIGHT,
+//! FULL) holds only what the operator decides matches by (keys, time
+//! bounds) and filters of the side that is not preserved; its WHERE
+//! filters the joined rows. A join with a changelog side (an aggregate
+//! without a window before it), and an outer join that is neither windowed
+//! nor an interval join, is *updating*: its result is a changelog
+//! (`crates/sluice-dataflow/src/updating_join.rs`).
 //!
 //! The conjuncts of `ON` and of a `WHERE` right above the join are sorted:
 //! those reading one side only become that side's filter (before the
@@ -19,11 +22,11 @@
 
 use super::{DagBuilder, unsupported};
 use crate::planner::stage::{Stage, col};
-use arrow::datatypes::{Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Join, JoinType, Operator};
-use sluice_plan::{JoinKind, JoinSide, JoinSpec, OperatorKind, Partitioning};
+use sluice_plan::{JoinKind, JoinSide, JoinSpec, OP_COLUMN, OperatorKind, Partitioning};
 use sluice_types::{Error, Result, SqlCode};
 use std::sync::Arc;
 
@@ -89,11 +92,9 @@ impl DagBuilder<'_> {
             stage: self.plan_node(&join.right)?,
             keys: Vec::new(),
         };
-        if self.updating(left.stage.op) || self.updating(right.stage.op) {
-            return Err(unsupported(
-                "joining an updating result (an aggregate without a window) is not supported yet",
-            ));
-        }
+        // A changelog side (an aggregate without a window, a top-N) makes
+        // the join's result a changelog too.
+        let changelog = [self.updating(left.stage.op), self.updating(right.stage.op)];
         if left.stage.window.is_some() || right.stage.window.is_some() {
             return Err(unsupported(
                 "joining window TVFs directly is not supported yet; aggregate each side per window first and join on window_end",
@@ -191,13 +192,14 @@ impl DagBuilder<'_> {
                     kind.describe()
                 )));
             }
-            if !windowed && interval_ms.is_none() {
+            if !windowed && interval_ms.is_none() && !residual.is_empty() {
+                // A regular outer join decides matches by the keys alone.
                 return Err(unsupported(&format!(
-                    "a {} join of streams needs a window (join on both sides' window_end) or an interval \
-                     bounding each side's event time by the other's in ON (a.ts BETWEEN b.ts - INTERVAL '10' \
-                     SECOND AND b.ts): a row without a match is emitted with NULLs once nothing can match it; \
-                     a regular outer join's result would update, which is not supported yet",
-                    kind.describe()
+                    "a {} join without a window bounds the event times of its sides both ways or not at all \
+                     (a.ts BETWEEN b.ts - INTERVAL '10' SECOND AND b.ts + INTERVAL '10' SECOND makes it an \
+                     interval join); not {}",
+                    kind.describe(),
+                    residual[0]
                 )));
             }
         }
@@ -207,8 +209,8 @@ impl DagBuilder<'_> {
         let state_ttl_ms = self.settings.join_state_ttl_ms;
         let n_left = left.stage.exprs.len();
         let n_right = right.stage.exprs.len();
-        let (left_op, left_side) = self.join_input(left)?;
-        let (right_op, right_side) = self.join_input(right)?;
+        let (left_op, left_side) = self.join_input(left, changelog[0])?;
+        let (right_op, right_side) = self.join_input(right, changelog[1])?;
         for (l, r) in left_side.keys.iter().zip(&right_side.keys) {
             let (lt, rt) = (
                 left_side.schema.field(*l).data_type(),
@@ -221,7 +223,11 @@ impl DagBuilder<'_> {
                 ));
             }
         }
+        let updating = changelog.contains(&true) || (!kind.is_inner() && !windowed && interval_ms.is_none());
         let mut fields: Vec<Field> = Vec::new();
+        if updating {
+            fields.push(Field::new(OP_COLUMN, DataType::Utf8, false));
+        }
         for i in 0..n_left {
             fields.push(Field::new(
                 format!("_l{i}"),
@@ -246,6 +252,7 @@ impl DagBuilder<'_> {
             state_ttl_ms,
             state_rows_max: self.settings.join_state_rows_max,
         };
+        debug_assert_eq!(spec.updating(), updating);
         let parallelism = self.settings.parallelism;
         let op = self.add(OperatorKind::Join(spec), parallelism, out_schema.clone());
         self.connect(left_op, op, Partitioning::Hash(left_side.keys.clone()));
@@ -272,8 +279,9 @@ impl DagBuilder<'_> {
         Ok(stage)
     }
 
-    /// Materialises one side as `[its columns…, keys…, time?]`.
-    fn join_input(&mut self, side: SidePlan) -> Result<(sluice_types::OperatorId, JoinSide)> {
+    /// Materialises one side as `[its columns…, keys…, time?, op?]` (`op`:
+    /// a changelog side's op column, last).
+    fn join_input(&mut self, side: SidePlan, changelog: bool) -> Result<(sluice_types::OperatorId, JoinSide)> {
         let SidePlan { stage, keys } = side;
         let n = stage.exprs.len();
         let time_expr = stage.time_column.as_deref().map(col);
@@ -311,6 +319,11 @@ impl DagBuilder<'_> {
             }
             (None, None) => None,
         };
+        let op_column = changelog.then(|| {
+            exprs.push(col(OP_COLUMN));
+            names.push(OP_COLUMN.to_string());
+            names.len() - 1
+        });
         let prepared = Stage { exprs, ..stage };
         let (op, schema, _) = self.materialize(&prepared, &names)?;
         Ok((
@@ -320,6 +333,7 @@ impl DagBuilder<'_> {
                 keys: key_columns,
                 time_column,
                 output_columns: n,
+                op_column,
             },
         ))
     }

@@ -1,0 +1,423 @@
+//! A join whose result updates: a regular (unbounded) equi-join with a
+//! changelog on either side (the result of an aggregate without a window,
+//! a top-N), or a regular outer join of any inputs. Flink's and
+//! RisingWave's regular join: the output is a changelog too.
+//!
+//! Per join key each side keeps its rows as a multiset (row-encoded bytes
+//! with their multiplicity). A row from one side:
+//!
+//! - added (`+I`, `+U`): emits itself joined with every row the other side
+//!   holds for its key, with its own op; then it is held;
+//! - retracted (`-U`, `-D`): is taken out of its side (a retraction of a
+//!   row not held — dropped by `join_state_ttl` — is ignored) and emits the
+//!   same pairs with its op, taking them back.
+//!
+//! An outer join's preserved side also appears without a match: a row of
+//! it whose key has no row on the other side is emitted with NULLs for
+//! that side (with the row's op). When the first row of a key arrives on
+//! the other side, the padded rows it now matches are retracted (`-D`)
+//! before the pairs; when the last one leaves, the pairs are retracted and
+//! the padded rows come back (`+I`). A NULL key matches nothing: such rows
+//! pass padded on a preserved side and are dropped otherwise.
+//!
+//! State is bounded by `state_rows_max` (rows held over both sides, counted
+//! with their multiplicity: reaching it fails the pipeline with a clear
+//! error) and, when set, `state_ttl_ms` of processing time per key: a key
+//! no row reached for that long is dropped without retracting anything
+//! (as Flink's state TTL).
+
+use crate::checkpoint::TaskState;
+use crate::operator::{Operator, OperatorContext};
+use crate::window::fixed::finish_batch;
+use arrow::array::{Array, ArrayRef, StringArray, UInt32Array, UInt64Array};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use async_trait::async_trait;
+use hashbrown::HashMap;
+use sluice_plan::{ChangeOp, JoinSide, JoinSpec};
+use sluice_types::{Error, Result, SqlCode};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Snapshot entries: each side's held rows (its columns without the op)
+/// and their multiplicity, keyed by the side's join keys.
+const SIDE_NAMES: [&str; 2] = ["left_rows", "right_rows"];
+const COUNT_COLUMN: &str = "__count";
+
+/// One join key's rows on both sides.
+#[derive(Default)]
+struct KeyRows {
+    /// Per side: row bytes → multiplicity.
+    rows: [HashMap<Box<[u8]>, u64>; 2],
+    /// Per side: the multiplicities' sum.
+    held: [u64; 2],
+    /// When a row last reached the key (processing time, ms).
+    touched_ms: i64,
+}
+
+/// The value of `key` in `map`, inserted as the default when absent.
+fn slot<'a, V: Default>(map: &'a mut HashMap<Box<[u8]>, V>, key: &[u8]) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.into(), V::default());
+    }
+    map.get_mut(key).expect("inserted above")
+}
+
+/// An output row: its op and each side's row bytes (`None`: NULLs).
+type Change = (ChangeOp, Option<Box<[u8]>>, Option<Box<[u8]>>);
+
+/// The operator; see the module documentation.
+pub struct UpdatingJoinOperator {
+    sides: [JoinSide; 2],
+    /// Inputs `0..left_inputs` are the left side's channels.
+    left_inputs: usize,
+    preserved: [bool; 2],
+    /// Per side: the columns a held row keeps (every column but the op).
+    data_columns: [Vec<usize>; 2],
+    keys: [RowConverter; 2],
+    rows: [RowConverter; 2],
+    state: HashMap<Box<[u8]>, KeyRows>,
+    /// Rows held over both sides, with multiplicity.
+    held: usize,
+    rows_max: usize,
+    state_ttl_ms: Option<i64>,
+    output_schema: SchemaRef,
+}
+
+impl UpdatingJoinOperator {
+    pub fn new(spec: &JoinSpec, output_schema: SchemaRef, left_inputs: usize) -> Result<Self> {
+        let sides = [spec.left.clone(), spec.right.clone()];
+        let data_columns = sides.clone().map(|s| {
+            (0..s.schema.fields().len())
+                .filter(|c| Some(*c) != s.op_column)
+                .collect::<Vec<_>>()
+        });
+        let converter = |side: &JoinSide, columns: &[usize]| {
+            RowConverter::new(
+                columns
+                    .iter()
+                    .map(|c| SortField::new(side.schema.field(*c).data_type().clone()))
+                    .collect(),
+            )
+        };
+        for side in &sides {
+            if side
+                .op_column
+                .is_some_and(|op| side.keys.contains(&op) || op < side.output_columns)
+            {
+                return Err(Error::internal(
+                    "a join side's op column among its keys or output columns",
+                ));
+            }
+        }
+        Ok(UpdatingJoinOperator {
+            keys: [
+                converter(&sides[0], &sides[0].keys)?,
+                converter(&sides[1], &sides[1].keys)?,
+            ],
+            rows: [
+                converter(&sides[0], &data_columns[0])?,
+                converter(&sides[1], &data_columns[1])?,
+            ],
+            preserved: spec.kind.preserved(),
+            data_columns,
+            sides,
+            left_inputs,
+            state: HashMap::new(),
+            held: 0,
+            rows_max: spec.state_rows_max,
+            state_ttl_ms: spec.state_ttl_ms,
+            output_schema,
+        })
+    }
+
+    /// Rows held over both sides (with multiplicity).
+    pub fn rows_held(&self) -> usize {
+        self.held
+    }
+
+    /// Each row's op: a changelog side's op column, else `+I`.
+    fn ops(&self, side: usize, batch: &RecordBatch) -> Result<Vec<ChangeOp>> {
+        let Some(c) = self.sides[side].op_column else {
+            return Ok(vec![ChangeOp::Insert; batch.num_rows()]);
+        };
+        let ops = batch
+            .column(c)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
+        (0..ops.len())
+            .map(|i| {
+                ChangeOp::parse(ops.value(i))
+                    .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))
+            })
+            .collect()
+    }
+
+    /// Applies a batch from `side`; returns the changelog it causes.
+    pub fn update(&mut self, side: usize, batch: &RecordBatch, now_ms: i64) -> Result<Option<RecordBatch>> {
+        if batch.num_rows() == 0 {
+            return Ok(None);
+        }
+        let ops = self.ops(side, batch)?;
+        let key_arrays: Vec<ArrayRef> = self.sides[side].keys.iter().map(|k| batch.column(*k).clone()).collect();
+        let keys = self.keys[side].convert_columns(&key_arrays)?;
+        let data: Vec<ArrayRef> = self.data_columns[side]
+            .iter()
+            .map(|c| batch.column(*c).clone())
+            .collect();
+        let rows = self.rows[side].convert_columns(&data)?;
+        let other = 1 - side;
+        let mut changes: Vec<Change> = Vec::new();
+        let pair = |op: ChangeOp, mine: &[u8], theirs: Option<&[u8]>| -> Change {
+            let (mine, theirs) = (Some(Box::<[u8]>::from(mine)), theirs.map(Box::<[u8]>::from));
+            if side == 0 {
+                (op, mine, theirs)
+            } else {
+                (op, theirs, mine)
+            }
+        };
+        // The other side's rows, padded with NULLs for this side.
+        let padded_other = |op: ChangeOp, theirs: &[u8]| -> Change {
+            let theirs = Some(Box::<[u8]>::from(theirs));
+            if side == 0 {
+                (op, None, theirs)
+            } else {
+                (op, theirs, None)
+            }
+        };
+        for (i, op) in ops.iter().copied().enumerate() {
+            let row = rows.row(i);
+            let row = row.data();
+            if key_arrays.iter().any(|a| a.is_null(i)) {
+                if self.preserved[side] {
+                    changes.push(pair(op, row, None));
+                }
+                continue;
+            }
+            let key = keys.row(i);
+            let key = key.data();
+            if !op.retracts() {
+                if self.held >= self.rows_max {
+                    return Err(Error::user(
+                        SqlCode::ConfigurationLimitExceeded,
+                        format!(
+                            "join state limit reached: {} rows held (join_state_rows_max); use a window, a \
+                             shorter join_state_ttl, or more parallelism",
+                            self.rows_max
+                        ),
+                    ));
+                }
+                let entry = slot(&mut self.state, key);
+                entry.touched_ms = now_ms;
+                if entry.held[side] == 0 && self.preserved[other] {
+                    for (theirs, n) in &entry.rows[other] {
+                        for _ in 0..*n {
+                            changes.push(padded_other(ChangeOp::Delete, theirs));
+                        }
+                    }
+                }
+                for (theirs, n) in &entry.rows[other] {
+                    for _ in 0..*n {
+                        changes.push(pair(op, row, Some(theirs)));
+                    }
+                }
+                if entry.held[other] == 0 && self.preserved[side] {
+                    changes.push(pair(op, row, None));
+                }
+                *slot(&mut entry.rows[side], row) += 1;
+                entry.held[side] += 1;
+                self.held += 1;
+            } else {
+                let Some(entry) = self.state.get_mut(key) else {
+                    continue;
+                };
+                let Some(n) = entry.rows[side].get_mut(row) else {
+                    continue;
+                };
+                *n -= 1;
+                if *n == 0 {
+                    entry.rows[side].remove(row);
+                }
+                entry.held[side] -= 1;
+                self.held -= 1;
+                entry.touched_ms = now_ms;
+                for (theirs, n) in &entry.rows[other] {
+                    for _ in 0..*n {
+                        changes.push(pair(op, row, Some(theirs)));
+                    }
+                }
+                if entry.held[other] == 0 && self.preserved[side] {
+                    changes.push(pair(op, row, None));
+                }
+                if entry.held[side] == 0 && self.preserved[other] {
+                    for (theirs, n) in &entry.rows[other] {
+                        for _ in 0..*n {
+                            changes.push(padded_other(ChangeOp::Insert, theirs));
+                        }
+                    }
+                }
+                if entry.held == [0, 0] {
+                    self.state.remove(key);
+                }
+            }
+        }
+        self.changes_batch(changes).map(Some)
+    }
+
+    /// `join_state_ttl`: drops every key no row reached since `now_ms`
+    /// minus the TTL (nothing is retracted).
+    pub fn expire(&mut self, now_ms: i64) {
+        let Some(ttl) = self.state_ttl_ms else { return };
+        let cutoff = now_ms.saturating_sub(ttl);
+        let mut dropped = 0u64;
+        self.state.retain(|_, k| {
+            let keep = k.touched_ms >= cutoff;
+            if !keep {
+                dropped += k.held[0] + k.held[1];
+            }
+            keep
+        });
+        self.held -= dropped as usize;
+    }
+
+    /// Per side, the arrays of the output columns for `rows` (`None`:
+    /// NULLs).
+    fn output_columns(&self, side: usize, rows: &[Option<&[u8]>]) -> Result<Vec<ArrayRef>> {
+        let present: Vec<&[u8]> = rows.iter().flatten().copied().collect();
+        let parser = self.rows[side].parser();
+        let converted = self.rows[side].convert_rows(present.iter().map(|r| parser.parse(r)))?;
+        let mut at = 0u32;
+        let indices = UInt32Array::from_iter(rows.iter().map(|r| {
+            r.map(|_| {
+                at += 1;
+                at - 1
+            })
+        }));
+        // Output columns are the side's first columns, all before the op.
+        (0..self.sides[side].output_columns)
+            .map(|c| Ok(take(converted[c].as_ref(), &indices, None)?))
+            .collect()
+    }
+
+    fn changes_batch(&self, changes: Vec<Change>) -> Result<RecordBatch> {
+        if changes.is_empty() {
+            return Ok(RecordBatch::new_empty(self.output_schema.clone()));
+        }
+        let ops = StringArray::from_iter_values(changes.iter().map(|(op, _, _)| op.as_str()));
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(ops)];
+        let left: Vec<Option<&[u8]>> = changes.iter().map(|(_, l, _)| l.as_deref()).collect();
+        let right: Vec<Option<&[u8]>> = changes.iter().map(|(_, _, r)| r.as_deref()).collect();
+        columns.extend(self.output_columns(0, &left)?);
+        columns.extend(self.output_columns(1, &right)?);
+        finish_batch(&self.output_schema, columns)
+    }
+
+    /// Side `side`'s held rows with their multiplicity (none when empty).
+    fn snapshot_batch(&self, side: usize) -> Result<Option<RecordBatch>> {
+        let held: Vec<(&[u8], u64)> = self
+            .state
+            .values()
+            .flat_map(|k| k.rows[side].iter().map(|(r, n)| (r.as_ref(), *n)))
+            .collect();
+        if held.is_empty() {
+            return Ok(None);
+        }
+        let parser = self.rows[side].parser();
+        let mut columns = self.rows[side].convert_rows(held.iter().map(|(r, _)| parser.parse(r)))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(held.iter().map(|(_, n)| *n))));
+        let schema = &self.sides[side].schema;
+        let mut fields: Vec<Field> = self.data_columns[side]
+            .iter()
+            .map(|c| schema.field(*c).clone().with_nullable(true))
+            .collect();
+        fields.push(Field::new(COUNT_COLUMN, DataType::UInt64, false));
+        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// The snapshot's key columns of side `side`: where its keys are among
+    /// the held columns.
+    fn snapshot_keys(&self, side: usize) -> Result<Vec<usize>> {
+        self.sides[side]
+            .keys
+            .iter()
+            .map(|k| {
+                self.data_columns[side]
+                    .iter()
+                    .position(|c| c == k)
+                    .ok_or_else(|| Error::internal("a join key is not a held column"))
+            })
+            .collect()
+    }
+
+    /// Holds the rows of [`Self::snapshot_batch`] again (maybe of several
+    /// old instances: their keys are disjoint).
+    fn restore_batch(&mut self, side: usize, batch: &RecordBatch, now_ms: i64) -> Result<()> {
+        let count_column = batch.num_columns() - 1;
+        let counts = batch
+            .column(count_column)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .ok_or_else(|| Error::internal("updating join snapshot: bad count column"))?
+            .clone();
+        let data: Vec<ArrayRef> = batch.columns()[..count_column].to_vec();
+        let key_arrays: Vec<ArrayRef> = self.snapshot_keys(side)?.into_iter().map(|k| data[k].clone()).collect();
+        let keys = self.keys[side].convert_columns(&key_arrays)?;
+        let rows = self.rows[side].convert_columns(&data)?;
+        for i in 0..batch.num_rows() {
+            let n = counts.value(i);
+            let entry = slot(&mut self.state, keys.row(i).data());
+            entry.touched_ms = now_ms;
+            *slot(&mut entry.rows[side], rows.row(i).data()) += n;
+            entry.held[side] += n;
+            self.held += n as usize;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Operator for UpdatingJoinOperator {
+    async fn process_batch(&mut self, batch: RecordBatch, input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        let side = usize::from(input >= self.left_inputs);
+        let changes = self.update(side, &batch, sluice_types::now_ms())?;
+        ctx.metrics.state_groups.store(self.held as u64, Ordering::Relaxed);
+        crate::group_aggregate::emit_changes(changes, ctx).await
+    }
+
+    fn timer_interval(&self) -> Option<std::time::Duration> {
+        self.state_ttl_ms.map(crate::group_aggregate::ttl_sweep_interval)
+    }
+
+    async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
+        self.expire(sluice_types::now_ms());
+        ctx.metrics.state_groups.store(self.held as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        for (side, name) in SIDE_NAMES.iter().enumerate() {
+            if let Some(batch) = self.snapshot_batch(side)? {
+                state.put_rows(name, batch, self.snapshot_keys(side)?);
+            }
+        }
+        Ok(state)
+    }
+
+    async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
+        let Some((_, state)) = checkpoint else { return Ok(()) };
+        let now = sluice_types::now_ms();
+        for (side, name) in SIDE_NAMES.iter().enumerate() {
+            for batch in state.rows(name) {
+                self.restore_batch(side, &batch, now)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
