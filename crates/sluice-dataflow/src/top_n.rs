@@ -11,6 +11,12 @@
 //! position: a position whose row changed emits `-U` (the row it held,
 //! with its number) and `+U` (the new row), a new position `+I`. Lists
 //! never shrink (the input only adds rows).
+//!
+//! Over a changelog (`TopNSpec::op_column`) a top row may be taken back,
+//! and the next row must then move up: each partition keeps every row it
+//! holds (ordered by order key, then row bytes, with their copies), at
+//! most `partitions_max` rows an instance, and its list is the first
+//! `limit` of them. The diff is the same; a list that shrinks emits `-D`.
 
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
@@ -24,12 +30,28 @@ use async_trait::async_trait;
 use hashbrown::{HashMap, HashSet};
 use sluice_plan::{ChangeOp, TopNSpec};
 use sluice_types::{Error, Result, SqlCode};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Snapshot layout: one batch of every kept row (the input's columns) and
 /// its arrival number, keyed by the partition columns.
 const ROWS_KEY: &str = "rows";
+/// Over a changelog: every held row (the input's columns but the op) and
+/// its copies, keyed by the partition columns.
+const HELD_KEY: &str = "held_rows";
+const COUNT_COLUMN: &str = "__count";
+
+/// A row after its order key: (order key, row), both row-encoded.
+type OrderedRow = (Box<[u8]>, Box<[u8]>);
+
+/// Over a changelog: a partition's rows by (order key, row) with their
+/// copies, and when a row last reached it.
+#[derive(Default)]
+struct Held {
+    touched_ms: i64,
+    rows: BTreeMap<OrderedRow, u64>,
+}
 
 #[derive(Clone)]
 struct Entry {
@@ -55,6 +77,13 @@ pub struct TopNOperator {
     order: RowConverter,
     rows: RowConverter,
     partitions: HashMap<Box<[u8]>, Partition>,
+    /// Over a changelog: the input's op column, every partition's rows and
+    /// how many are held (with copies).
+    op_column: Option<usize>,
+    held: HashMap<Box<[u8]>, Held>,
+    rows_held: usize,
+    /// The columns of a row: every input column but the op.
+    data_columns: Vec<usize>,
     state_ttl_ms: Option<i64>,
     /// Processing time of the batch being applied.
     now_ms: i64,
@@ -94,13 +123,13 @@ impl TopNOperator {
                 })
                 .collect(),
         )?;
-        let rows = RowConverter::new(
-            spec.input_schema
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
+        let width = spec.input_schema.fields().len();
+        if spec.op_column.is_some_and(|c| c + 1 != width) {
+            return Err(Error::internal("a top-N's op column is not its input's last"));
+        }
+        let data_columns: Vec<usize> = (0..width).filter(|c| Some(*c) != spec.op_column).collect();
+        let rows = RowConverter::new(data_columns.iter().map(|c| SortField::new(field(*c))).collect())?;
+        let input_schema = Arc::new(spec.input_schema.project(&data_columns)?);
         Ok(TopNOperator {
             partition_columns: spec.partition_columns.clone(),
             order_columns: spec.order.iter().map(|k| k.column).collect(),
@@ -110,10 +139,14 @@ impl TopNOperator {
             order,
             rows,
             partitions: HashMap::new(),
+            op_column: spec.op_column,
+            held: HashMap::new(),
+            rows_held: 0,
+            data_columns,
             state_ttl_ms: spec.state_ttl_ms,
             now_ms: sluice_types::now_ms(),
             next_seq: 0,
-            input_schema: spec.input_schema.clone(),
+            input_schema,
             output_schema,
         })
     }
@@ -170,10 +203,27 @@ impl TopNOperator {
             None => None,
         };
         let orders = self.order.convert_columns(&Self::columns(batch, &self.order_columns))?;
-        let rows = self.rows.convert_columns(batch.columns())?;
+        let rows = self.rows.convert_columns(&Self::columns(batch, &self.data_columns))?;
         self.now_ms = sluice_types::now_ms();
         let mut before = Vec::new();
         let mut touched = HashSet::new();
+        if let Some(op_column) = self.op_column {
+            let ops = batch
+                .column(op_column)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
+            for i in 0..batch.num_rows() {
+                let op = ChangeOp::parse(ops.value(i))
+                    .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))?;
+                let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
+                if touched.insert(Box::<[u8]>::from(key)) {
+                    before.push((key.into(), self.top_of_held(key)));
+                }
+                self.change_held(key, orders.row(i).data(), rows.row(i).data(), op.retracts())?;
+            }
+            return self.diff(before).map(Some);
+        }
         for i in 0..batch.num_rows() {
             let entry = Entry {
                 order: orders.row(i).data().into(),
@@ -184,13 +234,89 @@ impl TopNOperator {
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
             self.offer(key, entry, &mut before, &mut touched)?;
         }
+        self.diff(before).map(Some)
+    }
+
+    /// A partition's list now: over a changelog its first `limit` held
+    /// rows, else its kept list (empty when it holds none).
+    fn list_of(&self, key: &[u8]) -> Vec<Entry> {
+        if self.op_column.is_some() {
+            return self.top_of_held(key);
+        }
+        self.partitions.get(key).map(|p| p.list.clone()).unwrap_or_default()
+    }
+
+    /// Over a changelog: the first `limit` rows `key` holds, copies
+    /// repeated.
+    fn top_of_held(&self, key: &[u8]) -> Vec<Entry> {
+        let Some(held) = self.held.get(key) else {
+            return Vec::new();
+        };
+        held.rows
+            .iter()
+            .flat_map(|((order, row), n)| {
+                std::iter::repeat_n(
+                    Entry {
+                        order: order.clone(),
+                        seq: 0,
+                        row: row.clone(),
+                    },
+                    *n as usize,
+                )
+            })
+            .take(self.limit)
+            .collect()
+    }
+
+    /// Over a changelog: adds a row to `key`, or takes one copy back (a
+    /// row not held — dropped by `state_ttl` — is ignored).
+    fn change_held(&mut self, key: &[u8], order: &[u8], row: &[u8], retract: bool) -> Result<()> {
+        let entry = (Box::<[u8]>::from(order), Box::<[u8]>::from(row));
+        if retract {
+            let Some(held) = self.held.get_mut(key) else {
+                return Ok(());
+            };
+            if let Some(n) = held.rows.get_mut(&entry) {
+                *n -= 1;
+                if *n == 0 {
+                    held.rows.remove(&entry);
+                }
+                self.rows_held -= 1;
+            }
+            held.touched_ms = self.now_ms;
+            if held.rows.is_empty() {
+                self.held.remove(key);
+            }
+            return Ok(());
+        }
+        if self.rows_held >= self.partitions_max {
+            return Err(Error::user(
+                SqlCode::ConfigurationLimitExceeded,
+                format!(
+                    "top-N state limit reached: {} rows held in one instance over a changelog (SET aggregate_groups_max)",
+                    self.partitions_max
+                ),
+            ));
+        }
+        if !self.held.contains_key(key) {
+            self.held.insert(key.into(), Held::default());
+        }
+        let held = self.held.get_mut(key).expect("inserted above");
+        held.touched_ms = self.now_ms;
+        *held.rows.entry(entry).or_insert(0) += 1;
+        self.rows_held += 1;
+        Ok(())
+    }
+
+    /// The changelog between each touched partition's list before and now.
+    fn diff(&self, before: Vec<(Box<[u8]>, Vec<Entry>)>) -> Result<RecordBatch> {
         let mut changes: Vec<Change> = Vec::new();
         for (key, old) in before {
-            let new = &self.partitions[&key].list;
+            let new = self.list_of(&key);
             for position in 0..new.len().max(old.len()) {
                 let rn = position as u64 + 1;
                 match (old.get(position), new.get(position)) {
-                    (Some(o), Some(n)) if o.seq == n.seq => {}
+                    (Some(o), Some(n)) if o.seq == n.seq && o.row == n.row => {}
                     (Some(o), Some(n)) => {
                         changes.push((ChangeOp::UpdateBefore, o.row.clone(), rn));
                         changes.push((ChangeOp::UpdateAfter, n.row.clone(), rn));
@@ -201,7 +327,7 @@ impl TopNOperator {
                 }
             }
         }
-        self.changes_batch(changes).map(Some)
+        self.changes_batch(changes)
     }
 
     /// `state_ttl`: deletes (`-D` of each row) every partition no row
@@ -211,13 +337,27 @@ impl TopNOperator {
             return Ok(None);
         };
         let cutoff = now_ms.saturating_sub(ttl);
+        let mut changes: Vec<Change> = Vec::new();
+        let idle: Vec<Box<[u8]>> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.touched_ms < cutoff)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in idle {
+            for (position, e) in self.top_of_held(&key).into_iter().enumerate() {
+                changes.push((ChangeOp::Delete, e.row, position as u64 + 1));
+            }
+            if let Some(h) = self.held.remove(&key) {
+                self.rows_held -= h.rows.values().sum::<u64>() as usize;
+            }
+        }
         let idle: Vec<Box<[u8]>> = self
             .partitions
             .iter()
             .filter(|(_, p)| p.touched_ms < cutoff)
             .map(|(k, _)| k.clone())
             .collect();
-        let mut changes: Vec<Change> = Vec::new();
         for key in idle {
             if let Some(p) = self.partitions.remove(&key) {
                 for (position, e) in p.list.into_iter().enumerate() {
@@ -245,6 +385,16 @@ impl TopNOperator {
         finish_batch(&self.output_schema, columns)
     }
 
+    /// What the state metric shows: partitions, or over a changelog the
+    /// rows held.
+    fn held_count(&self) -> u64 {
+        if self.op_column.is_some() {
+            self.rows_held as u64
+        } else {
+            self.partitions.len() as u64
+        }
+    }
+
     /// Every kept row with its arrival number, as one batch.
     fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
         let entries: Vec<&Entry> = self.partitions.values().flat_map(|p| &p.list).collect();
@@ -262,6 +412,57 @@ impl TopNOperator {
             .collect();
         fields.push(Field::new("__seq", arrow::datatypes::DataType::UInt64, false));
         Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// Over a changelog: every held row with its copies, as one batch.
+    fn snapshot_held(&self) -> Result<Option<RecordBatch>> {
+        let held: Vec<(&[u8], u64)> = self
+            .held
+            .values()
+            .flat_map(|h| h.rows.iter().map(|((_, row), n)| (row.as_ref(), *n)))
+            .collect();
+        if held.is_empty() {
+            return Ok(None);
+        }
+        let parser = self.rows.parser();
+        let mut columns = self.rows.convert_rows(held.iter().map(|(r, _)| parser.parse(r)))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(held.iter().map(|(_, n)| *n))));
+        let mut fields: Vec<Field> = self
+            .input_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        fields.push(Field::new(COUNT_COLUMN, arrow::datatypes::DataType::UInt64, false));
+        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// Over a changelog: holds [`Self::snapshot_held`]'s rows again.
+    fn restore_held(&mut self, batch: &RecordBatch) -> Result<()> {
+        let count_column = batch.num_columns() - 1;
+        let counts = batch
+            .column(count_column)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .ok_or_else(|| Error::internal("top-N snapshot: bad count column"))?
+            .clone();
+        let input = RecordBatch::try_new(self.input_schema.clone(), batch.columns()[..count_column].to_vec())?;
+        let keys = match &self.partition {
+            Some(c) => Some(c.convert_columns(&Self::columns(&input, &self.partition_columns))?),
+            None => None,
+        };
+        let orders = self
+            .order
+            .convert_columns(&Self::columns(&input, &self.order_columns))?;
+        let rows = self.rows.convert_columns(input.columns())?;
+        self.now_ms = sluice_types::now_ms();
+        for i in 0..input.num_rows() {
+            let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
+            for _ in 0..counts.value(i) {
+                self.change_held(key, orders.row(i).data(), rows.row(i).data(), false)?;
+            }
+        }
+        Ok(())
     }
 
     /// Rebuilds the lists from [`Self::snapshot_batch`]'s rows (maybe of
@@ -311,21 +512,32 @@ impl Operator for TopNOperator {
         if let Some(batch) = self.snapshot_batch()? {
             state.put_rows(ROWS_KEY, batch, self.partition_columns.clone());
         }
+        if let Some(batch) = self.snapshot_held()? {
+            state.put_rows(HELD_KEY, batch, self.partition_columns.clone());
+        }
         Ok(state)
     }
 
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
-        if let Some(batch) = TaskState::restored_rows(checkpoint, ROWS_KEY)? {
+        let Some((_, state)) = checkpoint else { return Ok(()) };
+        let concat = |batches: Vec<RecordBatch>| -> Result<Option<RecordBatch>> {
+            match batches.first() {
+                Some(first) => Ok(Some(arrow::compute::concat_batches(&first.schema(), &batches)?)),
+                None => Ok(None),
+            }
+        };
+        if let Some(batch) = concat(state.rows(ROWS_KEY))? {
             self.restore_batch(&batch)?;
+        }
+        if let Some(batch) = concat(state.rows(HELD_KEY))? {
+            self.restore_held(&batch)?;
         }
         Ok(())
     }
 
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let changes = self.update(&batch)?;
-        ctx.metrics
-            .state_groups
-            .store(self.partitions.len() as u64, Ordering::Relaxed);
+        ctx.metrics.state_groups.store(self.held_count(), Ordering::Relaxed);
         crate::group_aggregate::emit_changes(changes, ctx).await
     }
 
@@ -335,9 +547,7 @@ impl Operator for TopNOperator {
 
     async fn process_timer(&mut self, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let changes = self.expire(sluice_types::now_ms())?;
-        ctx.metrics
-            .state_groups
-            .store(self.partitions.len() as u64, Ordering::Relaxed);
+        ctx.metrics.state_groups.store(self.held_count(), Ordering::Relaxed);
         crate::group_aggregate::emit_changes(changes, ctx).await
     }
 }

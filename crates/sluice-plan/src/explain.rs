@@ -219,10 +219,15 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 })
                 .collect();
             format!(
-                "top {} per [{}] by {}; changelog (+I, -U, +U); partitions max {}{}",
+                "top {} per [{}] by {}; changelog (+I, -U, +U){}; partitions max {}{}",
                 t.limit,
                 labels(dag, op, &t.input_schema, &t.partition_columns),
                 order.join(", "),
+                if t.op_column.is_some() {
+                    "; over a changelog: every row kept (rows max = partitions max)"
+                } else {
+                    ""
+                },
                 t.partitions_max,
                 ttl(t.state_ttl_ms)
             )

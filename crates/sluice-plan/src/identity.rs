@@ -168,6 +168,11 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
                 h.u64(u64::from(k.nulls_first));
             }
             h.u64(t.limit as u64);
+            // (Only over a changelog: other uids stay as they were.)
+            if let Some(op) = t.op_column {
+                h.str("changelog");
+                h.u64(op as u64);
+            }
         }
         OperatorKind::OverAggregate(o) => {
             h.str("over");

@@ -463,6 +463,11 @@ pub struct TopNSpec {
     /// time) is deleted (`-D` of its rows) and its state freed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_ttl_ms: Option<i64>,
+    /// Over a changelog: its [`OP_COLUMN`], the input's last column. The
+    /// operator then keeps every row (a retracted top row is replaced by
+    /// the next), at most `partitions_max` rows an instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_column: Option<usize>,
 }
 
 /// An OVER aggregate: each row of the input, in event-time order once the

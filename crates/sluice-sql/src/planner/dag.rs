@@ -952,9 +952,7 @@ impl DagBuilder<'_> {
             return Err(unsupported("ROW_NUMBER() for a top-N needs ORDER BY in its OVER (…)"));
         }
         let child = self.plan_node(&w.input)?;
-        if self.updating(child.op) {
-            return Err(unsupported("a top-N over an updating result is not supported yet"));
-        }
+        let over_changelog = self.updating(child.op);
         if child.window.is_some() {
             return Err(unsupported(
                 "a top-N per window (over a window TVF) is not supported yet",
@@ -978,6 +976,11 @@ impl DagBuilder<'_> {
                 nulls_first: o.nulls_first,
             });
         }
+        // Over a changelog its op goes last (`TopNSpec::op_column`).
+        if over_changelog {
+            pre_exprs.push(col(OP_COLUMN));
+            pre_names.push(OP_COLUMN.to_string());
+        }
         let pre = Stage {
             exprs: pre_exprs,
             window: None,
@@ -985,8 +988,16 @@ impl DagBuilder<'_> {
         };
         let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
         let partition_columns: Vec<usize> = (n..n + params.partition_by.len()).collect();
+        let op_column = over_changelog.then(|| pre_schema.fields().len() - 1);
         let mut fields = vec![Field::new(OP_COLUMN, arrow::datatypes::DataType::Utf8, false)];
-        fields.extend(pre_schema.fields().iter().map(|f| f.as_ref().clone()));
+        fields.extend(
+            pre_schema
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != op_column)
+                .map(|(_, f)| f.as_ref().clone()),
+        );
         // ROW_NUMBER() is a BIGINT, as in Flink and Postgres (DataFusion's
         // UInt64 would reach clients as numeric).
         fields.push(Field::new("_rn", arrow::datatypes::DataType::Int64, false));
@@ -998,6 +1009,7 @@ impl DagBuilder<'_> {
             limit,
             partitions_max: self.settings.aggregate_groups_max,
             state_ttl_ms: self.settings.state_ttl_ms,
+            op_column,
         };
         let (op, parallelism) = self.add_keyed(OperatorKind::TopN(spec), pre_op, partition_columns, out_schema.clone());
         let mut exprs: Vec<Expr> = (0..n).map(|i| col(&format!("_c{i}"))).collect();
