@@ -198,18 +198,7 @@ impl GroupAggregateOperator {
         let Some(c) = self.op_column else {
             return Ok(None);
         };
-        let ops = batch
-            .column(c)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
-        (0..ops.len())
-            .map(|i| match ChangeOp::parse(ops.value(i)) {
-                Some(op) => Ok(op.retracts()),
-                None => Err(Error::internal(format!("unknown changelog op {:?}", ops.value(i)))),
-            })
-            .collect::<Result<_>>()
-            .map(Some)
+        Ok(Some(change_ops(batch, c)?.iter().map(|op| op.retracts()).collect()))
     }
 
     /// Adds (or retracts) a batch's rows in their groups; returns the
@@ -498,6 +487,21 @@ impl Operator for GroupAggregateOperator {
 /// of the TTL, from 0.1 s to 1 min.
 pub(crate) fn ttl_sweep_interval(ttl_ms: i64) -> std::time::Duration {
     std::time::Duration::from_millis((ttl_ms / 8).clamp(100, 60_000) as u64)
+}
+
+/// Each row's op, from a changelog's op column `column`.
+pub(crate) fn change_ops(batch: &RecordBatch, column: usize) -> Result<Vec<ChangeOp>> {
+    let ops = batch
+        .column(column)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
+    (0..ops.len())
+        .map(|i| {
+            ChangeOp::parse(ops.value(i))
+                .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))
+        })
+        .collect()
 }
 
 /// Emits a changelog batch unless it is empty.

@@ -645,22 +645,29 @@ mod tests {
 
     /// Runs a source task restored from `state` and returns the first
     /// message it sends within 2 s (its idle timeout is 60 s), if any.
-    async fn first_message_after_restore(state: TaskState, keeps_position: bool) -> Option<Message> {
-        let (handles, _acks, _coordinator) = crate::checkpoint::coordinator::test_handles(7);
-        let (tx, mut rx) = crate::channel::channel(64);
+    /// A source task over [`ReadEverything`] restored from checkpoint 7
+    /// (`state`), sending into `tx`; whether its reader was restored; and
+    /// its pause switch (kept by the caller: a dropped one ends waits).
+    fn restored_task(
+        handles: crate::checkpoint::coordinator::CheckpointHandles,
+        (state, keeps_position): (TaskState, bool),
+        watermark: Option<WatermarkSpec>,
+        tx: crate::channel::ChannelSender,
+        cancel: &CancellationToken,
+    ) -> (
+        SourceTask,
+        Arc<std::sync::atomic::AtomicBool>,
+        tokio::sync::watch::Sender<bool>,
+    ) {
         let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
         let restored = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let cancel = CancellationToken::new();
-        let (_paused_tx, paused) = tokio::sync::watch::channel(false);
+        let (paused_tx, paused) = tokio::sync::watch::channel(false);
         let task = SourceTask {
             reader: Box::new(ReadEverything {
                 restored: restored.clone(),
                 keeps_position,
             }),
-            watermark: Some(WatermarkSpec {
-                column: 0,
-                delay_ms: 1_000,
-            }),
+            watermark,
             idle_timeout: Duration::from_secs(60),
             batch_rows_max: 1024,
             output: forward_to(tx, &metrics),
@@ -676,6 +683,18 @@ mod tests {
             }),
             alignment: None,
         };
+        (task, restored, paused_tx)
+    }
+
+    async fn first_message_after_restore(state: TaskState, keeps_position: bool) -> Option<Message> {
+        let (handles, _acks, _coordinator) = crate::checkpoint::coordinator::test_handles(7);
+        let (tx, mut rx) = crate::channel::channel(64);
+        let cancel = CancellationToken::new();
+        let watermark = Some(WatermarkSpec {
+            column: 0,
+            delay_ms: 1_000,
+        });
+        let (task, restored, _paused) = restored_task(handles, (state, keeps_position), watermark, tx, &cancel);
         let run = tokio::spawn(task.run());
         let first = tokio::time::timeout(Duration::from_secs(2), rx.recv())
             .await
@@ -695,30 +714,8 @@ mod tests {
         let (handles, mut acks, coordinator) = crate::checkpoint::coordinator::test_handles(7);
         coordinator.resume(8);
         let (tx, mut rx) = crate::channel::channel(64);
-        let metrics = TaskMetrics::new(sluice_types::OperatorId(0), 0, "source");
         let cancel = CancellationToken::new();
-        let (_paused_tx, paused) = tokio::sync::watch::channel(false);
-        let task = SourceTask {
-            reader: Box::new(ReadEverything {
-                restored: Default::default(),
-                keeps_position: true,
-            }),
-            watermark: None,
-            idle_timeout: Duration::from_secs(60),
-            batch_rows_max: 1024,
-            output: forward_to(tx, &metrics),
-            metrics,
-            cancel: cancel.clone(),
-            paused,
-            checkpoint: Some(TaskCheckpoint {
-                handles,
-                operator: sluice_types::OperatorId(0),
-                instance: 0,
-                identity: crate::checkpoint::TaskIdentity::single(sluice_types::OperatorId(0)),
-                restored: Some((7, TaskState::default())),
-            }),
-            alignment: None,
-        };
+        let (task, _, _paused) = restored_task(handles, (TaskState::default(), true), None, tx, &cancel);
         let run = tokio::spawn(task.run());
         let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await

@@ -25,7 +25,7 @@ use arrow::array::{ArrayRef, StringArray, UInt64Array};
 use arrow::compute::{SortOptions, sort_to_indices, take_record_batch};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 use async_trait::async_trait;
 use hashbrown::{HashMap, HashSet};
 use sluice_plan::{ChangeOp, TopNSpec};
@@ -208,14 +208,8 @@ impl TopNOperator {
         let mut before = Vec::new();
         let mut touched = HashSet::new();
         if let Some(op_column) = self.op_column {
-            let ops = batch
-                .column(op_column)
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
-            for i in 0..batch.num_rows() {
-                let op = ChangeOp::parse(ops.value(i))
-                    .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))?;
+            let ops = crate::group_aggregate::change_ops(batch, op_column)?;
+            for (i, op) in ops.into_iter().enumerate() {
                 let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
                 if touched.insert(Box::<[u8]>::from(key)) {
                     before.push((key.into(), self.top_of_held(key)));
@@ -398,20 +392,54 @@ impl TopNOperator {
     /// Every kept row with its arrival number, as one batch.
     fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
         let entries: Vec<&Entry> = self.partitions.values().flat_map(|p| &p.list).collect();
-        if entries.is_empty() {
+        let rows: Vec<&[u8]> = entries.iter().map(|e| e.row.as_ref()).collect();
+        self.numbered_rows(&rows, "__seq", entries.iter().map(|e| e.seq))
+    }
+
+    /// `rows` (row-encoded, the input's columns but the op) with a last
+    /// column `name` of `numbers`, as one batch (none without rows).
+    fn numbered_rows(
+        &self,
+        rows: &[&[u8]],
+        name: &str,
+        numbers: impl Iterator<Item = u64>,
+    ) -> Result<Option<RecordBatch>> {
+        if rows.is_empty() {
             return Ok(None);
         }
         let parser = self.rows.parser();
-        let mut columns = self.rows.convert_rows(entries.iter().map(|e| parser.parse(&e.row)))?;
-        columns.push(Arc::new(UInt64Array::from_iter_values(entries.iter().map(|e| e.seq))));
+        let mut columns = self.rows.convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(numbers)));
         let mut fields: Vec<Field> = self
             .input_schema
             .fields()
             .iter()
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
-        fields.push(Field::new("__seq", arrow::datatypes::DataType::UInt64, false));
+        fields.push(Field::new(name, arrow::datatypes::DataType::UInt64, false));
         Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// A [`Self::numbered_rows`] batch read back: its numbers, and per row
+    /// its partition key, order key and row, row-encoded.
+    fn read_numbered(&self, batch: &RecordBatch) -> Result<(UInt64Array, Option<Rows>, Rows, Rows)> {
+        let last = batch.num_columns() - 1;
+        let numbers = batch
+            .column(last)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .ok_or_else(|| Error::internal("top-N snapshot: bad number column"))?
+            .clone();
+        let input = RecordBatch::try_new(self.input_schema.clone(), batch.columns()[..last].to_vec())?;
+        let keys = match &self.partition {
+            Some(c) => Some(c.convert_columns(&Self::columns(&input, &self.partition_columns))?),
+            None => None,
+        };
+        let orders = self
+            .order
+            .convert_columns(&Self::columns(&input, &self.order_columns))?;
+        let rows = self.rows.convert_columns(input.columns())?;
+        Ok((numbers, keys, orders, rows))
     }
 
     /// Over a changelog: every held row with its copies, as one batch.
@@ -421,42 +449,15 @@ impl TopNOperator {
             .values()
             .flat_map(|h| h.rows.iter().map(|((_, row), n)| (row.as_ref(), *n)))
             .collect();
-        if held.is_empty() {
-            return Ok(None);
-        }
-        let parser = self.rows.parser();
-        let mut columns = self.rows.convert_rows(held.iter().map(|(r, _)| parser.parse(r)))?;
-        columns.push(Arc::new(UInt64Array::from_iter_values(held.iter().map(|(_, n)| *n))));
-        let mut fields: Vec<Field> = self
-            .input_schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        fields.push(Field::new(COUNT_COLUMN, arrow::datatypes::DataType::UInt64, false));
-        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+        let rows: Vec<&[u8]> = held.iter().map(|(r, _)| *r).collect();
+        self.numbered_rows(&rows, COUNT_COLUMN, held.iter().map(|(_, n)| *n))
     }
 
     /// Over a changelog: holds [`Self::snapshot_held`]'s rows again.
     fn restore_held(&mut self, batch: &RecordBatch) -> Result<()> {
-        let count_column = batch.num_columns() - 1;
-        let counts = batch
-            .column(count_column)
-            .as_any()
-            .downcast_ref::<UInt64Array>()
-            .ok_or_else(|| Error::internal("top-N snapshot: bad count column"))?
-            .clone();
-        let input = RecordBatch::try_new(self.input_schema.clone(), batch.columns()[..count_column].to_vec())?;
-        let keys = match &self.partition {
-            Some(c) => Some(c.convert_columns(&Self::columns(&input, &self.partition_columns))?),
-            None => None,
-        };
-        let orders = self
-            .order
-            .convert_columns(&Self::columns(&input, &self.order_columns))?;
-        let rows = self.rows.convert_columns(input.columns())?;
+        let (counts, keys, orders, rows) = self.read_numbered(batch)?;
         self.now_ms = sluice_types::now_ms();
-        for i in 0..input.num_rows() {
+        for i in 0..batch.num_rows() {
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
             for _ in 0..counts.value(i) {
                 self.change_held(key, orders.row(i).data(), rows.row(i).data(), false)?;
@@ -469,29 +470,13 @@ impl TopNOperator {
     /// several old instances: their partitions are disjoint), in arrival
     /// order.
     fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
-        let seq_column = batch.num_columns() - 1;
-        let by_seq = sort_to_indices(batch.column(seq_column), None, None)?;
+        let by_seq = sort_to_indices(batch.column(batch.num_columns() - 1), None, None)?;
         let batch = take_record_batch(batch, &by_seq)?;
-        let seqs = batch
-            .column(seq_column)
-            .as_any()
-            .downcast_ref::<UInt64Array>()
-            .ok_or_else(|| Error::internal("top-N snapshot: bad arrival column"))?
-            .clone();
-        let input = batch.project(&(0..seq_column).collect::<Vec<_>>())?;
-        let input = RecordBatch::try_new(self.input_schema.clone(), input.columns().to_vec())?;
-        let keys = match &self.partition {
-            Some(c) => Some(c.convert_columns(&Self::columns(&input, &self.partition_columns))?),
-            None => None,
-        };
-        let orders = self
-            .order
-            .convert_columns(&Self::columns(&input, &self.order_columns))?;
-        let rows = self.rows.convert_columns(input.columns())?;
+        let (seqs, keys, orders, rows) = self.read_numbered(&batch)?;
         // Restored partitions count as just reached (`state_ttl`).
         self.now_ms = sluice_types::now_ms();
         let (mut before, mut touched) = (Vec::new(), HashSet::new());
-        for i in 0..input.num_rows() {
+        for i in 0..batch.num_rows() {
             let entry = Entry {
                 order: orders.row(i).data().into(),
                 seq: seqs.value(i),

@@ -140,20 +140,10 @@ impl UpdatingJoinOperator {
 
     /// Each row's op: a changelog side's op column, else `+I`.
     fn ops(&self, side: usize, batch: &RecordBatch) -> Result<Vec<ChangeOp>> {
-        let Some(c) = self.sides[side].op_column else {
-            return Ok(vec![ChangeOp::Insert; batch.num_rows()]);
-        };
-        let ops = batch
-            .column(c)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .ok_or_else(|| Error::internal("a changelog's op column is not text"))?;
-        (0..ops.len())
-            .map(|i| {
-                ChangeOp::parse(ops.value(i))
-                    .ok_or_else(|| Error::internal(format!("unknown changelog op {:?}", ops.value(i))))
-            })
-            .collect()
+        match self.sides[side].op_column {
+            Some(c) => crate::group_aggregate::change_ops(batch, c),
+            None => Ok(vec![ChangeOp::Insert; batch.num_rows()]),
+        }
     }
 
     /// Applies a batch from `side`; returns the changelog it causes.
