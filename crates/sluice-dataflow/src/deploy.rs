@@ -169,8 +169,7 @@ impl PipelineRuntime {
                 self.status.clear_stopping();
                 stop.request.send_replace(false);
                 return Err(Error::external(
-                    "a part of the pipeline's input ended, and checkpoints end with it: it cannot stop at a \
-                     barrier (it runs on; it can be stopped and started again)",
+                    "the pipeline's input ended: every task finished, so it stops at no barrier",
                 ));
             }
             let _ = completed.wait_for(|c| *c >= id).await;

@@ -507,16 +507,35 @@ impl SourceTask {
         Ok(barrier.stops())
     }
 
+    /// The reader ended: the final watermark and the end of input go
+    /// downstream; then, with checkpoints, the task acknowledges every later
+    /// checkpoint with its final position until every task finished.
     async fn finish(mut self) -> Result<()> {
-        if let Some(c) = &self.checkpoint {
-            c.finished();
-        }
         if let Some((group, me)) = &self.alignment {
             group.publish(*me, None);
         }
         self.metrics.watermark_ms.store(Watermark::MAX.0, Ordering::Relaxed);
         let _ = self.output.broadcast(Message::Watermark(Watermark::MAX)).await;
         let _ = self.output.broadcast(Message::EndOfInput).await;
+        let Some(mut c) = self.checkpoint.take() else {
+            return Ok(());
+        };
+        c.finished();
+        // The trigger it last read was injected (`next_trigger` reads one
+        // only to inject it); one it has not read yet was not.
+        let trigger = &mut c.handles.trigger;
+        let mut injected = if trigger.has_changed().unwrap_or(false) {
+            0
+        } else {
+            *trigger.borrow()
+        };
+        while let Some(id) = c.next_after_finish(injected, &self.cancel).await {
+            c.ack(id, self.reader.snapshot()?);
+            injected = id;
+            if c.stops_at(id) {
+                break;
+            }
+        }
         Ok(())
     }
 }

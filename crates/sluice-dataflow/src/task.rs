@@ -132,6 +132,8 @@ impl Task {
         let mut mutation: Option<Mutation> = None;
         // When the barrier being aligned first arrived.
         let mut aligning_since: Option<std::time::Instant> = None;
+        // The last checkpoint this task acknowledged.
+        let mut acked = 0u64;
         let mut timer = self.operator.timer_interval().map(|every| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -164,6 +166,7 @@ impl Task {
                     if let Some(id) = aligner.on_barrier(input, b.checkpoint_id) {
                         self.record_alignment(since);
                         aligning_since = None;
+                        acked = id;
                         if self.aligned(id, mutation.take(), &frontier).await? {
                             return Ok(());
                         }
@@ -177,6 +180,7 @@ impl Task {
                         if let Some(since) = aligning_since.take() {
                             self.record_alignment(since);
                         }
+                        acked = id;
                         if self.aligned(id, mutation.take(), &frontier).await? {
                             return Ok(());
                         }
@@ -186,8 +190,19 @@ impl Task {
                 other => self.handle(&mut frontier, input, other).await?,
             };
             if done {
-                if let Some(c) = &self.checkpoint {
+                if let Some(mut c) = self.checkpoint.take() {
                     c.finished();
+                    // Its final state is every later checkpoint's, until
+                    // every task finished.
+                    while let Some(id) = c.next_after_finish(acked, &self.cancel).await {
+                        let mut state = self.operator.snapshot(id).await?;
+                        state.put_bytes(LOW_WATERMARK_KEY, frontier.low().0.to_le_bytes().to_vec());
+                        c.ack(id, state);
+                        acked = id;
+                        if c.stops_at(id) {
+                            break;
+                        }
+                    }
                 }
                 if self.output.has_downstream() {
                     // The operator's state can be large — a join holding a
@@ -238,10 +253,10 @@ impl Task {
                     return Ok(());
                 }
             }
-            // A task finished: checkpoint `id` never completes. What was
-            // pre-committed for it stays pending and is committed at the
-            // end of the input (waiting here hung the sink, and with it
-            // the pipeline, for good).
+            // Every task finished: checkpoint `id` never completes. What
+            // was pre-committed for it stays pending and is committed at
+            // the end of the input (waiting here hung the sink, and with
+            // it the pipeline, for good).
             _ = c.handles.stop_at.wait_for(|s| *s == CHECKPOINTS_ENDED) => return Ok(()),
         }
         self.operator.commit(id).await

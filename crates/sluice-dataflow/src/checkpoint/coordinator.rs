@@ -31,12 +31,12 @@ use tokio_util::sync::CancellationToken;
 
 /// Checkpoints started and not yet complete, at most.
 pub const CHECKPOINTS_IN_FLIGHT_MAX: usize = 1;
-/// The value of the `stop_at` signal once a task of the pipeline finished
-/// (its inputs ended): no checkpoint completes any more — the finished
-/// task acknowledges none — so a two-phase-commit sink waiting for the
-/// one in flight stops waiting, and what it pre-committed is committed
-/// with the rest at the end of its input. (Checkpoints that go on past a
-/// finished task, as Flink's FLIP-147, are not built.)
+/// The value of the `stop_at` signal once every task of the pipeline
+/// finished (its inputs ended): no checkpoint starts or completes any
+/// more, so the finished tasks, which acknowledge checkpoints with their
+/// final state until then ([`super::TaskCheckpoint::next_after_finish`]),
+/// exit, and a two-phase-commit sink still waiting for a checkpoint stops
+/// waiting (what it pre-committed is committed at the end of its input).
 pub const CHECKPOINTS_ENDED: u64 = u64::MAX;
 /// Completed checkpoints kept by default (older ones are deleted).
 pub const CHECKPOINTS_RETAINED_DEFAULT: usize = 3;
@@ -93,7 +93,8 @@ pub enum AckEvent {
         task: super::TaskIdentity,
         state: TaskState,
     },
-    /// A task finished (its inputs ended): no more checkpoints complete.
+    /// A task finished (its inputs ended); it goes on acknowledging
+    /// checkpoints with its final state until every task finished.
     Finished { operator: OperatorId, instance: u32 },
 }
 
@@ -107,7 +108,7 @@ pub enum CoordinatorEvent {
         instance: u32,
         entry: TaskEntry,
     },
-    /// A task finished (its inputs ended): no more checkpoints complete.
+    /// A task finished (its inputs ended).
     Finished { operator: OperatorId, instance: u32 },
     /// A task's state could not be stored: the checkpoint fails.
     WriteFailed { checkpoint_id: u64, error: String },
@@ -182,7 +183,8 @@ pub struct PendingCheckpoints {
     tasks: BTreeSet<(OperatorId, u32)>,
     pending: BTreeMap<u64, Pending>,
     next_id: u64,
-    finished: bool,
+    /// The tasks that finished; once all have, no checkpoint starts.
+    finished: BTreeSet<(OperatorId, u32)>,
     /// The pipeline's key group count (in each manifest).
     key_groups: u32,
 }
@@ -194,7 +196,7 @@ impl PendingCheckpoints {
             tasks: tasks.into_iter().collect(),
             pending: BTreeMap::new(),
             next_id: next_id.max(1),
-            finished: false,
+            finished: BTreeSet::new(),
             key_groups,
         }
     }
@@ -202,7 +204,7 @@ impl PendingCheckpoints {
     /// Starts the next checkpoint, unless too many are pending or a task
     /// has finished.
     pub fn start(&mut self, now_ms: i64) -> Option<u64> {
-        if self.finished || self.pending.len() >= CHECKPOINTS_IN_FLIGHT_MAX {
+        if self.ended() || self.pending.len() >= CHECKPOINTS_IN_FLIGHT_MAX {
             return None;
         }
         let id = self.next_id;
@@ -261,10 +263,23 @@ impl PendingCheckpoints {
         })
     }
 
-    /// A task finished: pending checkpoints can never complete.
-    pub fn on_finished(&mut self) {
-        self.finished = true;
-        self.pending.clear();
+    /// Task `key` finished. It still acknowledges checkpoints (with its
+    /// final state), so they go on while other tasks run; returns true
+    /// once every task finished: then none starts any more, and a pending
+    /// one is dropped.
+    pub fn on_finished(&mut self, key: (OperatorId, u32)) -> bool {
+        if self.tasks.contains(&key) {
+            self.finished.insert(key);
+        }
+        if self.ended() {
+            self.pending.clear();
+        }
+        self.ended()
+    }
+
+    /// Every task finished.
+    fn ended(&self) -> bool {
+        !self.tasks.is_empty() && self.finished.len() == self.tasks.len()
     }
 
     /// The pending checkpoint started before `deadline_ms`, if any.
@@ -377,8 +392,8 @@ pub fn channels(
 }
 
 impl CoordinatorChannels {
-    /// A task finished: tells every task that no checkpoint completes any
-    /// more ([`CHECKPOINTS_ENDED`]).
+    /// Every task finished: tells them that no checkpoint starts or
+    /// completes any more ([`CHECKPOINTS_ENDED`]).
     pub(crate) fn end_checkpoints(&self) {
         self.stop_at.send_replace(CHECKPOINTS_ENDED);
     }
@@ -557,9 +572,10 @@ async fn on_event(
     event: CoordinatorEvent,
 ) -> sluice_types::Result<()> {
     let (id, task, entry) = match event {
-        CoordinatorEvent::Finished { .. } => {
-            book.on_finished();
-            ch.end_checkpoints();
+        CoordinatorEvent::Finished { operator, instance } => {
+            if book.on_finished((operator, instance)) {
+                ch.end_checkpoints();
+            }
             return Ok(());
         }
         CoordinatorEvent::WriteFailed { checkpoint_id, error } => {
@@ -660,10 +676,16 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_task_stops_checkpointing() {
-        let mut b = PendingCheckpoints::new([(OperatorId(1), 0)], 1, 256);
-        b.start(0);
-        b.on_finished();
+    fn checkpoints_go_on_past_a_finished_task_and_end_with_the_last() {
+        let mut b = PendingCheckpoints::new([(OperatorId(1), 0), (OperatorId(2), 0)], 1, 256);
+        assert_eq!(b.start(0), Some(1));
+        assert!(!b.on_finished((OperatorId(1), 0)), "one task runs on");
+        assert_eq!(b.in_flight(), 1, "the checkpoint in flight stays");
+        // The finished task acknowledges it with its final state.
+        assert!(ack(&mut b, 1, 1, 0, 5).is_none());
+        assert!(ack(&mut b, 1, 2, 0, 5).is_some());
+        assert_eq!(b.start(0), Some(2));
+        assert!(b.on_finished((OperatorId(2), 0)), "every task finished");
         assert_eq!(b.in_flight(), 0);
         assert_eq!(b.start(0), None);
     }

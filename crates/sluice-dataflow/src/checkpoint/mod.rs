@@ -89,6 +89,36 @@ impl TaskCheckpoint {
         });
     }
 
+    /// After the task finished (its end of input sent on): the next
+    /// checkpoint it must still acknowledge — with its final state, which
+    /// every checkpoint after its end holds (Flink's FLIP-147), so
+    /// checkpoints go on while other tasks of the pipeline run; `None` once
+    /// it may exit: every task finished
+    /// ([`coordinator::CHECKPOINTS_ENDED`]), or `cancel`. `last`: the last
+    /// checkpoint it acknowledged. After acknowledging a stop barrier
+    /// ([`TaskCheckpoint::stops_at`]) it exits too.
+    pub async fn next_after_finish(&mut self, last: u64, cancel: &tokio_util::sync::CancellationToken) -> Option<u64> {
+        loop {
+            if *self.handles.stop_at.borrow() == coordinator::CHECKPOINTS_ENDED {
+                return None;
+            }
+            let id = *self.handles.trigger.borrow_and_update();
+            if id > last {
+                return Some(id);
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return None,
+                changed = self.handles.trigger.changed() => changed.ok()?,
+                changed = self.handles.stop_at.changed() => changed.ok()?,
+            }
+        }
+    }
+
+    /// Checkpoint `id` is the one the pipeline stops at.
+    pub fn stops_at(&self, id: u64) -> bool {
+        *self.handles.stop_at.borrow() == id
+    }
+
     /// Tells the coordinator this task finished.
     pub fn finished(&self) {
         let _ = self.handles.acks.send(coordinator::AckEvent::Finished {
