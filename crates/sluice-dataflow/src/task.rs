@@ -7,7 +7,6 @@
 
 use crate::channel::ChannelReceiver;
 use crate::checkpoint::barrier_alignment::BarrierAligner;
-use crate::checkpoint::coordinator::CHECKPOINTS_ENDED;
 use crate::checkpoint::{LOW_WATERMARK_KEY, TaskCheckpoint};
 use crate::exchange::Output;
 use crate::message::{Barrier, Message, Mutation};
@@ -253,11 +252,6 @@ impl Task {
                     return Ok(());
                 }
             }
-            // Every task finished: checkpoint `id` never completes. What
-            // was pre-committed for it stays pending and is committed at
-            // the end of the input (waiting here hung the sink, and with
-            // it the pipeline, for good).
-            _ = c.handles.stop_at.wait_for(|s| *s == CHECKPOINTS_ENDED) => return Ok(()),
         }
         self.operator.commit(id).await
     }
@@ -496,56 +490,6 @@ mod tests {
             first + second,
             "the total adds every checkpoint's alignment"
         );
-    }
-
-    /// A two-phase-commit operator: records what it commits.
-    struct TwoPhase(Arc<std::sync::Mutex<Vec<u64>>>);
-
-    #[async_trait::async_trait]
-    impl Operator for TwoPhase {
-        async fn process_batch(&mut self, _: RecordBatch, _: usize, _: &mut OperatorContext<'_>) -> Result<()> {
-            Ok(())
-        }
-        fn commits_on_checkpoint(&self) -> bool {
-            true
-        }
-        async fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
-            self.0.lock().unwrap().push(checkpoint_id);
-            Ok(())
-        }
-    }
-
-    /// A sink that snapshotted checkpoint 1 waits for it to complete; when
-    /// a task of the pipeline finishes instead (checkpoint 1 never
-    /// completes), it goes on to the end of its input without committing 1.
-    #[tokio::test]
-    async fn a_two_phase_sink_waiting_for_a_checkpoint_goes_on_once_checkpoints_end() {
-        let (handles, mut acks, coordinator) = crate::checkpoint::coordinator::test_handles(0);
-        let (in_tx, in_rx) = crate::channel::channel(16);
-        let (out_tx, _out_rx) = crate::channel::channel(16);
-        let commits = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut task = test_task(Box::new(TwoPhase(commits.clone())), vec![in_rx], out_tx);
-        task.checkpoint = Some(TaskCheckpoint {
-            handles,
-            operator: sluice_types::OperatorId(1),
-            instance: 0,
-            identity: crate::checkpoint::TaskIdentity::single(sluice_types::OperatorId(1)),
-            restored: None,
-        });
-        let running = tokio::spawn(task.run());
-        in_tx.send(Message::Barrier(Barrier::checkpoint(1))).await.unwrap();
-        assert!(matches!(
-            acks.recv().await,
-            Some(crate::checkpoint::coordinator::AckEvent::Ack { checkpoint_id: 1, .. })
-        ));
-        in_tx.send(Message::EndOfInput).await.unwrap();
-        coordinator.end_checkpoints();
-        tokio::time::timeout(std::time::Duration::from_secs(10), running)
-            .await
-            .expect("the sink went on to the end of its input")
-            .unwrap()
-            .unwrap();
-        assert!(commits.lock().unwrap().is_empty(), "checkpoint 1 never completed");
     }
 
     #[test]

@@ -37,7 +37,7 @@ use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
 use hashbrown::HashMap;
 use sluice_plan::{ChangeOp, JoinSide, JoinSpec};
-use sluice_types::{Error, Result, SqlCode};
+use sluice_types::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -191,14 +191,7 @@ impl UpdatingJoinOperator {
             let key = key.data();
             if !op.retracts() {
                 if self.held >= self.rows_max {
-                    return Err(Error::user(
-                        SqlCode::ConfigurationLimitExceeded,
-                        format!(
-                            "join state limit reached: {} rows held (join_state_rows_max); use a window, a \
-                             shorter join_state_ttl, or more parallelism",
-                            self.rows_max
-                        ),
-                    ));
+                    return Err(crate::join::rows_limit_reached(self.rows_max));
                 }
                 let entry = slot(&mut self.state, key);
                 entry.touched_ms = now_ms;

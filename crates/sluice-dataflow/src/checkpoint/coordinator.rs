@@ -35,8 +35,9 @@ pub const CHECKPOINTS_IN_FLIGHT_MAX: usize = 1;
 /// finished (its inputs ended): no checkpoint starts or completes any
 /// more, so the finished tasks, which acknowledge checkpoints with their
 /// final state until then ([`super::TaskCheckpoint::next_after_finish`]),
-/// exit, and a two-phase-commit sink still waiting for a checkpoint stops
-/// waiting (what it pre-committed is committed at the end of its input).
+/// exit. (A two-phase-commit sink waiting for a checkpoint has not
+/// finished, so the checkpoint it waits for completes: the finished tasks
+/// acknowledge it.)
 pub const CHECKPOINTS_ENDED: u64 = u64::MAX;
 /// Completed checkpoints kept by default (older ones are deleted).
 pub const CHECKPOINTS_RETAINED_DEFAULT: usize = 3;

@@ -65,6 +65,16 @@ pub use operator::{JoinOperator, OUTPUT_BATCH_ROWS_MAX};
 pub use side::STORED_BATCH_ROWS_MAX;
 use side::{Entry, SideState};
 
+/// A join instance would hold more than `rows_max` rows.
+pub(crate) fn rows_limit_reached(rows_max: usize) -> Error {
+    Error::user(
+        SqlCode::ConfigurationLimitExceeded,
+        format!(
+            "join state limit reached: {rows_max} rows held (join_state_rows_max); use a window, a shorter join_state_ttl, or more parallelism"
+        ),
+    )
+}
+
 /// Names of the sides in a snapshot's keys.
 const SIDE_NAMES: [&str; 2] = ["left", "right"];
 
@@ -248,13 +258,7 @@ impl JoinState {
             self.free(usize::MAX);
         }
         if self.rows() + count > self.rows_max {
-            return Err(Error::user(
-                SqlCode::ConfigurationLimitExceeded,
-                format!(
-                    "join state limit reached: {} rows held (join_state_rows_max); use a window, a shorter join_state_ttl, or more parallelism",
-                    self.rows_max
-                ),
-            ));
+            return Err(rows_limit_reached(self.rows_max));
         }
         let matched = match (self.preserved[side], matched.is_empty()) {
             (true, true) => vec![false; batch.num_rows()],
