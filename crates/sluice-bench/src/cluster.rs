@@ -34,7 +34,7 @@
 //! new deployment grows). The killed worker is started again (same id) and
 //! waited for before the next run.
 
-use crate::nexmark::{self, StreamSetup};
+use crate::nexmark::{self, StreamSetup, TimeModel};
 use crate::server::{ProcSample, RunStats, Server, fresh_dir, log_filter, proc_sample, run_sink_sampled};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
@@ -439,7 +439,8 @@ fn unpaced(events: u64) -> StreamSetup {
         events,
         events_per_second: 0,
         wall_clock: false,
-        watermark_delay_s: 2,
+        watermark_delay_s: TimeModel::FIXED.watermark_delay_s,
+        event_rate: TimeModel::FIXED.event_rate,
     }
 }
 
@@ -464,7 +465,7 @@ pub async fn nexmark_across(binary: &Path, dir: &Path, q: &str, p: u32, events: 
     }
     let mut out = Vec::new();
     for run in 0..runs {
-        let local = nexmark::throughput(binary, dir, q, p, events).await?;
+        let local = nexmark::throughput(binary, dir, q, p, events, TimeModel::FIXED).await?;
         let cluster = Cluster::start(binary, &two_workers(&plan), "pack", "5s").await?;
         nexmark::create_streams(&cluster.master, p, unpaced(events)).await?;
         for s in &sets {

@@ -32,23 +32,36 @@ use std::path::PathBuf;
 struct Args {
     /// Queries to run (files in benches/nexmark; '' for none, which also
     /// skips the generator-only runs).
-    #[arg(long, value_delimiter = ',', default_value = "q0,q1,q2,q3,q5,q7,q8,q22")]
+    #[arg(long, value_delimiter = ',', default_value = "q0,q1,q2,q3,q5,q5_full,q7,q8,q22")]
     queries: Vec<String>,
     /// Instances per operator.
     #[arg(long, default_value_t = 2)]
     parallelism: u32,
-    /// Global Nexmark events per throughput run (stateless and window queries).
-    #[arg(long, default_value_t = 20_000_000)]
+    /// Runs of every throughput figure (median, with min and max).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Global Nexmark events per throughput run (Flink Nexmark's 100m suite).
+    #[arg(long, default_value_t = 100_000_000)]
     events: u64,
-    /// Global Nexmark events for the join queries (they read person and
-    /// auction: 8 % of the events).
+    /// Global Nexmark events for the join queries that read only person and
+    /// auction (8 % of the events).
     #[arg(long, default_value_t = 100_000_000)]
     join_events: u64,
-    /// Seconds of each latency run (2 s of it are warm-up).
-    #[arg(long, default_value_t = 12)]
+    /// Events a second of event time in the throughput runs ('event.rate':
+    /// Flink Nexmark's first-event.rate, which its suites set to their TPS,
+    /// 10 M); 0: the connector's fixed 10 000 a second (the tests' model).
+    #[arg(long, default_value_t = 10_000_000)]
+    event_rate: u64,
+    /// The throughput runs' watermark delay, s (Flink Nexmark's DDL: 4).
+    #[arg(long, default_value_t = 4)]
+    watermark_delay_s: u32,
+    /// Seconds of each latency run at least (2 s of it, or two windows, are
+    /// warm-up); a windowed query runs for LATENCY_WINDOWS windows more.
+    #[arg(long, default_value_t = 60)]
     latency_seconds: u64,
-    /// Queries whose latency is measured at half their measured rate.
-    #[arg(long, value_delimiter = ',', default_value = "q0,q7")]
+    /// Queries whose latency is measured at half their measured rate, with
+    /// wall-clock event time (q7_1s: q7 with 1-second windows).
+    #[arg(long, value_delimiter = ',', default_value = "q0,q7_1s")]
     latency_queries: Vec<String>,
     /// Paced global events/s of the latency runs (0: half the measured rate).
     #[arg(long, default_value_t = 0)]
@@ -60,6 +73,10 @@ struct Args {
     /// and every 1 s (the cost of checkpointing).
     #[arg(long, value_delimiter = ',', default_value = "q5,q7")]
     checkpoint_queries: Vec<String>,
+    /// Seconds each checkpoint-cost run lasts (its events: this many
+    /// seconds at the query's measured median rate).
+    #[arg(long, default_value_t = 60)]
+    checkpoint_seconds: u64,
     /// ALTER PIPELINE switches on a q5-shaped pipeline at half q5's
     /// measured rate, and a rescale 1 → 2 → 1 (0: skip).
     #[arg(long, default_value_t = 20)]
@@ -124,7 +141,7 @@ struct Args {
 
 /// Windows a windowed query's latency run measures: it emits about one row
 /// per window (q7: the bid with the highest price), so this is its sample size.
-const LATENCY_WINDOWS: u64 = 10;
+const LATENCY_WINDOWS: u64 = 50;
 /// Windows of a windowed query's latency run that are warm-up: its state
 /// (q7's join holds a window of bids) fills during the first and is first
 /// expired at the second; latency is measured in the steady state after
@@ -133,6 +150,10 @@ const LATENCY_WINDOWS: u64 = 10;
 const LATENCY_WARMUP_WINDOWS: u64 = 2;
 /// Warm-up of a latency run without windows (the sink's default).
 const LATENCY_WARMUP_S: u64 = 2;
+
+fn f64_of(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -166,7 +187,15 @@ async fn main() -> Result<()> {
         "started_utc": report::utc_now(),
     });
 
-    eprintln!("== generator-only rates");
+    let model = nexmark::TimeModel {
+        event_rate: args.event_rate,
+        watermark_delay_s: args.watermark_delay_s,
+    };
+    let runs = args.runs.max(1);
+    results["time_model"] = json!({
+        "event_rate": args.event_rate, "watermark_delay_s": args.watermark_delay_s, "runs": runs,
+    });
+    eprintln!("== generator-only rates ({runs} runs each)");
     let mut generators = serde_json::Map::new();
     let tables: &[&str] = if queries_to_run.is_empty() {
         &[]
@@ -175,13 +204,17 @@ async fn main() -> Result<()> {
     };
     for &table in tables {
         let events = if table == "bid" { args.events } else { args.join_events };
-        let s = nexmark::generator_only(&binary, table, p, events).await?;
-        eprintln!("  {table}: {:.0} rows/s", s.rows_per_s());
-        generators.insert(table.into(), nexmark::stats_json(&s));
+        let mut all = Vec::new();
+        for _ in 0..runs {
+            all.push(nexmark::generator_only(&binary, table, p, events, model).await?);
+        }
+        let v = nexmark::runs_json(&all);
+        eprintln!("  {table}: {:.0} rows/s (median)", f64_of(&v["events_per_s_median"]));
+        generators.insert(table.into(), v);
     }
     results["generator_only"] = Value::Object(generators.clone());
 
-    eprintln!("== Nexmark throughput");
+    eprintln!("== Nexmark throughput ({runs} runs each)");
     let mut queries = serde_json::Map::new();
     for q in queries_to_run {
         let (_, sql) = nexmark::read_query(&dir, q)?;
@@ -191,35 +224,44 @@ async fn main() -> Result<()> {
         } else {
             args.join_events
         };
-        let s = nexmark::throughput(&binary, &dir, q, p, events).await?;
-        // The generator-only rate of the same tables: rows over summed time.
+        let mut all = Vec::new();
+        for _ in 0..runs {
+            let s = nexmark::throughput(&binary, &dir, q, p, events, model).await?;
+            eprintln!(
+                "  {q}: {:.0} events/s ({:.0}/core, {:.2} cores), peak RSS {:.0} MiB, state {} rows",
+                s.rows_per_s(),
+                s.rows_per_cpu_s(),
+                s.cores_used(),
+                s.peak_rss_bytes as f64 / (1 << 20) as f64,
+                s.state_rows_peak,
+            );
+            all.push(s);
+        }
+        // The generator-only rate of the same tables: rows over summed time
+        // (each table's median run).
         let (rows, secs) = tables.iter().fold((0.0, 0.0), |(r, t), table| {
             let g = &generators[*table];
-            (
-                r + g["rows_in"].as_f64().unwrap_or(0.0),
-                t + g["wall_s"].as_f64().unwrap_or(0.0),
-            )
+            (r + f64_of(&g["rows_in"]), t + f64_of(&g["wall_s"]))
         });
-        let mut v = nexmark::stats_json(&s);
+        let mut v = nexmark::runs_json(&all);
         v["global_events"] = json!(events);
         v["tables"] = json!(tables);
         v["generator_only_events_per_s"] = json!(rows / f64::max(secs, 1e-9));
         v["sql"] = json!(sql);
-        eprintln!(
-            "  {q}: {:.0} events/s ({:.0}/core, {:.2} cores), peak RSS {:.0} MiB",
-            s.rows_per_s(),
-            s.rows_per_cpu_s(),
-            s.cores_used(),
-            s.peak_rss_bytes as f64 / (1 << 20) as f64
-        );
         queries.insert(q.clone(), v);
     }
 
     eprintln!("== latency at a fixed rate");
-    for q in &args.latency_queries {
-        let Some(v) = queries.get(q) else { continue };
-        let rows_per_s = v["events_per_s"].as_f64().unwrap_or(0.0);
-        let tables = nexmark::tables_of(v["sql"].as_str().unwrap_or(""));
+    for q in args.latency_queries.iter().filter(|q| !q.is_empty()) {
+        // q7_1s is paced at half q7's measured rate.
+        let measured = queries.get(q).or_else(|| queries.get(q.trim_end_matches("_1s")));
+        let rows_per_s = measured.map_or(0.0, |v| f64_of(&v["events_per_s_median"]));
+        if rows_per_s == 0.0 && args.latency_rate == 0 {
+            eprintln!("  {q}: skipped, its throughput was not measured in this run");
+            continue;
+        }
+        let (_, sql) = nexmark::read_query(&dir, q)?;
+        let tables = nexmark::tables_of(&sql);
         // Pacing counts global events; a bid stream carries 92 % of them.
         // rows_in counts distinct events: a stream read twice in a query
         // (q7's self-join) has one shared source.
@@ -228,7 +270,11 @@ async fn main() -> Result<()> {
             0 => ((rows_per_s / share) / 2.0).max(1000.0) as u64,
             fixed => fixed,
         };
-        let window_ms = if q == "q7" { 10_000 } else { 0 };
+        let window_ms = match q.as_str() {
+            "q7" => 10_000,
+            "q7_1s" => 1_000,
+            _ => 0,
+        };
         // A windowed query emits once per window: run long enough for
         // several windows to close after the warm-up.
         let warmup_s = LATENCY_WARMUP_S + LATENCY_WARMUP_WINDOWS * window_ms / 1000;
@@ -241,7 +287,8 @@ async fn main() -> Result<()> {
         };
         let (s, summary) = nexmark::latency(&binary, &dir, q, p, run).await?;
         eprintln!("  {q} at {rate} events/s: {summary}");
-        queries[q]["latency"] = json!({
+        let entry = queries.entry(q.clone()).or_insert_with(|| json!({ "sql": sql }));
+        entry["latency"] = json!({
             "events_per_s_paced": rate,
             "rows_in": s.rows_in,
             "measured_from": if window_ms > 0 { "window end" } else { "event creation" },
@@ -252,31 +299,48 @@ async fn main() -> Result<()> {
         });
     }
 
-    eprintln!("== checkpoint overhead");
+    eprintln!(
+        "== checkpoint cost: {} s runs with checkpoints off, every 10 s and every 1 s",
+        args.checkpoint_seconds
+    );
     let mut overhead = serde_json::Map::new();
     for q in args.checkpoint_queries.iter().filter(|q| !q.is_empty()) {
+        let Some(rate) = queries.get(q).map(|v| f64_of(&v["events_per_s_median"])) else {
+            eprintln!("  {q}: skipped, its throughput was not measured in this run");
+            continue;
+        };
+        // Global events for the run to last about checkpoint_seconds (rows_in
+        // counts bids only where a query reads only bids: 92 % of events).
+        let tables = nexmark::tables_of(queries[q]["sql"].as_str().unwrap_or(""));
+        let share = if tables == ["bid"] { 0.92 } else { 1.0 };
+        let events = (rate / share * args.checkpoint_seconds as f64) as u64;
         let mut runs = serde_json::Map::new();
         for interval in ["off", "10s", "1s"] {
-            let s = nexmark::throughput_checkpointed(&binary, &dir, q, p, args.events, Some(interval)).await?;
-            eprintln!("  {q} checkpoints {interval}: {:.0} events/s", s.rows_per_s());
-            runs.insert(interval.into(), nexmark::stats_json(&s));
+            let s = nexmark::throughput_checkpointed(&binary, &dir, q, p, events, model, Some(interval)).await?;
+            let v = nexmark::stats_json(&s);
+            let durations: Vec<f64> = s.checkpoints.iter().map(|c| f64_of(&c["duration_ms"])).collect();
+            let (d50, _, dmax) = nexmark::spread(&durations);
+            eprintln!(
+                "  {q} checkpoints {interval}: {:.0} events/s over {:.0} s, {} checkpoints (duration median {d50:.0} ms, max {dmax:.0} ms)",
+                s.rows_per_s(),
+                s.wall_s,
+                s.checkpoints.len()
+            );
+            runs.insert(interval.into(), v);
         }
-        overhead.insert(q.clone(), Value::Object(runs));
+        overhead.insert(q.clone(), json!({ "global_events": events, "runs": runs }));
     }
     results["checkpoint_overhead"] = Value::Object(overhead);
 
     if args.q5_memory_events > 0 {
         eprintln!("== q5 memory over {} events", args.q5_memory_events);
-        let s = nexmark::throughput(&binary, &dir, "q5", p, args.q5_memory_events).await?;
+        let s = nexmark::throughput(&binary, &dir, "q5", p, args.q5_memory_events, model).await?;
         results["q5_memory"] = nexmark::stats_json(&s);
         results["q5_memory"]["global_events"] = json!(args.q5_memory_events);
     }
     if args.alter_switches > 0 {
         // Half q5's measured rate (global events: a bid stream carries 92 %).
-        let q5 = queries
-            .get("q5")
-            .and_then(|v| v["events_per_s"].as_f64())
-            .unwrap_or(0.0);
+        let q5 = queries.get("q5").map_or(0.0, |v| f64_of(&v["events_per_s_median"]));
         let rate = ((q5 / 0.92) / 2.0).max(100_000.0) as u64;
         eprintln!("== ALTER PIPELINE: {} switches at {rate} events/s", args.alter_switches);
         let a = alter::run(&binary, rate, args.alter_switches, std::time::Duration::from_secs(2)).await?;

@@ -38,6 +38,29 @@ pub fn read_query(dir: &Path, name: &str) -> Result<(Vec<String>, String)> {
     Ok((statements, query))
 }
 
+/// How event time advances in the generator, and the streams' watermark.
+#[derive(Debug, Clone, Copy)]
+pub struct TimeModel {
+    /// `'event.rate'`: events a second of event time, whatever the
+    /// generation rate (Flink Nexmark's `first-event.rate`, which its
+    /// suites set to their TPS, 10 M); 0: the connector's fixed model for
+    /// tests (10 000 events a second).
+    pub event_rate: u64,
+    /// `WATERMARK FOR date_time AS date_time - INTERVAL 'd' SECOND`
+    /// (Flink Nexmark's DDL: 4 s).
+    pub watermark_delay_s: u32,
+}
+
+impl TimeModel {
+    /// The connector's fixed model the tests use: 10 000 events a second of
+    /// event time at any generation rate, watermarks 2 s behind (small
+    /// windows: the cluster runs measure the data plane, not state).
+    pub const FIXED: TimeModel = TimeModel {
+        event_rate: 0,
+        watermark_delay_s: 2,
+    };
+}
+
 /// How the streams are declared for a run.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamSetup {
@@ -47,6 +70,8 @@ pub struct StreamSetup {
     /// Event time is wall-clock (latency runs).
     pub wall_clock: bool,
     pub watermark_delay_s: u32,
+    /// `'event.rate'` (0: not set).
+    pub event_rate: u64,
 }
 
 pub async fn create_streams(server: &Server, parallelism: u32, s: StreamSetup) -> Result<()> {
@@ -56,11 +81,15 @@ pub async fn create_streams(server: &Server, parallelism: u32, s: StreamSetup) -
         0 => String::new(),
         d => format!(" - INTERVAL '{d}' SECOND"),
     };
+    let rate = match s.event_rate {
+        0 => String::new(),
+        r => format!(", 'event.rate' = {r}"),
+    };
     for table in ["person", "auction", "bid"] {
         server
             .exec(&format!(
                 "CREATE STREAM {table} (WATERMARK FOR date_time AS date_time{delay}) \
-                 WITH (connector = 'nexmark', table = '{table}', 'events.max' = {}, 'events.per.second' = {}{base})",
+                 WITH (connector = 'nexmark', table = '{table}', 'events.max' = {}, 'events.per.second' = {}{base}{rate})",
                 s.events, s.events_per_second
             ))
             .await?;
@@ -79,12 +108,64 @@ pub fn stats_json(s: &RunStats) -> Value {
         "events_per_cpu_s": s.rows_per_cpu_s(),
         "peak_rss_mib": s.peak_rss_bytes as f64 / (1 << 20) as f64,
         "rss_mib_samples": s.rss_samples.iter().map(|(t, b)| json!([t, *b as f64 / (1 << 20) as f64])).collect::<Vec<_>>(),
+        "state_rows_peak": s.state_rows_peak,
+        "state": s.state.iter().map(|o| json!({
+            "operator": o.operator, "kind": o.kind, "detail": o.detail,
+            "rows_peak": o.rows_peak, "snapshot_bytes": o.snapshot_bytes,
+        })).collect::<Vec<_>>(),
+        "checkpoints": s.checkpoints,
     })
 }
 
+/// Median, min and max of `values` (NaN-free), or zeros.
+pub fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => (0.0, 0.0, 0.0),
+        n if n % 2 == 1 => (v[n / 2], v[0], v[n - 1]),
+        n => ((v[n / 2 - 1] + v[n / 2]) / 2.0, v[0], v[n - 1]),
+    }
+}
+
+/// Several runs of one measurement: every run's figures under `runs`, the
+/// median run's figures at the top (the run whose rate is the median: its
+/// state, memory and checkpoints go together), and `events_per_s_min` /
+/// `_max` / `_median` over the runs.
+pub fn runs_json(runs: &[RunStats]) -> Value {
+    let rates: Vec<f64> = runs.iter().map(RunStats::rows_per_s).collect();
+    let (median, min, max) = spread(&rates);
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|a, b| rates[*a].total_cmp(&rates[*b]));
+    let mut v = runs
+        .get(order[order.len() / 2])
+        .map(stats_json)
+        .unwrap_or_else(|| json!({}));
+    v["events_per_s_median"] = json!(median);
+    v["events_per_s_min"] = json!(min);
+    v["events_per_s_max"] = json!(max);
+    v["peak_rss_mib_max"] = json!(runs.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0) as f64 / (1 << 20) as f64);
+    v["runs"] = json!(
+        runs.iter()
+            .map(|r| json!({
+                "wall_s": r.wall_s, "rows_in": r.rows_in, "events_per_s": r.rows_per_s(), "cpu_s": r.cpu_s,
+                "peak_rss_mib": r.peak_rss_bytes as f64 / (1 << 20) as f64, "state_rows_peak": r.state_rows_peak,
+            }))
+            .collect::<Vec<_>>()
+    );
+    v
+}
+
 /// Runs one query at full speed (checkpoints at the server's default).
-pub async fn throughput(binary: &Path, dir: &Path, name: &str, parallelism: u32, events: u64) -> Result<RunStats> {
-    throughput_checkpointed(binary, dir, name, parallelism, events, None).await
+pub async fn throughput(
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    parallelism: u32,
+    events: u64,
+    model: TimeModel,
+) -> Result<RunStats> {
+    throughput_checkpointed(binary, dir, name, parallelism, events, model, None).await
 }
 
 /// Runs one query at full speed with `SET checkpoint_interval = '<interval>'`
@@ -95,6 +176,7 @@ pub async fn throughput_checkpointed(
     name: &str,
     parallelism: u32,
     events: u64,
+    model: TimeModel,
     checkpoint_interval: Option<&str>,
 ) -> Result<RunStats> {
     let (mut sets, query) = read_query(dir, name)?;
@@ -106,7 +188,8 @@ pub async fn throughput_checkpointed(
         events,
         events_per_second: 0,
         wall_clock: false,
-        watermark_delay_s: 2,
+        watermark_delay_s: model.watermark_delay_s,
+        event_rate: model.event_rate,
     };
     create_streams(&server, parallelism, setup).await?;
     for s in &sets {
@@ -116,13 +199,20 @@ pub async fn throughput_checkpointed(
 }
 
 /// The generator alone: every row of `table` straight into a blackhole.
-pub async fn generator_only(binary: &Path, table: &str, parallelism: u32, events: u64) -> Result<RunStats> {
+pub async fn generator_only(
+    binary: &Path,
+    table: &str,
+    parallelism: u32,
+    events: u64,
+    model: TimeModel,
+) -> Result<RunStats> {
     let server = Server::start(binary).await?;
     let setup = StreamSetup {
         events,
         events_per_second: 0,
         wall_clock: false,
-        watermark_delay_s: 2,
+        watermark_delay_s: model.watermark_delay_s,
+        event_rate: model.event_rate,
     };
     create_streams(&server, parallelism, setup).await?;
     run_sink(
@@ -169,6 +259,7 @@ pub async fn latency(
         events_per_second,
         wall_clock: true,
         watermark_delay_s: 0,
+        event_rate: 0,
     };
     create_streams(&server, parallelism, setup).await?;
     for s in &sets {

@@ -295,6 +295,76 @@ pub struct RunStats {
     pub peak_rss_bytes: u64,
     /// Resident memory sampled during the run: (seconds since start, bytes).
     pub rss_samples: Vec<(f64, u64)>,
+    /// State each stateful operator held at its peak, from the REST API's
+    /// per-task `state_groups` sampled with the memory.
+    pub state: Vec<OperatorState>,
+    /// Most rows held by all operators together at one sample.
+    pub state_rows_peak: u64,
+    /// The pipeline's completed checkpoints (REST `checkpoints`: id,
+    /// duration_ms, size_bytes), sampled with the memory.
+    pub checkpoints: Vec<serde_json::Value>,
+}
+
+/// One operator's peak state in a run.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorState {
+    pub operator: u64,
+    pub kind: String,
+    pub detail: String,
+    /// Most rows (window groups, join rows, top-N rows) its instances held
+    /// together at one sample.
+    pub rows_peak: u64,
+    /// Its instances' latest snapshots together, bytes (0: no checkpoint).
+    pub snapshot_bytes: u64,
+}
+
+/// Samples a running pipeline's state through the REST API.
+#[derive(Default)]
+struct StateSampler {
+    operators: Vec<OperatorState>,
+    rows_peak: u64,
+    checkpoints: Vec<serde_json::Value>,
+}
+
+impl StateSampler {
+    async fn sample(&mut self, server: &Server, name: &str) {
+        let Ok(v) = server.rest(&format!("/api/v1/pipelines/{name}")).await else {
+            return;
+        };
+        let mut total = 0;
+        for op in v["dag"]["operators"].as_array().into_iter().flatten() {
+            let rows = op["metrics"]["state_groups"].as_u64().unwrap_or(0);
+            let bytes: u64 = op["instances"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i["state_bytes"].as_u64())
+                .sum();
+            total += rows;
+            let id = op["id"].as_u64().unwrap_or(0);
+            let entry = match self.operators.iter_mut().find(|o| o.operator == id) {
+                Some(e) => e,
+                None => {
+                    self.operators.push(OperatorState {
+                        operator: id,
+                        kind: op["kind"].as_str().unwrap_or_default().to_string(),
+                        detail: op["detail"].as_str().unwrap_or_default().to_string(),
+                        ..Default::default()
+                    });
+                    self.operators.last_mut().expect("pushed")
+                }
+            };
+            entry.rows_peak = entry.rows_peak.max(rows);
+            entry.snapshot_bytes = entry.snapshot_bytes.max(bytes);
+        }
+        self.rows_peak = self.rows_peak.max(total);
+        // The API keeps the latest few: merge them by id.
+        for c in v["pipeline"]["checkpoints"].as_array().into_iter().flatten() {
+            if !self.checkpoints.iter().any(|k| k["id"] == c["id"]) {
+                self.checkpoints.push(c.clone());
+            }
+        }
+    }
 }
 
 impl RunStats {
@@ -330,6 +400,7 @@ pub async fn run_sink_sampled(
         .exec(&format!("CREATE SINK {name} WITH ({with}) AS {query}"))
         .await?;
     let mut samples = Vec::new();
+    let mut sampler = StateSampler::default();
     let mut last_sample = Instant::now();
     loop {
         if started.elapsed() > RUN_DEADLINE {
@@ -341,6 +412,7 @@ pub async fn run_sink_sampled(
                     let wall_s = started.elapsed().as_secs_f64();
                     let after = sample();
                     samples.push((wall_s, after.rss_bytes));
+                    sampler.sample(server, name).await;
                     return Ok(RunStats {
                         wall_s,
                         rows_in,
@@ -348,6 +420,9 @@ pub async fn run_sink_sampled(
                         cpu_s: after.cpu_s - before.cpu_s,
                         peak_rss_bytes: after.peak_rss_bytes,
                         rss_samples: samples,
+                        state: sampler.operators.into_iter().filter(|o| o.rows_peak > 0).collect(),
+                        state_rows_peak: sampler.rows_peak,
+                        checkpoints: sampler.checkpoints,
                     });
                 }
                 "failed" | "stopped" => bail!("{name} {state}: {error}"),
@@ -356,6 +431,7 @@ pub async fn run_sink_sampled(
         }
         if last_sample.elapsed() >= Duration::from_millis(250) {
             samples.push((started.elapsed().as_secs_f64(), sample().rss_bytes));
+            sampler.sample(server, name).await;
             last_sample = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
