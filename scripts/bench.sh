@@ -10,33 +10,32 @@
 # Results: benches/results/latest.{md,json} and throughput.svg.
 #
 # Installs what a fresh Debian machine lacks (scripts/install-deps.sh) and
-# builds release binaries (the dashboard included). The Flink peer harness
-# (../shared/peers/flink, read-only) is copied to ~/.cache/sluice-flink-peer,
-# where its .venv with apache-flink 2.3.0 from PyPI is created on first use
-# (Java 17 and python3 must be installed).
+# builds release binaries (the dashboard included). Flink runs through
+# benches/flink/SluicePeer.java, which sluice-bench writes to and compiles in
+# ~/.cache/sluice-flink-peer/sluice-peer against the Flink jars of the
+# apache-flink 2.3.0 wheel from PyPI, in the .venv created there on first use
+# (a JDK 17 with javac, and python3, must be installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 scripts/install-deps.sh
 cargo build --release -p sluice -p sluice-bench --bins
 
-FLINK_SRC="${FLINK_HARNESS:-$(pwd)/../shared/peers/flink}"
 FLINK_DIR="$HOME/.cache/sluice-flink-peer"
 flink_args=()
 if [ "${SLUICE_BENCH_FLINK:-1}" = 0 ]; then
   echo "SLUICE_BENCH_FLINK=0: skipping the side-by-side runs" >&2
-elif [ -d "$FLINK_SRC" ] && command -v java >/dev/null; then
+elif command -v java >/dev/null && command -v javac >/dev/null && command -v python3 >/dev/null; then
   mkdir -p "$FLINK_DIR"
-  for f in FlinkSqlBench.java bench.py env.sh log4j2.properties summarize.py; do
-    install -m 0644 "$FLINK_SRC/$f" "$FLINK_DIR/$f"
-  done
-  if [ ! -x "$FLINK_DIR/.venv/bin/python" ]; then
+  if [ ! -x "$FLINK_DIR/.venv/bin/python" ] || ! ls "$FLINK_DIR"/.venv/lib/python3*/site-packages/pyflink/lib/*.jar >/dev/null 2>&1; then
     python3 -m venv "$FLINK_DIR/.venv"
     "$FLINK_DIR/.venv/bin/pip" install -q --upgrade pip
     "$FLINK_DIR/.venv/bin/pip" install -q "apache-flink==2.3.0"
   fi
+  # sluice-bench writes benches/flink/{SluicePeer.java,log4j2.properties}
+  # (built into it) to $FLINK_DIR/sluice-peer and compiles the driver there.
   flink_args=(--flink "$FLINK_DIR")
 else
-  echo "no Flink harness at $FLINK_SRC (or no java): skipping the side-by-side runs" >&2
+  echo "no java, javac or python3: skipping the side-by-side runs" >&2
 fi
 exec "$CARGO_TARGET_DIR/release/sluice-bench" --root "$(pwd)" "${flink_args[@]}" "$@"

@@ -90,7 +90,8 @@ struct Args {
     /// Flink queries to run (Q0..Q5).
     #[arg(long, value_delimiter = ',', default_value = "Q0,Q1,Q2,Q3,Q4,Q5")]
     flink_queries: Vec<String>,
-    /// Rows per Flink/Sluice datagen run (0: the harness's defaults, 3-8 M).
+    /// Rows per Flink and Sluice datagen run (0: per-query defaults, Flink's
+    /// sized for runs of ~35 s, Sluice's 100 M).
     #[arg(long, default_value_t = 0)]
     flink_rows: u64,
     /// Nexmark queries run with their stages on two worker processes
@@ -407,38 +408,17 @@ async fn main() -> Result<()> {
     });
 
     if !args.flink.is_empty() {
-        eprintln!("== Flink side by side (alternating)");
-        let harness = PathBuf::from(&args.flink);
-        let flink_out = out_dir.join("flink");
-        let mut rows = Vec::new();
-        for q in &args.flink_queries {
-            let Some((_, sql)) = flink::QUERIES.iter().find(|(id, _)| id == q) else {
-                anyhow::bail!("unknown Flink query {q}");
-            };
-            let n = if args.flink_rows > 0 {
-                args.flink_rows
-            } else {
-                flink::default_rows(q)
-            };
-            let f = flink::flink(&harness, &flink_out, q, p, n)?;
-            let s = flink::sluice(&binary, sql, p, n).await?;
-            anyhow::ensure!(s.rows_in == n, "Sluice read {} of {n} rows for {q}", s.rows_in);
-            let flink_rate: f64 = f["rows_per_s_net"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            let ratio = s.rows_per_s() / flink_rate.max(1e-9);
-            eprintln!(
-                "  {q}: Sluice {:.0} rows/s, Flink {flink_rate:.0} rows/s, ratio {ratio:.1}",
-                s.rows_per_s()
-            );
-            let mut v = nexmark::stats_json(&s);
-            v["query"] = json!(q);
-            v["rows"] = json!(n);
-            v["sql"] = json!(sql);
-            v["flink"] = f;
-            v["flink_rows_per_s"] = json!(flink_rate);
-            v["ratio"] = json!(ratio);
-            rows.push(v);
-        }
-        results["flink"] = Value::Array(rows);
+        eprintln!("== Flink side by side (tuned, warm JVM, alternating runs)");
+        results["flink"] = flink::side_by_side(
+            &binary,
+            std::path::Path::new(&args.flink),
+            &out_dir.join("flink"),
+            p,
+            &args.flink_queries,
+            runs,
+            args.flink_rows,
+        )
+        .await?;
     }
     results["finished_utc"] = json!(report::utc_now());
     report::write(&out_dir, &results)?;

@@ -284,29 +284,9 @@ pub fn markdown(r: &Value) -> String {
             f(&s["cores_used"])
         );
     }
-    if let Some(rows) = r["flink"].as_array() {
-        let _ = writeln!(
-            md,
-            "\nSide by side with Apache Flink 2.3 (same datagen workload and SQL, alternately, this run; target ratio ≥ 10):\n"
-        );
-        let _ = writeln!(
-            md,
-            "| query | rows | Sluice rows/s | Flink rows/s (net) | Sluice / Flink | Sluice peak RSS | Flink peak RSS |"
-        );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-        for v in rows {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {:.1}× | {:.0} MiB | {:.0} MiB |",
-                v["query"].as_str().unwrap_or(""),
-                si(f(&v["rows"])),
-                si(f(&v["events_per_s"])),
-                si(f(&v["flink_rows_per_s"])),
-                f(&v["ratio"]),
-                f(&v["peak_rss_mib"]),
-                f(&v["flink"]["max_rss_kb"]) / 1024.0
-            );
-        }
+    if !r["flink"].is_null() {
+        md.push('\n');
+        md.push_str(&crate::flink::markdown(&r["flink"]));
     }
     md
 }
@@ -419,11 +399,11 @@ pub fn svg(r: &Value) -> String {
     if !r["sol"].is_null() {
         bars.push(("SOL messages".into(), f(&r["sol"]["messages_per_s"]), "#2f855a"));
     }
-    if let Some(rows) = r["flink"].as_array() {
+    if let Some(rows) = r["flink"]["queries"].as_array() {
         for v in rows {
             let q = v["query"].as_str().unwrap_or("");
-            bars.push((format!("datagen {q} Sluice"), f(&v["events_per_s"]), "#2b6cb0"));
-            bars.push((format!("datagen {q} Flink"), f(&v["flink_rows_per_s"]), "#c05621"));
+            bars.push((format!("datagen {q} Sluice"), f(&v["sluice"]["median"]), "#2b6cb0"));
+            bars.push((format!("datagen {q} Flink"), f(&v["flink"]["median"]), "#c05621"));
         }
     }
     let max = bars.iter().map(|b| b.1).fold(1.0, f64::max);
