@@ -15,7 +15,7 @@ pub fn tables_of(sql: &str) -> Vec<&'static str> {
     for t in ["person", "auction", "bid"] {
         let reads = words
             .windows(2)
-            .any(|w| w[1].trim_end_matches(',') == t && matches!(w[0], "from" | "join" | "("));
+            .any(|w| w[1].trim_end_matches(',') == t && matches!(w[0], "from" | "join" | "(" | "table"));
         if reads {
             tables.push(t);
         }
@@ -292,5 +292,9 @@ mod tests {
         assert_eq!(tables_of(q7), vec!["bid"]);
         let q8 = include_str!("../../../benches/nexmark/q8.sql");
         assert_eq!(tables_of(q8), vec!["person", "auction"]);
+        // Flink's table-function syntax: HOP(TABLE bid, …).
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/nexmark");
+        let (_, q5_full) = read_query(&dir, "q5_full").unwrap();
+        assert_eq!(tables_of(&q5_full), vec!["bid"]);
     }
 }

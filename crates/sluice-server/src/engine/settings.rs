@@ -34,6 +34,11 @@ const SLUICE_SETTINGS: &[(&str, &str, &str)] = &[
         "groups one instance of an aggregate without a window may hold",
     ),
     (
+        "window_groups_max",
+        "1000000",
+        "open window groups one instance of a window aggregate may hold",
+    ),
+    (
         "checkpoint_interval",
         "10s",
         "time between checkpoints of new pipelines",
@@ -148,7 +153,7 @@ impl Settings {
                 }
                 v.to_ascii_lowercase()
             }
-            "join_state_rows_max" | "aggregate_groups_max" => {
+            "join_state_rows_max" | "aggregate_groups_max" | "window_groups_max" => {
                 let n: u64 = value.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                     Error::user(
                         SqlCode::InvalidParameterValue,
@@ -205,6 +210,14 @@ impl Settings {
             .get("aggregate_groups_max")
             .and_then(|v| v.parse().ok())
             .unwrap_or(sluice_sql::planner::AGGREGATE_GROUPS_MAX_DEFAULT)
+    }
+
+    /// `window_groups_max`.
+    pub fn window_groups_max(&self) -> usize {
+        self.values
+            .get("window_groups_max")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(sluice_sql::planner::WINDOW_GROUPS_MAX_DEFAULT)
     }
 
     pub fn parallelism(&self) -> u32 {

@@ -43,13 +43,15 @@ pub trait StreamCatalog: Send + Sync {
 
 /// Groups one instance of an aggregate without a window holds by default.
 pub const AGGREGATE_GROUPS_MAX_DEFAULT: usize = 1_000_000;
+/// Open window groups per window-aggregate instance unless `SET window_groups_max`.
+pub const WINDOW_GROUPS_MAX_DEFAULT: usize = 1_000_000;
 
 /// Settings that shape a plan.
 #[derive(Debug, Clone)]
 pub struct PlannerSettings {
     /// Instances per operator (sources, projections, keyed windows).
     pub parallelism: u32,
-    /// Open window groups per window-aggregate instance.
+    /// Open window groups per window-aggregate instance (`SET window_groups_max`).
     pub window_groups_max: usize,
     /// Groups per instance of an aggregate without a window (`SET aggregate_groups_max`).
     pub aggregate_groups_max: usize,
@@ -65,7 +67,7 @@ impl Default for PlannerSettings {
     fn default() -> Self {
         PlannerSettings {
             parallelism: 1,
-            window_groups_max: 1_000_000,
+            window_groups_max: WINDOW_GROUPS_MAX_DEFAULT,
             aggregate_groups_max: AGGREGATE_GROUPS_MAX_DEFAULT,
             state_ttl_ms: None,
             join_state_ttl_ms: None,

@@ -62,8 +62,8 @@ impl Ctx<'_> {
             join_state_ttl_ms: self.settings.join_state_ttl_ms(),
             join_state_rows_max: self.settings.join_state_rows_max(),
             aggregate_groups_max: self.settings.aggregate_groups_max(),
+            window_groups_max: self.settings.window_groups_max(),
             state_ttl_ms: self.settings.state_ttl_ms(),
-            ..PlannerSettings::default()
         }
     }
 
