@@ -433,15 +433,10 @@ fn run_json(s: &RunStats, data_bytes: Option<u64>) -> Value {
     v
 }
 
-/// The setup of a Nexmark run at full speed (as `nexmark::throughput`).
+/// The setup of a Nexmark run at full speed (as `nexmark::throughput`), at
+/// the tests' fixed time model.
 fn unpaced(events: u64) -> StreamSetup {
-    StreamSetup {
-        events,
-        events_per_second: 0,
-        wall_clock: false,
-        watermark_delay_s: TimeModel::FIXED.watermark_delay_s,
-        event_rate: TimeModel::FIXED.event_rate,
-    }
+    StreamSetup::unpaced(events, TimeModel::FIXED)
 }
 
 /// Nexmark query `q` over `events` events: in one process, then across two

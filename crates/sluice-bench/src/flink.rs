@@ -14,6 +14,7 @@
 //! [`markdown`]).
 
 use crate::server::{ProcSample, RunStats, Server, proc_sample, run_sink};
+use crate::units::si;
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -709,16 +710,6 @@ pub async fn side_by_side(
         "flink_wall_s": flink_wall_s,
         "wall_s": all_started.elapsed().as_secs_f64(),
     }))
-}
-
-fn si(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{:.2} M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.0} k", v / 1e3)
-    } else {
-        format!("{v:.0}")
-    }
 }
 
 /// "median (min–max)" of a summarized side.

@@ -21,6 +21,7 @@ mod nexmark;
 mod report;
 mod server;
 mod sol;
+mod units;
 
 use anyhow::Result;
 use clap::Parser;

@@ -74,6 +74,19 @@ pub struct StreamSetup {
     pub event_rate: u64,
 }
 
+impl StreamSetup {
+    /// Unpaced: the generator as fast as it goes, event time by `model`.
+    pub fn unpaced(events: u64, model: TimeModel) -> StreamSetup {
+        StreamSetup {
+            events,
+            events_per_second: 0,
+            wall_clock: false,
+            watermark_delay_s: model.watermark_delay_s,
+            event_rate: model.event_rate,
+        }
+    }
+}
+
 pub async fn create_streams(server: &Server, parallelism: u32, s: StreamSetup) -> Result<()> {
     server.exec(&format!("SET parallelism = {parallelism}")).await?;
     let base = if s.wall_clock { ", 'base.time' = 'now'" } else { "" };
@@ -184,13 +197,7 @@ pub async fn throughput_checkpointed(
         sets.push(format!("SET checkpoint_interval = '{interval}'"));
     }
     let server = Server::start(binary).await?;
-    let setup = StreamSetup {
-        events,
-        events_per_second: 0,
-        wall_clock: false,
-        watermark_delay_s: model.watermark_delay_s,
-        event_rate: model.event_rate,
-    };
+    let setup = StreamSetup::unpaced(events, model);
     create_streams(&server, parallelism, setup).await?;
     for s in &sets {
         server.exec(s).await?;
@@ -207,13 +214,7 @@ pub async fn generator_only(
     model: TimeModel,
 ) -> Result<RunStats> {
     let server = Server::start(binary).await?;
-    let setup = StreamSetup {
-        events,
-        events_per_second: 0,
-        wall_clock: false,
-        watermark_delay_s: model.watermark_delay_s,
-        event_rate: model.event_rate,
-    };
+    let setup = StreamSetup::unpaced(events, model);
     create_streams(&server, parallelism, setup).await?;
     run_sink(
         &server,

@@ -5,6 +5,8 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::units::si;
+
 /// Targets of issue 6: (query, events/s).
 pub fn target(q: &str) -> Option<f64> {
     match q {
@@ -48,16 +50,6 @@ pub fn machine() -> Value {
         "cpu": model, "cores": cores, "memory_gib": (mem_kb / 1048576.0 * 10.0).round() / 10.0,
         "kernel": kernel.trim(), "loadavg_at_start": load.trim(),
     })
-}
-
-fn si(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{:.2} M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.0} k", v / 1e3)
-    } else {
-        format!("{v:.0}")
-    }
 }
 
 /// The three worst latency slots of a run, as "at 3.1 s: 89.9 ms".
