@@ -13,7 +13,8 @@
 //! frame the rows of one time are peers: all join the frame before any goes
 //! out, so they share their aggregates (SQL's CURRENT ROW with peers).
 //! Rows behind the watermark when they arrive are late: dropped, counted.
-//! The output is append-only and keeps the input's event time.
+//! The output is append-only and keeps the input's event time. Over a
+//! changelog the operator is [`OverChangelogOperator`].
 //!
 //! The aggregates are computed over the frame for each released row (a
 //! frame of `n + 1` rows: O(n) a row). `rows_max` bounds the rows one
@@ -643,6 +644,9 @@ impl Operator for OverAggregateOperator {
         Ok(())
     }
 }
+
+mod changelog;
+pub use changelog::OverChangelogOperator;
 
 #[cfg(test)]
 mod tests;

@@ -874,6 +874,9 @@ fn build_task(
             op.output_schema.clone(),
         )?),
         OperatorKind::TopN(spec) => Box::new(crate::top_n::TopNOperator::new(spec, op.output_schema.clone())?),
+        OperatorKind::OverAggregate(spec) if spec.op_column.is_some() => Box::new(
+            crate::over_aggregate::OverChangelogOperator::new(spec, op.output_schema.clone())?,
+        ),
         OperatorKind::OverAggregate(spec) => Box::new(crate::over_aggregate::OverAggregateOperator::new(
             spec,
             op.output_schema.clone(),

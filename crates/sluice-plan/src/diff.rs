@@ -466,6 +466,7 @@ fn same_state_shape(before: &OperatorSpec, after: &OperatorSpec) -> Shape {
                 || a.frame != b.frame
                 || a.aggregates != b.aggregates
                 || a.output_columns != b.output_columns
+                || a.op_column != b.op_column
             {
                 Shape::Different("another partition, frame or aggregates".into())
             } else if types_of(&a.input_schema) != types_of(&b.input_schema) {

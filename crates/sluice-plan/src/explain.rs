@@ -201,10 +201,15 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                 crate::OverFrame::Unbounded { peers: true } => "range unbounded preceding".to_string(),
             };
             format!(
-                "over [{}] by {} {frame}; {}; rows max {}{}",
+                "over [{}] by {} {frame}; {}{}; rows max {}{}",
                 labels(dag, op, &o.input_schema, &o.partition_columns),
                 input_label(dag, op, &o.input_schema, o.time_column),
                 calls.join(", "),
+                if o.op_column.is_some() {
+                    "; over a changelog: every row kept, changelog (+I, -U, +U, -D)"
+                } else {
+                    ""
+                },
                 o.rows_max,
                 ttl(o.state_ttl_ms)
             )

@@ -197,6 +197,11 @@ fn hash_kind(h: &mut Fnv, op: &OperatorSpec) {
                 h.str(&a.function);
                 h.opt_i64(a.arg.map(|c| c as i64));
             }
+            // (Only over a changelog: other uids stay as they were.)
+            if let Some(op) = o.op_column {
+                h.str("changelog");
+                h.u64(op as u64);
+            }
         }
         OperatorKind::Join(j) => {
             for side in [&j.left, &j.right] {

@@ -82,6 +82,7 @@ impl PhysicalDag {
     pub fn updating(&self, id: OperatorId) -> bool {
         match self.operator(id).map(|o| &o.kind) {
             Some(OperatorKind::GroupAggregate(_) | OperatorKind::TopN(_)) => true,
+            Some(OperatorKind::OverAggregate(o)) => o.op_column.is_some(),
             Some(OperatorKind::Join(j)) => j.updating(),
             Some(OperatorKind::Project(_) | OperatorKind::Sink(_)) => {
                 self.inputs_of(id).iter().any(|e| self.updating(e.from))
@@ -492,6 +493,14 @@ pub struct OverAggSpec {
     /// running values; a later row starts it afresh).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_ttl_ms: Option<i64>,
+    /// Over a changelog: the input's [`OP_COLUMN`], its last column. Then
+    /// `time_column` is the ORDER BY column (any type for ROWS frames and
+    /// peers, a timestamp for a RANGE interval), every row is kept until
+    /// taken back (`rows_max` of them), and the output is a changelog
+    /// `[op, output columns…, aggregates…]`: a row in or out of a
+    /// partition changes the aggregates of the rows whose frames hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_column: Option<usize>,
 }
 
 /// Which preceding rows an OVER aggregate's frame holds (always up to the

@@ -7,7 +7,7 @@ use arrow::datatypes::{Float64Type, Int64Type, TimeUnit};
 use sluice_plan::OverAggregateCall;
 
 /// Input: (k, ts, v); output: k, ts, v, count(*), sum(v), avg(v), min(v), max(v).
-fn input_schema() -> SchemaRef {
+pub(super) fn input_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
         Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
@@ -15,7 +15,7 @@ fn input_schema() -> SchemaRef {
     ]))
 }
 
-fn output_schema() -> SchemaRef {
+pub(super) fn output_schema() -> SchemaRef {
     let mut fields: Vec<Field> = input_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new("n", DataType::Int64, true));
     fields.push(Field::new("s", DataType::Int64, true));
@@ -25,7 +25,7 @@ fn output_schema() -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-fn spec(frame: OverFrame, rows_max: usize) -> OverAggSpec {
+pub(super) fn spec(frame: OverFrame, rows_max: usize) -> OverAggSpec {
     let call = |f: &str, arg: Option<usize>| OverAggregateCall {
         function: f.into(),
         arg,
@@ -45,6 +45,7 @@ fn spec(frame: OverFrame, rows_max: usize) -> OverAggSpec {
         ],
         rows_max,
         state_ttl_ms: None,
+        op_column: None,
     }
 }
 
@@ -61,10 +62,10 @@ fn batch(rows: &[(i64, i64, Option<i64>)]) -> RecordBatch {
 }
 
 /// An input row: (k, ts, v).
-type In = (i64, i64, Option<i64>);
+pub(super) type In = (i64, i64, Option<i64>);
 
 /// (k, ts, v, count, sum, avg × 1000 rounded, min, max).
-type Out = (
+pub(super) type Out = (
     i64,
     i64,
     Option<i64>,
@@ -75,7 +76,7 @@ type Out = (
     Option<i64>,
 );
 
-fn rows_of(b: &RecordBatch) -> Vec<Out> {
+pub(super) fn rows_of(b: &RecordBatch) -> Vec<Out> {
     let i = |c: usize| b.column(c).as_primitive::<Int64Type>().clone();
     let (k, v, n, s, lo, hi) = (i(0), i(2), i(3), i(4), i(6), i(7));
     let ts = b.column(1).as_primitive::<arrow::datatypes::TimestampMillisecondType>();
@@ -100,7 +101,7 @@ fn rows_of(b: &RecordBatch) -> Vec<Out> {
 use arrow::array::Array;
 
 /// The expected output of all `rows` (arrival order), by nested loops.
-fn expected(rows: &[(i64, i64, Option<i64>)], frame: OverFrame) -> Vec<Out> {
+pub(super) fn expected(rows: &[(i64, i64, Option<i64>)], frame: OverFrame) -> Vec<Out> {
     let mut out = Vec::new();
     let mut keys: Vec<i64> = rows.iter().map(|r| r.0).collect();
     keys.sort_unstable();

@@ -729,20 +729,22 @@ impl DagBuilder<'_> {
     fn plan_over(&mut self, w: &datafusion::logical_expr::Window) -> Result<Stage> {
         use datafusion::logical_expr::{WindowFrameBound, WindowFrameUnits, WindowFunctionDefinition};
         let child = self.plan_node(&w.input)?;
-        if let Some(updater) = self.updater(child.op) {
-            return Err(unsupported(&format!(
-                "an OVER aggregate over an updating result is not supported yet: {updater} emits a changelog"
-            )));
-        }
+        // Over a changelog rows are taken back: every row is kept, ordered
+        // by the ORDER BY column whatever it is (no watermark orders them).
+        let over_changelog = self.updating(child.op);
         if child.window.is_some() {
             return Err(unsupported(
                 "an OVER aggregate over a window TVF is not supported; OVER a stream",
             ));
         }
-        let Some(time) = child.time_column.clone() else {
-            return Err(unsupported(
-                "an OVER aggregate needs ORDER BY the stream's event-time column (its WATERMARK column)",
-            ));
+        let time = match child.time_column.clone() {
+            Some(time) => time,
+            None if over_changelog => String::new(),
+            None => {
+                return Err(unsupported(
+                    "an OVER aggregate needs ORDER BY the stream's event-time column (its WATERMARK column)",
+                ));
+            }
         };
         let input_schema = w.input.schema();
         let mut shape: Option<(Vec<Expr>, Expr, OverFrame)> = None;
@@ -765,12 +767,21 @@ impl DagBuilder<'_> {
                 )));
             }
             let [order] = params.order_by.as_slice() else {
-                return Err(unsupported(
-                    "an OVER aggregate needs ORDER BY the stream's event-time column (its WATERMARK column), alone",
-                ));
+                return Err(unsupported(if over_changelog {
+                    "an OVER aggregate over an updating result needs ORDER BY one column"
+                } else {
+                    "an OVER aggregate needs ORDER BY the stream's event-time column (its WATERMARK column), alone"
+                }));
             };
             let order_expr = child.substitute(&order.expr, input_schema)?;
-            if !matches!(&order_expr, Expr::Column(c) if c.name == time) || !order.asc {
+            if over_changelog && !order.asc {
+                return Err(unsupported(&format!(
+                    "an OVER aggregate over an updating result is ordered ascending (ORDER BY {} DESC is not \
+                     supported)",
+                    order.expr
+                )));
+            }
+            if !over_changelog && (!matches!(&order_expr, Expr::Column(c) if c.name == time) || !order.asc) {
                 return Err(unsupported(&format!(
                     "an OVER aggregate is ordered by the stream's event time ascending: ORDER BY {} (not {})",
                     child
@@ -832,6 +843,17 @@ impl DagBuilder<'_> {
                         }
                         .filter(|ms| *ms >= 0)
                         .ok_or_else(frame_error)?;
+                        if over_changelog
+                            && !matches!(
+                                datafusion::logical_expr::ExprSchemable::get_type(&order.expr, input_schema.as_ref()),
+                                Ok(arrow::datatypes::DataType::Timestamp(..))
+                            )
+                        {
+                            return Err(unsupported(&format!(
+                                "a RANGE frame with an interval needs ORDER BY a timestamp column, not {}",
+                                order.expr
+                            )));
+                        }
                         OverFrame::Range { preceding_ms: ms }
                     }
                     WindowFrameUnits::Groups => return Err(frame_error()),
@@ -890,15 +912,23 @@ impl DagBuilder<'_> {
             });
         }
         let time_column = column_of(&order_expr, "_t".into());
+        // Over a changelog its op goes last (`OverAggSpec::op_column`).
+        if over_changelog {
+            pre_exprs.push(col(OP_COLUMN));
+            pre_names.push(OP_COLUMN.to_string());
+        }
         let pre = Stage {
             exprs: pre_exprs,
             window: None,
             ..child.clone()
         };
         let (pre_op, pre_schema, _) = self.materialize(&pre, &pre_names)?;
-        let mut fields: Vec<Field> = (0..n)
-            .map(|i| pre_schema.field(i).as_ref().clone().with_nullable(true))
-            .collect();
+        let op_column = over_changelog.then(|| pre_schema.fields().len() - 1);
+        let mut fields: Vec<Field> = Vec::new();
+        if over_changelog {
+            fields.push(Field::new(OP_COLUMN, arrow::datatypes::DataType::Utf8, false));
+        }
+        fields.extend((0..n).map(|i| pre_schema.field(i).as_ref().clone().with_nullable(true)));
         for i in 0..calls.len() {
             let logical = w.schema.field(input_schema.fields().len() + i);
             fields.push(Field::new(format!("_o{i}"), logical.data_type().clone(), true));
@@ -911,8 +941,14 @@ impl DagBuilder<'_> {
             time_column,
             frame,
             aggregates,
-            rows_max: OVER_ROWS_MAX,
+            // Over a changelog every row is kept, as a top-N's over one.
+            rows_max: if over_changelog {
+                self.settings.aggregate_groups_max
+            } else {
+                OVER_ROWS_MAX
+            },
             state_ttl_ms: self.settings.state_ttl_ms,
+            op_column,
         };
         let (op, parallelism) = self.add_keyed(
             OperatorKind::OverAggregate(spec),
@@ -923,11 +959,11 @@ impl DagBuilder<'_> {
         let mut exprs: Vec<Expr> = (0..n).map(|i| col(&format!("_c{i}"))).collect();
         exprs.extend((0..calls.len()).map(|i| col(&format!("_o{i}"))));
         // The output keeps event time where the input's time column is one
-        // of its columns.
+        // of its columns (a changelog has none).
         let time_column = child
             .exprs
             .iter()
-            .position(|e| matches!(e, Expr::Column(c) if c.name == time))
+            .position(|e| !over_changelog && matches!(e, Expr::Column(c) if c.name == time))
             .map(|k| format!("_c{k}"));
         Ok(Stage::new(op, parallelism, out_schema, exprs, time_column))
     }
