@@ -508,6 +508,82 @@ async fn an_over_aggregate_rescaled_mid_stream_gives_every_rows_running_sum_once
     assert!(got == expected, "rows differ from the running sums computed here");
 }
 
+/// An OVER aggregate over a changelog — each auction's top price summed
+/// with the two auctions before it (by id) among those of its id's last
+/// digit — written exactly once to files while rescaled 1 → 4 → 2
+/// mid-stream: every partition's held rows move by key group, and the
+/// committed changelog, folded in the order it was written, is the sums
+/// computed here over every auction's final top.
+#[tokio::test]
+async fn an_over_aggregate_over_a_changelog_rescaled_mid_stream_folds_to_the_reference() {
+    const EVENTS: u64 = 30_000;
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("tops");
+    let server = TestServer::start();
+    let client = server.connect().await;
+    paced_bids(&client, EVENTS, 19).await;
+    exec(
+        &client,
+        &format!(
+            "CREATE SINK top_sums WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '500ms') AS \
+             SELECT auction, top, sum(top) OVER (PARTITION BY auction % 10 ORDER BY auction ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s \
+             FROM (SELECT auction, max(price) AS top FROM bids GROUP BY auction) AS t",
+            out.display()
+        ),
+    )
+    .await;
+    let mut top: BTreeMap<i64, i64> = BTreeMap::new();
+    for b in crate::support::all_bids(&client, "bids_all").await {
+        let t = top.entry(b.auction).or_insert(b.price);
+        *t = (*t).max(b.price);
+    }
+    let mut by_digit: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    for (auction, t) in &top {
+        by_digit.entry(auction % 10).or_default().push((*auction, *t));
+    }
+    let mut expected: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for rows in by_digit.values() {
+        for (i, (auction, t)) in rows.iter().enumerate() {
+            let s = rows[i.saturating_sub(2)..=i].iter().map(|r| r.1).sum();
+            expected.insert(*auction, (*t, s));
+        }
+    }
+    rescale_4_then_2(&client, "top_sums").await;
+    let mut table: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    let mut pending: Option<i64> = None;
+    let mut changed = 0;
+    for line in committed_lines(&out) {
+        let v: Value = serde_json::from_str(&line).unwrap();
+        let auction = v["auction"].as_i64().unwrap();
+        let row = (v["top"].as_i64().unwrap(), v["s"].as_i64().unwrap());
+        match (v["op"].as_str().unwrap(), pending.take()) {
+            ("+U", Some(a)) if a == auction => {
+                table.insert(auction, row);
+            }
+            (op, Some(a)) => panic!("-U of auction {a} followed by {op} of {auction}"),
+            ("+I", None) => assert!(table.insert(auction, row).is_none(), "+I of auction {auction}, shown"),
+            (op @ ("-U" | "-D"), None) => {
+                assert_eq!(
+                    table.remove(&auction),
+                    Some(row),
+                    "{op} of auction {auction} is not its row"
+                );
+                changed += 1;
+                if op == "-U" {
+                    pending = Some(auction);
+                }
+            }
+            (op, None) => panic!("op {op} in {line}"),
+        }
+    }
+    assert!(changed > 0, "rows were taken back");
+    assert_eq!(table.len(), expected.len(), "auctions");
+    assert!(
+        table == expected,
+        "the folded changelog differs from the sums computed here"
+    );
+}
+
 /// A whole hour two hours ago: Kafka refuses record timestamps far ahead.
 fn kafka_base_ms() -> i64 {
     let now = crate::support::epoch_ms(std::time::SystemTime::now());
