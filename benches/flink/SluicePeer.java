@@ -18,9 +18,9 @@
 //   quit                 exits
 //
 // A failed command prints one `ERROR <message>` line and the JVM lives on.
-// Query IDs: Q0..Q5 (the queries of flink::QUERIES) and the generator-only
-// baselines B2, B3, B5 (`SELECT <the columns a query reads> FROM bid`; Q0 is
-// the baseline of Q0 and Q1).
+// Query IDs: Q0..Q5 and the updating U1..U4 (the queries of flink::QUERIES)
+// and the generator-only baselines B2, B3, B5, B6 (`SELECT <the columns a
+// query reads> FROM bid`; Q0 is the baseline of Q0 and Q1).
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -47,7 +47,7 @@ public final class SluicePeer {
     private static final Map<String, String[]> QUERIES = new LinkedHashMap<>();
 
     /** The queries mini-batch is on for: the aggregates (it changes no other plan). */
-    private static final Set<String> AGGREGATES = Set.of("Q3", "Q4", "Q5");
+    private static final Set<String> AGGREGATES = Set.of("Q3", "Q4", "Q5", "U1", "U4");
 
     static {
         QUERIES.put("Q0", new String[] {
@@ -74,11 +74,30 @@ public final class SluicePeer {
             "SELECT window_start, SUM(price) AS sum_price, COUNT(*) AS cnt "
                 + "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(ts), INTERVAL '1' SECOND)) "
                 + "GROUP BY window_start, window_end"});
-        // Generator-only baselines: the columns Q2, Q3/Q4 and Q5 read.
+        // Updating queries: results that change as rows come (a changelog
+        // into the sink), but U3's.
+        QUERIES.put("U1", new String[] {
+            "auction BIGINT, cnt BIGINT, max_price BIGINT",
+            "SELECT auction, COUNT(*) AS cnt, MAX(price) AS max_price FROM bid GROUP BY auction"});
+        QUERIES.put("U2", new String[] {
+            "auction BIGINT, bidder BIGINT, price BIGINT, rn BIGINT",
+            "SELECT auction, bidder, price, rn FROM (SELECT auction, bidder, price, "
+                + "ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bid) WHERE rn <= 3"});
+        QUERIES.put("U3", new String[] {
+            "auction BIGINT, price BIGINT, avg_price BIGINT",
+            "SELECT auction, price, AVG(price) OVER (PARTITION BY auction ORDER BY ts "
+                + "ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg_price FROM bid"});
+        QUERIES.put("U4", new String[] {
+            "bucket BIGINT, auctions BIGINT",
+            "SELECT max_price / 1000 AS bucket, COUNT(*) AS auctions "
+                + "FROM (SELECT auction, MAX(price) AS max_price FROM bid GROUP BY auction) GROUP BY max_price / 1000"});
+        // Generator-only baselines: the columns the other queries read.
         QUERIES.put("B2", new String[] {"auction BIGINT, price BIGINT", "SELECT auction, price FROM bid"});
         QUERIES.put("B3", new String[] {
             "auction BIGINT, price BIGINT, ts TIMESTAMP_LTZ(3)", "SELECT auction, price, ts FROM bid"});
         QUERIES.put("B5", new String[] {"price BIGINT, ts TIMESTAMP_LTZ(3)", "SELECT price, ts FROM bid"});
+        QUERIES.put("B6", new String[] {
+            "auction BIGINT, bidder BIGINT, price BIGINT", "SELECT auction, bidder, price FROM bid"});
     }
 
     /** The `bid` table: flink::ddl's text with CREATE TABLE. */

@@ -51,7 +51,45 @@ pub const QUERIES: &[(&str, &str)] = &[
          FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(ts), INTERVAL '1' SECOND)) \
          GROUP BY window_start, window_end",
     ),
+    // Updating queries (issue 27): their results change as rows come (a
+    // changelog into the sink), except U3's.
+    (
+        "U1",
+        "SELECT auction, COUNT(*) AS cnt, MAX(price) AS max_price FROM bid GROUP BY auction",
+    ),
+    (
+        "U2",
+        "SELECT auction, bidder, price, rn FROM (SELECT auction, bidder, price, \
+         ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bid) WHERE rn <= 3",
+    ),
+    (
+        "U3",
+        "SELECT auction, price, AVG(price) OVER (PARTITION BY auction ORDER BY ts \
+         ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg_price FROM bid",
+    ),
+    (
+        "U4",
+        "SELECT max_price / 1000 AS bucket, COUNT(*) AS auctions \
+         FROM (SELECT auction, MAX(price) AS max_price FROM bid GROUP BY auction) GROUP BY max_price / 1000",
+    ),
 ];
+
+/// What each query is, for the report.
+pub fn describe(id: &str) -> &'static str {
+    match id {
+        "Q0" => "pass-through",
+        "Q1" => "projection",
+        "Q2" => "filter",
+        "Q3" => "TUMBLE 10 s count, max per auction",
+        "Q4" => "HOP 10 s / 2 s, the same",
+        "Q5" => "TUMBLE 1 s sum, count",
+        "U1" => "count, max per auction, no window (updating)",
+        "U2" => "top 3 bids per auction (ROW_NUMBER, updating)",
+        "U3" => "OVER: avg of each auction's last 11 bids",
+        "U4" => "count of auctions per max-price bucket: an aggregate over U1's changelog",
+        _ => "",
+    }
+}
 
 /// Generator-only baselines: (id, query) reading exactly the columns of the
 /// queries they stand beside ([`baseline_of`]); Q0 is the baseline of Q0
@@ -60,6 +98,7 @@ pub const BASELINES: &[(&str, &str)] = &[
     ("B2", "SELECT auction, price FROM bid"),
     ("B3", "SELECT auction, price, ts FROM bid"),
     ("B5", "SELECT price, ts FROM bid"),
+    ("B6", "SELECT auction, bidder, price FROM bid"),
 ];
 
 /// Sluice's baseline of query `q`: the generator-only query over the
@@ -69,9 +108,10 @@ pub const BASELINES: &[(&str, &str)] = &[
 /// Q0 for every query.
 pub fn baseline_of(q: &str) -> &'static str {
     match q {
-        "Q2" => "B2",
-        "Q3" | "Q4" => "B3",
+        "Q2" | "U1" | "U4" => "B2",
+        "Q3" | "Q4" | "U3" => "B3",
         "Q5" => "B5",
+        "U2" => "B6",
         _ => "Q0",
     }
 }
@@ -89,8 +129,9 @@ fn sql_of(id: &str) -> Option<&'static str> {
 
 /// Rows per measured Flink run: ~35 s at the highest rates Flink reached on
 /// the 2-core machine (p = 2, tuned, warm JVM, 2026-12-04: Q0 0.54 M rows/s,
-/// Q1 0.73 M, Q2 0.97 M, Q3 0.44 M, Q4 0.28 M, Q5 0.83 M), longer under load
-/// (the report gives the runs' net runtimes and flags any under 30 s).
+/// Q1 0.73 M, Q2 0.97 M, Q3 0.44 M, Q4 0.28 M, Q5 0.83 M; U1 1.07 M, U2
+/// 0.96 M, U3 0.38 M), longer under load (the report gives the runs' net
+/// runtimes and flags any under 30 s).
 pub fn flink_rows(q: &str) -> u64 {
     match q {
         "Q0" => 20_000_000,
@@ -98,6 +139,8 @@ pub fn flink_rows(q: &str) -> u64 {
         "Q2" => 32_000_000,
         "Q3" => 15_000_000,
         "Q4" => 10_000_000,
+        "U1" | "U2" | "U4" => 35_000_000,
+        "U3" => 15_000_000,
         _ => 28_000_000,
     }
 }
@@ -570,7 +613,7 @@ pub async fn side_by_side(
     let mut order: Vec<&str> = vec![FLINK_BASELINE];
     for q in queries {
         let Some((id, _)) = QUERIES.iter().find(|(id, _)| id == q) else {
-            bail!("unknown Flink query {q} (known: Q0..Q5)");
+            bail!("unknown Flink query {q} (known: Q0..Q5, U1..U4)");
         };
         if !order.contains(id) {
             order.push(id);
@@ -704,7 +747,7 @@ pub async fn side_by_side(
         "jvm_flags": driver.flags.iter().filter(|f| !f.starts_with("-Dlog4j")).collect::<Vec<_>>(),
         "jvm_module_flags": JVM_MODULE_FLAGS,
         "flink_config": config.iter().map(|(k, v)| (k.clone(), json!(v.replace('_', " ")))).collect::<Map<_, _>>(),
-        "flink_config_note": "mini-batch (enabled, allow-latency 1 s, size 5000) on for the aggregates Q3–Q5 only; it changes no other plan",
+        "flink_config_note": "mini-batch (enabled, allow-latency 1 s, size 5000) on for the aggregates Q3–Q5, U1 and U4 only; it changes no other plan",
         "queries": results,
         "baselines": baselines,
         "flink_wall_s": flink_wall_s,
@@ -793,7 +836,8 @@ pub fn markdown(v: &Value) -> String {
          `datagen` table (Flink's DDL; Sluice's says `CREATE STREAM`) and the same SQL into a blackhole \
          sink, at parallelism {p}. Flink is tuned as its users would tune it: {config}, checkpointing off \
          (as for Sluice), state on the heap; mini-batch (`table.exec.mini-batch.enabled: true`, \
-         `allow-latency: 1 s`, `size: 5000`) on for the aggregates Q3–Q5 (it changes no other plan); JVM \
+         `allow-latency: 1 s`, `size: 5000`) on for the aggregates Q3–Q5, U1 and U4 (it changes no other \
+         plan); JVM \
          flags `{flags}` (the heap half the machine's memory), plus Flink's `--add-opens/--add-exports` \
          list. One JVM per query: one unmeasured warm-up run, then {runs} measured runs, each followed by \
          a Sluice run (a fresh `sluice playground` process; the JVM idles meanwhile), alternately, so that \
@@ -805,7 +849,7 @@ pub fn markdown(v: &Value) -> String {
          bid` into the same sink, run the same way: Flink's datagen has no projection push-down and \
          generates all six columns (two of them random strings) whatever the query reads, so Q0 is its \
          baseline for every query; Sluice's generates only the columns read, so Q0 is its baseline for Q0 \
-         and Q1, and B2, B3 and B5 for Q2, Q3/Q4 and Q5 (measured alternately with those queries' runs). An \
+         and Q1, and B2, B3, B5 and B6 for the others (below; measured alternately with those queries' runs). An \
          engine's cost per row is its query's median ns/row minus its baseline's (in brackets the extremes \
          the runs allow); where the query's ns/row range overlaps its baseline's the difference is within \
          noise (≤ the largest it could be), and the engine ratio (Flink's cost over Sluice's) is then a \
@@ -843,6 +887,11 @@ pub fn markdown(v: &Value) -> String {
             s(&q["engine_ratio_text"]),
             f("flink_peak_rss_mib") / 1024.0
         );
+    }
+    md.push_str("\nThe queries:\n\n| query | what | SQL |\n|---|---|---|\n");
+    for q in queries {
+        let id = s(&q["query"]);
+        let _ = writeln!(md, "| {id} | {} | `{}` |", describe(&id), s(&q["sql"]));
     }
     md.push_str("\nThe baselines (Sluice's generator-only rates; Flink's is Q0's row above):\n\n");
     md.push_str("| baseline | query | Sluice rows/s |\n|---|---|---|\n");

@@ -67,6 +67,12 @@ struct Partition {
     touched_ms: i64,
 }
 
+/// A numeric argument of the fast paths.
+enum Number {
+    Int(i64),
+    Float(f64),
+}
+
 /// One aggregate's running value over an unbounded frame: the non-NULL
 /// arguments counted, and their sum (in the result's type; Float64 for
 /// `avg`), least or greatest.
@@ -78,6 +84,39 @@ struct Running {
 
 impl Running {
     fn add(&mut self, function: &str, out: &DataType, value: &ScalarValue) -> Result<()> {
+        // Integers (and, for avg, floats) add without ScalarValue casts and
+        // arithmetic, whose array kernels cost far more than the addition;
+        // in the same type and order, so to the same value.
+        if function == "avg" || (function == "sum" && *out == DataType::Int64) {
+            let arg = if function == "avg" {
+                float_arg(value).map(|x| x.map(Number::Float))
+            } else {
+                int_arg(value).map(|x| x.map(Number::Int))
+            };
+            let next = match (arg, &self.acc) {
+                (None, _) => None,
+                (Some(None), _) => return Ok(()),
+                (Some(Some(Number::Float(x))), None) => Some(Ok(ScalarValue::Float64(Some(x)))),
+                (Some(Some(Number::Float(x))), Some(ScalarValue::Float64(Some(a)))) => {
+                    Some(Ok(ScalarValue::Float64(Some(a + x))))
+                }
+                (Some(Some(Number::Int(x))), None) => Some(Ok(ScalarValue::Int64(Some(x)))),
+                (Some(Some(Number::Int(x))), Some(ScalarValue::Int64(Some(a)))) => Some({
+                    a.checked_add(x).map(|t| ScalarValue::Int64(Some(t))).ok_or_else(|| {
+                        Error::user(
+                            SqlCode::DataException,
+                            format!("OVER sum overflowed: Int64 overflow adding {a} and {x}"),
+                        )
+                    })
+                }),
+                _ => None,
+            };
+            if let Some(next) = next {
+                self.acc = Some(next?);
+                self.count += 1;
+                return Ok(());
+            }
+        }
         if value.is_null() {
             return Ok(());
         }
@@ -121,7 +160,7 @@ impl Running {
             },
             _ => self.acc.clone().unwrap_or(ScalarValue::Null),
         };
-        value.cast_to(out).map_err(df_error)
+        in_type(value, out)
     }
 }
 
@@ -235,7 +274,11 @@ impl OverAggregateOperator {
                 args,
             };
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
-            let partition = self.partitions.entry(Box::<[u8]>::from(key)).or_default();
+            // (A key is boxed only for a new partition.)
+            if !self.partitions.contains_key(key) {
+                self.partitions.insert(key.into(), Partition::default());
+            }
+            let partition = self.partitions.get_mut(key).expect("inserted above");
             partition.touched_ms = now_ms;
             if is_waiting {
                 partition.waiting.push(held);
@@ -529,10 +572,121 @@ impl OverAggregateOperator {
     }
 }
 
+/// An integer argument as an `i64` (`Some(None)`: NULL), or `None` when
+/// the argument is of another type (the unsigned 64-bit one too: it may
+/// not fit). Cheaper than `ScalarValue::is_null`, a match over every type.
+fn int_arg(v: &ScalarValue) -> Option<Option<i64>> {
+    Some(match *v {
+        ScalarValue::Int64(x) => x,
+        ScalarValue::Int32(x) => x.map(i64::from),
+        ScalarValue::Int16(x) => x.map(i64::from),
+        ScalarValue::Int8(x) => x.map(i64::from),
+        ScalarValue::UInt32(x) => x.map(i64::from),
+        ScalarValue::UInt16(x) => x.map(i64::from),
+        ScalarValue::UInt8(x) => x.map(i64::from),
+        _ => return None,
+    })
+}
+
+/// An integer or float argument as an `f64`, as a cast to Float64 gives
+/// it (`Some(None)`: NULL), or `None` for another type.
+fn float_arg(v: &ScalarValue) -> Option<Option<f64>> {
+    match *v {
+        ScalarValue::Float64(x) => Some(x),
+        ScalarValue::Float32(x) => Some(x.map(f64::from)),
+        ScalarValue::UInt64(x) => Some(x.map(|x| x as f64)),
+        _ => int_arg(v).map(|x| x.map(|x| x as f64)),
+    }
+}
+
+/// `value` as type `out`: itself when it has that type (no cast kernel).
+fn in_type(value: ScalarValue, out: &DataType) -> Result<ScalarValue> {
+    if value.data_type() == *out {
+        return Ok(value);
+    }
+    value.cast_to(out).map_err(df_error)
+}
+
+/// `sum`, `avg`, `min` or `max` of integer (or, for `avg`, float)
+/// arguments without going through `ScalarValue` arithmetic or casts,
+/// whose array kernels cost far more than the addition: `None` when an
+/// argument is of another type (the general path then runs). `sum` adds in
+/// `i64` with the same overflow error; `avg` adds the values as `f64` in
+/// the frame's order, as the general path does.
+fn aggregate_numbers<'a>(
+    function: &str,
+    out: &DataType,
+    values: impl Iterator<Item = &'a ScalarValue> + Clone,
+) -> Option<Result<ScalarValue>> {
+    let value = match function {
+        "sum" if *out == DataType::Int64 => {
+            let mut total: Option<i64> = None;
+            for v in values {
+                let Some(x) = int_arg(v)? else { continue };
+                total = Some(match total {
+                    None => x,
+                    Some(t) => match t.checked_add(x) {
+                        Some(t) => t,
+                        None => {
+                            return Some(Err(Error::user(
+                                SqlCode::DataException,
+                                format!("OVER sum overflowed: Int64 overflow adding {t} and {x}"),
+                            )));
+                        }
+                    },
+                });
+            }
+            ScalarValue::Int64(total)
+        }
+        "avg" => {
+            let (mut count, mut total) = (0i64, 0f64);
+            for v in values {
+                let Some(x) = float_arg(v)? else { continue };
+                total += x;
+                count += 1;
+            }
+            ScalarValue::Float64((count > 0).then(|| total / count as f64))
+        }
+        "min" | "max" => {
+            let mut best: Option<i64> = None;
+            for v in values {
+                let Some(x) = int_arg(v)? else { continue };
+                best = Some(match best {
+                    None => x,
+                    Some(b) if function == "min" => b.min(x),
+                    Some(b) => b.max(x),
+                });
+            }
+            match best {
+                Some(b) => ScalarValue::Int64(Some(b)),
+                None => ScalarValue::Null,
+            }
+        }
+        _ => return None,
+    };
+    Some(in_type(value, out))
+}
+
 /// `function` over the frame's arguments (NULLs skipped; `count(*)`'s
 /// argument is never NULL).
 /// The result has type `out` (a NULL too).
-fn aggregate<'a>(function: &str, out: &DataType, values: impl Iterator<Item = &'a ScalarValue>) -> Result<ScalarValue> {
+fn aggregate<'a>(
+    function: &str,
+    out: &DataType,
+    values: impl Iterator<Item = &'a ScalarValue> + Clone,
+) -> Result<ScalarValue> {
+    match aggregate_numbers(function, out, values.clone()) {
+        Some(value) => value,
+        None => aggregate_scalars(function, out, values),
+    }
+}
+
+/// [`aggregate`] in `ScalarValue` arithmetic, for any argument type.
+fn aggregate_scalars<'a>(
+    function: &str,
+    out: &DataType,
+    values: impl Iterator<Item = &'a ScalarValue>,
+) -> Result<ScalarValue> {
     let values = values.filter(|v| !v.is_null());
     let value = match function {
         "count" => ScalarValue::Int64(Some(values.count() as i64)),
@@ -576,7 +730,7 @@ fn aggregate<'a>(function: &str, out: &DataType, values: impl Iterator<Item = &'
         }
         other => return Err(Error::internal(format!("OVER aggregate {other}"))),
     };
-    value.cast_to(out).map_err(df_error)
+    in_type(value, out)
 }
 
 fn sum<'a>(mut values: impl Iterator<Item = &'a ScalarValue>) -> Result<Option<ScalarValue>> {

@@ -327,3 +327,51 @@ fn state_ttl_forgets_idle_partitions_and_a_later_row_starts_afresh() {
     let two = out.iter().find(|r| r.0 == 2).unwrap();
     assert_eq!(two.4, Some(8), "partition 2 kept its running sum: 7 + 1");
 }
+
+/// The integer and float fast paths give what `ScalarValue` arithmetic
+/// gives, NULLs and empty frames included, and sum's overflow is the same
+/// data exception.
+#[test]
+fn number_fast_paths_agree_with_scalar_arithmetic() {
+    let i64s = |v: &[Option<i64>]| v.iter().map(|x| ScalarValue::Int64(*x)).collect::<Vec<_>>();
+    let i32s = |v: &[Option<i32>]| v.iter().map(|x| ScalarValue::Int32(*x)).collect::<Vec<_>>();
+    let f64s = |v: &[Option<f64>]| v.iter().map(|x| ScalarValue::Float64(*x)).collect::<Vec<_>>();
+    let frames = [
+        i64s(&[Some(3), None, Some(-7), Some(11)]),
+        i64s(&[None, None]),
+        i64s(&[]),
+        i32s(&[Some(5), Some(i32::MAX), None]),
+        f64s(&[Some(0.1), Some(0.2), None, Some(0.3)]),
+    ];
+    let mut fast = 0;
+    for frame in &frames {
+        for (function, out) in [
+            ("sum", DataType::Int64),
+            ("avg", DataType::Float64),
+            ("min", DataType::Int64),
+            ("max", DataType::Int64),
+            ("min", DataType::Int32),
+        ] {
+            let general = aggregate_scalars(function, &out, frame.iter());
+            let Some(got) = aggregate_numbers(function, &out, frame.iter()) else {
+                continue;
+            };
+            fast += 1;
+            match (got, general) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{function} -> {out} of {frame:?}"),
+                (a, b) => panic!("{function} of {frame:?}: {a:?} vs {b:?}"),
+            }
+        }
+    }
+    assert!(fast >= 15, "the fast paths ran ({fast})");
+    let overflow = aggregate("sum", &DataType::Int64, i64s(&[Some(i64::MAX), Some(1)]).iter()).unwrap_err();
+    assert_eq!(overflow.sqlstate(), SqlCode::DataException.sqlstate(), "{overflow}");
+    // The running values of an unbounded frame likewise.
+    let mut running = Running::default();
+    for v in i64s(&[Some(i64::MAX), Some(1)]) {
+        let r = running.add("sum", &DataType::Int64, &v);
+        if v == ScalarValue::Int64(Some(1)) {
+            assert!(r.unwrap_err().to_string().contains("overflowed"));
+        }
+    }
+}
