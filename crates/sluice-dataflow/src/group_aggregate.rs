@@ -485,6 +485,19 @@ impl Operator for GroupAggregateOperator {
 
 /// How often an operator with `state_ttl` looks for idle state: an eighth
 /// of the TTL, from 0.1 s to 1 min.
+/// `state_ttl`: the keys of `map` whose value no row reached (`touched`,
+/// processing time ms) since `cutoff`.
+pub(crate) fn idle_keys<V>(
+    map: &hashbrown::HashMap<Box<[u8]>, V>,
+    cutoff: i64,
+    touched: impl Fn(&V) -> i64,
+) -> Vec<Box<[u8]>> {
+    map.iter()
+        .filter(|(_, v)| touched(v) < cutoff)
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
 pub(crate) fn ttl_sweep_interval(ttl_ms: i64) -> std::time::Duration {
     std::time::Duration::from_millis((ttl_ms / 8).clamp(100, 60_000) as u64)
 }

@@ -67,6 +67,46 @@ struct Partition {
     touched_ms: i64,
 }
 
+/// The converter of a spec's partition keys (none without PARTITION BY).
+fn partition_converter(spec: &OverAggSpec) -> Result<Option<RowConverter>> {
+    if spec.partition_columns.is_empty() {
+        return Ok(None);
+    }
+    let fields = spec
+        .partition_columns
+        .iter()
+        .map(|c| SortField::new(spec.input_schema.field(*c).data_type().clone()))
+        .collect();
+    Ok(Some(RowConverter::new(fields)?))
+}
+
+/// Each row's partition key, row-encoded (none without PARTITION BY).
+fn partition_keys(
+    converter: Option<&RowConverter>,
+    spec: &OverAggSpec,
+    batch: &RecordBatch,
+) -> Result<Option<arrow::row::Rows>> {
+    let Some(c) = converter else { return Ok(None) };
+    let columns: Vec<ArrayRef> = spec
+        .partition_columns
+        .iter()
+        .map(|c| batch.column(*c).clone())
+        .collect();
+    Ok(Some(c.convert_columns(&columns)?))
+}
+
+/// Row `i`'s aggregate arguments (`count(*)`'s: `true`).
+fn row_args(spec: &OverAggSpec, batch: &RecordBatch, i: usize) -> Result<Vec<ScalarValue>> {
+    spec.aggregates
+        .iter()
+        .map(|a| match a.arg {
+            Some(c) => ScalarValue::try_from_array(batch.column(c), i),
+            None => Ok(ScalarValue::Boolean(Some(true))),
+        })
+        .collect::<datafusion::common::Result<Vec<_>>>()
+        .map_err(df_error)
+}
+
 /// A numeric argument of the fast paths.
 enum Number {
     Int(i64),
@@ -178,13 +218,7 @@ pub struct OverAggregateOperator {
 impl OverAggregateOperator {
     pub fn new(spec: &OverAggSpec, output_schema: SchemaRef) -> Result<Self> {
         let field = |c: usize| SortField::new(spec.input_schema.field(c).data_type().clone());
-        let partition = if spec.partition_columns.is_empty() {
-            None
-        } else {
-            Some(RowConverter::new(
-                spec.partition_columns.iter().map(|c| field(*c)).collect(),
-            )?)
-        };
+        let partition = partition_converter(spec)?;
         let rows = RowConverter::new((0..spec.input_schema.fields().len()).map(field).collect())?;
         for a in &spec.aggregates {
             if !matches!(a.function.as_str(), "count" | "sum" | "avg" | "min" | "max") {
@@ -219,19 +253,7 @@ impl OverAggregateOperator {
         waiting: Option<&[bool]>,
     ) -> Result<usize> {
         let times = timestamps_ms(batch.column(self.spec.time_column))?;
-        let keys = match &self.partition {
-            Some(c) => Some(
-                c.convert_columns(
-                    &self
-                        .spec
-                        .partition_columns
-                        .iter()
-                        .map(|c| batch.column(*c).clone())
-                        .collect::<Vec<_>>(),
-                )?,
-            ),
-            None => None,
-        };
+        let keys = partition_keys(self.partition.as_ref(), &self.spec, batch)?;
         let rows = self.rows.convert_columns(batch.columns())?;
         let now_ms = sluice_types::now_ms();
         let mut late = 0;
@@ -252,16 +274,7 @@ impl OverAggregateOperator {
                     ),
                 ));
             }
-            let args = self
-                .spec
-                .aggregates
-                .iter()
-                .map(|a| match a.arg {
-                    Some(c) => ScalarValue::try_from_array(batch.column(c), i),
-                    None => Ok(ScalarValue::Boolean(Some(true))),
-                })
-                .collect::<datafusion::common::Result<Vec<_>>>()
-                .map_err(df_error)?;
+            let args = row_args(&self.spec, batch, i)?;
             let seq = match seqs {
                 Some(s) => s.value(i),
                 None => self.next_seq,

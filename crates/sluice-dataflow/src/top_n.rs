@@ -332,13 +332,7 @@ impl TopNOperator {
         };
         let cutoff = now_ms.saturating_sub(ttl);
         let mut changes: Vec<Change> = Vec::new();
-        let idle: Vec<Box<[u8]>> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.touched_ms < cutoff)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in idle {
+        for key in crate::group_aggregate::idle_keys(&self.held, cutoff, |h| h.touched_ms) {
             for (position, e) in self.top_of_held(&key).into_iter().enumerate() {
                 changes.push((ChangeOp::Delete, e.row, position as u64 + 1));
             }
@@ -346,13 +340,7 @@ impl TopNOperator {
                 self.rows_held -= h.rows.values().sum::<u64>() as usize;
             }
         }
-        let idle: Vec<Box<[u8]>> = self
-            .partitions
-            .iter()
-            .filter(|(_, p)| p.touched_ms < cutoff)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in idle {
+        for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
             if let Some(p) = self.partitions.remove(&key) {
                 for (position, e) in p.list.into_iter().enumerate() {
                     changes.push((ChangeOp::Delete, e.row, position as u64 + 1));

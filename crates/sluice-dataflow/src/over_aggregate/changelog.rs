@@ -21,7 +21,7 @@
 //! shown) a partition no row reached for that long. A retraction of a row
 //! not held (forgotten by the TTL) is ignored.
 
-use super::{Running, aggregate};
+use super::{Running, aggregate, partition_converter, partition_keys, row_args};
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
@@ -98,13 +98,7 @@ impl OverChangelogOperator {
             return Err(Error::internal("an OVER aggregate's op column is not its input's last"));
         }
         let field = |c: usize| SortField::new(spec.input_schema.field(c).data_type().clone());
-        let partition = if spec.partition_columns.is_empty() {
-            None
-        } else {
-            Some(RowConverter::new(
-                spec.partition_columns.iter().map(|c| field(*c)).collect(),
-            )?)
-        };
+        let partition = partition_converter(spec)?;
         let data_columns: Vec<usize> = (0..op_column).collect();
         let rows = RowConverter::new(data_columns.iter().map(|c| field(*c)).collect())?;
         let order = RowConverter::new(vec![field(spec.time_column)])?;
@@ -154,19 +148,7 @@ impl OverChangelogOperator {
     /// with each one's partition key.
     fn read(&self, batch: &RecordBatch) -> Result<Vec<(Box<[u8]>, Held)>> {
         let column = |c: usize| batch.column(c).clone();
-        let keys = match &self.partition {
-            Some(p) => Some(
-                p.convert_columns(
-                    &self
-                        .spec
-                        .partition_columns
-                        .iter()
-                        .map(|c| column(*c))
-                        .collect::<Vec<_>>(),
-                )?,
-            ),
-            None => None,
-        };
+        let keys = partition_keys(self.partition.as_ref(), &self.spec, batch)?;
         let orders = self.order.convert_columns(&[column(self.spec.time_column)])?;
         let times = match self.spec.frame {
             OverFrame::Range { .. } => Some(timestamps_ms(batch.column(self.spec.time_column))?),
@@ -177,16 +159,7 @@ impl OverChangelogOperator {
             .convert_columns(&self.data_columns.iter().map(|c| column(*c)).collect::<Vec<_>>())?;
         let mut out = Vec::with_capacity(batch.num_rows());
         for i in 0..batch.num_rows() {
-            let args = self
-                .spec
-                .aggregates
-                .iter()
-                .map(|a| match a.arg {
-                    Some(c) => ScalarValue::try_from_array(batch.column(c), i),
-                    None => Ok(ScalarValue::Boolean(Some(true))),
-                })
-                .collect::<datafusion::common::Result<Vec<_>>>()
-                .map_err(df_error)?;
+            let args = row_args(&self.spec, batch, i)?;
             let key: Box<[u8]> = keys.as_ref().map_or_else(Box::default, |k| k.row(i).data().into());
             out.push((
                 key,
@@ -308,14 +281,8 @@ impl OverChangelogOperator {
             return Ok(None);
         };
         let cutoff = now_ms.saturating_sub(ttl);
-        let idle: Vec<Box<[u8]>> = self
-            .partitions
-            .iter()
-            .filter(|(_, p)| p.touched_ms < cutoff)
-            .map(|(k, _)| k.clone())
-            .collect();
         let mut changes = Vec::new();
-        for key in idle {
+        for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
             let p = self.partitions.remove(&key).expect("listed above");
             let aggs = self.frames.outputs(&p.rows, 0..p.rows.len())?;
             self.held -= p.rows.len();
