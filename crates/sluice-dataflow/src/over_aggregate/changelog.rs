@@ -219,7 +219,7 @@ impl OverChangelogOperator {
     }
 
     fn take_back(&mut self, key: &[u8], row: &Held, now_ms: i64, changes: &mut Vec<Change>) -> Result<()> {
-        let Some(mut p) = self.partitions.remove(key) else {
+        let Some(p) = self.partitions.get_mut(key) else {
             return Ok(());
         };
         p.touched_ms = now_ms;
@@ -236,8 +236,8 @@ impl OverChangelogOperator {
             Self::diff(&p.rows, affected.start, at, before, after, false, changes);
             p.rows.remove(at);
         }
-        if !p.rows.is_empty() {
-            self.partitions.insert(key.into(), p);
+        if p.rows.is_empty() {
+            self.partitions.remove(key);
         }
         Ok(())
     }
