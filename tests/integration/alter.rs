@@ -464,6 +464,25 @@ async fn an_updating_pipeline_rescaled_mid_stream_folds_to_the_aggregates_of_all
 /// so every bid comes out once, with the sum computed here over all bids.
 #[tokio::test]
 async fn an_over_aggregate_rescaled_mid_stream_gives_every_rows_running_sum_once() {
+    over_rescaled_mid_stream("", |o, b| o.ts_ms <= b.ts_ms).await;
+}
+
+/// The same with a bounded frame (the bids of the last 2 seconds, peers
+/// included): the frames — each row's time and argument, not the row —
+/// move by key group at each switch.
+#[tokio::test]
+async fn an_over_aggregate_with_a_range_frame_rescaled_mid_stream_gives_every_rows_sum_once() {
+    over_rescaled_mid_stream(
+        " RANGE BETWEEN INTERVAL '2' SECOND PRECEDING AND CURRENT ROW",
+        |o, b| o.ts_ms <= b.ts_ms && o.ts_ms >= b.ts_ms - 2_000,
+    )
+    .await;
+}
+
+/// Each bid with the sum of its auction's prices `OVER (PARTITION BY
+/// auction ORDER BY date_time{frame})`, rescaled 1 → 4 → 2, against the
+/// sums computed here: bid `o` is in bid `b`'s frame when `in_frame(o, b)`.
+async fn over_rescaled_mid_stream(frame: &str, in_frame: impl Fn(&crate::support::Bid, &crate::support::Bid) -> bool) {
     const EVENTS: u64 = 30_000;
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("running");
@@ -474,23 +493,20 @@ async fn an_over_aggregate_rescaled_mid_stream_gives_every_rows_running_sum_once
         &client,
         &format!(
             "CREATE SINK running_total WITH (connector = 'file', path = '{}', format = 'json', 'checkpoint.interval' = '500ms') AS \
-             SELECT auction, bidder, price, sum(price) OVER (PARTITION BY auction ORDER BY date_time) AS s FROM bids",
+             SELECT auction, bidder, price, sum(price) OVER (PARTITION BY auction ORDER BY date_time{frame}) AS s FROM bids",
             out.display()
         ),
     )
     .await;
     rescale_4_then_2(&client, "running_total").await;
-    // Per auction, by time: each bid's sum is of every bid at or before its
-    // time (peers included).
     let mut by_auction: BTreeMap<i64, Vec<crate::support::Bid>> = BTreeMap::new();
     for b in crate::support::all_bids(&client, "bids_all").await {
         by_auction.entry(b.auction).or_default().push(b);
     }
     let mut expected: Vec<(i64, i64, i64, i64)> = Vec::new();
-    for bids in by_auction.values_mut() {
-        bids.sort_by_key(|b| b.ts_ms);
-        for b in bids.iter() {
-            let s = bids.iter().take_while(|o| o.ts_ms <= b.ts_ms).map(|o| o.price).sum();
+    for bids in by_auction.values() {
+        for b in bids {
+            let s = bids.iter().filter(|o| in_frame(o, b)).map(|o| o.price).sum();
             expected.push((b.auction, b.bidder, b.price, s));
         }
     }
@@ -505,7 +521,7 @@ async fn an_over_aggregate_rescaled_mid_stream_gives_every_rows_running_sum_once
     expected.sort_unstable();
     got.sort_unstable();
     assert_eq!(got.len(), expected.len(), "one row per bid");
-    assert!(got == expected, "rows differ from the running sums computed here");
+    assert!(got == expected, "rows differ from the sums computed here");
 }
 
 /// An OVER aggregate over a changelog — each auction's top price summed

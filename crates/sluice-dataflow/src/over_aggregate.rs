@@ -3,8 +3,8 @@
 //! INTERVAL … PRECEDING AND CURRENT ROW`) over an append-only input, in
 //! event-time order, as Flink's event-time OVER aggregates.
 //!
-//! A row waits (row-encoded, with its time and its aggregates' arguments)
-//! until the low watermark passes its time: then no row of an earlier time
+//! A row waits (in its input batch, which is kept until its last waiting
+//! row goes) until the low watermark passes its time: then no row of an earlier time
 //! can still come, and the rows of its partition released by that
 //! watermark are taken in time order (arrival order among equal times).
 //! Each joins its partition's frame, the frame drops what falls out of it
@@ -16,50 +16,72 @@
 //! The output is append-only and keeps the input's event time. Over a
 //! changelog the operator is [`OverChangelogOperator`].
 //!
-//! The aggregates are computed over the frame for each released row (a
-//! frame of `n + 1` rows: O(n) a row). `rows_max` bounds the rows one
-//! instance holds, waiting or in frames; past it the pipeline fails.
+//! A frame keeps of its rows only their times and what each aggregate needs
+//! of their arguments ([`frame`]): `count`, integer `sum`/`avg`/`min`/`max`
+//! cost O(1) a row (running sums, a monotone deque), float sums O(frame),
+//! in frame order; the released rows go out gathered from their batches
+//! (no per-row encoding). An unbounded frame keeps only running values.
+//! `rows_max` bounds the rows one instance holds, waiting or in frames;
+//! past it the pipeline fails.
 
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::timestamps_ms;
 use crate::window::fixed::finish_batch;
-use arrow::array::{ArrayRef, BooleanArray, UInt64Array};
-use arrow::compute::{sort_to_indices, take_record_batch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, UInt32Array, UInt64Array};
+use arrow::compute::{interleave, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
 use datafusion::common::ScalarValue;
-use hashbrown::HashMap;
+use frame::{Agg, ArgKind, Builder, Column, Frame, Function, Value};
+use hashbrown::{HashMap, HashSet};
 use sluice_plan::{OverAggSpec, OverFrame};
 use sluice_types::{Error, Result, SqlCode, Watermark};
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Snapshot layout: every held row (the input's columns), its arrival
-/// number and whether it still waits for the watermark, keyed by the
+/// Snapshot layout: every row waiting for the watermark (the input's
+/// columns), its arrival number and `true` (older snapshots also held the
+/// frames' rows here, with `false`; they are still read), keyed by the
 /// partition columns.
 const ROWS_KEY: &str = "rows";
+/// A bounded frame's rows: per row its partition's key columns, its time
+/// (ms), its arrival number and per aggregate the argument the frame keeps
+/// ([`Builder::snapshot`]); keyed by the key columns.
+const FRAMES_KEY: &str = "frames";
 /// An unbounded frame's running values: per partition its key columns,
 /// then per aggregate its count and running value; keyed by the key
 /// columns.
 const RUNNING_KEY: &str = "running";
 
-/// A row held: waiting for the watermark, or in a frame.
-struct Held {
+/// Rows of kept input batches beyond 4 times the rows waiting after which
+/// the batches at least half released are cut down to their waiting rows.
+const COMPACT_ROWS_MIN: usize = 1 << 16;
+
+/// A row waiting for the watermark: row `row` of retained batch `slot`.
+struct Waiting {
     time: i64,
     seq: u64,
-    row: Box<[u8]>,
-    args: Vec<ScalarValue>,
+    slot: u64,
+    row: u32,
+}
+
+/// An input batch some of whose rows wait for the watermark, with its
+/// aggregates' argument columns as the frames read them.
+struct Retained {
+    batch: RecordBatch,
+    columns: Vec<Column>,
+    /// Its rows still waiting (at 0 the batch goes).
+    waiting: usize,
 }
 
 #[derive(Default)]
 struct Partition {
-    waiting: Vec<Held>,
-    frame: VecDeque<Held>,
+    waiting: Vec<Waiting>,
+    frame: Frame,
     /// An unbounded frame's running aggregates (one per aggregate; empty
     /// until the partition's first row is released).
     running: Vec<Running>,
@@ -207,9 +229,15 @@ impl Running {
 /// The operator.
 pub struct OverAggregateOperator {
     spec: OverAggSpec,
+    aggs: Vec<Agg>,
     partition: Option<RowConverter>,
-    rows: RowConverter,
     partitions: HashMap<Box<[u8]>, Partition>,
+    /// Input batches with rows waiting, by slot.
+    batches: HashMap<u64, Retained>,
+    next_slot: u64,
+    /// Rows waiting (in `batches`), and the rows of those batches.
+    waiting: usize,
+    retained_rows: usize,
     held: usize,
     next_seq: u64,
     output_schema: SchemaRef,
@@ -217,19 +245,32 @@ pub struct OverAggregateOperator {
 
 impl OverAggregateOperator {
     pub fn new(spec: &OverAggSpec, output_schema: SchemaRef) -> Result<Self> {
-        let field = |c: usize| SortField::new(spec.input_schema.field(c).data_type().clone());
-        let partition = partition_converter(spec)?;
-        let rows = RowConverter::new((0..spec.input_schema.fields().len()).map(field).collect())?;
-        for a in &spec.aggregates {
-            if !matches!(a.function.as_str(), "count" | "sum" | "avg" | "min" | "max") {
-                return Err(Error::internal(format!("OVER aggregate {}", a.function)));
-            }
-        }
+        let aggs = spec
+            .aggregates
+            .iter()
+            .enumerate()
+            .map(|(a, call)| {
+                let function = Function::of(&call.function)?;
+                let out = output_schema.field(spec.output_columns + a).data_type().clone();
+                let arg = call.arg.map(|c| spec.input_schema.field(c).data_type());
+                Ok(Agg {
+                    name: call.function.clone(),
+                    function,
+                    kind: ArgKind::of(function, arg, &out),
+                    arg: call.arg,
+                    out,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(OverAggregateOperator {
             spec: spec.clone(),
-            partition,
-            rows,
+            aggs,
+            partition: partition_converter(spec)?,
             partitions: HashMap::new(),
+            batches: HashMap::new(),
+            next_slot: 0,
+            waiting: 0,
+            retained_rows: 0,
             held: 0,
             next_seq: 0,
             output_schema,
@@ -241,51 +282,46 @@ impl OverAggregateOperator {
         self.held
     }
 
-    /// Holds the rows of `batch` at or after `low` (the rest are late:
-    /// returns how many); `seqs` gives their arrival numbers (restore) or
-    /// they get the next ones; `waiting` says which wait for the watermark
-    /// (restore) — all, for new rows.
-    fn hold(
-        &mut self,
-        batch: &RecordBatch,
-        low: i64,
-        seqs: Option<&UInt64Array>,
-        waiting: Option<&[bool]>,
-    ) -> Result<usize> {
+    fn limit_error(&self) -> Error {
+        Error::user(
+            SqlCode::ConfigurationLimitExceeded,
+            format!(
+                "OVER aggregate state limit reached: {} rows held in one instance (waiting for the \
+                 watermark or in frames); use a shorter frame or more parallelism",
+                self.spec.rows_max
+            ),
+        )
+    }
+
+    /// Holds the rows of `batch` at or after `low` until the watermark
+    /// passes them (the rest are late: returns how many).
+    fn hold(&mut self, batch: &RecordBatch, low: i64) -> Result<usize> {
+        self.hold_rows(batch, low, None)
+    }
+
+    /// [`Self::hold`], the rows' arrival numbers given (`seqs`: restore)
+    /// or the next ones. The batch itself is kept, not its rows, until the
+    /// last of them is released.
+    fn hold_rows(&mut self, batch: &RecordBatch, low: i64, seqs: Option<&UInt64Array>) -> Result<usize> {
         let times = timestamps_ms(batch.column(self.spec.time_column))?;
         let keys = partition_keys(self.partition.as_ref(), &self.spec, batch)?;
-        let rows = self.rows.convert_columns(batch.columns())?;
+        let columns = Column::prepare_all(&self.aggs, batch.columns())?;
         let now_ms = sluice_types::now_ms();
-        let mut late = 0;
-        for i in 0..batch.num_rows() {
-            let time = times[i].unwrap_or(i64::MIN);
-            let is_waiting = waiting.is_none_or(|w| w[i]);
-            if is_waiting && time < low {
+        let slot = self.next_slot;
+        let (mut late, mut waiting) = (0, 0);
+        let mut limit = Ok(());
+        for (i, time) in times.iter().enumerate() {
+            let time = time.unwrap_or(i64::MIN);
+            if time < low {
                 late += 1;
                 continue;
             }
             if self.held >= self.spec.rows_max {
-                return Err(Error::user(
-                    SqlCode::ConfigurationLimitExceeded,
-                    format!(
-                        "OVER aggregate state limit reached: {} rows held in one instance (waiting for the \
-                         watermark or in frames); use a shorter frame or more parallelism",
-                        self.spec.rows_max
-                    ),
-                ));
+                limit = Err(self.limit_error());
+                break;
             }
-            let args = row_args(&self.spec, batch, i)?;
-            let seq = match seqs {
-                Some(s) => s.value(i),
-                None => self.next_seq,
-            };
+            let seq = seqs.map_or(self.next_seq, |s| s.value(i));
             self.next_seq = self.next_seq.max(seq + 1);
-            let held = Held {
-                time,
-                seq,
-                row: rows.row(i).data().into(),
-                args,
-            };
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
             // (A key is boxed only for a new partition.)
             if !self.partitions.contains_key(key) {
@@ -293,95 +329,119 @@ impl OverAggregateOperator {
             }
             let partition = self.partitions.get_mut(key).expect("inserted above");
             partition.touched_ms = now_ms;
-            if is_waiting {
-                partition.waiting.push(held);
-            } else {
-                partition.frame.push_back(held);
-            }
+            partition.waiting.push(Waiting {
+                time,
+                seq,
+                slot,
+                row: i as u32,
+            });
             self.held += 1;
+            waiting += 1;
         }
-        Ok(late)
+        if waiting > 0 {
+            self.next_slot += 1;
+            self.waiting += waiting;
+            self.retained_rows += batch.num_rows();
+            self.batches.insert(
+                slot,
+                Retained {
+                    batch: batch.clone(),
+                    columns,
+                    waiting,
+                },
+            );
+        }
+        limit.map(|()| late)
     }
 
     /// Releases every waiting row older than `watermark`, in time order per
     /// partition: the output rows with their aggregates, as one batch.
     pub fn release(&mut self, watermark: i64) -> Result<Option<RecordBatch>> {
-        let mut out_rows: Vec<Box<[u8]>> = Vec::new();
-        let mut out_aggs: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.spec.aggregates.len()];
         let frame = self.spec.frame;
-        let functions: Vec<&str> = self.spec.aggregates.iter().map(|a| a.function.as_str()).collect();
-        let types: Vec<DataType> = (0..functions.len())
-            .map(|a| {
-                self.output_schema
-                    .field(self.spec.output_columns + a)
-                    .data_type()
-                    .clone()
+        let bounded = !matches!(frame, OverFrame::Unbounded { .. });
+        // A ROWS frame takes rows one by one; a RANGE frame the peers (rows
+        // of one time) together.
+        let peers = matches!(frame, OverFrame::Range { .. } | OverFrame::Unbounded { peers: true });
+        let Self {
+            spec,
+            aggs,
+            partitions,
+            batches,
+            held,
+            ..
+        } = self;
+        let mut results: Vec<Builder> = aggs
+            .iter()
+            .map(|a| match bounded {
+                true => Builder::results(a),
+                false => Builder::Scalars(Vec::new()),
             })
             .collect();
+        // Each output row: (slot, row) of its input row.
+        let mut released: Vec<(u64, u32)> = Vec::new();
         let mut emptied = Vec::new();
-        for (key, p) in self.partitions.iter_mut() {
+        for (key, p) in partitions.iter_mut() {
             if p.waiting.iter().any(|h| h.time < watermark) {
-                let (mut due, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut p.waiting)
-                    .into_iter()
-                    .partition(|h| h.time < watermark);
-                p.waiting = waiting;
-                due.sort_by_key(|h| (h.time, h.seq));
-                let mut due = due.into_iter().peekable();
-                while let Some(first) = due.next() {
-                    // A ROWS frame takes rows one by one; a RANGE frame the
-                    // peers (rows of one time) together.
-                    let mut group = vec![first];
-                    if matches!(frame, OverFrame::Range { .. } | OverFrame::Unbounded { peers: true }) {
-                        while due.peek().is_some_and(|h| h.time == group[0].time) {
-                            group.push(due.next().expect("peeked"));
+                p.waiting.sort_unstable_by_key(|h| (h.time, h.seq));
+                let due = p.waiting.partition_point(|h| h.time < watermark);
+                let due: Vec<Waiting> = p.waiting.drain(..due).collect();
+                let mut i = 0;
+                while i < due.len() {
+                    let mut j = i + 1;
+                    if peers {
+                        while j < due.len() && due[j].time == due[i].time {
+                            j += 1;
                         }
                     }
+                    let group = &due[i..j];
+                    i = j;
                     let time = group[0].time;
-                    let rows: Vec<Box<[u8]>> = group.iter().map(|h| h.row.clone()).collect();
-                    if let OverFrame::Unbounded { .. } = frame {
+                    released.extend(group.iter().map(|h| (h.slot, h.row)));
+                    if !bounded {
                         // Running values: the rows themselves go.
                         if p.running.is_empty() {
-                            p.running = vec![Running::default(); functions.len()];
-                            self.held += 1;
+                            p.running = vec![Running::default(); aggs.len()];
+                            *held += 1;
                         }
-                        for h in &group {
-                            for (a, function) in functions.iter().enumerate() {
-                                p.running[a].add(function, &types[a], &h.args[a])?;
+                        for h in group {
+                            let args = row_args(spec, &batches[&h.slot].batch, h.row as usize)?;
+                            for (a, agg) in aggs.iter().enumerate() {
+                                p.running[a].add(&agg.name, &agg.out, &args[a])?;
                             }
                         }
-                        self.held -= group.len();
-                        for (a, function) in functions.iter().enumerate() {
-                            let value = p.running[a].value(function, &types[a])?;
-                            out_aggs[a].extend(std::iter::repeat_n(value, rows.len()));
+                        *held -= group.len();
+                        for (a, agg) in aggs.iter().enumerate() {
+                            let value = p.running[a].value(&agg.name, &agg.out)?;
+                            results[a].push_n(Value::Scalar(value), group.len());
                         }
-                        out_rows.extend(rows);
                         continue;
                     }
-                    p.frame.extend(group);
+                    for h in group {
+                        p.frame
+                            .push(aggs, &batches[&h.slot].columns, h.row as usize, h.time, h.seq)?;
+                    }
                     match frame {
                         OverFrame::Rows { preceding } => {
                             while p.frame.len() as u64 > preceding.saturating_add(1) {
                                 p.frame.pop_front();
-                                self.held -= 1;
+                                *held -= 1;
                             }
                         }
                         OverFrame::Range { preceding_ms } => {
                             while p
                                 .frame
-                                .front()
-                                .is_some_and(|h| h.time < time.saturating_sub(preceding_ms))
+                                .front_time()
+                                .is_some_and(|t| t < time.saturating_sub(preceding_ms))
                             {
                                 p.frame.pop_front();
-                                self.held -= 1;
+                                *held -= 1;
                             }
                         }
                         OverFrame::Unbounded { .. } => unreachable!("handled above"),
                     }
-                    for (a, function) in functions.iter().enumerate() {
-                        let value = aggregate(function, &types[a], p.frame.iter().map(|h| &h.args[a]))?;
-                        out_aggs[a].extend(std::iter::repeat_n(value, rows.len()));
+                    for (a, agg) in aggs.iter().enumerate() {
+                        results[a].push_n(p.frame.value(a, agg)?, group.len());
                     }
-                    out_rows.extend(rows);
                 }
             }
             // A RANGE frame's rows older than any row still to come are
@@ -389,11 +449,11 @@ impl OverAggregateOperator {
             if let OverFrame::Range { preceding_ms } = frame {
                 while p
                     .frame
-                    .front()
-                    .is_some_and(|h| h.time < watermark.saturating_sub(preceding_ms))
+                    .front_time()
+                    .is_some_and(|t| t < watermark.saturating_sub(preceding_ms))
                 {
                     p.frame.pop_front();
-                    self.held -= 1;
+                    *held -= 1;
                 }
             }
             if p.waiting.is_empty() && p.frame.is_empty() && p.running.is_empty() {
@@ -401,18 +461,66 @@ impl OverAggregateOperator {
             }
         }
         for key in emptied {
-            self.partitions.remove(&key);
+            partitions.remove(&key);
         }
-        if out_rows.is_empty() {
+        if released.is_empty() {
             return Ok(None);
         }
-        let parser = self.rows.parser();
-        let input = self.rows.convert_rows(out_rows.iter().map(|r| parser.parse(r)))?;
-        let mut columns: Vec<ArrayRef> = input.into_iter().take(self.spec.output_columns).collect();
-        for values in out_aggs {
-            columns.push(ScalarValue::iter_to_array(values).map_err(df_error)?);
+        let mut columns = gather(batches, &released, spec.output_columns)?;
+        for (builder, agg) in results.into_iter().zip(aggs.iter()) {
+            columns.push(builder.finish(Some(&agg.out))?);
         }
-        finish_batch(&self.output_schema, columns).map(Some)
+        for (slot, _) in &released {
+            let retained = batches.get_mut(slot).expect("a released row's batch");
+            retained.waiting -= 1;
+            if retained.waiting == 0 {
+                batches.remove(slot);
+            }
+        }
+        self.waiting -= released.len();
+        let out = finish_batch(&self.output_schema, columns)?;
+        // Batches most of whose rows went keep only those still waiting
+        // once the batches kept hold 4 times the rows waiting: a row far
+        // ahead of the watermark must not pin its whole batch. (Each
+        // compaction reads every waiting row, so it runs only after the
+        // kept rows grew by three times those waiting.)
+        self.retained_rows = self.batches.values().map(|r| r.batch.num_rows()).sum();
+        if self.retained_rows > COMPACT_ROWS_MIN + 4 * self.waiting {
+            let sparse: HashSet<u64> = self
+                .batches
+                .iter()
+                .filter(|(_, r)| r.waiting * 2 <= r.batch.num_rows())
+                .map(|(slot, _)| *slot)
+                .collect();
+            self.compact(&sparse)?;
+        }
+        Ok(Some(out))
+    }
+
+    /// Replaces each batch of `slots` by its rows still waiting.
+    fn compact(&mut self, slots: &HashSet<u64>) -> Result<()> {
+        let mut rows: HashMap<u64, Vec<u32>> = HashMap::new();
+        for p in self.partitions.values() {
+            for h in p.waiting.iter().filter(|h| slots.contains(&h.slot)) {
+                rows.entry(h.slot).or_default().push(h.row);
+            }
+        }
+        for (slot, kept) in rows.iter_mut() {
+            kept.sort_unstable();
+            let retained = self.batches.get_mut(slot).expect("a waiting row's batch");
+            let take = UInt32Array::from(kept.clone());
+            retained.batch = take_record_batch(&retained.batch, &take)?;
+            retained.columns = Column::prepare_all(&self.aggs, retained.batch.columns())?;
+        }
+        for p in self.partitions.values_mut() {
+            for h in p.waiting.iter_mut() {
+                if let Some(kept) = rows.get(&h.slot) {
+                    h.row = kept.binary_search(&h.row).expect("a kept row") as u32;
+                }
+            }
+        }
+        self.retained_rows = self.batches.values().map(|r| r.batch.num_rows()).sum();
+        Ok(())
     }
 
     /// `state_ttl`: forgets every partition no row reached since `now_ms`
@@ -435,25 +543,16 @@ impl OverAggregateOperator {
         before - self.partitions.len()
     }
 
-    /// Every held row, its arrival number and whether it waits, as one batch.
-    fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
-        let held: Vec<(&Held, bool)> = self
-            .partitions
-            .values()
-            .flat_map(|p| {
-                p.frame
-                    .iter()
-                    .map(|h| (h, false))
-                    .chain(p.waiting.iter().map(|h| (h, true)))
-            })
-            .collect();
-        if held.is_empty() {
+    /// Every waiting row, its arrival number and `true`, as one batch.
+    fn waiting_batch(&self) -> Result<Option<RecordBatch>> {
+        let waiting: Vec<&Waiting> = self.partitions.values().flat_map(|p| p.waiting.iter()).collect();
+        if waiting.is_empty() {
             return Ok(None);
         }
-        let parser = self.rows.parser();
-        let mut columns = self.rows.convert_rows(held.iter().map(|(h, _)| parser.parse(&h.row)))?;
-        columns.push(Arc::new(UInt64Array::from_iter_values(held.iter().map(|(h, _)| h.seq))));
-        columns.push(Arc::new(BooleanArray::from_iter(held.iter().map(|(_, w)| Some(*w)))));
+        let rows: Vec<(u64, u32)> = waiting.iter().map(|h| (h.slot, h.row)).collect();
+        let mut columns = gather(&self.batches, &rows, self.spec.input_schema.fields().len())?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(waiting.iter().map(|h| h.seq))));
+        columns.push(Arc::new(BooleanArray::from(vec![true; waiting.len()])));
         let mut fields: Vec<Field> = self
             .spec
             .input_schema
@@ -466,37 +565,86 @@ impl OverAggregateOperator {
         Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
     }
 
+    /// Every bounded frame's rows, as one batch (see [`FRAMES_KEY`]).
+    fn frames_batch(&self) -> Result<Option<RecordBatch>> {
+        let parts: Vec<(&[u8], &Partition)> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| !p.frame.is_empty())
+            .map(|(k, p)| (k.as_ref(), p))
+            .collect();
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let (mut fields, mut columns) = self.key_columns(&parts, |p| p.frame.len())?;
+        let rows = || parts.iter().flat_map(|(_, p)| p.frame.rows());
+        columns.push(Arc::new(arrow::array::Int64Array::from_iter_values(
+            rows().map(|r| r.0),
+        )));
+        columns.push(Arc::new(UInt64Array::from_iter_values(rows().map(|r| r.1))));
+        fields.push(Field::new("__time", DataType::Int64, false));
+        fields.push(Field::new("__seq", DataType::UInt64, false));
+        for (a, agg) in self.aggs.iter().enumerate() {
+            let mut args = Builder::snapshot(agg.kind);
+            for (_, p) in &parts {
+                p.frame.snapshot_args(a, &mut args);
+            }
+            let array = args.finish(None)?;
+            fields.push(Field::new(format!("__arg{a}"), array.data_type().clone(), true));
+            columns.push(array);
+        }
+        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+    }
+
+    /// A snapshot's partition key columns and their fields: each of
+    /// `parts`' keys `times(partition)` times (none without PARTITION BY).
+    fn key_columns(
+        &self,
+        parts: &[(&[u8], &Partition)],
+        times: impl Fn(&Partition) -> usize,
+    ) -> Result<(Vec<Field>, Vec<ArrayRef>)> {
+        let Some(c) = &self.partition else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let parser = c.parser();
+        let keys = parts
+            .iter()
+            .flat_map(|(k, p)| std::iter::repeat_n(parser.parse(k), times(p)));
+        let fields = self
+            .spec
+            .partition_columns
+            .iter()
+            .enumerate()
+            .map(|(j, col)| {
+                let ty = self.spec.input_schema.field(*col).data_type().clone();
+                Field::new(format!("__key{j}"), ty, true)
+            })
+            .collect();
+        Ok((fields, c.convert_rows(keys)?))
+    }
+
     /// The type a running value is kept in: Float64 for `avg`, else the
     /// result's.
     fn running_type(&self, a: usize) -> DataType {
-        if self.spec.aggregates[a].function == "avg" {
-            DataType::Float64
-        } else {
-            self.output_schema
-                .field(self.spec.output_columns + a)
-                .data_type()
-                .clone()
+        match self.aggs[a].function {
+            Function::Avg => DataType::Float64,
+            _ => self.aggs[a].out.clone(),
         }
     }
 
     /// Every partition's running values, as one batch (see [`RUNNING_KEY`]).
     fn running_batch(&self) -> Result<Option<RecordBatch>> {
-        let parts: Vec<(&Box<[u8]>, &Partition)> =
-            self.partitions.iter().filter(|(_, p)| !p.running.is_empty()).collect();
+        let parts: Vec<(&[u8], &Partition)> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| !p.running.is_empty())
+            .map(|(k, p)| (k.as_ref(), p))
+            .collect();
         if parts.is_empty() {
             return Ok(None);
         }
-        let mut fields = Vec::new();
-        let mut columns: Vec<ArrayRef> = Vec::new();
-        if let Some(c) = &self.partition {
-            let parser = c.parser();
-            columns = c.convert_rows(parts.iter().map(|(k, _)| parser.parse(k)))?;
-            for (j, col) in self.spec.partition_columns.iter().enumerate() {
-                let f = self.spec.input_schema.field(*col);
-                fields.push(Field::new(format!("__key{j}"), f.data_type().clone(), true));
-            }
-        }
-        for a in 0..self.spec.aggregates.len() {
+        let (mut fields, mut columns) = self.key_columns(&parts, |_| 1)?;
+        for a in 0..self.aggs.len() {
             let ty = self.running_type(a);
             columns.push(Arc::new(arrow::array::Int64Array::from_iter_values(
                 parts.iter().map(|(_, p)| p.running[a].count),
@@ -517,7 +665,7 @@ impl OverAggregateOperator {
     fn restore_running(&mut self, batch: &RecordBatch) -> Result<()> {
         let k = self.spec.partition_columns.len();
         let bad = || Error::internal("OVER aggregate snapshot: bad running values");
-        if batch.num_columns() != k + 2 * self.spec.aggregates.len() {
+        if batch.num_columns() != k + 2 * self.aggs.len() {
             return Err(bad());
         }
         let keys = match &self.partition {
@@ -525,8 +673,8 @@ impl OverAggregateOperator {
             None => None,
         };
         for r in 0..batch.num_rows() {
-            let mut running = Vec::with_capacity(self.spec.aggregates.len());
-            for a in 0..self.spec.aggregates.len() {
+            let mut running = Vec::with_capacity(self.aggs.len());
+            for a in 0..self.aggs.len() {
                 let count = batch
                     .column(k + 2 * a)
                     .as_any()
@@ -549,40 +697,127 @@ impl OverAggregateOperator {
         Ok(())
     }
 
-    /// Holds [`Self::snapshot_batch`]'s rows again (maybe of several old
-    /// instances: their partitions are disjoint).
-    fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
-        let n = batch.num_columns();
+    /// Takes a snapshot's rows again (maybe of several old instances: their
+    /// partitions are disjoint): the waiting rows of [`ROWS_KEY`] wait
+    /// again; frame rows — [`FRAMES_KEY`]'s, and those an older snapshot
+    /// kept in [`ROWS_KEY`] — rejoin their frames in time and arrival
+    /// order.
+    fn restore_batches(&mut self, rows: Option<RecordBatch>, frames: Option<RecordBatch>) -> Result<()> {
         let bad = || Error::internal("OVER aggregate snapshot: bad columns");
-        if n < 2 {
-            return Err(bad());
+        // Frame rows of each source: (keys, times, seqs, argument columns).
+        let mut sources = Vec::new();
+        if let Some(batch) = rows {
+            let n = batch.num_columns();
+            if n < 2 {
+                return Err(bad());
+            }
+            let seqs = batch
+                .column(n - 2)
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .ok_or_else(bad)?
+                .clone();
+            let is_waiting: BooleanArray = batch
+                .column(n - 1)
+                .as_any()
+                .downcast_ref::<BooleanArray>()
+                .ok_or_else(bad)?
+                .iter()
+                .map(|w| Some(w.unwrap_or(true)))
+                .collect();
+            let input = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
+            let input = RecordBatch::try_new(self.spec.input_schema.clone(), input.columns().to_vec())?;
+            let in_frames = arrow::compute::not(&is_waiting)?;
+            let waiting_rows = arrow::compute::filter_record_batch(&input, &is_waiting)?;
+            let waiting_seqs = arrow::compute::filter(&seqs, &is_waiting)?;
+            self.hold_rows(&waiting_rows, i64::MIN, Some(waiting_seqs.as_primitive()))?;
+            if in_frames.true_count() > 0 {
+                let old = arrow::compute::filter_record_batch(&input, &in_frames)?;
+                let seqs = arrow::compute::filter(&seqs, &in_frames)?;
+                let times = timestamps_ms(old.column(self.spec.time_column))?
+                    .into_iter()
+                    .map(|t| t.unwrap_or(i64::MIN))
+                    .collect();
+                let keys = partition_keys(self.partition.as_ref(), &self.spec, &old)?;
+                let columns = Column::prepare_all(&self.aggs, old.columns())?;
+                sources.push((keys, times, seqs.as_primitive::<UInt64Type>().clone(), columns));
+            }
         }
-        let by_seq = sort_to_indices(batch.column(n - 2), None, None)?;
-        let batch = take_record_batch(batch, &by_seq)?;
-        let seqs = batch
-            .column(n - 2)
-            .as_any()
-            .downcast_ref::<UInt64Array>()
-            .ok_or_else(bad)?
-            .clone();
-        let waiting: Vec<bool> = batch
-            .column(n - 1)
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .ok_or_else(bad)?
-            .iter()
-            .map(|w| w.unwrap_or(true))
-            .collect();
-        let input = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
-        let input = RecordBatch::try_new(self.spec.input_schema.clone(), input.columns().to_vec())?;
-        self.hold(&input, i64::MIN, Some(&seqs), Some(&waiting))?;
-        // A frame is in the order its rows were released: by time, then
-        // arrival.
-        for p in self.partitions.values_mut() {
-            p.frame.make_contiguous().sort_by_key(|h| (h.time, h.seq));
+        if let Some(batch) = frames {
+            let k = self.spec.partition_columns.len();
+            if batch.num_columns() != k + 2 + self.aggs.len() {
+                return Err(bad());
+            }
+            let keys = match &self.partition {
+                Some(c) => Some(c.convert_columns(&batch.columns()[..k])?),
+                None => None,
+            };
+            let times = batch
+                .column(k)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .ok_or_else(bad)?;
+            let seqs = batch
+                .column(k + 1)
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .ok_or_else(bad)?;
+            let columns = self
+                .aggs
+                .iter()
+                .enumerate()
+                .map(|(a, agg)| Column::prepare(agg.kind, Some(batch.column(k + 2 + a))))
+                .collect::<Result<Vec<_>>>()?;
+            sources.push((keys, times.values().to_vec(), seqs.clone(), columns));
+        }
+        // By partition, then time and arrival: the order rows joined frames.
+        let mut order: Vec<(&[u8], i64, u64, usize, usize)> = Vec::new();
+        for (s, (keys, times, seqs, _)) in sources.iter().enumerate() {
+            for (r, time) in times.iter().enumerate() {
+                let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(r).data());
+                order.push((key, *time, seqs.value(r), s, r));
+            }
+        }
+        order.sort_unstable();
+        let now_ms = sluice_types::now_ms();
+        for (key, time, seq, s, r) in order {
+            if self.held >= self.spec.rows_max {
+                return Err(self.limit_error());
+            }
+            if !self.partitions.contains_key(key) {
+                self.partitions.insert(key.into(), Partition::default());
+            }
+            let partition = self.partitions.get_mut(key).expect("inserted above");
+            partition.touched_ms = now_ms;
+            partition.frame.push(&self.aggs, &sources[s].3, r, time, seq)?;
+            self.next_seq = self.next_seq.max(seq + 1);
+            self.held += 1;
         }
         Ok(())
     }
+}
+
+/// The first `n` columns of rows `(slot, row)` of retained batches, in
+/// that order.
+fn gather(batches: &HashMap<u64, Retained>, rows: &[(u64, u32)], n: usize) -> Result<Vec<ArrayRef>> {
+    let mut index: HashMap<u64, usize> = HashMap::new();
+    let mut sources: Vec<&RecordBatch> = Vec::new();
+    let indices: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|(slot, row)| {
+            let at = *index.entry(*slot).or_insert_with(|| {
+                sources.push(&batches[slot].batch);
+                sources.len() - 1
+            });
+            (at, *row as usize)
+        })
+        .collect();
+    (0..n)
+        .map(|c| {
+            let arrays: Vec<&dyn Array> = sources.iter().map(|b| b.column(c).as_ref()).collect();
+            Ok(interleave(&arrays, &indices)?)
+        })
+        .collect()
 }
 
 /// An integer argument as an `i64` (`Some(None)`: NULL), or `None` when
@@ -765,7 +1000,7 @@ fn sum<'a>(mut values: impl Iterator<Item = &'a ScalarValue>) -> Result<Option<S
 #[async_trait]
 impl Operator for OverAggregateOperator {
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
-        let late = self.hold(&batch, ctx.watermark.0, None, None)?;
+        let late = self.hold(&batch, ctx.watermark.0)?;
         ctx.metrics.late_rows_dropped.fetch_add(late as u64, Ordering::Relaxed);
         ctx.metrics.state_groups.store(self.held as u64, Ordering::Relaxed);
         Ok(())
@@ -791,8 +1026,12 @@ impl Operator for OverAggregateOperator {
 
     async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
-        if let Some(batch) = self.snapshot_batch()? {
+        if let Some(batch) = self.waiting_batch()? {
             state.put_rows(ROWS_KEY, batch, self.spec.partition_columns.clone());
+        }
+        if let Some(batch) = self.frames_batch()? {
+            let keys = (0..self.spec.partition_columns.len()).collect();
+            state.put_rows(FRAMES_KEY, batch, keys);
         }
         if let Some(batch) = self.running_batch()? {
             let keys = (0..self.spec.partition_columns.len()).collect();
@@ -805,14 +1044,14 @@ impl Operator for OverAggregateOperator {
         if let Some(batch) = TaskState::restored_rows(checkpoint.clone(), RUNNING_KEY)? {
             self.restore_running(&batch)?;
         }
-        if let Some(batch) = TaskState::restored_rows(checkpoint, ROWS_KEY)? {
-            self.restore_batch(&batch)?;
-        }
-        Ok(())
+        let rows = TaskState::restored_rows(checkpoint.clone(), ROWS_KEY)?;
+        let frames = TaskState::restored_rows(checkpoint, FRAMES_KEY)?;
+        self.restore_batches(rows, frames)
     }
 }
 
 mod changelog;
+mod frame;
 pub use changelog::OverChangelogOperator;
 
 #[cfg(test)]

@@ -110,19 +110,7 @@ pub(super) fn expected(rows: &[(i64, i64, Option<i64>)], frame: OverFrame) -> Ve
         let mut part: Vec<(usize, &In)> = rows.iter().enumerate().filter(|(_, r)| r.0 == k).collect();
         part.sort_by_key(|(i, r)| (r.1, *i));
         for (at, (_, row)) in part.iter().enumerate() {
-            let in_frame: Vec<&In> = match frame {
-                OverFrame::Rows { preceding } => part[at.saturating_sub(preceding as usize)..=at]
-                    .iter()
-                    .map(|(_, r)| *r)
-                    .collect(),
-                OverFrame::Range { preceding_ms } => part
-                    .iter()
-                    .map(|(_, r)| *r)
-                    .filter(|r| r.1 <= row.1 && r.1 >= row.1 - preceding_ms)
-                    .collect(),
-                OverFrame::Unbounded { peers: false } => part[..=at].iter().map(|(_, r)| *r).collect(),
-                OverFrame::Unbounded { peers: true } => part.iter().map(|(_, r)| *r).filter(|r| r.1 <= row.1).collect(),
-            };
+            let in_frame = frame_rows(&part, at, frame, |r| r.1);
             let values: Vec<i64> = in_frame.iter().filter_map(|r| r.2).collect();
             let sum = (!values.is_empty()).then(|| values.iter().sum::<i64>());
             let avg = (!values.is_empty())
@@ -143,6 +131,28 @@ pub(super) fn expected(rows: &[(i64, i64, Option<i64>)], frame: OverFrame) -> Ve
     out
 }
 
+/// The rows of `part` (a partition's rows with their arrival numbers,
+/// sorted by time then arrival) in row `at`'s frame, by the definition of
+/// each frame; `ts` is a row's time.
+pub(super) fn frame_rows<'a, T>(
+    part: &[(usize, &'a T)],
+    at: usize,
+    frame: OverFrame,
+    ts: impl Fn(&T) -> i64,
+) -> Vec<&'a T> {
+    let now = ts(part[at].1);
+    let rows = part.iter().map(|(_, r)| *r);
+    match frame {
+        OverFrame::Rows { preceding } => part[at.saturating_sub(preceding as usize)..=at]
+            .iter()
+            .map(|(_, r)| *r)
+            .collect(),
+        OverFrame::Range { preceding_ms } => rows.filter(|r| ts(r) <= now && ts(r) >= now - preceding_ms).collect(),
+        OverFrame::Unbounded { peers: false } => rows.take(at + 1).collect(),
+        OverFrame::Unbounded { peers: true } => rows.filter(|r| ts(r) <= now).collect(),
+    }
+}
+
 /// Pseudo-random rows: keys 0..3, times 0..400 with ties, some NULL values.
 fn random_rows(n: usize, seed: &mut u64) -> Vec<(i64, i64, Option<i64>)> {
     let mut next = || {
@@ -161,7 +171,7 @@ fn random_rows(n: usize, seed: &mut u64) -> Vec<(i64, i64, Option<i64>)> {
 /// returns the output rows, sorted.
 fn run(op: &mut OverAggregateOperator, rows: &[(i64, i64, Option<i64>)]) -> Vec<Out> {
     for chunk in rows.chunks(7) {
-        assert_eq!(op.hold(&batch(chunk), i64::MIN, None, None).unwrap(), 0);
+        assert_eq!(op.hold(&batch(chunk), i64::MIN).unwrap(), 0);
     }
     let mut out = op.release(i64::MAX).unwrap().map(|b| rows_of(&b)).unwrap_or_default();
     out.sort_unstable();
@@ -192,15 +202,12 @@ fn rows_and_range_frames_match_a_nested_loop() {
 #[test]
 fn rows_wait_for_the_watermark_and_late_rows_are_dropped() {
     let mut op = OverAggregateOperator::new(&spec(OverFrame::Rows { preceding: 1 }, 100), output_schema()).unwrap();
-    op.hold(
-        &batch(&[(1, 10, Some(1)), (1, 30, Some(3)), (1, 20, Some(2))]),
-        0,
-        None,
-        None,
-    )
-    .unwrap();
-    // Watermark 25: rows at 10 and 20 are complete, in time order; 30 waits.
+    op.hold(&batch(&[(1, 10, Some(1)), (1, 30, Some(3)), (1, 20, Some(2))]), 0)
+        .unwrap();
+    // Watermark 25: rows at 10 and 20 are complete, in time order; 30 waits
+    // (its batch is kept for it).
     let out = rows_of(&op.release(25).unwrap().unwrap());
+    assert_eq!(op.batches.len(), 1);
     assert_eq!(
         out,
         vec![
@@ -209,19 +216,20 @@ fn rows_wait_for_the_watermark_and_late_rows_are_dropped() {
         ]
     );
     // A row at 15 is now behind the watermark: late.
-    assert_eq!(op.hold(&batch(&[(1, 15, Some(9))]), 25, None, None).unwrap(), 1);
+    assert_eq!(op.hold(&batch(&[(1, 15, Some(9))]), 25).unwrap(), 1);
     let out = rows_of(&op.release(40).unwrap().unwrap());
     assert_eq!(out, vec![(1, 30, Some(3), 2, Some(5), Some(2500), Some(2), Some(3))]);
-    // The frame keeps the last 2 rows; nothing waits.
+    // The frame keeps the last 2 rows; nothing waits, and no input batch
+    // is kept.
     assert_eq!(op.held(), 2);
+    assert!(op.batches.is_empty());
 }
 
 #[test]
 fn a_range_frame_frees_rows_no_later_row_can_reach() {
     let mut op =
         OverAggregateOperator::new(&spec(OverFrame::Range { preceding_ms: 10 }, 100), output_schema()).unwrap();
-    op.hold(&batch(&[(1, 10, Some(1)), (2, 12, Some(2))]), 0, None, None)
-        .unwrap();
+    op.hold(&batch(&[(1, 10, Some(1)), (2, 12, Some(2))]), 0).unwrap();
     op.release(15).unwrap();
     assert_eq!(op.held(), 2);
     // At watermark 30 a later row is at 30 or after: rows before 20 go,
@@ -234,21 +242,20 @@ fn a_range_frame_frees_rows_no_later_row_can_reach() {
 #[test]
 fn state_is_bounded_at_rows_max() {
     let mut op = OverAggregateOperator::new(&spec(OverFrame::Rows { preceding: 5 }, 3), output_schema()).unwrap();
-    op.hold(
-        &batch(&[(1, 1, Some(1)), (1, 2, Some(1)), (2, 3, Some(1))]),
-        0,
-        None,
-        None,
-    )
-    .unwrap();
-    let err = op.hold(&batch(&[(1, 4, Some(1))]), 0, None, None).unwrap_err();
+    op.hold(&batch(&[(1, 1, Some(1)), (1, 2, Some(1)), (2, 3, Some(1))]), 0)
+        .unwrap();
+    let err = op.hold(&batch(&[(1, 4, Some(1))]), 0).unwrap_err();
     assert_eq!(err.sqlstate(), "53400");
     assert!(err.to_string().contains("3 rows held"), "{err}");
 }
 
 #[tokio::test]
 async fn a_restored_operator_goes_on_as_the_original() {
-    for frame in [OverFrame::Rows { preceding: 2 }, OverFrame::Unbounded { peers: true }] {
+    for frame in [
+        OverFrame::Rows { preceding: 2 },
+        OverFrame::Range { preceding_ms: 50 },
+        OverFrame::Unbounded { peers: true },
+    ] {
         restored_goes_on(frame).await;
     }
 }
@@ -258,7 +265,7 @@ fn an_unbounded_frame_keeps_running_values_not_rows() {
     let mut op =
         OverAggregateOperator::new(&spec(OverFrame::Unbounded { peers: false }, 100), output_schema()).unwrap();
     let rows: Vec<In> = (0..50).map(|i| (i % 2, i, Some(i))).collect();
-    op.hold(&batch(&rows), 0, None, None).unwrap();
+    op.hold(&batch(&rows), 0).unwrap();
     assert_eq!(op.held(), 50);
     let out = rows_of(&op.release(1_000).unwrap().unwrap());
     // One running value per partition is all that is held.
@@ -278,7 +285,7 @@ async fn restored_goes_on(frame: OverFrame) {
     // and a new operator restored from it takes the rest.
     let mut a = OverAggregateOperator::new(&spec(frame, 10_000), output_schema()).unwrap();
     for chunk in first.chunks(7) {
-        a.hold(&batch(chunk), i64::MIN, None, None).unwrap();
+        a.hold(&batch(chunk), i64::MIN).unwrap();
     }
     let mut got = a.release(200).unwrap().map(|b| rows_of(&b)).unwrap_or_default();
     let snapshot = a.snapshot(1).await.unwrap();
@@ -308,11 +315,10 @@ fn state_ttl_forgets_idle_partitions_and_a_later_row_starts_afresh() {
         ..spec(OverFrame::Unbounded { peers: false }, 100)
     };
     let mut op = OverAggregateOperator::new(&spec, output_schema()).unwrap();
-    op.hold(&batch(&[(1, 10, Some(5)), (2, 10, Some(7))]), 0, None, None)
-        .unwrap();
+    op.hold(&batch(&[(1, 10, Some(5)), (2, 10, Some(7))]), 0).unwrap();
     // Partition 2 waits for the watermark: kept whatever its age.
     op.release(11).unwrap();
-    op.hold(&batch(&[(2, 20, Some(1))]), 11, None, None).unwrap();
+    op.hold(&batch(&[(2, 20, Some(1))]), 11).unwrap();
     assert_eq!(op.held(), 3, "two running values, one waiting row");
     let now = sluice_types::now_ms();
     assert_eq!(op.expire(now), 0, "nothing is idle for a second yet");
@@ -320,7 +326,7 @@ fn state_ttl_forgets_idle_partitions_and_a_later_row_starts_afresh() {
     assert_eq!(op.expire(now + 2_000), 1);
     assert_eq!(op.held(), 2);
     // Partition 1 again: its running sum starts afresh (not 5 + 3).
-    op.hold(&batch(&[(1, 30, Some(3))]), 11, None, None).unwrap();
+    op.hold(&batch(&[(1, 30, Some(3))]), 11).unwrap();
     let out = rows_of(&op.release(40).unwrap().unwrap());
     let one = out.iter().find(|r| r.0 == 1).unwrap();
     assert_eq!(one.4, Some(3));
@@ -374,4 +380,256 @@ fn number_fast_paths_agree_with_scalar_arithmetic() {
             assert!(r.unwrap_err().to_string().contains("overflowed"));
         }
     }
+}
+
+/// A snapshot of the layout before frames kept only their arguments:
+/// frame rows as whole input rows in `rows`, marked not waiting. Restored,
+/// the operator goes on as the nested loop over all the rows says.
+#[tokio::test]
+async fn a_snapshot_with_frame_rows_among_the_waiting_rows_restores() {
+    let frame = OverFrame::Rows { preceding: 2 };
+    let mut seed = 23;
+    let rows = random_rows(120, &mut seed);
+    let (first, second) = rows.split_at(60);
+    // After a release at 200: per partition, the last 3 rows before 200
+    // (by time, then arrival) are its frame; rows at 200 or later wait.
+    let mut kept: Vec<(usize, In, bool)> = Vec::new();
+    for k in 0..3 {
+        let mut before: Vec<(usize, &In)> = first
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.0 == k && r.1 < 200)
+            .collect();
+        before.sort_by_key(|(i, r)| (r.1, *i));
+        let from = before.len().saturating_sub(3);
+        kept.extend(before[from..].iter().map(|(i, r)| (*i, **r, false)));
+    }
+    kept.extend(
+        first
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.1 >= 200)
+            .map(|(i, r)| (i, *r, true)),
+    );
+    let fields = vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("__seq", DataType::UInt64, false),
+        Field::new("__waiting", DataType::Boolean, false),
+    ];
+    let old = RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        vec![
+            Arc::new(Int64Array::from_iter_values(kept.iter().map(|r| r.1.0))),
+            Arc::new(TimestampMillisecondArray::from_iter_values(kept.iter().map(|r| r.1.1))),
+            Arc::new(Int64Array::from_iter(kept.iter().map(|r| r.1.2))),
+            Arc::new(UInt64Array::from_iter_values(kept.iter().map(|r| r.0 as u64))),
+            Arc::new(BooleanArray::from_iter(kept.iter().map(|r| Some(r.2)))),
+        ],
+    )
+    .unwrap();
+    let mut state = TaskState::default();
+    state.put_rows(ROWS_KEY, old, vec![0]);
+    let mut op = OverAggregateOperator::new(&spec(frame, 10_000), output_schema()).unwrap();
+    op.restore(Some((1, state))).await.unwrap();
+    assert_eq!(op.held(), kept.len());
+    let second: Vec<In> = second.iter().copied().filter(|r| r.1 >= 200).collect();
+    let got = run(&mut op, &second);
+    let all: Vec<In> = first.iter().copied().chain(second.iter().copied()).collect();
+    let want: Vec<Out> = expected(&all, frame).into_iter().filter(|r| r.1 >= 200).collect();
+    assert_eq!(got, want);
+    assert!(!got.is_empty());
+}
+
+/// A frame's integer sum past BIGINT is a data exception (a wider frame
+/// sum is never wrapped); a frame of one row never overflows.
+#[test]
+fn a_frame_sum_past_bigint_fails_the_row() {
+    let max = i64::MAX;
+    let mut one = OverAggregateOperator::new(&spec(OverFrame::Rows { preceding: 0 }, 100), output_schema()).unwrap();
+    one.hold(&batch(&[(1, 1, Some(max)), (1, 2, Some(max))]), 0).unwrap();
+    let out = rows_of(&one.release(10).unwrap().unwrap());
+    assert_eq!(out[1].4, Some(max));
+    assert_eq!((out[1].6, out[1].7), (Some(max), Some(max)));
+    let mut two = OverAggregateOperator::new(&spec(OverFrame::Rows { preceding: 1 }, 100), output_schema()).unwrap();
+    two.hold(&batch(&[(1, 1, Some(max)), (1, 2, Some(1))]), 0).unwrap();
+    let err = two.release(10).unwrap_err();
+    assert_eq!(err.sqlstate(), SqlCode::DataException.sqlstate(), "{err}");
+    assert!(err.to_string().contains("overflowed"), "{err}");
+}
+
+/// Arguments of other types than BIGINT — INT (cast once a batch), DOUBLE
+/// (summed in frame order), a string (min through ScalarValue), `count(x)`
+/// of a string, and `max` of a DOUBLE (the general path) — against a
+/// nested loop, in every frame.
+#[test]
+fn arguments_of_every_kind_match_a_nested_loop() {
+    // (k, ts, v INT, f DOUBLE, s TEXT)
+    type Row = (i64, i64, Option<i32>, Option<f64>, Option<String>);
+    let input = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        Field::new("v", DataType::Int32, true),
+        Field::new("f", DataType::Float64, true),
+        Field::new("s", DataType::Utf8, true),
+    ]));
+    let calls = [
+        ("count", 2, DataType::Int64),
+        ("sum", 2, DataType::Int64),
+        ("min", 2, DataType::Int32),
+        ("max", 2, DataType::Int32),
+        ("avg", 2, DataType::Float64),
+        ("sum", 3, DataType::Float64),
+        ("avg", 3, DataType::Float64),
+        ("max", 3, DataType::Float64),
+        ("min", 4, DataType::Utf8),
+        ("count", 4, DataType::Int64),
+    ];
+    let mut fields = vec![input.field(0).clone(), input.field(1).clone()];
+    fields.extend(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Field::new(format!("a{i}"), c.2.clone(), true)),
+    );
+    let output = Arc::new(Schema::new(fields));
+    let mut seed = 5u64;
+    let mut next = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as i64
+    };
+    let rows: Vec<Row> = (0..300)
+        .map(|_| {
+            let (k, ts, x) = (next() % 3, next() % 300, next() % 1000);
+            (
+                k,
+                ts,
+                (x % 5 != 0).then_some(x as i32 - 500),
+                (x % 7 != 0).then_some(x as f64 / 8.0 - 40.3),
+                (x % 4 != 0).then(|| format!("s{}", x % 37)),
+            )
+        })
+        .collect();
+    let batch_of = |rows: &[Row]| {
+        RecordBatch::try_new(
+            input.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(TimestampMillisecondArray::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(arrow::array::Int32Array::from_iter(rows.iter().map(|r| r.2))),
+                Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.3))),
+                Arc::new(arrow::array::StringArray::from_iter(rows.iter().map(|r| r.4.clone()))),
+            ],
+        )
+        .unwrap()
+    };
+    // Every result as a string (floats by their bits): exact comparison.
+    let show = |b: &RecordBatch, r: usize, c: usize| -> String {
+        let a = b.column(c);
+        if a.is_null(r) {
+            return "NULL".into();
+        }
+        match a.data_type() {
+            DataType::Float64 => format!("{:x}", a.as_primitive::<Float64Type>().value(r).to_bits()),
+            _ => arrow::util::display::array_value_to_string(a, r).unwrap(),
+        }
+    };
+    let float = |x: Option<f64>| x.map_or("NULL".to_string(), |x| format!("{:x}", x.to_bits()));
+    let int = |x: Option<i64>| x.map_or("NULL".to_string(), |x| x.to_string());
+    for frame in [
+        OverFrame::Rows { preceding: 0 },
+        OverFrame::Rows { preceding: 4 },
+        OverFrame::Range { preceding_ms: 30 },
+        OverFrame::Unbounded { peers: false },
+        OverFrame::Unbounded { peers: true },
+    ] {
+        let spec = OverAggSpec {
+            input_schema: input.clone(),
+            output_columns: 2,
+            partition_columns: vec![0],
+            time_column: 1,
+            frame,
+            aggregates: calls
+                .iter()
+                .map(|c| OverAggregateCall {
+                    function: c.0.into(),
+                    arg: Some(c.1),
+                })
+                .collect(),
+            rows_max: 10_000,
+            state_ttl_ms: None,
+            op_column: None,
+        };
+        let mut op = OverAggregateOperator::new(&spec, output.clone()).unwrap();
+        for chunk in rows.chunks(11) {
+            op.hold(&batch_of(chunk), i64::MIN).unwrap();
+        }
+        let out = op.release(i64::MAX).unwrap().unwrap();
+        let mut got: Vec<Vec<String>> = (0..out.num_rows())
+            .map(|r| (0..out.num_columns()).map(|c| show(&out, r, c)).collect())
+            .collect();
+        got.sort();
+        let mut want = Vec::new();
+        for k in 0..3 {
+            let mut part: Vec<(usize, &Row)> = rows.iter().enumerate().filter(|(_, r)| r.0 == k).collect();
+            part.sort_by_key(|(i, r)| (r.1, *i));
+            for (at, (_, row)) in part.iter().enumerate() {
+                let f = frame_rows(&part, at, frame, |r| r.1);
+                let v: Vec<i64> = f.iter().filter_map(|r| r.2).map(i64::from).collect();
+                let x: Vec<f64> = f.iter().filter_map(|r| r.3).collect();
+                let s: Vec<&String> = f.iter().filter_map(|r| r.4.as_ref()).collect();
+                // Floats added one by one in the frame's order.
+                let fsum = x.iter().copied().reduce(|a, b| a + b);
+                want.push(vec![
+                    k.to_string(),
+                    arrow::util::display::array_value_to_string(
+                        &(Arc::new(TimestampMillisecondArray::from(vec![row.1])) as ArrayRef),
+                        0,
+                    )
+                    .unwrap(),
+                    v.len().to_string(),
+                    int((!v.is_empty()).then(|| v.iter().sum())),
+                    int(v.iter().min().copied()),
+                    int(v.iter().max().copied()),
+                    float((!v.is_empty()).then(|| v.iter().sum::<i64>() as f64 / v.len() as f64)),
+                    float(fsum),
+                    float(fsum.map(|t| t / x.len() as f64)),
+                    float(x.iter().copied().reduce(f64::max)),
+                    s.iter().min().map_or("NULL".to_string(), |s| s.to_string()),
+                    s.len().to_string(),
+                ]);
+            }
+        }
+        want.sort();
+        assert_eq!(got.len(), rows.len(), "{frame:?}");
+        assert_eq!(got, want, "{frame:?}");
+    }
+}
+
+/// A row far ahead of the watermark does not keep its whole batch: once
+/// the kept batches hold far more rows than wait, the batches mostly
+/// released keep only their waiting rows.
+#[test]
+fn a_batch_keeps_only_its_waiting_rows_once_most_have_gone() {
+    let n = COMPACT_ROWS_MIN as i64 + 1_000;
+    let frame = OverFrame::Rows { preceding: 1 };
+    let mut op = OverAggregateOperator::new(&spec(frame, 1_000_000), output_schema()).unwrap();
+    // Rows at 0..n, and two far ahead.
+    let mut rows: Vec<In> = (0..n).map(|i| (i % 2, i, Some(i % 1_000))).collect();
+    rows.push((0, 1_000_000_000, Some(7)));
+    rows.push((1, 1_000_000_001, Some(8)));
+    op.hold(&batch(&rows), 0).unwrap();
+    let mut got = rows_of(&op.release(n).unwrap().unwrap());
+    assert_eq!(got.len(), n as usize);
+    assert_eq!(op.batches.len(), 1);
+    assert_eq!(
+        op.batches.values().next().unwrap().batch.num_rows(),
+        2,
+        "the batch keeps only its 2 waiting rows"
+    );
+    got.extend(rows_of(&op.release(i64::MAX).unwrap().unwrap()));
+    got.sort_unstable();
+    assert_eq!(got, expected(&rows, frame));
+    assert!(op.batches.is_empty());
 }
