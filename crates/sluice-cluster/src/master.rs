@@ -911,6 +911,17 @@ impl Master {
         self.scheduler.deploy(id, dag)
     }
 
+    /// With a master quorum, on a follower: materialized view `name`'s
+    /// rows as the leader (where its sink runs) last published them;
+    /// `None` on the leader or a single master (the rows are this
+    /// process's).
+    pub async fn leader_view(&self, name: &str) -> Result<Option<sluice_connectors::views::PublishedView>> {
+        match &self.replication {
+            Some(r) if !r.is_leader() => r.leader_view(name).await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// With a master quorum, refuses (57P03) what only the leader can do —
     /// run a session's query, take rows for a memory stream (its log lives
     /// in the leader, where the pipelines reading it run) — on a follower.

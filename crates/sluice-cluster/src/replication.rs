@@ -24,14 +24,15 @@
 use crate::catalog::{CatalogState, PipelineDef};
 use crate::command::{Applied, CatalogCommand};
 use futures::future::BoxFuture;
+use sluice_connectors::views::{PublishedView, Views};
 use sluice_plan::catalog::StreamDef;
 use sluice_proto::v1::catalog_client::CatalogClient;
 use sluice_proto::v1::catalog_server::{Catalog, CatalogServer};
-use sluice_proto::v1::{CatalogApplied, CatalogApply};
+use sluice_proto::v1::{CatalogApplied, CatalogApply, ViewRowsReply, ViewRowsRequest};
 use sluice_quorum::{NodeError, QuorumError, QuorumNode, ReplicatedState};
 use sluice_types::{Error, Result, SqlCode};
 use std::collections::BTreeMap;
-use std::sync::{OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 const STREAM: &str = "stream/";
@@ -42,6 +43,9 @@ const CHECKPOINT: &str = "checkpoint/";
 /// A forwarded command waits this long for the leader (an ALTER stops a
 /// pipeline at a barrier first, which may take a while).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+/// A view's rows a follower takes from the leader at most (Arrow IPC
+/// bytes); a bigger view is read on the leader.
+pub const LEADER_VIEW_BYTES_MAX: usize = 256 << 20;
 
 /// How [`Master`](crate::Master) reaches the quorum. The master knows
 /// only this trait, so the single-master path has no quorum at all.
@@ -54,6 +58,9 @@ pub trait Replication: Send + Sync {
     fn replicate<'a>(&'a self, catalog: &'a CatalogState) -> BoxFuture<'a, Result<()>>;
     /// Hands a command to the leader.
     fn forward(&self, command: CatalogCommand) -> BoxFuture<'_, Result<Applied>>;
+    /// On a follower: materialized view `name`'s rows as the leader, where
+    /// its sink runs, last published them.
+    fn leader_view(&self, name: &str) -> BoxFuture<'_, Result<PublishedView>>;
 }
 
 /// The catalog as registers.
@@ -164,14 +171,43 @@ fn quorum_error(node: &QuorumNode, e: NodeError) -> Error {
 pub struct QuorumCatalog {
     node: QuorumNode,
     master: OnceLock<Weak<crate::Master>>,
+    /// The views this master's sinks publish (served to followers).
+    views: Arc<Views>,
 }
 
 impl QuorumCatalog {
-    pub fn new(node: QuorumNode) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(QuorumCatalog {
+    pub fn new(node: QuorumNode, views: Arc<Views>) -> Arc<Self> {
+        Arc::new(QuorumCatalog {
             node,
             master: OnceLock::new(),
+            views,
         })
+    }
+
+    /// A client of the leader's `Catalog` service, with the leader's id
+    /// and an error naming it for what goes wrong on the way.
+    async fn leader(
+        &self,
+    ) -> Result<(
+        String,
+        CatalogClient<tonic::transport::Channel>,
+        impl Fn(String) -> Error + '_,
+    )> {
+        let status = self.node.status();
+        let Some(leader) = status.leader.filter(|_| status.has_quorum) else {
+            return Err(no_quorum(&self.node, "no leader is reachable"));
+        };
+        let Some(address) = self.node.peers().get(&leader).cloned() else {
+            return Err(no_quorum(&self.node, "the leader is not among --peers"));
+        };
+        let named = format!("the leader {leader} ({address})");
+        let unreachable = move |e: String| no_quorum(&self.node, &format!("{named}: {e}"));
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| unreachable(e.to_string()))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(FORWARD_TIMEOUT);
+        let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
+        Ok((leader, CatalogClient::new(channel), unreachable))
     }
 
     /// The master whose `apply` forwarded commands run on (set once, after
@@ -227,21 +263,9 @@ impl Replication for QuorumCatalog {
 
     fn forward(&self, command: CatalogCommand) -> BoxFuture<'_, Result<Applied>> {
         Box::pin(async move {
-            let status = self.node.status();
-            let Some(leader) = status.leader.filter(|_| status.has_quorum) else {
-                return Err(no_quorum(&self.node, "no leader is reachable"));
-            };
-            let Some(address) = self.node.peers().get(&leader).cloned() else {
-                return Err(no_quorum(&self.node, "the leader is not among --peers"));
-            };
-            let unreachable = |e: String| no_quorum(&self.node, &format!("the leader {leader} ({address}): {e}"));
             let bytes = serde_json::to_vec(&command).map_err(|e| Error::internal(e.to_string()))?;
-            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-                .map_err(|e| unreachable(e.to_string()))?
-                .connect_timeout(Duration::from_secs(2))
-                .timeout(FORWARD_TIMEOUT);
-            let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
-            let reply = CatalogClient::new(channel)
+            let (leader, mut client, unreachable) = self.leader().await?;
+            let reply = client
                 .apply(CatalogApply {
                     version: sluice_proto::PROTOCOL_VERSION,
                     command: bytes.into(),
@@ -256,12 +280,83 @@ impl Replication for QuorumCatalog {
                     Applied::Unchanged
                 });
             }
-            Err(match SqlCode::from_sqlstate(&reply.sqlstate) {
-                Some(code) => Error::user(code, reply.message),
-                None => Error::external(format!("the leader {leader}: {}", reply.message)),
+            Err(leader_error(&leader, &reply.sqlstate, reply.message))
+        })
+    }
+
+    fn leader_view(&self, name: &str) -> BoxFuture<'_, Result<PublishedView>> {
+        let name = name.to_string();
+        Box::pin(async move {
+            let (leader, client, unreachable) = self.leader().await?;
+            let reply = client
+                // The rows, plus room for the reply's other fields.
+                .max_decoding_message_size(LEADER_VIEW_BYTES_MAX + (1 << 20))
+                .view_rows(ViewRowsRequest {
+                    version: sluice_proto::PROTOCOL_VERSION,
+                    name,
+                })
+                .await
+                .map_err(|e| unreachable(e.message().to_string()))?
+                .into_inner();
+            if !reply.sqlstate.is_empty() {
+                return Err(leader_error(&leader, &reply.sqlstate, reply.message));
+            }
+            let (schema, rows) = decode_rows(&reply.ipc).map_err(|e| {
+                Error::internal(format!(
+                    "the leader {leader} sent a view's rows that do not decode: {e}"
+                ))
+            })?;
+            Ok(PublishedView {
+                schema,
+                rows,
+                checkpoint: reply.has_checkpoint.then_some(reply.checkpoint),
+                published_ms: reply.published_ms,
             })
         })
     }
+}
+
+/// A failure the leader reported: its SQLSTATE kept.
+fn leader_error(leader: &str, sqlstate: &str, message: String) -> Error {
+    match SqlCode::from_sqlstate(sqlstate) {
+        Some(code) => Error::user(code, message),
+        None => Error::external(format!("the leader {leader}: {message}")),
+    }
+}
+
+/// A view's schema and rows as one Arrow IPC stream.
+fn encode_rows(view: &PublishedView) -> std::result::Result<Vec<u8>, arrow::error::ArrowError> {
+    let mut out = Vec::new();
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &view.schema)?;
+    if view.rows.num_rows() > 0 {
+        let rows = arrow::record_batch::RecordBatch::try_new(view.schema.clone(), view.rows.columns().to_vec())?;
+        writer.write(&rows)?;
+    }
+    writer.finish()?;
+    drop(writer);
+    Ok(out)
+}
+
+/// [`encode_rows`]'s stream back: the schema and the rows as one batch.
+fn decode_rows(
+    ipc: &[u8],
+) -> std::result::Result<(arrow::datatypes::SchemaRef, arrow::record_batch::RecordBatch), arrow::error::ArrowError> {
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+    let rows = arrow::compute::concat_batches(&schema, &batches)?;
+    Ok((schema, rows))
+}
+
+/// A request of another protocol version is refused, saying which.
+fn same_version(version: u32) -> std::result::Result<(), tonic::Status> {
+    if version == sluice_proto::PROTOCOL_VERSION {
+        return Ok(());
+    }
+    Err(tonic::Status::failed_precondition(sluice_proto::version_mismatch(
+        sluice_proto::PROTOCOL_VERSION,
+        version,
+    )))
 }
 
 /// The `Catalog` service: applies a forwarded command on the leader.
@@ -274,12 +369,7 @@ impl Catalog for CatalogService {
         request: tonic::Request<CatalogApply>,
     ) -> std::result::Result<tonic::Response<CatalogApplied>, tonic::Status> {
         let request = request.into_inner();
-        if request.version != sluice_proto::PROTOCOL_VERSION {
-            return Err(tonic::Status::failed_precondition(sluice_proto::version_mismatch(
-                sluice_proto::PROTOCOL_VERSION,
-                request.version,
-            )));
-        }
+        same_version(request.version)?;
         let command: CatalogCommand = serde_json::from_slice(&request.command)
             .map_err(|e| tonic::Status::invalid_argument(format!("malformed catalog command: {e}")))?;
         let reply = |r: Result<Applied>| match r {
@@ -306,11 +396,87 @@ impl Catalog for CatalogService {
         };
         Ok(tonic::Response::new(reply(master.apply(command).await)))
     }
+
+    async fn view_rows(
+        &self,
+        request: tonic::Request<ViewRowsRequest>,
+    ) -> std::result::Result<tonic::Response<ViewRowsReply>, tonic::Status> {
+        let request = request.into_inner();
+        same_version(request.version)?;
+        let failed = |e: Error| ViewRowsReply {
+            sqlstate: e.sqlstate().to_string(),
+            message: e.to_string(),
+            ..Default::default()
+        };
+        let me = self.0.node.id();
+        let name = &request.name;
+        if !self.0.node.is_leader() {
+            return Ok(tonic::Response::new(failed(no_quorum(
+                &self.0.node,
+                "a view's rows were asked of this master, which does not lead (any more)",
+            ))));
+        }
+        let Some(view) = self.0.views.get(name) else {
+            return Ok(tonic::Response::new(failed(Error::user(
+                SqlCode::ObjectNotInPrerequisiteState,
+                format!(
+                    "materialized view {name} has no rows on the leader {me} yet: its pipeline has not started there (SHOW PIPELINES says why)"
+                ),
+            ))));
+        };
+        let ipc = encode_rows(&view).map_err(|e| tonic::Status::internal(e.to_string()))?;
+        if ipc.len() > LEADER_VIEW_BYTES_MAX {
+            return Ok(tonic::Response::new(failed(Error::user(
+                SqlCode::ProgramLimitExceeded,
+                format!(
+                    "materialized view {name}'s rows ({} bytes) are more than a follower takes from the leader ({LEADER_VIEW_BYTES_MAX} bytes): query it on the leader {me} (SHOW CLUSTER names it)",
+                    ipc.len()
+                ),
+            ))));
+        }
+        Ok(tonic::Response::new(ViewRowsReply {
+            ipc: ipc.into(),
+            has_checkpoint: view.checkpoint.is_some(),
+            checkpoint: view.checkpoint.unwrap_or_default(),
+            published_ms: view.published_ms,
+            ..Default::default()
+        }))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A view's rows cross from the leader to a follower unchanged, an
+    /// empty view too.
+    #[test]
+    fn view_rows_decode_as_encoded() {
+        use arrow::array::{Int64Array, StringArray};
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Int64, false),
+            arrow::datatypes::Field::new("s", arrow::datatypes::DataType::Utf8, true),
+        ]));
+        let rows = arrow::record_batch::RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])),
+                std::sync::Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])),
+            ],
+        )
+        .unwrap();
+        for rows in [rows.clone(), rows.slice(0, 0)] {
+            let view = PublishedView {
+                schema: schema.clone(),
+                rows: rows.clone(),
+                checkpoint: Some(4),
+                published_ms: 9,
+            };
+            let (got_schema, got) = decode_rows(&encode_rows(&view).unwrap()).unwrap();
+            assert_eq!(got_schema, schema);
+            assert_eq!(got, rows);
+        }
+    }
     use sluice_quorum::Stamp;
 
     fn catalog() -> CatalogState {

@@ -103,7 +103,7 @@ impl Ctx<'_> {
     ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        let (params, schema) = if let Some(views) = self.batch_views(q, &planner)? {
+        let (params, schema) = if let Some(views) = self.batch_views(q, &planner).await? {
             batch::describe(q, self.catalog_snapshot().with_views(views)).await?
         } else {
             planner.describe(q).await?
@@ -116,7 +116,7 @@ impl Ctx<'_> {
     pub async fn rows(&self, q: &Query) -> Result<RowStream> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        let rows = if let Some(views) = self.batch_views(q, &planner)? {
+        let rows = if let Some(views) = self.batch_views(q, &planner).await? {
             batch::run(q, self.catalog_snapshot().with_views(views)).await?
         } else {
             let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
@@ -144,11 +144,13 @@ impl Ctx<'_> {
     /// catalog, materialized views (`views`: their rows as of their last
     /// barrier) or nothing — and `None` when it reads streams (a
     /// continuous query). Reading a view needs what reading its query
-    /// needs (SELECT on every stream it reads, `42501` otherwise); a view
-    /// whose pipeline has not published on this server is `55000`; a query
+    /// needs (SELECT on every stream it reads, `42501` otherwise); on a
+    /// quorum follower a view's rows come from the leader; a view whose
+    /// pipeline has not published (on this server, or the leader) is
+    /// `55000`; a query
     /// that reads a view and a stream is refused (`0A000`): it would be
     /// neither answered at once nor continuous.
-    fn batch_views(&self, q: &Query, planner: &Planner<'_>) -> Result<Option<ViewRows>> {
+    async fn batch_views(&self, q: &Query, planner: &Planner<'_>) -> Result<Option<ViewRows>> {
         let mut views: ViewRows = Vec::new();
         for parts in pg_catalog::relation_names(q) {
             let Some(def) = self.view_named(&parts) else {
@@ -160,14 +162,22 @@ impl Ctx<'_> {
             }
             let who = super::authorize::who(self.engine, self.user)?;
             super::authorize::check_reads(self.engine, &who, &def.dag)?;
-            let rows = self.engine.data.views.get(name).ok_or_else(|| {
-                Error::user(
-                    SqlCode::ObjectNotInPrerequisiteState,
-                    format!(
-                        "materialized view {name} has no rows on this server yet: its pipeline has not started here (SHOW PIPELINES says why)"
-                    ),
-                )
-            })?;
+            // On a quorum follower the rows are the leader's, where the
+            // view's sink runs.
+            let rows = match self.engine.data.views.get(name) {
+                Some(rows) => rows,
+                None => match self.engine.master.leader_view(name).await? {
+                    Some(rows) => Arc::new(rows),
+                    None => {
+                        return Err(Error::user(
+                            SqlCode::ObjectNotInPrerequisiteState,
+                            format!(
+                                "materialized view {name} has no rows on this server yet: its pipeline has not started here (SHOW PIPELINES says why)"
+                            ),
+                        ));
+                    }
+                },
+            };
             views.push((name.clone(), rows));
         }
         if self.reads_catalog(q) {
