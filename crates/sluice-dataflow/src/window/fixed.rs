@@ -12,9 +12,10 @@ use arrow::array::{ArrayRef, Int64Array, UInt32Array};
 use arrow::compute::{cast, concat_batches, take, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, Rows};
 use async_trait::async_trait;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use datafusion::physical_plan::aggregates::group_values::{GroupValues, new_group_values};
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use hashbrown::HashMap;
 use sluice_plan::{WindowAggSpec, WindowKind};
 use sluice_types::{Error, Result, SqlCode, Watermark};
@@ -24,10 +25,13 @@ use std::sync::atomic::Ordering;
 
 /// The groups of one open window.
 struct WindowGroups {
-    /// Row-encoded key → group. A window without keys has one group, 0,
-    /// whose key is empty: its rows skip the lookup.
-    index: HashMap<Box<[u8]>, u32>,
-    keys: Option<Rows>,
+    /// Key → group: DataFusion's group table for the key columns' types (a
+    /// single integer key is kept as the integers and a table of their
+    /// group ids, not row-encoded and boxed per group). `None`: a window
+    /// without keys, one group (0) whose rows skip the lookup.
+    keys: Option<Box<dyn GroupValues>>,
+    /// Its groups.
+    len: usize,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
 }
 
@@ -38,7 +42,8 @@ pub struct FixedWindowOperator {
     time_column: usize,
     time_type: DataType,
     key_columns: Vec<usize>,
-    converter: Option<RowConverter>,
+    /// The key columns' fields (none without keys).
+    key_schema: Option<SchemaRef>,
     aggregates: Vec<CompiledAggregate>,
     windows: BTreeMap<i64, WindowGroups>,
     groups: usize,
@@ -54,17 +59,24 @@ impl FixedWindowOperator {
             WindowKind::Session { .. } => return Err(Error::internal("session window in fixed operator")),
         };
         let AggregateInputs {
-            converter,
             aggregates,
             key_columns,
+            ..
         } = AggregateInputs::new(spec)?;
+        let key_schema = (!key_columns.is_empty()).then(|| {
+            let fields: Vec<Field> = key_columns
+                .iter()
+                .map(|c| spec.input_schema.field(*c).clone())
+                .collect();
+            Arc::new(Schema::new(fields))
+        });
         Ok(FixedWindowOperator {
             window: spec.window,
             size_ms,
             time_column: spec.time_column,
             time_type: spec.input_schema.field(spec.time_column).data_type().clone(),
             key_columns,
-            converter,
+            key_schema,
             aggregates,
             windows: BTreeMap::new(),
             groups: 0,
@@ -107,9 +119,13 @@ impl FixedWindowOperator {
     }
 
     fn new_window(&self) -> Result<WindowGroups> {
+        let keys = match &self.key_schema {
+            Some(schema) => Some(new_group_values(schema.clone(), &GroupOrdering::None).map_err(df_error)?),
+            None => None,
+        };
         Ok(WindowGroups {
-            index: HashMap::new(),
-            keys: self.converter.as_ref().map(|c| c.empty_rows(64, 1024)),
+            keys,
+            len: 0,
             accumulators: self
                 .aggregates
                 .iter()
@@ -125,51 +141,53 @@ impl FixedWindowOperator {
         if per_window.is_empty() {
             return Ok(late);
         }
-        let (key_rows, arguments) = read_inputs(&self.converter, &self.key_columns, &self.aggregates, batch)?;
+        let (_, arguments) = read_inputs(&None, &self.key_columns, &self.aggregates, batch)?;
+        let key_arrays: Vec<ArrayRef> = self.key_columns.iter().map(|c| batch.column(*c).clone()).collect();
         for (start, rows) in per_window {
             if !self.windows.contains_key(&start) {
                 let w = self.new_window()?;
                 self.windows.insert(start, w);
             }
             let window = self.windows.get_mut(&start).expect("inserted above");
-            let mut group_indices = Vec::with_capacity(rows.len());
-            match &key_rows {
-                None => {
-                    // One group per window: no key to look up per row.
-                    if window.index.is_empty() {
-                        if self.groups >= self.groups_max {
-                            return Err(groups_limit(self.groups_max));
-                        }
-                        self.groups += 1;
-                        window.index.insert(Box::from(&[][..]), 0);
-                    }
-                    group_indices.resize(rows.len(), 0);
-                }
-                Some(key_rows) => {
-                    for row in &rows {
-                        let key = key_rows.row(*row as usize);
-                        let next = window.index.len() as u32;
-                        let idx = match window.index.get(key.data()) {
-                            Some(i) => *i,
-                            None => {
-                                if self.groups >= self.groups_max {
-                                    return Err(groups_limit(self.groups_max));
-                                }
-                                self.groups += 1;
-                                window.index.insert(key.data().into(), next);
-                                if let Some(keys) = window.keys.as_mut() {
-                                    keys.push(key);
-                                }
-                                next
-                            }
-                        };
-                        group_indices.push(idx as usize);
-                    }
-                }
-            }
-            let total_groups = window.index.len();
             let whole = rows.len() == batch.num_rows();
             let indices = UInt32Array::from(rows);
+            let mut group_indices = Vec::with_capacity(indices.len());
+            let before = window.len;
+            match window.keys.as_mut() {
+                None => {
+                    // One group per window: no key to look up per row.
+                    window.len = 1;
+                    group_indices.resize(indices.len(), 0);
+                }
+                Some(keys) => {
+                    let columns: Vec<ArrayRef> = if whole {
+                        key_arrays.clone()
+                    } else {
+                        key_arrays
+                            .iter()
+                            .map(|a| take(a, &indices, None))
+                            .collect::<Result<_, _>>()?
+                    };
+                    keys.intern(&columns, &mut group_indices).map_err(df_error)?;
+                    window.len = keys.len();
+                }
+            }
+            if self.groups + (window.len - before) > self.groups_max {
+                // The batch's new groups go again (the table keeps its
+                // first `before`), so the state stays what it was.
+                if let Some(keys) = window.keys.as_mut() {
+                    let emitted = keys.emit(EmitTo::All).map_err(df_error)?;
+                    let kept: Vec<ArrayRef> = emitted.iter().map(|a| a.slice(0, before)).collect();
+                    keys.intern(&kept, &mut group_indices).map_err(df_error)?;
+                }
+                window.len = before;
+                if before == 0 {
+                    self.windows.remove(&start);
+                }
+                return Err(groups_limit(self.groups_max));
+            }
+            self.groups += window.len - before;
+            let total_groups = window.len;
             for (acc, args) in window.accumulators.iter_mut().zip(&arguments) {
                 let values: Vec<ArrayRef> = if whole {
                     args.clone()
@@ -191,20 +209,20 @@ impl FixedWindowOperator {
                 break;
             }
             let (_, window) = self.windows.pop_first().expect("checked non-empty");
-            self.groups -= window.index.len();
+            self.groups -= window.len;
             out.push(self.emit_window(start, window)?);
         }
         Ok(out)
     }
 
-    fn emit_window(&self, start: i64, window: WindowGroups) -> Result<RecordBatch> {
-        let n = window.index.len();
+    fn emit_window(&self, start: i64, mut window: WindowGroups) -> Result<RecordBatch> {
+        let n = window.len;
         let mut columns = vec![
             timestamp_array(&vec![start; n], &self.time_type)?,
             timestamp_array(&vec![start + self.size_ms; n], &self.time_type)?,
         ];
-        if let (Some(c), Some(keys)) = (&self.converter, &window.keys) {
-            columns.extend(c.convert_rows(keys)?);
+        if let Some(keys) = window.keys.as_mut() {
+            columns.extend(keys.emit(EmitTo::All).map_err(df_error)?);
         }
         for mut acc in window.accumulators {
             columns.push(acc.evaluate(EmitTo::All).map_err(df_error)?);
@@ -267,15 +285,23 @@ impl FixedWindowOperator {
         let starts: Vec<i64> = self.windows.keys().copied().collect();
         for start in starts {
             let window = self.windows.get_mut(&start).expect("listed");
-            let n = window.index.len();
+            let n = window.len;
             if n == 0 {
                 continue;
             }
             let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; n]))];
-            if let (Some(c), Some(keys)) = (&self.converter, &window.keys) {
-                columns.extend(c.convert_rows(keys)?);
-            }
             let groups: Vec<usize> = (0..n).collect();
+            if let Some(keys) = window.keys.as_mut() {
+                // Emitting drains the table: the keys go back in, in group
+                // order, so each keeps its group.
+                let emitted = keys.emit(EmitTo::All).map_err(df_error)?;
+                let mut again = Vec::with_capacity(n);
+                keys.intern(&emitted, &mut again).map_err(df_error)?;
+                if again != groups {
+                    return Err(Error::internal("window snapshot: keys changed groups when put back"));
+                }
+                columns.extend(emitted);
+            }
             for (acc, agg) in window.accumulators.iter_mut().zip(&self.aggregates) {
                 let state = acc.state(EmitTo::All).map_err(df_error)?;
                 let mut fresh = agg.groups_accumulator()?;
@@ -312,16 +338,21 @@ impl FixedWindowOperator {
             let part = take_record_batch(batch, &UInt32Array::from(rows))?;
             let n = part.num_rows();
             let mut window = self.new_window()?;
-            if let Some(c) = &self.converter {
-                let keys = c.convert_columns(&part.columns()[1..1 + n_keys])?;
-                for (i, row) in keys.iter().enumerate() {
-                    window.index.insert(row.data().into(), i as u32);
+            let mut groups: Vec<usize> = (0..n).collect();
+            if let Some(keys) = window.keys.as_mut() {
+                // Each snapshot row is a distinct key: groups 0..n in order.
+                let columns: Vec<ArrayRef> = part.columns()[1..1 + n_keys]
+                    .iter()
+                    .zip(self.key_schema.iter().flat_map(|s| s.fields().iter()))
+                    .map(|(c, f)| cast(c, f.data_type()))
+                    .collect::<Result<_, _>>()?;
+                groups.clear();
+                keys.intern(&columns, &mut groups).map_err(df_error)?;
+                if keys.len() != n {
+                    return Err(Error::internal("window snapshot: a key twice in one window"));
                 }
-                window.keys = Some(keys);
-            } else {
-                window.index.insert(Box::from(&[][..]), 0);
             }
-            let groups: Vec<usize> = (0..n).collect();
+            window.len = n;
             let mut col = 1 + n_keys;
             for (acc, agg) in window.accumulators.iter_mut().zip(&self.aggregates) {
                 let width = agg.expr.state_fields().map_err(df_error)?.len();

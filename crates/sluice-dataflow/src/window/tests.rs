@@ -115,8 +115,9 @@ fn open_groups_are_bounded() {
     op.update(&rows(&[(1, 1, 1), (2, 2, 1)]), Watermark::MIN).unwrap();
     let err = op.update(&rows(&[(3, 3, 1)]), Watermark::MIN).unwrap_err();
     assert_eq!(err.sqlstate(), "53400");
-    // Firing frees the groups again.
-    op.fire(Watermark(10)).unwrap();
+    // The refused row left nothing behind; firing frees the groups again.
+    let fired = collect(&op.fire(Watermark(10)).unwrap());
+    assert_eq!(fired, vec![(0, 10, 1, 1, 1), (0, 10, 2, 1, 1)]);
     op.update(&rows(&[(13, 3, 1)]), Watermark(10)).unwrap();
 }
 
