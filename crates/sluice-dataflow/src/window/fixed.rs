@@ -179,6 +179,11 @@ impl FixedWindowOperator {
                     let emitted = keys.emit(EmitTo::All).map_err(df_error)?;
                     let kept: Vec<ArrayRef> = emitted.iter().map(|a| a.slice(0, before)).collect();
                     keys.intern(&kept, &mut group_indices).map_err(df_error)?;
+                    // Put back in their order but for colliding hashes: the
+                    // accumulators follow the ids the keys got.
+                    if group_indices.iter().enumerate().any(|(i, g)| i != *g) {
+                        regroup(&mut window.accumulators, &self.aggregates, &group_indices, before)?;
+                    }
                 }
                 window.len = before;
                 if before == 0 {
@@ -199,6 +204,13 @@ impl FixedWindowOperator {
             }
         }
         Ok(late)
+    }
+
+    /// [`regroup`]s window `start`'s accumulators (tests).
+    #[cfg(test)]
+    pub(super) fn regroup_window(&mut self, start: i64, ids: &[usize]) -> Result<()> {
+        let window = self.windows.get_mut(&start).expect("an open window");
+        regroup(&mut window.accumulators, &self.aggregates, ids, window.len).map(|_| ())
     }
 
     /// Emits and drops every window whose end is at or below `watermark`.
@@ -229,6 +241,25 @@ impl FixedWindowOperator {
         }
         finish_batch(&self.output_schema, columns)
     }
+}
+
+/// Rebuilds `accumulators` (of `n` groups) with group `i` as `ids[i]`;
+/// returns their states as they were (in the old group order).
+fn regroup(
+    accumulators: &mut [Box<dyn GroupsAccumulator>],
+    aggregates: &[CompiledAggregate],
+    ids: &[usize],
+    n: usize,
+) -> Result<Vec<ArrayRef>> {
+    let mut states = Vec::new();
+    for (acc, agg) in accumulators.iter_mut().zip(aggregates) {
+        let state = acc.state(EmitTo::All).map_err(df_error)?;
+        let mut fresh = agg.groups_accumulator()?;
+        fresh.merge_batch(&state, ids, n).map_err(df_error)?;
+        *acc = fresh;
+        states.extend(state);
+    }
+    Ok(states)
 }
 
 fn groups_limit(groups_max: usize) -> Error {
@@ -290,25 +321,16 @@ impl FixedWindowOperator {
                 continue;
             }
             let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; n]))];
-            let groups: Vec<usize> = (0..n).collect();
+            let mut ids: Vec<usize> = (0..n).collect();
             if let Some(keys) = window.keys.as_mut() {
-                // Emitting drains the table: the keys go back in, in group
-                // order, so each keeps its group.
+                // Emitting drains the table: the keys go back in, and the
+                // accumulators are rebuilt under the ids they get (their
+                // order, but for keys whose hashes collide).
                 let emitted = keys.emit(EmitTo::All).map_err(df_error)?;
-                let mut again = Vec::with_capacity(n);
-                keys.intern(&emitted, &mut again).map_err(df_error)?;
-                if again != groups {
-                    return Err(Error::internal("window snapshot: keys changed groups when put back"));
-                }
+                keys.intern(&emitted, &mut ids).map_err(df_error)?;
                 columns.extend(emitted);
             }
-            for (acc, agg) in window.accumulators.iter_mut().zip(&self.aggregates) {
-                let state = acc.state(EmitTo::All).map_err(df_error)?;
-                let mut fresh = agg.groups_accumulator()?;
-                fresh.merge_batch(&state, &groups, n).map_err(df_error)?;
-                *acc = fresh;
-                columns.extend(state);
-            }
+            columns.extend(regroup(&mut window.accumulators, &self.aggregates, &ids, n)?);
             let fields: Vec<Field> = columns
                 .iter()
                 .enumerate()
