@@ -204,7 +204,6 @@ impl Builder {
             (Builder::Ints(v), Value::Int(x)) => v.extend(std::iter::repeat_n(x, n)),
             (Builder::Floats(v), Value::Float(x)) => v.extend(std::iter::repeat_n(x, n)),
             (Builder::Scalars(v), Value::Scalar(x)) => v.extend(std::iter::repeat_n(x, n)),
-            (Builder::Bools(v), Value::Int(x)) => v.extend(std::iter::repeat_n(x.map(|x| x != 0), n)),
             _ => unreachable!("a result of another kind than its builder's"),
         }
     }
