@@ -15,7 +15,7 @@
 //! With a master quorum, a session with the leader that *breaks* (the
 //! connection reset or closed: the leader died or stopped, not a silence
 //! that may be this worker's own cable) leaves the parts running as
-//! orphans for [`ORPHAN_GRACE`]: the worker registers with the next
+//! orphans for [`Timing::orphan_grace`]: the worker registers with the next
 //! master, reporting them (`Register.running`: the DAG, the placement and
 //! the barrier signals each part last had), and a new leader adopts them —
 //! it sends their signals, and the worker sends again the checkpoint
@@ -24,7 +24,7 @@
 //! ends in silence (no word, or HTTP/2 pings timing out: a leader frozen
 //! or cut off, or this worker's own cable) keeps the parts only if the
 //! worker registers with a leader of a newer term within
-//! [`SILENT_ORPHAN_GRACE`]; the leader moves a silent worker's tasks later
+//! [`Timing::silent_orphan_grace`]; the leader moves a silent worker's tasks later
 //! than that. A master that declares this worker lost says so (`Refused`
 //! in the session): its tasks then stop at once, as they run elsewhere.
 //!
@@ -46,6 +46,7 @@ use sluice_net::DataPlane;
 use sluice_plan::PhysicalDag;
 use sluice_proto::v1 as pb;
 use sluice_proto::{PROTOCOL_VERSION, version_mismatch};
+use sluice_quorum::fence::{Admission, Fence, SessionEnd as Ended, Timing};
 use sluice_types::{Error, OperatorId, PipelineId, Result, WorkerId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -65,21 +66,13 @@ const STOPPED_REMEMBERED_MAX: usize = 4096;
 /// the master to stop the deployments its parts belonged to before it
 /// exits (their channels may still carry its last rows and barrier).
 const DRAIN_LINGER_MAX: Duration = Duration::from_secs(10);
-/// Heartbeat intervals without a message from the master after which a
-/// worker stops its tasks (the master declares a silent worker dead after
-/// its --worker-timeout, 5 s by default: the two sides give up alike).
-const MASTER_SILENCE_MAX: u32 = 5;
-/// How long parts whose session with a quorum leader broke keep running
-/// without a master claiming them (a new leader's election, its wait for
-/// the workers, the adoption: about 2–7 s).
-pub const ORPHAN_GRACE: Duration = Duration::from_secs(12);
-/// How long parts whose quorum leader fell *silent* keep running while the
-/// worker looks for a leader of a newer term (found: they are orphans as
-/// after a break; not found — this worker may be the one cut off, and its
-/// master moves the tasks — they stop). A quorum leader moves the tasks of
-/// a worker it declared dead for silence only this much later
-/// ([`crate::control`]), so the two never run at once.
-pub const SILENT_ORPHAN_GRACE: Duration = Duration::from_secs(2);
+/// When parts keep running without a master, and for how long: the rules
+/// and durations of [`sluice_quorum::fence`] (the master quorum's
+/// simulation checks them with the leaders' placement rules). A worker
+/// that hears nothing from its master for [`Timing::master_silence`] ends
+/// the session (the master declares a silent worker dead after its
+/// --worker-timeout, 5 s by default: the two sides give up alike).
+pub const TIMING: Timing = Timing::DEFAULT;
 /// How long connecting to a master, or a full queue towards it, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Between two connection attempts to the masters.
@@ -133,9 +126,6 @@ type Reported = Vec<(u32, Option<i64>)>;
 /// The worker's state between sessions: what runs, what connectors and
 /// transport parts use.
 pub struct Agent {
-    /// The highest master term seen in any session: a master of a lower
-    /// term (a deposed quorum leader) is not obeyed.
-    term: std::sync::atomic::AtomicU64,
     config: AgentConfig,
     connectors: Arc<dyn ConnectorFactory>,
     data: Arc<DataPlane>,
@@ -150,7 +140,6 @@ impl Agent {
         deploy: DeployConfig,
     ) -> Self {
         Agent {
-            term: std::sync::atomic::AtomicU64::new(0),
             config,
             connectors,
             data,
@@ -169,7 +158,7 @@ impl Agent {
             events,
             events_rx,
             orphan_deadline: Arc::default(),
-            newer_than: None,
+            fence: Fence::new(),
             data: self.data.clone(),
         };
         let outcome = loop {
@@ -182,23 +171,28 @@ impl Agent {
                 Ok(SessionEnd::Shutdown) => break Ok(()),
                 Ok(SessionEnd::Lost {
                     why,
-                    keep: Keep::Broken,
-                }) if !parts.running.is_empty() => {
-                    tracing::warn!(worker = %self.config.id, %master, %why, parts = parts.running.len(),
-                        "session with the quorum leader broke; tasks keep running for a new leader to adopt");
-                    parts.orphan(tokio::time::Instant::now() + ORPHAN_GRACE, None);
-                }
-                Ok(SessionEnd::Lost {
-                    why,
-                    keep: Keep::IfNewerLeader(term),
-                }) if !parts.running.is_empty() => {
-                    tracing::warn!(worker = %self.config.id, %master, %why, parts = parts.running.len(),
-                        "the quorum leader fell silent; tasks keep running if a leader of a newer term is found");
-                    parts.orphan(tokio::time::Instant::now() + SILENT_ORPHAN_GRACE, Some(term));
-                }
-                Ok(SessionEnd::Lost { why, .. }) => {
-                    tracing::warn!(worker = %self.config.id, %master, %why, "session with the master ended; tasks stopped, reconnecting");
-                    parts.stop_all();
+                    end,
+                    term,
+                    last_heard,
+                }) => {
+                    let running = !parts.running.is_empty();
+                    let now = tokio::time::Instant::now();
+                    match parts.fence.ended(term, end, running, now, last_heard, &TIMING) {
+                        Some(until) => {
+                            if end == Ended::Silent {
+                                tracing::warn!(worker = %self.config.id, %master, %why, parts = parts.running.len(),
+                                    "the quorum leader fell silent; tasks keep running if a leader of a newer term is found");
+                            } else {
+                                tracing::warn!(worker = %self.config.id, %master, %why, parts = parts.running.len(),
+                                    "session with the quorum leader broke; tasks keep running for a new leader to adopt");
+                            }
+                            parts.orphan(until);
+                        }
+                        None => {
+                            tracing::warn!(worker = %self.config.id, %master, %why, "session with the master ended; tasks stopped, reconnecting");
+                            parts.stop_all();
+                        }
+                    }
                 }
                 Err(SessionError::Refused(why)) => break Err(Error::external(why)),
                 Err(SessionError::Connect(why)) => {
@@ -253,6 +247,7 @@ impl Agent {
             .await
             .map_err(|e| SessionError::Connect(e.message().to_string()))?;
         let first_term = first.as_ref().map_or(0, |c| c.term);
+        let followed = parts.fence.term();
         let registered = match first.and_then(|c| c.command.map(|x| (c.protocol_version, x))) {
             // A follower of the master quorum: try the next master.
             Some((_, pb::master_command::Command::Refused(r))) if r.not_leader => {
@@ -262,12 +257,9 @@ impl Agent {
             Some((v, _)) if v != PROTOCOL_VERSION => {
                 return Err(SessionError::Refused(version_mismatch(PROTOCOL_VERSION, v)));
             }
-            Some((_, pb::master_command::Command::Registered(_)))
-                if first_term < self.term.load(std::sync::atomic::Ordering::Relaxed) =>
-            {
+            Some((_, pb::master_command::Command::Registered(_))) if first_term < followed => {
                 return Err(SessionError::Connect(format!(
-                    "the master's term {first_term} is older than term {} this worker followed: a deposed leader",
-                    self.term.load(std::sync::atomic::Ordering::Relaxed)
+                    "the master's term {first_term} is older than term {followed} this worker followed: a deposed leader"
                 )));
             }
             Some((_, pb::master_command::Command::Registered(r))) => r,
@@ -279,12 +271,16 @@ impl Agent {
         };
         tracing::info!(worker = %self.config.id, %master, master_id = %registered.master_id, "registered with the master");
         // Parts kept after a silent leader live on only under a newer one.
-        if let Some(term) = parts.newer_than.take() {
-            if first_term > term {
-                parts.extend_orphans(tokio::time::Instant::now() + ORPHAN_GRACE);
-            } else {
+        match parts.fence.admit(first_term, tokio::time::Instant::now(), &TIMING) {
+            Admission::Admitted => parts.follow_fence(),
+            Admission::AdmittedStopOrphans => {
                 tracing::warn!(worker = %self.config.id, term = first_term, "no newer leader: the kept tasks stop (they run elsewhere)");
                 parts.stop_all();
+            }
+            Admission::Deposed { followed } => {
+                return Err(SessionError::Connect(format!(
+                    "the master's term {first_term} is older than term {followed} this worker followed: a deposed leader"
+                )));
             }
         }
         let mut session = Session {
@@ -295,9 +291,8 @@ impl Agent {
             stopped: HashSet::new(),
             closing: HashSet::new(),
             checkpoint_dir: registered.checkpoint_dir,
-            term: first_term,
+            fence: &mut parts.fence,
         };
-        self.term.fetch_max(first_term, std::sync::atomic::Ordering::Relaxed);
         let mut heartbeat = tokio::time::interval(Duration::from_millis(u64::from(
             registered.heartbeat_interval_ms.max(100),
         )));
@@ -312,13 +307,9 @@ impl Agent {
         let mut leave_by: Option<tokio::time::Instant> = None;
         let mut link_failures = self.data.failures();
         // The master speaks at least once per heartbeat interval; silence
-        // for MASTER_SILENCE_MAX intervals means it is gone or cut off.
-        let silence_max = heartbeat.period() * MASTER_SILENCE_MAX;
+        // for longer than TIMING.master_silence means it is gone or cut off.
+        let silence_max = TIMING.master_silence;
         let mut last_heard = tokio::time::Instant::now();
-        // A session that breaks after this long without a word from the
-        // master broke of silence (HTTP/2 pings timed out: a master frozen
-        // or cut off, or this worker's own cable), not of a reset.
-        let quiet = heartbeat.period() * 2;
         let events = &mut parts.events_rx;
         let end = loop {
             if draining && session.running.is_empty() {
@@ -337,7 +328,9 @@ impl Agent {
                     // tasks, so they stop here.
                     break SessionEnd::Lost {
                         why: format!("no word from the master for {silence_max:?}"),
-                        keep: if session.term > 0 { Keep::IfNewerLeader(session.term) } else { Keep::No },
+                        end: Ended::Silent,
+                        term: session.fence.term(),
+                        last_heard,
                     };
                 }
                 failure = link_failures.recv() => {
@@ -368,23 +361,31 @@ impl Agent {
                 }
                 command = down.message() => match command {
                     Ok(Some(c)) => {
-                        last_heard = tokio::time::Instant::now();
+                        // Only keepalives count as a word from the master: a
+                        // quorum leader sends them only while it holds its
+                        // lease (`sluice_quorum::fence`), other commands a
+                        // deposed one may still send.
+                        if matches!(c.command, Some(pb::master_command::Command::Peers(_)))
+                            && c.term >= session.fence.term()
+                        {
+                            last_heard = tokio::time::Instant::now();
+                        }
                         if c.protocol_version != PROTOCOL_VERSION {
-                            break SessionEnd::Lost { why: version_mismatch(PROTOCOL_VERSION, c.protocol_version), keep: Keep::No };
+                            break session.released(version_mismatch(PROTOCOL_VERSION, c.protocol_version));
                         }
                         // The master let this worker go (declared it lost):
                         // its tasks run elsewhere now.
                         if let Some(pb::master_command::Command::Refused(r)) = &c.command
-                            && c.term >= session.term
+                            && c.term >= session.fence.term()
                         {
-                            break SessionEnd::Lost { why: r.reason.clone(), keep: Keep::No };
+                            break session.released(r.reason.clone());
                         }
                         if let Err(e) = session.on_command(c).await {
                             tracing::warn!(worker = %self.config.id, error = %e, "command failed");
                         }
                     }
-                    Ok(None) => break session.lost("the master closed the session".into(), last_heard.elapsed() >= quiet),
-                    Err(e) => break session.lost(e.message().to_string(), last_heard.elapsed() >= quiet),
+                    Ok(None) => break session.lost("the master closed the session".into(), last_heard),
+                    Err(e) => break session.lost(e.message().to_string(), last_heard),
                 },
                 Some((key, event)) = events.recv() => {
                     let exited = event == PartEvent::Exited;
@@ -393,14 +394,14 @@ impl Agent {
                         // the last it heard (a finished pipeline's rows).
                         let last = session.final_counters(key);
                         if session.send(pb::worker_event::Event::Heartbeat(last)).await.is_err() {
-                            break session.lost("the master closed the session".into(), last_heard.elapsed() >= quiet);
+                            break session.lost("the master closed the session".into(), last_heard);
                         }
                     }
                     session.keep_ack(key, &event);
                     match event_to_wire(key, &event) {
                         Ok(e) => {
                             if session.send(e).await.is_err() {
-                                break session.lost("the master closed the session".into(), last_heard.elapsed() >= quiet);
+                                break session.lost("the master closed the session".into(), last_heard);
                             }
                         }
                         Err(e) => tracing::error!(error = %e, "event not sent"),
@@ -428,7 +429,7 @@ impl Agent {
                 }
                 _ = heartbeat.tick() => {
                     if session.send(pb::worker_event::Event::Heartbeat(session.heartbeat())).await.is_err() {
-                        break session.lost("the master closed the session".into(), last_heard.elapsed() >= quiet);
+                        break session.lost("the master closed the session".into(), last_heard);
                     }
                 }
             }
@@ -445,24 +446,15 @@ impl Agent {
 
 enum SessionEnd {
     Shutdown,
-    /// `keep`: whether the parts may be adopted by the next leader.
+    /// The session with a master of `term` (0: not a quorum's) ended as
+    /// `end`, the master's last keepalive heard at `last_heard`;
+    /// [`Fence::ended`] says whether the parts wait for the next leader.
     Lost {
         why: String,
-        keep: Keep,
+        end: Ended,
+        term: u64,
+        last_heard: tokio::time::Instant,
     },
-}
-
-/// What becomes of a worker's parts when its session ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Keep {
-    /// They stop (a single master, or the master let this worker go).
-    No,
-    /// The session with a quorum leader broke: orphans for a new leader.
-    Broken,
-    /// The quorum leader of this term fell silent: orphans only if a
-    /// leader of a newer term takes this worker within
-    /// [`SILENT_ORPHAN_GRACE`].
-    IfNewerLeader(u64),
 }
 
 /// The worker's deployment parts, kept across sessions.
@@ -478,19 +470,18 @@ struct Parts {
     /// up (read by the orphans' timer, which keeps waiting while it moves
     /// later, and ends when it is cleared).
     orphan_deadline: Arc<Mutex<Option<tokio::time::Instant>>>,
-    /// Orphans of a silent leader of this term: kept only if the next
-    /// master registered with leads a newer term.
-    newer_than: Option<u64>,
+    /// The highest term followed, and the orphans' deadline and condition.
+    fence: Fence<tokio::time::Instant>,
     data: Arc<DataPlane>,
 }
 
 impl Parts {
-    /// Every part is an orphan until a master claims it or `until` (and,
-    /// with `newer_than`, until a master of a lower or equal term takes
-    /// this worker). A timer gives up those unclaimed at the deadline,
-    /// whatever the worker is doing then (a connection attempt to a master
-    /// cut off may take seconds).
-    fn orphan(&mut self, until: tokio::time::Instant, newer_than: Option<u64>) {
+    /// Every part is an orphan until a master claims it or `until` (or
+    /// until a master the fence does not admit them under takes this
+    /// worker). A timer gives up those unclaimed at the deadline, whatever
+    /// the worker is doing then (a connection attempt to a master cut off
+    /// may take seconds).
+    fn orphan(&mut self, until: tokio::time::Instant) {
         let orphans: Vec<(DeploymentKey, Arc<AtomicU8>, CancellationToken)> = self
             .running
             .iter()
@@ -500,7 +491,6 @@ impl Parts {
             })
             .collect();
         *self.orphan_deadline.lock().expect("deadline lock") = Some(until);
-        self.newer_than = newer_than;
         let (deadline, events, data) = (self.orphan_deadline.clone(), self.events.clone(), self.data.clone());
         tokio::spawn(async move {
             loop {
@@ -540,11 +530,12 @@ impl Parts {
         });
     }
 
-    /// Orphans found a newer leader: they wait for its claim until `until`.
-    fn extend_orphans(&self, until: tokio::time::Instant) {
+    /// The orphans' timer follows the fence's deadline (moved when they
+    /// found a newer leader: they wait for its claim).
+    fn follow_fence(&self) {
         let mut deadline = self.orphan_deadline.lock().expect("deadline lock");
-        if deadline.is_some() {
-            *deadline = Some(until);
+        if let (Some(_), Some(orphans)) = (*deadline, self.fence.orphans()) {
+            *deadline = Some(orphans.until);
         }
     }
 
@@ -554,7 +545,7 @@ impl Parts {
             self.data.close_deployment(key.pipeline, key.epoch);
         }
         *self.orphan_deadline.lock().expect("deadline lock") = None;
-        self.newer_than = None;
+        self.fence.clear_orphans();
     }
 
     /// Between sessions: takes the parts' events (a failed or exited part
@@ -616,21 +607,33 @@ struct Session<'a> {
     /// rows and barrier).
     closing: HashSet<DeploymentKey>,
     checkpoint_dir: String,
-    /// The highest master term seen (commands of a lower one are refused).
-    term: u64,
+    /// The highest master term followed (commands of a lower one are
+    /// refused): this session's master's, once it registered the worker.
+    fence: &'a mut Fence<tokio::time::Instant>,
 }
 
 impl Session<'_> {
-    /// How a session that broke ends: with a quorum leader (a term), its
-    /// parts are kept for the next leader — after a reset, for a new
-    /// leader; after silence (`silent`), only for a leader of a newer term.
-    fn lost(&self, why: String, silent: bool) -> SessionEnd {
-        let keep = match (self.term, silent) {
-            (0, _) => Keep::No,
-            (term, true) => Keep::IfNewerLeader(term),
-            (_, false) => Keep::Broken,
-        };
-        SessionEnd::Lost { why, keep }
+    /// How a session that broke ends: after a reset or after silence
+    /// (the master last heard at `last_heard`); with a quorum leader its
+    /// parts may be kept for the next one ([`Fence::ended`]).
+    fn lost(&self, why: String, last_heard: tokio::time::Instant) -> SessionEnd {
+        SessionEnd::Lost {
+            why,
+            end: Fence::broke(tokio::time::Instant::now(), last_heard, &TIMING),
+            term: self.fence.term(),
+            last_heard,
+        }
+    }
+
+    /// The master let this worker go (or speaks another protocol): its
+    /// parts stop.
+    fn released(&self, why: String) -> SessionEnd {
+        SessionEnd::Lost {
+            why,
+            end: Ended::Released,
+            term: self.fence.term(),
+            last_heard: tokio::time::Instant::now(),
+        }
     }
 
     /// Keeps a part's checkpoint event to send again to a new leader.
@@ -738,16 +741,13 @@ impl Session<'_> {
     }
 
     async fn on_command(&mut self, command: pb::MasterCommand) -> Result<()> {
-        if command.term < self.term {
+        if !self.fence.obey(command.term) {
             return Err(Error::external(format!(
                 "refused a command of term {} (this worker follows term {})",
-                command.term, self.term
+                command.term,
+                self.fence.term()
             )));
         }
-        self.term = command.term;
-        self.agent
-            .term
-            .fetch_max(command.term, std::sync::atomic::Ordering::Relaxed);
         use pb::master_command::Command;
         let key = |pipeline, epoch| DeploymentKey {
             pipeline: PipelineId(pipeline),

@@ -50,17 +50,10 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-/// How much later than it declares a worker lost for silence a quorum
-/// leader moves its tasks: the worker's own wait for a newer leader, plus
-/// a margin of two heartbeat intervals (the two sides' last words may be
-/// a heartbeat apart) for messages and timers.
-pub const SILENT_WORKER_MOVE_DELAY: Duration =
-    Duration::from_millis(crate::agent::SILENT_ORPHAN_GRACE.as_millis() as u64 + 2000);
-
 /// Commands queued for one worker, at most.
 pub const COMMAND_QUEUE_MAX: usize = 1024;
 /// Heartbeat interval the master asks workers for.
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+pub const HEARTBEAT_INTERVAL: Duration = crate::agent::TIMING.heartbeat;
 /// A worker silent this long is dead (`--worker-timeout`).
 pub const WORKER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 /// A draining worker's deployments stop at a barrier within this, or fail
@@ -181,6 +174,49 @@ impl Reported {
     }
 }
 
+/// Parts that may still run on a worker though no deployment of this
+/// master owns them, each until it surely stopped at the latest (see
+/// [`Cluster::vacating`]). Bounded: an entry is made only by a stop or a
+/// worker's loss, and lasts at most [`sluice_quorum::fence::Timing::adoption_wait`].
+#[derive(Default)]
+struct Vacating {
+    parts: HashMap<(DeploymentKey, WorkerId), Instant>,
+}
+
+impl Vacating {
+    /// Part `key` on `worker` may run until `until` (the later of two).
+    fn vacate(&mut self, key: DeploymentKey, worker: &WorkerId, until: Instant) {
+        let at = self.parts.entry((key, worker.clone())).or_insert(until);
+        *at = (*at).max(until);
+    }
+
+    /// Its exit was heard; true if it was vacating.
+    fn gone(&mut self, key: DeploymentKey, worker: &WorkerId) -> bool {
+        self.parts.remove(&(key, worker.clone())).is_some()
+    }
+
+    /// `worker` registered again, running `running`: what it does not run
+    /// is gone.
+    fn registered(&mut self, worker: &WorkerId, running: &std::collections::HashSet<DeploymentKey>) {
+        self.parts.retain(|(k, w), _| w != worker || running.contains(k));
+    }
+
+    fn contains(&self, key: DeploymentKey, worker: &WorkerId) -> bool {
+        self.parts.contains_key(&(key, worker.clone()))
+    }
+
+    /// Forgets parts past their deadline at `now`; of those `which`
+    /// matches, the earliest deadline (`None`: none may run).
+    fn next(&mut self, now: Instant, which: impl Fn(&DeploymentKey, &WorkerId) -> bool) -> Option<Instant> {
+        self.parts.retain(|_, until| *until > now);
+        self.parts
+            .iter()
+            .filter(|((k, w), _)| which(k, w))
+            .map(|(_, at)| *at)
+            .min()
+    }
+}
+
 /// The id of a master's own worker is this prefix and the master's id.
 pub const MASTER_WORKER_PREFIX: &str = "master:";
 
@@ -218,6 +254,16 @@ pub struct Cluster {
     quorum: Mutex<Option<sluice_quorum::QuorumNode>>,
     /// Parts reported by workers, while a new leader may adopt them.
     adoption: Mutex<Adoption>,
+    /// With a quorum: parts that may still run on a worker though no
+    /// deployment here owns them (told to stop, or on a worker lost that
+    /// may keep them as orphans), each until it surely stopped at the
+    /// latest. A pipeline is started anew, and a lost worker's pipelines
+    /// fail over, only once none of its parts is here (never two copies
+    /// of a task): an entry goes when its part's exit is heard, when its
+    /// worker registers again without it, or at its deadline.
+    vacating: Mutex<Vacating>,
+    vacated: tokio::sync::Notify,
+    me: std::sync::Weak<Cluster>,
 }
 
 /// Decides whether this master may take workers' sessions: `None` yes,
@@ -226,7 +272,10 @@ pub type Admission = Box<dyn Fn() -> Option<(String, String)> + Send + Sync>;
 
 impl Cluster {
     pub fn new(master_id: String, checkpoint_dir: String, worker_timeout: Duration, local: MasterWorker) -> Arc<Self> {
-        let cluster = Arc::new(Cluster {
+        let cluster = Arc::new_cyclic(|me| Cluster {
+            me: me.clone(),
+            vacating: Mutex::default(),
+            vacated: tokio::sync::Notify::new(),
             master_id,
             control_address: Mutex::default(),
             checkpoint_dir,
@@ -266,6 +315,17 @@ impl Cluster {
             .expect("quorum lock")
             .as_ref()
             .map_or(0, |q| q.term())
+    }
+
+    /// The term every command to a worker carries: the one in which this
+    /// master took the lead (opened adoption), 0 for a single master. Not
+    /// the quorum's current term: a master that stepped down has seen a
+    /// newer term, and its commands stamped with it would be obeyed.
+    fn command_term(&self) -> u64 {
+        if self.quorum().is_none() {
+            return 0;
+        }
+        self.adoption.lock().expect("adoption lock").term
     }
 
     /// Records this master's quorum member (shown by `/api/v1/cluster`).
@@ -316,19 +376,22 @@ impl Cluster {
                 .reports
                 .iter()
                 .any(|(k, r)| k.pipeline == *id && (r.complete() || r.hopeless(&self.local.id)));
+            // No recorded placement: nothing of it runs (a placement is
+            // recorded before its parts start, and stays while the
+            // pipeline exists).
             reported
-                || a.recorded.get(id).is_some_and(|p| {
+                || a.recorded.get(id).is_none_or(|p| {
                     let workers = p.workers();
                     hopeless(&workers) || workers.iter().all(|w| registered.contains(w))
                 })
         })
     }
 
-    /// On a quorum's leader: records the registered workers and where each
-    /// running deployment's tasks are in the replicated state
-    /// ([`crate::recorded`]), when that changed. While adopting, the old
-    /// leader's placements are kept (they are what the next leader would
-    /// wait for, should this one fail before it deployed).
+    /// On a quorum's leader: records the registered workers in the
+    /// replicated state ([`crate::recorded`]) when they changed, and
+    /// removes the placements of pipelines gone from the catalog (once
+    /// adoption closed). Placements themselves are written as deployments
+    /// start ([`Cluster::prepare_start`]).
     pub async fn record(&self) -> std::result::Result<(), String> {
         let Some(node) = self.quorum() else { return Ok(()) };
         if !node.is_leader() {
@@ -364,10 +427,26 @@ impl Cluster {
             })
             .collect();
         let want = crate::recorded::registers(&workers, &placements);
-        let mut writes = crate::recorded::writes(&node.state(), &want);
-        if adopting {
-            writes.retain(|(k, v)| v.is_some() || !k.starts_with(crate::recorded::PLACEMENT));
-        }
+        let state = node.state();
+        let mut writes = crate::recorded::writes(&state, &want);
+        // Placements are written as deployments start (before their parts
+        // do: `prepare_start`), never from here, where a placement read a
+        // moment ago could overwrite a newer one. They go only with their
+        // pipeline: one of a pipeline still in the catalog names the
+        // workers that may run its parts, which a next leader waits for.
+        let catalog: Option<std::collections::HashSet<u64>> = crate::replication::unflatten(&state)
+            .ok()
+            .map(|c| c.pipelines.values().map(|p| p.id.0).collect());
+        writes.retain(|(k, v)| match k.strip_prefix(crate::recorded::PLACEMENT) {
+            None => true,
+            Some(id) => {
+                !adopting
+                    && v.is_none()
+                    && id
+                        .parse()
+                        .is_ok_and(|id: u64| catalog.as_ref().is_some_and(|c| !c.contains(&id)))
+            }
+        });
         if writes.is_empty() {
             return Ok(());
         }
@@ -397,23 +476,53 @@ impl Cluster {
         for (key, r) in reports {
             tracing::info!(pipeline = %key.pipeline, epoch = key.epoch, "stopping parts of a deployment not adopted");
             for w in r.by.keys() {
-                self.send(w, stop_command(key));
+                self.stop_part(key, w);
             }
         }
+    }
+
+    /// Tells `worker` to stop its part of `key`, which runs on until its
+    /// exit is heard (or an orphan's grace at the latest).
+    fn stop_part(&self, key: DeploymentKey, worker: &WorkerId) {
+        self.vacate(
+            key,
+            worker,
+            Instant::now() + crate::agent::TIMING.orphans_gone_after(false),
+        );
+        self.send(worker, stop_command(key));
     }
 
     /// A registering worker's running parts: kept while adoption is open,
     /// else stopped (this master does not know them).
     fn reported(&self, worker: &WorkerId, running: Vec<pb::DeploymentRef>) {
+        // What it does not report it does not run (any more).
+        let keys: std::collections::HashSet<DeploymentKey> = running
+            .iter()
+            .map(|d| DeploymentKey {
+                pipeline: PipelineId(d.pipeline),
+                epoch: d.epoch,
+            })
+            .collect();
+        self.vacating.lock().expect("vacating lock").registered(worker, &keys);
+        self.vacated.notify_waiters();
         let mut a = self.adoption.lock().expect("adoption lock");
         for d in running {
             let key = DeploymentKey {
                 pipeline: PipelineId(d.pipeline),
                 epoch: d.epoch,
             };
-            if !a.open {
+            // Told to stop before, or of a pipeline that runs another
+            // deployment already: not to be adopted.
+            let stopping = self.vacating.lock().expect("vacating lock").contains(key, worker)
+                || self
+                    .runtimes
+                    .lock()
+                    .expect("runtimes lock")
+                    .get(&key.pipeline)
+                    .is_some_and(|(epoch, _)| *epoch != key.epoch);
+            if !a.open || stopping {
                 drop(a);
-                self.send(worker, stop_command(key));
+                self.stop_part(key, worker);
                 a = self.adoption.lock().expect("adoption lock");
                 continue;
             }
@@ -465,7 +574,7 @@ impl Cluster {
         };
         for (key, r) in discarded {
             for w in r.by.keys() {
-                self.send(w, stop_command(key));
+                self.stop_part(key, w);
             }
         }
     }
@@ -556,13 +665,92 @@ impl Cluster {
         used
     }
 
+    /// Part `key` on `worker` may run until `until` (see [`Cluster::vacating`]).
+    fn vacate(&self, key: DeploymentKey, worker: &WorkerId, until: Instant) {
+        if self.quorum().is_none() {
+            return;
+        }
+        self.vacating.lock().expect("vacating lock").vacate(key, worker, until);
+    }
+
+    /// Part `key` on `worker` stopped (its exit was heard).
+    fn part_gone(&self, key: DeploymentKey, worker: &WorkerId) {
+        if self.vacating.lock().expect("vacating lock").gone(key, worker) {
+            self.vacated.notify_waiters();
+        }
+    }
+
+    /// Waits until no part matching `which` may still run.
+    async fn until_vacated(&self, which: impl Fn(&DeploymentKey, &WorkerId) -> bool) {
+        loop {
+            let notified = self.vacated.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next = self
+                .vacating
+                .lock()
+                .expect("vacating lock")
+                .next(Instant::now(), &which);
+            let Some(at) = next else { return };
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+    }
+
+    /// Before deployment `key`'s parts start: the parts of the pipeline's
+    /// other deployments that may still run stop (or are surely gone), and
+    /// the placement is written to the quorum (a majority holds it).
+    async fn prepare_start(
+        &self,
+        key: DeploymentKey,
+        recorded: &crate::recorded::RecordedPlacement,
+    ) -> std::result::Result<(), String> {
+        self.until_vacated(|k, _| k.pipeline == key.pipeline && *k != key).await;
+        let Some(node) = self.quorum() else { return Ok(()) };
+        let json = serde_json::to_string(recorded).map_err(|e| e.to_string())?;
+        let register = format!("{}{}", crate::recorded::PLACEMENT, key.pipeline.0);
+        node.propose(vec![(register, Some(json))])
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("its placement was not recorded by a majority of masters: {e}"))
+    }
+
+    /// Deployment `key`'s parts on `workers` never started: each counts as
+    /// exited (with `failure`, failed), so the owner settles.
+    fn settle_unstarted(&self, key: DeploymentKey, workers: &[WorkerId], failure: Option<String>) {
+        let events = {
+            let mut routes = self.routes.lock().expect("routes lock");
+            let Some(route) = routes.get_mut(&key) else { return };
+            let mut events = Vec::new();
+            for w in workers {
+                if route.parts.insert(w.clone(), true) == Some(false) {
+                    events.push(route.events.clone());
+                }
+            }
+            events
+        };
+        for events in events {
+            if let Some(why) = &failure {
+                let _ = events.send(PartEvent::Failed {
+                    operator: OperatorId(0),
+                    instance: 0,
+                    failure: Failure::message(why.clone()),
+                    after_cancel: false,
+                });
+            }
+            let _ = events.send(PartEvent::Exited);
+        }
+    }
+
     fn send(&self, worker: &WorkerId, command: pb::master_command::Command) {
         let workers = self.workers.lock().expect("workers lock");
         if let Some(w) = workers.get(worker) {
             let message = pb::MasterCommand {
                 protocol_version: PROTOCOL_VERSION,
                 request_id: 0,
-                term: self.term(),
+                term: self.command_term(),
                 command: Some(command),
             };
             if w.commands.try_send(Ok(message)).is_err() {
@@ -573,14 +761,20 @@ impl Cluster {
 
     /// Sends every worker the data-plane addresses of all (and so a sign
     /// of life).
+    /// With a quorum, only while this master holds its lease: a worker
+    /// counts keepalives as its leader's word, and times a broken
+    /// session's orphans from the last one ([`sluice_quorum::fence`]).
     fn keepalive(&self) {
+        if self.quorum().is_some_and(|q| !q.is_leader()) {
+            return;
+        }
         let workers = self.workers.lock().expect("workers lock");
         let mut addresses: HashMap<String, String> = workers
             .iter()
             .map(|(id, w)| (id.0.clone(), w.data_address.clone()))
             .collect();
         addresses.insert(self.local.id.0.clone(), self.local.data_address.clone());
-        let term = self.term();
+        let term = self.command_term();
         for w in workers.values() {
             let _ = w.commands.try_send(Ok(pb::MasterCommand {
                 protocol_version: PROTOCOL_VERSION,
@@ -600,9 +794,9 @@ impl Cluster {
     /// the next leader to adopt.
     ///
     /// `silent`: declared lost for silence. With a quorum such a worker
-    /// may keep its tasks [`crate::agent::SILENT_ORPHAN_GRACE`] longer
+    /// may keep its tasks [`sluice_quorum::fence::Timing::silent_orphan_grace`] longer
     /// (looking for a newer leader), so they move only after
-    /// [`SILENT_WORKER_MOVE_DELAY`].
+    /// [`sluice_quorum::fence::Timing::silent_worker_move_delay`].
     fn worker_lost(&self, id: &WorkerId, session: u64, why: &str, release: bool, silent: bool) {
         {
             let mut workers = self.workers.lock().expect("workers lock");
@@ -613,7 +807,7 @@ impl Cluster {
                         let _ = w.commands.try_send(Ok(pb::MasterCommand {
                             protocol_version: PROTOCOL_VERSION,
                             request_id: 0,
-                            term: self.term(),
+                            term: self.command_term(),
                             command: Some(pb::master_command::Command::Refused(pb::Refused {
                                 reason: format!("master {} declared this worker lost: {why}", self.master_id),
                                 ..Default::default()
@@ -634,43 +828,61 @@ impl Cluster {
             }
         }
         tracing::warn!(worker = %id, %why, "worker lost; its pipelines restart on the other workers");
-        for r in self.adoption.lock().expect("adoption lock").reports.values_mut() {
-            r.by.remove(id);
-        }
+        // With a quorum, a lost worker may keep its parts running a while
+        // ([`sluice_quorum::fence`]): after silence, its silent grace;
+        // after a session that broke or closed (this master cannot tell a
+        // worker's death from a reset that left it running orphans for a
+        // new leader), an orphan's grace — unless it registers again first
+        // and reports what it runs, or its parts' exits are heard.
+        // Stepping down (`release` false), this master places nothing more.
+        let wait = (self.quorum().is_some() && (silent || release))
+            .then(|| Instant::now() + crate::agent::TIMING.orphans_gone_after(silent));
+        let reported: Vec<DeploymentKey> = {
+            let mut a = self.adoption.lock().expect("adoption lock");
+            a.reports
+                .iter_mut()
+                .filter_map(|(k, r)| r.by.remove(id).map(|_| *k))
+                .collect()
+        };
         // The owners of its parts hear nothing more from it; they fail
-        // (their pipelines move) at once, or — a quorum leader's worker
-        // that fell silent may still run its tasks for a moment, looking
-        // for a newer leader — once it stopped them.
-        let owners: Vec<mpsc::UnboundedSender<PartEvent>> = {
+        // (their pipelines move) once its parts surely stopped.
+        let owners: Vec<(DeploymentKey, mpsc::UnboundedSender<PartEvent>)> = {
             let mut routes = self.routes.lock().expect("routes lock");
             routes
-                .values_mut()
-                .filter(|route| route.parts.get(id) == Some(&false))
-                .map(|route| {
+                .iter_mut()
+                .filter(|(_, route)| route.parts.get(id) == Some(&false))
+                .map(|(key, route)| {
                     route.parts.insert(id.clone(), true);
-                    route.events.clone()
+                    (*key, route.events.clone())
                 })
                 .collect()
         };
-        let failure = format!("worker {id} was lost: {why}");
-        let fail = move || {
-            for events in owners {
-                let _ = events.send(PartEvent::Failed {
-                    operator: OperatorId(0),
-                    instance: 0,
-                    failure: Failure::message(failure.clone()),
-                    after_cancel: false,
-                });
-                let _ = events.send(PartEvent::Exited);
+        if let Some(until) = wait {
+            for key in reported.iter().chain(owners.iter().map(|(k, _)| k)) {
+                self.vacate(*key, id, until);
             }
-        };
-        if silent && self.quorum().is_some() {
-            tokio::spawn(async move {
-                tokio::time::sleep(SILENT_WORKER_MOVE_DELAY).await;
-                fail();
+        }
+        let failure = format!("worker {id} was lost: {why}");
+        let fail = move |events: mpsc::UnboundedSender<PartEvent>| {
+            let _ = events.send(PartEvent::Failed {
+                operator: OperatorId(0),
+                instance: 0,
+                failure: Failure::message(failure.clone()),
+                after_cancel: false,
             });
-        } else {
-            fail();
+            let _ = events.send(PartEvent::Exited);
+        };
+        match (wait, self.me.upgrade()) {
+            (Some(_), Some(cluster)) => {
+                let id = id.clone();
+                tokio::spawn(async move {
+                    for (key, events) in owners {
+                        cluster.until_vacated(|k, w| *k == key && *w == id).await;
+                        fail(events);
+                    }
+                });
+            }
+            _ => owners.into_iter().for_each(|(_, events)| fail(events)),
         }
     }
 
@@ -746,7 +958,7 @@ impl Cluster {
                 .collect()
         };
         let workers = self.workers.lock().expect("workers lock");
-        let term = self.term();
+        let term = self.command_term();
         for w in to.iter().filter_map(|id| workers.get(id)) {
             let _ = w.commands.try_send(Ok(pb::MasterCommand {
                 protocol_version: PROTOCOL_VERSION,
@@ -787,12 +999,20 @@ impl Cluster {
         match event_from_wire(&event) {
             Ok(Some((key, part_event))) => {
                 let mut routes = self.routes.lock().expect("routes lock");
-                let Some(route) = routes.get_mut(&key) else { return };
-                // A part that exited (or was declared lost) reports nothing more.
-                match route.parts.get(worker) {
-                    Some(false) => {}
-                    _ => return,
-                }
+                let owned = routes.get_mut(&key).filter(|r| r.parts.get(worker) == Some(&false));
+                // A part no deployment here owns (told to stop, reported
+                // and not adopted, or declared lost): its exit is what
+                // vacating waits for.
+                let Some(route) = owned else {
+                    drop(routes);
+                    if part_event == PartEvent::Exited {
+                        self.part_gone(key, worker);
+                        if let Some(r) = self.adoption.lock().expect("adoption lock").reports.get_mut(&key) {
+                            r.by.remove(worker);
+                        }
+                    }
+                    return;
+                };
                 if part_event == PartEvent::Exited {
                     route.parts.insert(worker.clone(), true);
                 }
@@ -974,7 +1194,7 @@ impl pb::master_server::Master for Service {
         let _ = tx.try_send(Ok(pb::MasterCommand {
             protocol_version: PROTOCOL_VERSION,
             request_id: 0,
-            term: cluster.term(),
+            term: cluster.command_term(),
             command: Some(pb::master_command::Command::Registered(pb::Registered {
                 master_id: cluster.master_id.clone(),
                 checkpoint_dir: cluster.checkpoint_dir.clone(),
@@ -1171,11 +1391,18 @@ impl ClusterScheduler {
                     store: location.clone(),
                 }),
         };
-        for w in &remote {
-            cluster.send(w, pb::master_command::Command::Start(start.clone()));
-        }
+        let recorded = crate::recorded::RecordedPlacement {
+            epoch,
+            tasks: placement.tasks.iter().map(|(o, i, w)| (o.0, *i, w.0.clone())).collect(),
+        };
         tracing::info!(pipeline = %id, epoch, workers = ?placement.workers(), "deployment placed");
-        Ok(self.run_owned(key, owned, placement, remote, false))
+        Ok(self.run_owned(
+            key,
+            owned,
+            placement,
+            remote,
+            Launch::Start(Box::new((start, recorded))),
+        ))
     }
 
     /// The remote workers' task slots in a deployment placed by
@@ -1202,7 +1429,7 @@ impl ClusterScheduler {
         owned: sluice_dataflow::deploy::Owned,
         placement: Placement,
         workers: Vec<WorkerId>,
-        adopted: bool,
+        launch: Launch,
     ) -> Arc<PipelineRuntime> {
         let cluster = &self.cluster;
         let mut runtime = owned.runtime;
@@ -1214,7 +1441,7 @@ impl ClusterScheduler {
             workers,
             runtime.clone(),
             (owned.cancel, owned.paused, owned.signals),
-            adopted,
+            launch,
         ));
         cluster
             .runtimes
@@ -1274,7 +1501,7 @@ impl ClusterScheduler {
             },
         );
         tracing::info!(pipeline = %id, epoch = key.epoch, ?workers, trigger, completed, "deployment adopted: its tasks keep running");
-        self.run_owned(key, owned, placement, workers, true)
+        self.run_owned(key, owned, placement, workers, Launch::Adopted)
     }
 }
 
@@ -1303,6 +1530,17 @@ type OwnerControls = (
     Option<BarrierSignals>,
 );
 
+/// How a deployment's parts on workers get going.
+enum Launch {
+    /// They run already (a new leader adopted them): they hear the
+    /// owner's signals at once.
+    Adopted,
+    /// Placed anew: started once no part of the pipeline may still run
+    /// elsewhere and, with a quorum, the placement is held by a majority
+    /// of masters (so the next leader knows whom to wait for).
+    Start(Box<(pb::StartTasks, crate::recorded::RecordedPlacement)>),
+}
+
 /// Forwards the owner's signals to the deployment's workers until every
 /// part exited. An adopted deployment's workers get them at once: that is
 /// how a worker learns its part was adopted.
@@ -1312,7 +1550,7 @@ async fn forward(
     workers: Vec<WorkerId>,
     runtime: Arc<PipelineRuntime>,
     (cancel, mut paused, signals): OwnerControls,
-    adopted: bool,
+    launch: Launch,
 ) {
     let send_all = |command: pb::master_command::Command| {
         for w in &workers {
@@ -1347,7 +1585,7 @@ async fn forward(
             std::future::pending::<()>().await;
         }
     }
-    if adopted {
+    let signals_so_far = |paused: &tokio::sync::watch::Receiver<bool>| {
         let p = *paused.borrow();
         send_all(pb::master_command::Command::Paused(pb::SetPaused {
             pipeline: key.pipeline.0,
@@ -1356,6 +1594,31 @@ async fn forward(
         }));
         if signals.is_some() {
             send_all(checkpoint(&trigger, &stop_at, &completed));
+        }
+    };
+    match launch {
+        Launch::Adopted => signals_so_far(&paused),
+        Launch::Start(launch) if cluster.quorum().is_none() => {
+            send_all(pb::master_command::Command::Start(launch.0));
+        }
+        Launch::Start(launch) => {
+            let (start, recorded) = *launch;
+            let ready = tokio::select! {
+                r = cluster.prepare_start(key, &recorded) => Some(r),
+                _ = cancel.cancelled() => None,
+            };
+            match ready {
+                Some(Ok(())) => {
+                    send_all(pb::master_command::Command::Start(start));
+                    // What the owner signalled while it waited.
+                    signals_so_far(&paused);
+                }
+                Some(Err(why)) => {
+                    tracing::warn!(pipeline = %key.pipeline, epoch = key.epoch, %why, "deployment not started");
+                    cluster.settle_unstarted(key, &workers, Some(why));
+                }
+                None => cluster.settle_unstarted(key, &workers, None),
+            }
         }
     }
     let mut cancelled = false;
@@ -1421,6 +1684,38 @@ impl Scheduler for ClusterScheduler {
 #[cfg(test)]
 mod lost_tests {
     use super::*;
+
+    #[test]
+    fn vacating_parts_go_at_their_exit_their_workers_report_or_their_deadline() {
+        let key = |pipeline, epoch| DeploymentKey {
+            pipeline: PipelineId(pipeline),
+            epoch,
+        };
+        let (w1, w2) = (WorkerId("w1".into()), WorkerId("w2".into()));
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut v = Vacating::default();
+        v.vacate(key(1, 7), &w1, t0 + 3 * s);
+        v.vacate(key(1, 7), &w1, t0 + s); // the later deadline holds
+        v.vacate(key(1, 8), &w2, t0 + 2 * s);
+        v.vacate(key(2, 9), &w1, t0 + 5 * s);
+        let of = |p| move |k: &DeploymentKey, _: &WorkerId| k.pipeline == PipelineId(p);
+        assert_eq!(v.next(t0, of(1)), Some(t0 + 2 * s));
+        assert_eq!(v.next(t0, of(3)), None);
+        // Past a deadline the part is surely gone.
+        assert_eq!(v.next(t0 + 2 * s, of(1)), Some(t0 + 3 * s));
+        assert!(!v.contains(key(1, 8), &w2));
+        // Its exit heard.
+        assert!(v.gone(key(1, 7), &w1));
+        assert!(!v.gone(key(1, 7), &w1));
+        assert_eq!(v.next(t0, of(1)), None);
+        // Its worker registered again without it (another worker's stay).
+        v.vacate(key(1, 10), &w2, t0 + 5 * s);
+        v.registered(&w1, &std::collections::HashSet::new());
+        assert_eq!(v.next(t0, of(2)), None);
+        v.registered(&w2, &std::collections::HashSet::from([key(1, 10)]));
+        assert_eq!(v.next(t0, of(1)), Some(t0 + 5 * s), "still reported: still vacating");
+    }
 
     #[test]
     fn lost_workers_are_bounded_oldest_out_and_one_entry_per_id() {

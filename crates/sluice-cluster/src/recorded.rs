@@ -2,9 +2,10 @@
 //! pipeline's tasks run, in the replicated state beside the catalog:
 //! `worker/<id>` (data-plane address, slots, labels) and
 //! `placement/<pipeline id>` (the running deployment's epoch and every
-//! task instance's worker). Written once a second when changed
-//! ([`crate::control::Cluster::record`]); a worker gone or a deployment
-//! ended is a tombstone.
+//! task instance's worker). Workers are written once a second when
+//! changed ([`crate::control::Cluster::record`]), a worker gone being a
+//! tombstone; a placement as its deployment starts, before its parts do,
+//! and it goes only with its pipeline.
 //!
 //! Followers list the recorded workers (SHOW CLUSTER, `/api/v1/cluster`),
 //! and a new leader knows from the placements which workers it waits for

@@ -20,7 +20,12 @@
 /// sources unaligned). 3: workers keep their parts when the session with a
 /// quorum leader breaks and report them in `Register.running` (a version-2
 /// worker would stop them, a version-2 master would not stop unknown ones).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 4: a worker counts only keepalives (`Peers`) as its master's word and
+/// times a broken session's orphans from the last one, and a quorum leader
+/// sends keepalives only under its lease and moves a lost worker's parts
+/// only once they surely stopped (`sluice_quorum::fence`): mixed with
+/// version 3, a task could run twice.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// `package sluice.v1`.
 pub mod v1 {

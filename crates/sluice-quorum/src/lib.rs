@@ -6,6 +6,8 @@
 //! - [`replica`]: one master's protocol state machine (election with
 //!   pre-votes, terms, leases, majority writes, anti-entropy) — pure, driven
 //!   by the caller's clock and transport;
+//! - [`fence`]: workers under the quorum — when they keep their tasks
+//!   after losing the leader, and the timing leaders rely on (pure);
 //! - [`store`]: a master's [`Durable`](replica::Durable) part on disk;
 //! - [`node`]: a member on a real network (tokio clock, gRPC `Quorum`
 //!   service of `proto/sluice/v1/quorum.proto`).
@@ -14,6 +16,7 @@
 //! that crashes, restarts, partitions and drops messages over thousands of
 //! histories.
 
+pub mod fence;
 pub mod node;
 pub mod replica;
 pub mod state;

@@ -9,23 +9,37 @@
 //! - a write reported acknowledged is held (on disk) by a majority then;
 //! - a new leader starts from every write acknowledged before it;
 //!
+//! - no pipeline runs on two workers, or twice on one, at any instant:
+//!   three workers follow the real fencing rules ([`sluice_quorum::fence`])
+//!   under leaders that place, move and adopt three pipelines
+//!   (`simulation/cluster.rs`), the workers also crashing, restarting,
+//!   partitioned and their parts failing;
+//!
 //! and after healing everything and waiting: one leader, every master with
 //! the same state, every acknowledged write still there (or overwritten by a
-//! newer one), and a new write goes through.
+//! newer one), a new write goes through, and every pipeline runs once,
+//! where the leader placed it.
 //!
 //! `SLUICE_QUORUM_SEEDS=N` runs N histories (default 300; CI runs the
 //! default), `SLUICE_QUORUM_SEED=S` replays one and prints its trace. A
 //! failure names its seed.
 
+#[path = "simulation/cluster.rs"]
+mod cluster;
+
+use cluster::{Control, Out, Wire, Worker};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sluice_quorum::{Config, Durable, Message, QuorumError, Replica, RoleName, Stamp};
 use std::collections::{BTreeMap, BTreeSet};
 
 const STEP_MS: u64 = 5;
+const WORKERS: usize = 3;
+const PIPELINES: u32 = 3;
 
 struct Node {
     replica: Option<Replica>,
+    control: Option<Control>,
     disk: Durable,
     /// Proposals this incarnation made and has not completed.
     proposals: BTreeMap<Stamp, Vec<(String, Option<String>)>>,
@@ -47,6 +61,18 @@ struct Sim {
     trace: Vec<String>,
     verbose: bool,
     config: Config,
+    workers: BTreeMap<String, Worker>,
+    /// Messages between workers and masters: (due, seq) → (from, to, connection, message).
+    wires: BTreeMap<(u64, u64), (String, String, u64, Wire)>,
+    /// Per connection, when its last message is due (TCP keeps order).
+    conn_last: BTreeMap<u64, u64>,
+    /// Connections that lost a message to a partition: nothing more
+    /// crosses them (a stalled TCP stream), the ends notice the silence.
+    dead_conns: BTreeSet<u64>,
+    /// Connections reset (both ends hear it, nothing else crosses).
+    reset_conns: BTreeSet<u64>,
+    conn_ids: u64,
+    next_epoch: u64,
 }
 
 fn config() -> Config {
@@ -66,7 +92,12 @@ impl Sim {
             nodes: BTreeMap::new(),
             queue: BTreeMap::new(),
             seq: 0,
-            group: ids.iter().map(|i| (i.clone(), 0)).collect(),
+            group: ids
+                .iter()
+                .cloned()
+                .chain((1..=WORKERS).map(|i| format!("w{i}")))
+                .map(|i| (i, 0))
+                .collect(),
             drop_rate: 0.0,
             leaders_by_term: BTreeMap::new(),
             acked: Vec::new(),
@@ -74,12 +105,22 @@ impl Sim {
             trace: Vec::new(),
             verbose,
             config: config(),
+            workers: (1..=WORKERS)
+                .map(|i| (format!("w{i}"), Worker::new(format!("w{i}"))))
+                .collect(),
+            wires: BTreeMap::new(),
+            conn_last: BTreeMap::new(),
+            dead_conns: BTreeSet::new(),
+            reset_conns: BTreeSet::new(),
+            conn_ids: 0,
+            next_epoch: 0,
         };
         for id in &ids {
             sim.nodes.insert(
                 id.clone(),
                 Node {
                     replica: None,
+                    control: None,
                     disk: Durable::default(),
                     proposals: BTreeMap::new(),
                 },
@@ -111,8 +152,213 @@ impl Sim {
             seed,
         ));
         node.proposals.clear();
+        node.control = Some(Control::default());
         let term = node.disk.term;
         self.note(format!("{id} starts (term {term})"));
+    }
+
+    /// A master dies: its replica and control are gone; the connections
+    /// of workers to it are reset (where the network still carries that).
+    fn crash(&mut self, id: &str) {
+        let node = self.nodes.get_mut(id).unwrap();
+        node.replica = None;
+        node.control = None;
+        self.note(format!("{id} crashes"));
+        self.reset_connections_to(id);
+    }
+
+    fn reset_connections_to(&mut self, id: &str) {
+        let conns: Vec<(String, u64)> = self
+            .workers
+            .values()
+            .filter_map(|w| w.conn().filter(|(_, m)| m == id).map(|(c, _)| (w.id.clone(), c)))
+            .collect();
+        for (w, conn) in conns {
+            let out = Out {
+                to: w,
+                conn,
+                wire: Wire::Close,
+            };
+            self.send_wires(id, vec![out]);
+        }
+    }
+
+    /// Queues messages between workers and masters: delayed at random,
+    /// in order on each connection. A message on a working connection
+    /// arrives within 150 ms (0.75 s at full scale) — the timing's margin
+    /// (an old leader's step-down reaching its workers before a new leader
+    /// gives up waiting for them) assumes 1 s; masters' messages among
+    /// themselves are delayed up to 800 ms (the quorum assumes nothing).
+    fn send_wires(&mut self, from: &str, outs: Vec<Out>) {
+        for out in outs {
+            let delay = if self.rng.random_bool(0.02) {
+                self.rng.random_range(50..150)
+            } else {
+                self.rng.random_range(1..20)
+            };
+            let last = self.conn_last.get(&out.conn).copied().unwrap_or(0);
+            let due = (self.now + delay).max(last);
+            self.conn_last.insert(out.conn, due);
+            self.seq += 1;
+            self.wires
+                .insert((due, self.seq), (from.to_string(), out.to, out.conn, out.wire));
+        }
+    }
+
+    /// Delivers the messages between workers and masters that are due
+    /// (those to `paused` wait).
+    fn deliver_wires(&mut self, paused: Option<&str>) {
+        let due: Vec<(u64, u64)> = self
+            .wires
+            .range(..(self.now + 1, 0))
+            .filter(|(_, (_, to, _, _))| Some(to.as_str()) != paused)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in due {
+            let (from, to, conn, wire) = self.wires.remove(&k).unwrap();
+            if self.group[&from] != self.group[&to] {
+                self.dead_conns.insert(conn);
+            }
+            if self.dead_conns.contains(&conn)
+                || (self.reset_conns.contains(&conn) && !matches!(wire, Wire::Close | Wire::Closed))
+            {
+                continue;
+            }
+            let now = self.now;
+            if let Some(worker) = self.workers.get_mut(&to) {
+                let mut trace = Vec::new();
+                let outs = worker.receive(now, conn, wire, &mut trace);
+                self.notes(&to, trace);
+                self.send_wires(&to, outs);
+                continue;
+            }
+            let node = self.nodes.get_mut(&to).unwrap();
+            let outs = match (node.replica.as_ref(), node.control.as_mut()) {
+                (Some(replica), Some(control)) => control.receive(now, replica, &from, conn, wire),
+                // Nobody listens: the connection is refused.
+                _ => vec![Out {
+                    to: from.clone(),
+                    conn,
+                    wire: Wire::Close,
+                }],
+            };
+            self.send_wires(&to, outs);
+        }
+    }
+
+    fn notes(&mut self, who: &str, lines: Vec<String>) {
+        for line in lines {
+            if line.starts_with(who) {
+                self.note(line);
+            } else {
+                self.note(format!("{who} {line}"));
+            }
+        }
+    }
+
+    /// Ticks the masters' controls and the workers.
+    fn tick_cluster(&mut self, paused: Option<&str>) {
+        let now = self.now;
+        for id in self.up() {
+            if Some(id.as_str()) == paused {
+                continue;
+            }
+            let node = self.nodes.get_mut(&id).unwrap();
+            let (Some(replica), Some(control)) = (node.replica.as_mut(), node.control.as_mut()) else {
+                continue;
+            };
+            let mut trace = Vec::new();
+            let (outs, proposed) = control.tick(now, replica, PIPELINES, &mut self.next_epoch, &mut trace);
+            for (stamp, writes) in proposed {
+                node.proposals.insert(stamp, writes);
+            }
+            self.notes(&id, trace);
+            self.send_wires(&id, outs);
+            self.drain(&id);
+        }
+        let masters = self.ids.clone();
+        for id in self.workers.keys().cloned().collect::<Vec<_>>() {
+            let mut trace = Vec::new();
+            let outs = self
+                .workers
+                .get_mut(&id)
+                .unwrap()
+                .tick(now, &masters, &mut self.conn_ids, &mut trace);
+            self.notes(&id, trace);
+            self.send_wires(&id, outs);
+        }
+        self.check_parts();
+    }
+
+    /// No pipeline runs twice.
+    fn check_parts(&self) {
+        let mut running: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for w in self.workers.values() {
+            for ((p, e), orphan) in &w.parts {
+                running
+                    .entry(*p)
+                    .or_default()
+                    .push(format!("{}:{e}{}", w.id, if *orphan { " (orphan)" } else { "" }));
+            }
+        }
+        for (p, on) in running {
+            assert!(
+                on.len() <= 1,
+                "pipeline {p} runs {} times at {}: {on:?}",
+                on.len(),
+                self.now
+            );
+        }
+    }
+
+    fn worker_faults(&mut self) {
+        let ids: Vec<String> = self.workers.keys().cloned().collect();
+        let id = ids[self.rng.random_range(0..ids.len())].clone();
+        if self.rng.random_bool(0.0005) {
+            let pick = self.rng.random_range(0..8);
+            let mut trace = Vec::new();
+            let outs = self.workers.get_mut(&id).unwrap().fail_one(pick, &mut trace);
+            self.notes(&id, trace);
+            self.send_wires(&id, outs);
+        }
+        // A connection reset (a middlebox, an HTTP/2 error): the worker
+        // sees its session break, the master sees it end; the leader may
+        // well be alive.
+        if self.rng.random_bool(0.001)
+            && let Some((conn, master)) = self.workers[&id].conn()
+            && self.reset_conns.insert(conn)
+        {
+            self.note(format!("{id}'s connection to {master} is reset"));
+            let to_worker = Out {
+                to: id.clone(),
+                conn,
+                wire: Wire::Close,
+            };
+            self.send_wires(&master, vec![to_worker]);
+            let to_master = Out {
+                to: master,
+                conn,
+                wire: Wire::Closed,
+            };
+            self.send_wires(&id, vec![to_master]);
+        }
+        if self.rng.random_bool(0.0005) {
+            let worker = self.workers.get_mut(&id).unwrap();
+            let conn = worker.conn();
+            worker.restart(self.now);
+            self.note(format!("{id} restarts"));
+            // The master sees the connection reset.
+            if let Some((conn, master)) = conn {
+                self.send_wires(
+                    &id,
+                    vec![Out {
+                        to: master,
+                        conn,
+                        wire: Wire::Closed,
+                    }],
+                );
+            }
+        }
     }
 
     fn majority(&self) -> usize {
@@ -138,9 +384,14 @@ impl Sim {
                 Some(_) => {}
                 None => {
                     // The election was the read-majority: the new leader
-                    // starts from every write acknowledged so far.
+                    // starts from every write acknowledged in an earlier
+                    // term. (Votes delayed past a pause may make a leader
+                    // of a term others have moved beyond; writes of those
+                    // newer terms it need not hold, and it decides nothing:
+                    // no majority acknowledges its term, so it gets no
+                    // lease.)
                     let state = self.nodes[id].replica.as_ref().unwrap().state();
-                    for (key, _, stamp) in &self.acked {
+                    for (key, _, stamp) in self.acked.iter().filter(|(_, _, s)| s.term < term) {
                         let held = state.register(key).map(|r| r.marker);
                         assert!(
                             held.is_some_and(|h| h >= *stamp),
@@ -171,6 +422,11 @@ impl Sim {
             }
         }
         for (stamp, result) in out.completed {
+            let node = self.nodes.get_mut(id).unwrap();
+            if let Some(control) = node.control.as_mut() {
+                let outs = control.placed(self.now, term, stamp, result.is_ok());
+                self.send_wires(id, outs);
+            }
             let writes = self.nodes.get_mut(id).unwrap().proposals.remove(&stamp);
             match (result, writes) {
                 (Ok(()), Some(writes)) => {
@@ -256,8 +512,7 @@ impl Sim {
         let up = self.up();
         if self.rng.random_bool(0.002) && !up.is_empty() {
             let id = up[self.rng.random_range(0..up.len())].clone();
-            self.nodes.get_mut(&id).unwrap().replica = None;
-            self.note(format!("{id} crashes"));
+            self.crash(&id);
         }
         let down: Vec<String> = self.ids.iter().filter(|i| !up.contains(i)).cloned().collect();
         if self.rng.random_bool(0.01) && !down.is_empty() {
@@ -266,7 +521,7 @@ impl Sim {
         }
         if self.rng.random_bool(0.002) {
             let groups = self.rng.random_range(2..=3);
-            for id in self.ids.clone() {
+            for id in self.group.keys().cloned().collect::<Vec<_>>() {
                 let g = self.rng.random_range(0..groups);
                 self.group.insert(id, g);
             }
@@ -279,6 +534,7 @@ impl Sim {
             }
             self.note("heal".into());
         }
+        self.worker_faults();
         if self.rng.random_bool(0.003) {
             self.drop_rate = [0.0, 0.05, 0.2, 0.5][self.rng.random_range(0..4)];
             let rate = self.drop_rate;
@@ -305,12 +561,25 @@ impl Sim {
             self.queue.extend(held);
             // Its replica sees no tick until then: take it out and put it
             // back with the same volatile state later.
-            let replica = self.nodes.get_mut(&id).unwrap().replica.take();
+            let held_wires: Vec<(u64, u64)> = self
+                .wires
+                .iter()
+                .filter(|(_, (_, to, _, _))| *to == id)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in held_wires {
+                let v = self.wires.remove(&k).unwrap();
+                self.wires.insert((k.0.max(self.now + pause), k.1), v);
+            }
+            let node = self.nodes.get_mut(&id).unwrap();
+            let (replica, control) = (node.replica.take(), node.control.take());
             let resume_at = self.now + pause;
             while self.now < resume_at {
                 self.advance(Some(&id));
             }
-            self.nodes.get_mut(&id).unwrap().replica = replica;
+            let node = self.nodes.get_mut(&id).unwrap();
+            node.replica = replica;
+            node.control = control;
             self.note(format!("{id} resumes"));
         }
     }
@@ -342,6 +611,8 @@ impl Sim {
             self.drain(&id);
         }
         self.check_leases();
+        self.deliver_wires(paused);
+        self.tick_cluster(paused);
     }
 
     fn heal(&mut self) {
@@ -437,6 +708,24 @@ fn run(seed: u64, verbose: bool) -> usize {
             sim.acked.iter().any(|(_, _, s)| *s == stamp),
             "a write on the healed cluster was not acknowledged"
         );
+        // Every pipeline runs once, where the leader placed it, claimed.
+        let control = sim.nodes[&leader].control.as_ref().unwrap();
+        assert!(control.leads(), "{leader} leads but never started its pipelines");
+        let runtimes = control.runtimes();
+        assert_eq!(
+            runtimes.len(),
+            PIPELINES as usize,
+            "pipelines running after healing: {runtimes:?}"
+        );
+        for (p, (epoch, worker)) in runtimes {
+            let part = sim.workers[&worker].parts.get(&(p, epoch));
+            assert_eq!(
+                part,
+                Some(&false),
+                "pipeline {p} placed on {worker} (epoch {epoch}) by {leader}, which runs {:?}",
+                sim.workers[&worker].parts
+            );
+        }
     }));
     if let Err(panic) = result {
         let message = panic

@@ -250,7 +250,10 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
             let id = config.id.clone();
             cluster.set_admission(Box::new(move || {
                 let status = node.status();
-                (status.role != sluice_quorum::RoleName::Leader).then(|| {
+                // Only while it holds its lease: a registration counts for
+                // the worker as a word from its leader, like a keepalive
+                // (`sluice_quorum::fence`).
+                (status.role != sluice_quorum::RoleName::Leader || !node.is_leader()).then(|| {
                     let leader = status.leader.unwrap_or_else(|| "not known".into());
                     let address = node.peers().get(&leader).cloned().unwrap_or_default();
                     (
@@ -325,14 +328,17 @@ async fn record_cluster(cluster: std::sync::Weak<sluice_cluster::control::Cluste
 /// How long a new leader waits for the workers to report the tasks they
 /// kept running before it starts the pipelines it could not adopt. Workers
 /// try the masters every half second, so those that lost the old leader
-/// report within a second or two of the election.
-const ADOPTION_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
+/// report within a second or two of the election, and the wait ends then;
+/// it lasts its whole length only for a worker named in a placement that
+/// does not register — which may still run those tasks as orphans until
+/// their grace ends, so the wait outlasts it ([`sluice_quorum::fence`]).
+const ADOPTION_WAIT: std::time::Duration = sluice_cluster::agent::TIMING.adoption_wait;
 
 /// How long after a new leader started its pipelines the parts workers
 /// reported and it did not adopt are stopped (its supervisors have read
 /// their checkpoint stores and deployed by then; a pipeline placed anew
 /// stops its reported parts itself first).
-const ADOPTION_CLOSE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+const ADOPTION_CLOSE_AFTER: std::time::Duration = sluice_cluster::agent::TIMING.adoption_close_after;
 
 /// Follows this master's role in the quorum: on becoming leader it takes
 /// the replicated catalog, starts the pipelines and makes sure the first
@@ -375,7 +381,11 @@ async fn lead(
                 }
             }
             if !node.is_leader() {
+                // Lost the lead while waiting: the workers taken go to the
+                // next master (a follower keeping them would never place
+                // anything on them).
                 cluster.close_adoption(generation);
+                cluster.disconnect_all("this master lost the lead of the master quorum while taking it");
                 continue;
             }
             let promoted = quorum.catalog().and_then(|c| master.promote(c));
