@@ -103,7 +103,7 @@ impl Ctx<'_> {
     ) -> Result<(Vec<arrow::datatypes::DataType>, arrow::datatypes::SchemaRef)> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        let (params, schema) = if let Some(views) = self.batch_views(q, &planner).await? {
+        let (params, schema) = if let Some(views) = self.batch_views(q, &planner, Need::Schema).await? {
             batch::describe(q, self.catalog_snapshot().with_views(views)).await?
         } else {
             planner.describe(q).await?
@@ -116,7 +116,7 @@ impl Ctx<'_> {
     pub async fn rows(&self, q: &Query) -> Result<RowStream> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
-        let rows = if let Some(views) = self.batch_views(q, &planner).await? {
+        let rows = if let Some(views) = self.batch_views(q, &planner, Need::Rows).await? {
             batch::run(q, self.catalog_snapshot().with_views(views)).await?
         } else {
             let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
@@ -149,8 +149,11 @@ impl Ctx<'_> {
     /// pipeline has not published (on this server, or the leader) is
     /// `55000`; a query
     /// that reads a view and a stream is refused (`0A000`): it would be
-    /// neither answered at once nor continuous.
-    async fn batch_views(&self, q: &Query, planner: &Planner<'_>) -> Result<Option<ViewRows>> {
+    /// neither answered at once nor continuous. With [`Need::Schema`]
+    /// (describing a statement) a view this server does not hold is no
+    /// rows of its columns, from the catalog: a follower asks the leader
+    /// for the rows once, when the statement runs.
+    async fn batch_views(&self, q: &Query, planner: &Planner<'_>, need: Need) -> Result<Option<ViewRows>> {
         let mut views: ViewRows = Vec::new();
         for parts in pg_catalog::relation_names(q) {
             let Some(def) = self.view_named(&parts) else {
@@ -166,6 +169,11 @@ impl Ctx<'_> {
             // view's sink runs.
             let rows = match self.engine.data.views.get(name) {
                 Some(rows) => rows,
+                None if need == Need::Schema
+                    && let Some(empty) = view_columns(&def) =>
+                {
+                    Arc::new(empty)
+                }
                 None => match self.engine.master.leader_view(name).await? {
                     Some(rows) => Arc::new(rows),
                     None => {
@@ -194,7 +202,35 @@ impl Ctx<'_> {
             ))),
         }
     }
+}
 
+/// What a batch query over materialized views needs of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// Their columns (describing a statement).
+    Schema,
+    /// Their rows (running it).
+    Rows,
+}
+
+/// Materialized view `def` holding no rows: its columns, as its sink
+/// receives them without the changelog's op column.
+fn view_columns(def: &sluice_cluster::catalog::PipelineDef) -> Option<sluice_connectors::views::PublishedView> {
+    let (sink, schema) = def.dag.operators.iter().find_map(|o| match &o.kind {
+        sluice_plan::OperatorKind::Sink(s) if s.connector == "view" => Some((s, o.output_schema.clone())),
+        _ => None,
+    })?;
+    let skip = usize::from(sink.changelog);
+    let schema = Arc::new(arrow::datatypes::Schema::new(schema.fields()[skip..].to_vec()));
+    Some(sluice_connectors::views::PublishedView {
+        rows: arrow::record_batch::RecordBatch::new_empty(schema.clone()),
+        schema,
+        checkpoint: None,
+        published_ms: 0,
+    })
+}
+
+impl Ctx<'_> {
     /// Whether `q` reads `pg_catalog` or `information_schema` (it then runs
     /// as a batch query over the catalog, not as a stream query).
     fn reads_catalog(&self, q: &Query) -> bool {
