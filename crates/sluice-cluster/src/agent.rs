@@ -361,13 +361,13 @@ impl Agent {
                 }
                 command = down.message() => match command {
                     Ok(Some(c)) => {
-                        // Only keepalives count as a word from the master: a
-                        // quorum leader sends them only while it holds its
-                        // lease (`sluice_quorum::fence`), other commands a
-                        // deposed one may still send.
-                        if matches!(c.command, Some(pb::master_command::Command::Peers(_)))
-                            && c.term >= session.fence.term()
-                        {
+                        // Only keepalives count as a quorum leader's word: it
+                        // sends them only while it holds its lease
+                        // (`sluice_quorum::fence`), other commands a deposed
+                        // one may still send. A single master (term 0)
+                        // keeps no orphans: any command is a sign of life.
+                        let keepalive = matches!(c.command, Some(pb::master_command::Command::Peers(_)));
+                        if (keepalive || session.fence.term() == 0) && c.term >= session.fence.term() {
                             last_heard = tokio::time::Instant::now();
                         }
                         if c.protocol_version != PROTOCOL_VERSION {

@@ -263,6 +263,12 @@ pub struct Cluster {
     /// worker registers again without it, or at its deadline.
     vacating: Mutex<Vacating>,
     vacated: tokio::sync::Notify,
+    /// The term this master last took the lead in (0: never, or a single
+    /// master): what its commands carry.
+    led_term: AtomicU64,
+    /// Held while a placement register is written, so that a removal
+    /// decided on a snapshot cannot overwrite a newer placement.
+    placement_writes: tokio::sync::Mutex<()>,
     me: std::sync::Weak<Cluster>,
 }
 
@@ -276,6 +282,8 @@ impl Cluster {
             me: me.clone(),
             vacating: Mutex::default(),
             vacated: tokio::sync::Notify::new(),
+            led_term: AtomicU64::new(0),
+            placement_writes: tokio::sync::Mutex::new(()),
             master_id,
             control_address: Mutex::default(),
             checkpoint_dir,
@@ -322,10 +330,9 @@ impl Cluster {
     /// the quorum's current term: a master that stepped down has seen a
     /// newer term, and its commands stamped with it would be obeyed.
     fn command_term(&self) -> u64 {
-        if self.quorum().is_none() {
-            return 0;
-        }
-        self.adoption.lock().expect("adoption lock").term
+        // An atomic, not the adoption lock: callers hold the workers lock,
+        // which `adoptable` takes under the adoption lock.
+        self.led_term.load(Ordering::SeqCst)
     }
 
     /// Records this master's quorum member (shown by `/api/v1/cluster`).
@@ -351,6 +358,7 @@ impl Cluster {
         let mut a = self.adoption.lock().expect("adoption lock");
         a.open = true;
         a.term = term;
+        self.led_term.store(term, Ordering::SeqCst);
         a.generation += 1;
         a.reports.clear();
         a.recorded = recorded;
@@ -389,14 +397,17 @@ impl Cluster {
 
     /// On a quorum's leader: records the registered workers in the
     /// replicated state ([`crate::recorded`]) when they changed, and
-    /// removes the placements of pipelines gone from the catalog (once
-    /// adoption closed). Placements themselves are written as deployments
-    /// start ([`Cluster::prepare_start`]).
+    /// removes the placements of pipelines nothing of which may run any
+    /// more (once adoption closed). Placements themselves are written as
+    /// deployments start ([`Cluster::prepare_start`]).
     pub async fn record(&self) -> std::result::Result<(), String> {
         let Some(node) = self.quorum() else { return Ok(()) };
         if !node.is_leader() {
             return Ok(());
         }
+        // A removal is decided below on a snapshot: no placement may be
+        // written meanwhile.
+        let _writing = self.placement_writes.lock().await;
         let adopting = self.adoption.lock().expect("adoption lock").open;
         use crate::recorded::{RecordedPlacement, RecordedWorker};
         let workers: Vec<RecordedWorker> = self
@@ -430,22 +441,30 @@ impl Cluster {
         let state = node.state();
         let mut writes = crate::recorded::writes(&state, &want);
         // Placements are written as deployments start (before their parts
-        // do: `prepare_start`), never from here, where a placement read a
-        // moment ago could overwrite a newer one. They go only with their
-        // pipeline: one of a pipeline still in the catalog names the
-        // workers that may run its parts, which a next leader waits for.
-        let catalog: Option<std::collections::HashSet<u64>> = crate::replication::unflatten(&state)
-            .ok()
-            .map(|c| c.pipelines.values().map(|p| p.id.0).collect());
+        // do: `prepare_start`), never from here. One goes once nothing of
+        // its pipeline may run: no deployment of it routed here (a
+        // deployment leaves the routes when all its parts exited, or were
+        // lost and surely stopped) and no part vacating — until then it
+        // names the workers a next leader must wait for. While adopting,
+        // the old leader's placements stay.
+        let settled = |id: u64| {
+            let id = PipelineId(id);
+            !self
+                .routes
+                .lock()
+                .expect("routes lock")
+                .keys()
+                .any(|k| k.pipeline == id)
+                && self
+                    .vacating
+                    .lock()
+                    .expect("vacating lock")
+                    .next(Instant::now(), |k, _| k.pipeline == id)
+                    .is_none()
+        };
         writes.retain(|(k, v)| match k.strip_prefix(crate::recorded::PLACEMENT) {
             None => true,
-            Some(id) => {
-                !adopting
-                    && v.is_none()
-                    && id
-                        .parse()
-                        .is_ok_and(|id: u64| catalog.as_ref().is_some_and(|c| !c.contains(&id)))
-            }
+            Some(id) => !adopting && v.is_none() && id.parse().is_ok_and(settled),
         });
         if writes.is_empty() {
             return Ok(());
@@ -465,6 +484,17 @@ impl Cluster {
     /// now on are stopped at registration. Does nothing when adoption was
     /// opened again since `generation`.
     pub fn close_adoption(&self, generation: u64) {
+        self.end_adoption(generation, true);
+    }
+
+    /// This master lost the lead while adopting: the reports are forgotten,
+    /// not stopped — they are the next leader's to adopt (its workers'
+    /// sessions end next).
+    pub fn abandon_adoption(&self, generation: u64) {
+        self.end_adoption(generation, false);
+    }
+
+    fn end_adoption(&self, generation: u64, stop: bool) {
         let reports = {
             let mut a = self.adoption.lock().expect("adoption lock");
             if a.generation != generation {
@@ -473,6 +503,9 @@ impl Cluster {
             a.open = false;
             std::mem::take(&mut a.reports)
         };
+        if !stop {
+            return;
+        }
         for (key, r) in reports {
             tracing::info!(pipeline = %key.pipeline, epoch = key.epoch, "stopping parts of a deployment not adopted");
             for w in r.by.keys() {
@@ -487,7 +520,7 @@ impl Cluster {
         self.vacate(
             key,
             worker,
-            Instant::now() + crate::agent::TIMING.orphans_gone_after(false),
+            Instant::now() + crate::agent::TIMING.orphans_gone_after(false, self.worker_timeout),
         );
         self.send(worker, stop_command(key));
     }
@@ -711,6 +744,7 @@ impl Cluster {
         let Some(node) = self.quorum() else { return Ok(()) };
         let json = serde_json::to_string(recorded).map_err(|e| e.to_string())?;
         let register = format!("{}{}", crate::recorded::PLACEMENT, key.pipeline.0);
+        let _writing = self.placement_writes.lock().await;
         node.propose(vec![(register, Some(json))])
             .await
             .map(|_| ())
@@ -836,7 +870,7 @@ impl Cluster {
         // and reports what it runs, or its parts' exits are heard.
         // Stepping down (`release` false), this master places nothing more.
         let wait = (self.quorum().is_some() && (silent || release))
-            .then(|| Instant::now() + crate::agent::TIMING.orphans_gone_after(silent));
+            .then(|| Instant::now() + crate::agent::TIMING.orphans_gone_after(silent, self.worker_timeout));
         let reported: Vec<DeploymentKey> = {
             let mut a = self.adoption.lock().expect("adoption lock");
             a.reports
@@ -1609,7 +1643,24 @@ async fn forward(
             };
             match ready {
                 Some(Ok(())) => {
-                    send_all(pb::master_command::Command::Start(start));
+                    // Not to a part the owner counts as exited already (its
+                    // worker was lost while this waited).
+                    let live: Vec<WorkerId> = cluster
+                        .routes
+                        .lock()
+                        .expect("routes lock")
+                        .get(&key)
+                        .map(|r| {
+                            r.parts
+                                .iter()
+                                .filter(|(_, exited)| !**exited)
+                                .map(|(w, _)| w.clone())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for w in &live {
+                        cluster.send(w, pb::master_command::Command::Start(start.clone()));
+                    }
                     // What the owner signalled while it waited.
                     signals_so_far(&paused);
                 }

@@ -5,7 +5,7 @@
 //! task instance's worker). Workers are written once a second when
 //! changed ([`crate::control::Cluster::record`]), a worker gone being a
 //! tombstone; a placement as its deployment starts, before its parts do,
-//! and it goes only with its pipeline.
+//! and it goes once nothing of its pipeline may run.
 //!
 //! Followers list the recorded workers (SHOW CLUSTER, `/api/v1/cluster`),
 //! and a new leader knows from the placements which workers it waits for

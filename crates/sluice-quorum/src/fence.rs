@@ -99,13 +99,18 @@ impl Timing {
     }
 
     /// How long after declaring a worker lost a leader assumes its parts
-    /// may still run: after silence, its silent grace (and two heartbeats);
+    /// may still run: after silence (no heartbeat for `worker_timeout`), its
+    /// silent grace and two heartbeats — more when the timeout is shorter
+    /// than the worker's own wait for its master
+    /// ([`Timing::master_silence`]), which the worker's grace follows;
     /// after a session that broke or closed, an orphan's grace (and the
     /// margin) — the leader cannot tell the worker's death from a reset
     /// that left it running orphans for a new leader.
-    pub fn orphans_gone_after(&self, silent: bool) -> Duration {
+    pub fn orphans_gone_after(&self, silent: bool, worker_timeout: Duration) -> Duration {
         if silent {
+            let worker_gives_up = self.master_silence + self.silent_orphan_grace + self.heartbeat * 2;
             self.silent_worker_move_delay
+                .max(worker_gives_up.saturating_sub(worker_timeout))
         } else {
             self.adoption_wait
         }
@@ -316,6 +321,22 @@ mod tests {
         let mut early = Timing::DEFAULT;
         early.silent_worker_move_delay = early.silent_orphan_grace;
         assert!(early.check().is_err());
+        // A silent worker's parts: 4 s after the default 5-s timeout, more
+        // after a shorter one (the worker waits 5 s for its master).
+        let t = Timing::DEFAULT;
+        assert_eq!(
+            t.orphans_gone_after(true, Duration::from_secs(5)),
+            Duration::from_secs(4)
+        );
+        assert_eq!(
+            t.orphans_gone_after(true, Duration::from_secs(1)),
+            Duration::from_secs(8)
+        );
+        assert_eq!(
+            t.orphans_gone_after(true, Duration::from_secs(30)),
+            Duration::from_secs(4)
+        );
+        assert_eq!(t.orphans_gone_after(false, Duration::from_secs(1)), t.adoption_wait);
     }
 
     #[test]

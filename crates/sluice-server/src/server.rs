@@ -384,7 +384,7 @@ async fn lead(
                 // Lost the lead while waiting: the workers taken go to the
                 // next master (a follower keeping them would never place
                 // anything on them).
-                cluster.close_adoption(generation);
+                cluster.abandon_adoption(generation);
                 cluster.disconnect_all("this master lost the lead of the master quorum while taking it");
                 continue;
             }

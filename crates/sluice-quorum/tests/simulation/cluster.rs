@@ -443,12 +443,7 @@ impl Control {
         self.workers.remove(id);
         if let Some(l) = self.leading.as_mut() {
             let t = timing();
-            let until = now
-                + if silent {
-                    ms(t.silent_worker_move_delay)
-                } else {
-                    ms(t.adoption_wait)
-                };
+            let until = now + ms(t.orphans_gone_after(silent, Duration::from_millis(WORKER_TIMEOUT_MS)));
             let reported: Vec<Key> = l.reports.iter().filter(|(_, w)| *w == id).map(|(k, _)| *k).collect();
             for key in reported {
                 l.reports.remove(&key);
@@ -617,12 +612,9 @@ impl Control {
             }
             None => {}
             Some(l) if l.adopting.is_some() && !replica.is_leader(now) => {
-                // Lost the lead while waiting: what was reported stops,
-                // the workers go to the next master.
-                let l = self.leading.take().expect("some");
-                for (key, w) in l.reports {
-                    out.extend(self.command(&w, self.led_term, Command::Stop(key)));
-                }
+                // Lost the lead while waiting: the reports are the next
+                // leader's to adopt, the workers go to it.
+                self.leading = None;
                 out.extend(self.disconnect_all());
                 return (out, proposed);
             }
