@@ -144,6 +144,12 @@ struct Adoption {
     /// Where the old leader recorded each pipeline's tasks (the workers to
     /// wait for).
     recorded: BTreeMap<PipelineId, crate::recorded::RecordedPlacement>,
+    /// Deployments taken for adoption whose route is not in place yet: the
+    /// events of their parts meanwhile (`None`: the worker was lost), for
+    /// the route once it is (a part's exit lost here would leave its owner
+    /// waiting for good). Bounded: a deployment stays here for the moment
+    /// between [`Cluster::adoptable`] and [`ClusterScheduler::adopt`].
+    taken: HashMap<DeploymentKey, Vec<(WorkerId, Option<PartEvent>)>>,
 }
 
 /// One deployment as its workers reported it.
@@ -361,6 +367,7 @@ impl Cluster {
         self.led_term.store(term, Ordering::SeqCst);
         a.generation += 1;
         a.reports.clear();
+        a.taken.clear();
         a.recorded = recorded;
         a.generation
     }
@@ -592,7 +599,9 @@ impl Cluster {
             }
             fits.then_some(*k)
         })?;
-        a.reports.remove(&key).map(|r| (key, r))
+        let reported = a.reports.remove(&key)?;
+        a.taken.insert(key, Vec::new());
+        Some((key, reported))
     }
 
     /// Pipeline `id` is placed anew: the parts workers reported of it stop
@@ -873,6 +882,9 @@ impl Cluster {
             .then(|| Instant::now() + crate::agent::TIMING.orphans_gone_after(silent, self.worker_timeout));
         let reported: Vec<DeploymentKey> = {
             let mut a = self.adoption.lock().expect("adoption lock");
+            for events in a.taken.values_mut() {
+                events.push((id.clone(), None));
+            }
             a.reports
                 .iter_mut()
                 .filter_map(|(k, r)| r.by.remove(id).map(|_| *k))
@@ -896,7 +908,18 @@ impl Cluster {
                 self.vacate(*key, id, until);
             }
         }
-        let failure = format!("worker {id} was lost: {why}");
+        self.fail_lost_parts(id, owners, wait.is_some(), format!("worker {id} was lost: {why}"));
+    }
+
+    /// The owners of `worker`'s parts `owners` hear that they failed and
+    /// exited: once they surely stopped (`wait`), or at once.
+    fn fail_lost_parts(
+        &self,
+        worker: &WorkerId,
+        owners: Vec<(DeploymentKey, mpsc::UnboundedSender<PartEvent>)>,
+        wait: bool,
+        failure: String,
+    ) {
         let fail = move |events: mpsc::UnboundedSender<PartEvent>| {
             let _ = events.send(PartEvent::Failed {
                 operator: OperatorId(0),
@@ -907,8 +930,8 @@ impl Cluster {
             let _ = events.send(PartEvent::Exited);
         };
         match (wait, self.me.upgrade()) {
-            (Some(_), Some(cluster)) => {
-                let id = id.clone();
+            (true, Some(cluster)) => {
+                let id = worker.clone();
                 tokio::spawn(async move {
                     for (key, events) in owners {
                         cluster.until_vacated(|k, w| *k == key && *w == id).await;
@@ -1038,12 +1061,22 @@ impl Cluster {
                 // and not adopted, or declared lost): its exit is what
                 // vacating waits for.
                 let Some(route) = owned else {
+                    // Routes, then adoption: the order `adopt` takes them in.
+                    let unrouted = !routes.contains_key(&key);
+                    let mut a = self.adoption.lock().expect("adoption lock");
+                    if unrouted && let Some(events) = a.taken.get_mut(&key) {
+                        events.push((worker.clone(), Some(part_event)));
+                        return;
+                    }
+                    if part_event == PartEvent::Exited
+                        && let Some(r) = a.reports.get_mut(&key)
+                    {
+                        r.by.remove(worker);
+                    }
+                    drop(a);
                     drop(routes);
                     if part_event == PartEvent::Exited {
                         self.part_gone(key, worker);
-                        if let Some(r) = self.adoption.lock().expect("adoption lock").reports.get_mut(&key) {
-                            r.by.remove(worker);
-                        }
                     }
                     return;
                 };
@@ -1525,15 +1558,51 @@ impl ClusterScheduler {
             checkpoint,
         );
         let slots = self.slots(dag, &placement);
-        cluster.routes.lock().expect("routes lock").insert(
-            key,
-            Route {
+        let mut lost = Vec::new();
+        {
+            // The route and what its parts said since `adoptable` took the
+            // deployment, at once (routes, then adoption, as `on_event`).
+            let mut routes = cluster.routes.lock().expect("routes lock");
+            let mut route = Route {
                 events: owned.events.clone(),
                 parts: workers.iter().map(|w| (w.clone(), false)).collect(),
                 slots,
                 metrics: metrics_of,
-            },
-        );
+            };
+            let said = cluster
+                .adoption
+                .lock()
+                .expect("adoption lock")
+                .taken
+                .remove(&key)
+                .unwrap_or_default();
+            for (w, event) in said {
+                if route.parts.get(&w) != Some(&false) {
+                    continue;
+                }
+                match event {
+                    Some(event) => {
+                        if event == PartEvent::Exited {
+                            route.parts.insert(w.clone(), true);
+                        }
+                        let _ = route.events.send(event);
+                    }
+                    None => {
+                        route.parts.insert(w.clone(), true);
+                        lost.push(w);
+                    }
+                }
+            }
+            let events = route.events.clone();
+            routes.insert(key, route);
+            drop(routes);
+            for w in lost {
+                let until = Instant::now() + crate::agent::TIMING.orphans_gone_after(false, cluster.worker_timeout);
+                cluster.vacate(key, &w, until);
+                let why = format!("worker {w} was lost while its part was being adopted");
+                cluster.fail_lost_parts(&w, vec![(key, events.clone())], true, why);
+            }
+        }
         tracing::info!(pipeline = %id, epoch = key.epoch, ?workers, trigger, completed, "deployment adopted: its tasks keep running");
         self.run_owned(key, owned, placement, workers, Launch::Adopted)
     }
