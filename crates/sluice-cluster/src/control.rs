@@ -775,15 +775,7 @@ impl Cluster {
             events
         };
         for events in events {
-            if let Some(why) = &failure {
-                let _ = events.send(PartEvent::Failed {
-                    operator: OperatorId(0),
-                    instance: 0,
-                    failure: Failure::message(why.clone()),
-                    after_cancel: false,
-                });
-            }
-            let _ = events.send(PartEvent::Exited);
+            settle_part(&events, failure.as_deref());
         }
     }
 
@@ -920,15 +912,7 @@ impl Cluster {
         wait: bool,
         failure: String,
     ) {
-        let fail = move |events: mpsc::UnboundedSender<PartEvent>| {
-            let _ = events.send(PartEvent::Failed {
-                operator: OperatorId(0),
-                instance: 0,
-                failure: Failure::message(failure.clone()),
-                after_cancel: false,
-            });
-            let _ = events.send(PartEvent::Exited);
-        };
+        let fail = move |events: mpsc::UnboundedSender<PartEvent>| settle_part(&events, Some(&failure));
         match (wait, self.me.upgrade()) {
             (true, Some(cluster)) => {
                 let id = worker.clone();
@@ -1606,6 +1590,20 @@ impl ClusterScheduler {
         tracing::info!(pipeline = %id, epoch = key.epoch, ?workers, trigger, completed, "deployment adopted: its tasks keep running");
         self.run_owned(key, owned, placement, workers, Launch::Adopted)
     }
+}
+
+/// A part its owner will hear nothing more from: it failed (with
+/// `failure`) and exited.
+fn settle_part(events: &mpsc::UnboundedSender<PartEvent>, failure: Option<&str>) {
+    if let Some(why) = failure {
+        let _ = events.send(PartEvent::Failed {
+            operator: OperatorId(0),
+            instance: 0,
+            failure: Failure::message(why.to_string()),
+            after_cancel: false,
+        });
+    }
+    let _ = events.send(PartEvent::Exited);
 }
 
 fn stop_command(key: DeploymentKey) -> pb::master_command::Command {
