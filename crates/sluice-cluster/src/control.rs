@@ -1699,7 +1699,10 @@ async fn forward(
     };
     match launch {
         Launch::Adopted => signals_so_far(&paused),
-        Launch::Start(launch) if cluster.quorum().is_none() => {
+        // A single master records nothing; a deployment with no part on a
+        // worker (a session query on the leader's own worker) has nothing
+        // to record either: its parts die with this master.
+        Launch::Start(launch) if cluster.quorum().is_none() || workers.is_empty() => {
             send_all(pb::master_command::Command::Start(launch.0));
         }
         Launch::Start(launch) => {
