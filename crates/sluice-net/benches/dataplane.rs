@@ -240,7 +240,13 @@ async fn child(parent: String, channels: u32, messages: u64) {
     for t in tasks {
         assert_eq!(t.await.unwrap(), messages);
     }
-    println!("DONE {}", cpu_s(std::process::id()) - cpu0);
+    let m = pb.metrics();
+    println!(
+        "DONE {} {} {}",
+        cpu_s(std::process::id()) - cpu0,
+        m.grpc_messages_received,
+        m.fields_gathered
+    );
 }
 
 async fn process(a: &Args) -> (Run, String) {
@@ -264,13 +270,20 @@ async fn process(a: &Args) -> (Run, String) {
         .await
         .unwrap();
     let wall_s = start.elapsed().as_secs_f64();
-    let child_cpu: f64 = done.strip_prefix("DONE ").unwrap().parse().unwrap();
+    let mut done = done.strip_prefix("DONE ").unwrap().split(' ');
+    let mut field = || done.next().unwrap();
+    let child_cpu: f64 = field().parse().unwrap();
+    let (received, gathered) = (field().to_string(), field().to_string());
     child.wait().unwrap();
     let run = Run {
         wall_s,
         cpu_s: cpu_s(std::process::id()) - cpu0 + child_cpu,
     };
-    (run, format!("{:?}", pa.metrics()))
+    let metrics = format!(
+        "{:?}; receiver: {gathered} bytes fields in {received} gRPC messages spanned DATA frames (copied)",
+        pa.metrics()
+    );
+    (run, metrics)
 }
 
 fn main() {

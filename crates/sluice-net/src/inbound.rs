@@ -12,21 +12,25 @@
 use crate::Shared;
 use crate::codec::{ChannelDecoder, Decoded, open_key};
 use crate::error::NetError;
+use crate::grpc::{self, Messages};
 use crate::metrics::add;
 use futures::{Stream, StreamExt};
-use prost::Message as _;
 use sluice_dataflow::channel::{ChannelKey, ChannelReceiver, ChannelSender, channel};
 use sluice_proto::v1::data_frame::Body;
-use sluice_proto::v1::data_plane_server::DataPlane as DataPlaneService;
 use sluice_proto::v1::{ChannelOpen, Credit, CreditFrames, DataFrame, DataFrames};
 use sluice_types::{Error, PipelineId, WorkerId};
 use std::collections::{BTreeSet, HashMap};
+use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::Status;
+use tonic::codegen::Service as TowerService;
+use tonic::codegen::http;
 
 /// Credits per `CreditFrames` message at most.
 const CREDITS_PER_MESSAGE_MAX: usize = 1024;
@@ -403,13 +407,9 @@ async fn grant(
 }
 
 /// Reads one stream's frames until it ends.
-async fn demux(
-    shared: Weak<Shared>,
-    stream: Arc<InStream>,
-    first: Vec<DataFrame>,
-    mut requests: Streaming<DataFrames>,
-) {
+async fn demux(shared: Weak<Shared>, stream: Arc<InStream>, first: Vec<DataFrame>, mut requests: Messages<DataFrames>) {
     let mut pending = first;
+    let mut gathered = requests.gathered();
     let error = 'read: loop {
         let Some(strong) = shared.upgrade() else { return };
         for frame in pending.drain(..) {
@@ -425,15 +425,22 @@ async fn demux(
         }
         drop(strong);
         match requests.message().await {
-            Ok(Some(message)) => {
+            Ok(Some((message, bytes))) => {
                 if let Some(strong) = shared.upgrade() {
-                    add(&strong.counters.bytes_received, message.encoded_len() as u64);
+                    add(&strong.counters.bytes_received, bytes as u64);
                     add(&strong.counters.grpc_messages_received, 1);
+                    add(&strong.counters.fields_gathered, requests.gathered() - gathered);
                 }
+                gathered = requests.gathered();
                 pending = message.frames;
             }
             Ok(None) => break None,
-            Err(status) => break Some(status_error(&stream.peer, status)),
+            Err(status) => {
+                // The sender hears why (a message over the limit, a
+                // malformed one), not just that the stream ended.
+                let _ = stream.replies.try_send(Reply::Fail(status.clone()));
+                break Some(status_error(&stream.peer, status));
+            }
         }
     };
     if let Some(shared) = shared.upgrade() {
@@ -441,7 +448,13 @@ async fn demux(
     }
 }
 
-/// The `Exchange` service.
+/// The path of the one method the data plane serves.
+pub(crate) const EXCHANGE_PATH: &str = "/sluice.v1.DataPlane/Exchange";
+
+/// The `sluice.v1.DataPlane` service, served by hand rather than by tonic's
+/// generated server so that requests are framed by [`grpc`] (no copy of
+/// the batches); the wire format is gRPC's.
+#[derive(Clone)]
 pub(crate) struct Service {
     shared: Weak<Shared>,
 }
@@ -454,48 +467,90 @@ impl Service {
     }
 }
 
-type CreditStream = Pin<Box<dyn Stream<Item = Result<CreditFrames, Status>> + Send>>;
+type ResponseFuture = Pin<Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>>;
 
-#[tonic::async_trait]
-impl DataPlaneService for Service {
-    type ExchangeStream = CreditStream;
+impl TowerService<http::Request<tonic::body::Body>> for Service {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
 
-    async fn exchange(&self, request: Request<Streaming<DataFrames>>) -> Result<Response<CreditStream>, Status> {
-        let shared = self
-            .shared
-            .upgrade()
-            .ok_or_else(|| Status::unavailable("data plane shut down"))?;
-        let mut requests = request.into_inner();
-        let hello = match tokio::time::timeout(shared.config.hello_timeout, requests.message()).await {
-            Ok(Ok(Some(hello))) => hello,
-            Ok(Ok(None)) => return Err(Status::invalid_argument("a data plane stream without a first message")),
-            Ok(Err(status)) => return Err(status),
-            Err(_) => return Err(Status::deadline_exceeded("no first message on the data plane stream")),
-        };
-        let ours = shared.config.protocol_version;
-        let peer = WorkerId(hello.sender);
-        if hello.protocol_version != ours {
-            let message = sluice_proto::version_mismatch(ours, hello.protocol_version);
-            report_expected(&shared, &peer, NetError::VersionMismatch(message.clone()));
-            return Err(Status::failed_precondition(message));
-        }
-        let (replies, replies_rx) = mpsc::channel(shared.config.credit_queue_max);
-        let stream = Arc::new(InStream {
-            id: shared.inbound.next_stream.fetch_add(1, Ordering::Relaxed),
-            peer,
-            slots: Mutex::default(),
-            replies,
-        });
-        shared
-            .inbound
-            .state
-            .lock()
-            .expect("registry lock")
-            .streams
-            .insert(stream.id, stream.clone());
-        tokio::spawn(demux(self.shared.clone(), stream, hello.frames, requests));
-        Ok(Response::new(Box::pin(credit_stream(ours, replies_rx))))
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
     }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> ResponseFuture {
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let path = request.uri().path();
+            if path != EXCHANGE_PATH {
+                return Ok(Status::unimplemented(format!("the data plane has no method {path}")).into_http());
+            }
+            Ok(match exchange(shared, request.into_body()).await {
+                Ok(body) => {
+                    let mut response = http::Response::new(body);
+                    response.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("application/grpc"),
+                    );
+                    response
+                }
+                Err(status) => status.into_http(),
+            })
+        })
+    }
+}
+
+/// One incoming `Exchange` stream: checks the sender's hello, starts its
+/// demultiplexer and answers with the stream of credits.
+async fn exchange(weak: Weak<Shared>, body: tonic::body::Body) -> Result<tonic::body::Body, Status> {
+    let shared = weak
+        .upgrade()
+        .ok_or_else(|| Status::unavailable("data plane shut down"))?;
+    let mut requests = Messages::<DataFrames>::request(body, shared.config.message_bytes_max);
+    let hello = match tokio::time::timeout(shared.config.hello_timeout, requests.message()).await {
+        Ok(Ok(Some((hello, _)))) => hello,
+        Ok(Ok(None)) => return Err(Status::invalid_argument("a data plane stream without a first message")),
+        Ok(Err(status)) => return Err(status),
+        Err(_) => return Err(Status::deadline_exceeded("no first message on the data plane stream")),
+    };
+    let ours = shared.config.protocol_version;
+    let peer = WorkerId(hello.sender);
+    if hello.protocol_version != ours {
+        let message = sluice_proto::version_mismatch(ours, hello.protocol_version);
+        report_expected(&shared, &peer, NetError::VersionMismatch(message.clone()));
+        return Err(Status::failed_precondition(message));
+    }
+    let (replies, replies_rx) = mpsc::channel(shared.config.credit_queue_max);
+    let stream = Arc::new(InStream {
+        id: shared.inbound.next_stream.fetch_add(1, Ordering::Relaxed),
+        peer,
+        slots: Mutex::default(),
+        replies,
+    });
+    shared
+        .inbound
+        .state
+        .lock()
+        .expect("registry lock")
+        .streams
+        .insert(stream.id, stream.clone());
+    tokio::spawn(demux(weak, stream, hello.frames, requests));
+    Ok(response_body(credit_stream(ours, replies_rx)))
+}
+
+/// The credit replies as a gRPC response body: each message a DATA chunk,
+/// then the trailers with the stream's status.
+fn response_body(replies: impl Stream<Item = Result<CreditFrames, Status>> + Send + 'static) -> tonic::body::Body {
+    let frames = futures::stream::unfold(Some(Box::pin(replies)), |replies| async move {
+        let mut replies = replies?;
+        let frame = match replies.next().await {
+            Some(Ok(message)) => return Some((Ok(http_body::Frame::data(grpc::encode(&message))), Some(replies))),
+            Some(Err(status)) => grpc::trailers(&status),
+            None => grpc::trailers(&Status::ok("")),
+        };
+        Some((Ok::<_, Infallible>(frame), None))
+    });
+    tonic::body::Body::new(http_body_util::StreamBody::new(frames))
 }
 
 /// Every channel expected from `peer` fails: the peer cannot talk to us.

@@ -27,6 +27,7 @@
 mod codec;
 mod config;
 mod error;
+mod grpc;
 mod inbound;
 mod metrics;
 mod outbound;
@@ -38,7 +39,6 @@ pub use metrics::DataPlaneMetrics;
 
 use metrics::Counters;
 use sluice_dataflow::channel::{ChannelKey, ChannelReceiver, ChannelSender, Transport, channel};
-use sluice_proto::v1::data_plane_server::DataPlaneServer;
 use sluice_types::{Error, PipelineId, WorkerId};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -142,9 +142,7 @@ impl DataPlane {
             inbound: inbound::Registry::default(),
             config,
         });
-        let service = DataPlaneServer::new(inbound::Service::new(shared.clone()))
-            .max_decoding_message_size(shared.config.message_bytes_max)
-            .max_encoding_message_size(shared.config.message_bytes_max);
+        let service = inbound::Service::new(shared.clone());
         let c = &shared.config;
         let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = tonic::transport::Server::builder()

@@ -18,6 +18,10 @@ pub struct DataPlaneMetrics {
     /// gRPC messages carrying frames (several frames each when busy).
     pub grpc_messages_sent: u64,
     pub grpc_messages_received: u64,
+    /// `bytes` fields received (IPC bodies, headers, schemas) that spanned
+    /// HTTP/2 DATA frames and were copied into one buffer; the others are
+    /// slices of the frame they arrived in.
+    pub fields_gathered: u64,
     /// Time senders of remote channels waited for the receiver's credits.
     pub credit_wait_ns: u64,
     /// Credits this side granted to remote senders.
@@ -47,6 +51,7 @@ pub(crate) struct Counters {
     pub rows_received: AtomicU64,
     pub grpc_messages_sent: AtomicU64,
     pub grpc_messages_received: AtomicU64,
+    pub fields_gathered: AtomicU64,
     /// Shared with every remote channel's sender (`forwarding_channel`).
     pub credit_wait_ns: Arc<AtomicU64>,
     pub credits_granted: AtomicU64,
@@ -70,6 +75,7 @@ impl Counters {
             rows_received: get(&self.rows_received),
             grpc_messages_sent: get(&self.grpc_messages_sent),
             grpc_messages_received: get(&self.grpc_messages_received),
+            fields_gathered: get(&self.fields_gathered),
             credit_wait_ns: get(&self.credit_wait_ns),
             credits_granted: get(&self.credits_granted),
             links_opened: get(&self.links_opened),

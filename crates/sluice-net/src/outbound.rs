@@ -9,14 +9,15 @@
 
 use crate::codec::{ChannelEncoder, open_frame};
 use crate::error::NetError;
+use crate::grpc::{self, Messages};
 use crate::metrics::add;
 use crate::{Shared, inbound};
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use prost::Message as _;
 use sluice_dataflow::channel::{ChannelKey, ChannelSender, CreditGate, ForwardingReceiver, forwarding_channel};
 use sluice_proto::v1::data_frame::Body;
-use sluice_proto::v1::data_plane_client::DataPlaneClient;
-use sluice_proto::v1::{Credit, DataFrame, DataFrames, Empty};
+use sluice_proto::v1::{Credit, CreditFrames, DataFrame, DataFrames, Empty};
 use sluice_types::{PipelineId, WorkerId};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
+use tonic::codegen::Service as _;
 use tonic::transport::{Channel, Endpoint};
 
 /// The link to one peer.
@@ -189,7 +191,7 @@ async fn exchange(shared: &Weak<Shared>, link: &Link, address: &str, frames: mps
     let Some(strong) = shared.upgrade() else {
         return link_error("data plane dropped".into());
     };
-    let channel = match connect(&strong, address).await {
+    let mut channel = match connect(&strong, address).await {
         Ok(channel) => channel,
         Err(e) => return link_error(format!("cannot connect to {address}: {e}")),
     };
@@ -206,19 +208,43 @@ async fn exchange(shared: &Weak<Shared>, link: &Link, address: &str, frames: mps
         config.message_bytes_target,
         shared.clone(),
     ));
-    let mut client = DataPlaneClient::new(channel)
-        .max_decoding_message_size(config.message_bytes_max)
-        .max_encoding_message_size(config.message_bytes_max);
+    // Each message as gRPC DATA chunks, its IPC bodies not copied
+    // (`grpc::encode_frames`); one over the limit ends the stream with an
+    // error (the link fails, and the log says why).
+    let limit = config.message_bytes_max;
+    let peer = link.peer.clone();
+    let chunks = requests.flat_map(move |message| {
+        let frames: Vec<Result<http_body::Frame<Bytes>, tonic::Status>> = match grpc::encode_frames(&message, limit) {
+            Ok(chunks) => chunks.into_iter().map(|c| Ok(http_body::Frame::data(c))).collect(),
+            Err(reason) => {
+                tracing::error!(peer = %peer, "data plane: {reason}");
+                vec![Err(tonic::Status::out_of_range(reason))]
+            }
+        };
+        futures::stream::iter(frames)
+    });
+    let request = grpc::request(
+        inbound::EXCHANGE_PATH,
+        tonic::body::Body::new(http_body_util::StreamBody::new(chunks)),
+    );
     let ours = config.protocol_version;
     drop(strong);
-    let mut responses = match client.exchange(requests).await {
-        Ok(response) => response.into_inner(),
+    let response = match futures::future::poll_fn(|cx| channel.poll_ready(cx)).await {
+        Ok(()) => channel.call(request).await,
+        Err(e) => Err(e),
+    };
+    let response = match response {
+        Ok(response) => response,
+        Err(e) => return link_error(format!("the data plane call to {address} failed: {e}")),
+    };
+    let mut responses = match Messages::<CreditFrames>::response(response, limit) {
+        Ok(responses) => responses,
         Err(status) => return inbound::status_error(&link.peer, status),
     };
     let mut first = true;
     loop {
         let frames = match responses.message().await {
-            Ok(Some(frames)) => frames,
+            Ok(Some((frames, _))) => frames,
             Ok(None) => return link_error("the peer ended the stream".into()),
             Err(status) => return inbound::status_error(&link.peer, status),
         };

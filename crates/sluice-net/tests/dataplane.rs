@@ -236,6 +236,48 @@ async fn a_protocol_version_mismatch_is_an_error_on_both_sides() {
     assert!(!sending.is_finished(), "nothing was delivered");
 }
 
+/// A message larger than the receiver accepts fails the link on both sides
+/// with the limit named, before its body is buffered; the receiver keeps
+/// serving, and a later deployment with small batches goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_receivers_limit_fails_the_link_with_the_limit_named() {
+    let small = DataPlaneConfig {
+        message_bytes_max: 4096,
+        ..DataPlaneConfig::default()
+    };
+    let (a, b) = pair(DataPlaneConfig::default(), small).await;
+    let (mut a_failures, mut b_failures) = (a.failures(), b.failures());
+    let k = key(5, 0);
+    let _rx = b.receiver_from(k, &worker("a")).unwrap();
+    let tx = a.sender_to(k, &worker("b")).unwrap();
+    // 1000 rows of an Int64 and a string: far more than 4096 bytes. The
+    // sender stays open (a closed channel would leave nothing to report).
+    tx.send(Message::Data(batch(0, 1000))).await.unwrap();
+    for (side, failure) in [
+        ("a", next_failure(&mut a_failures).await),
+        ("b", next_failure(&mut b_failures).await),
+    ] {
+        assert_eq!((failure.pipeline, failure.deployment), (PipelineId(7), 5), "{side}");
+        let text = failure.error.to_string();
+        assert!(
+            text.contains("more than the 4096 accepted (message_bytes_max)"),
+            "{side}: {text}"
+        );
+    }
+    drop(tx);
+    a.close_deployment(PipelineId(7), 5);
+    b.close_deployment(PipelineId(7), 5);
+    let k = key(6, 0);
+    let mut rx = b.receiver_from(k, &worker("a")).unwrap();
+    let tx = a.sender_to(k, &worker("b")).unwrap();
+    let expected = batch(0, 1);
+    tx.send(Message::Data(expected.clone())).await.unwrap();
+    let Some(Message::Data(got)) = within("the small batch", rx.recv()).await else {
+        panic!("no batch");
+    };
+    assert_eq!(got, expected);
+}
+
 /// A cut link is reported per deployment on both sides and never looks like
 /// an end of input; a later deployment reconnects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
