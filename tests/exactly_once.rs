@@ -16,7 +16,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, Producer};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -380,18 +380,27 @@ fn complete_checkpoints(data_dir: &Path) -> Vec<(String, Vec<i64>)> {
 /// True when each of the `pipelines` has a checkpoint to fall back to: the
 /// Kafka pipeline's sink committed a checkpoint and an older complete one
 /// exists; every other pipeline has two complete checkpoints.
-fn each_can_fall_back(data_dir: &Path, output: &str, pipelines: usize) -> bool {
+/// The Kafka sink's committed checkpoint per pipeline once every pipeline
+/// has one to fall back to; `None` until then.
+fn each_can_fall_back(data_dir: &Path, output: &str, pipelines: usize) -> Option<HashMap<String, i64>> {
     let complete = complete_checkpoints(data_dir);
     let markers: Vec<Option<i64>> = complete.iter().map(|(p, _)| kafka_marker(output, p)).collect();
     // The Kafka sink must have committed (its marker read back): without
     // this, a marker not yet visible — or a failed read of it — looked like
     // a pipeline with no Kafka sink, and the kill came too early.
-    complete.len() == pipelines
+    let ready = complete.len() == pipelines
         && markers.iter().any(Option::is_some)
         && complete.iter().zip(&markers).all(|((_, ids), marker)| match marker {
             Some(m) => ids.iter().any(|id| id < m),
             None => ids.len() >= 2,
-        })
+        });
+    ready.then(|| {
+        complete
+            .iter()
+            .zip(markers)
+            .filter_map(|((p, _), m)| Some((p.clone(), m?)))
+            .collect()
+    })
 }
 
 /// Corrupts one task file of checkpoint directory `dir`.
@@ -410,8 +419,10 @@ fn corrupt(dir: &Path) {
 /// Corrupts, per pipeline, the newest complete checkpoint — for the Kafka
 /// pipeline every complete checkpoint from the one its sink committed on
 /// (so recovery must fall back past a committed transaction). Returns the
-/// Kafka sink's committed checkpoint.
-fn corrupt_newest_checkpoint(data_dir: &Path, output: &str) -> i64 {
+/// Kafka sink's committed checkpoint. `seen`: the markers read before the
+/// kill; a marker read again now counts if it is newer (a read of one can
+/// come back empty under load — CI, twice — and a sink never uncommits).
+fn corrupt_newest_checkpoint(data_dir: &Path, output: &str, seen: &HashMap<String, i64>) -> i64 {
     let root = data_dir.join("checkpoints");
     let mut kafka_committed = None;
     for p in std::fs::read_dir(&root).unwrap() {
@@ -429,7 +440,7 @@ fn corrupt_newest_checkpoint(data_dir: &Path, output: &str) -> i64 {
             })
             .collect();
         complete.sort();
-        match kafka_marker(output, &pipeline) {
+        match kafka_marker(output, &pipeline).max(seen.get(&pipeline).copied()) {
             Some(m) => {
                 assert!(
                     complete.iter().any(|(id, _)| *id < m),
@@ -600,16 +611,19 @@ async fn scenario(fault: Fault) {
             // how long that takes depends on the machine's load, so wait
             // for it rather than for a fixed time.
             let deadline = Instant::now() + Duration::from_secs(120);
-            while !each_can_fall_back(tmp.path(), &output, 3) {
+            let seen = loop {
+                if let Some(seen) = each_can_fall_back(tmp.path(), &output, 3) {
+                    break seen;
+                }
                 assert!(
                     Instant::now() < deadline,
                     "not every pipeline had a checkpoint to fall back to within 120 s: {:?}",
                     complete_checkpoints(tmp.path())
                 );
                 tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            };
             server.stop();
-            let committed = corrupt_newest_checkpoint(tmp.path(), &output);
+            let committed = corrupt_newest_checkpoint(tmp.path(), &output, &seen);
             eprintln!(
                 "corrupted the Kafka pipeline's checkpoints from {committed} on (its sink committed {committed})"
             );
