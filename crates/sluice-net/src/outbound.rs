@@ -210,14 +210,15 @@ async fn exchange(shared: &Weak<Shared>, link: &Link, address: &str, frames: mps
     ));
     // Each message as gRPC DATA chunks, its IPC bodies not copied
     // (`grpc::encode_frames`); one over the limit ends the stream with an
-    // error (the link fails, and the log says why).
+    // error, and the link fails with its reason.
     let limit = config.message_bytes_max;
-    let peer = link.peer.clone();
+    let refused: Arc<OnceLock<String>> = Arc::default();
+    let refusal = refused.clone();
     let chunks = requests.flat_map(move |message| {
         let frames: Vec<Result<http_body::Frame<Bytes>, tonic::Status>> = match grpc::encode_frames(&message, limit) {
             Ok(chunks) => chunks.into_iter().map(|c| Ok(http_body::Frame::data(c))).collect(),
             Err(reason) => {
-                tracing::error!(peer = %peer, "data plane: {reason}");
+                let _ = refusal.set(reason.clone());
                 vec![Err(tonic::Status::out_of_range(reason))]
             }
         };
@@ -229,35 +230,46 @@ async fn exchange(shared: &Weak<Shared>, link: &Link, address: &str, frames: mps
     );
     let ours = config.protocol_version;
     drop(strong);
-    let response = match futures::future::poll_fn(|cx| channel.poll_ready(cx)).await {
-        Ok(()) => channel.call(request).await,
-        Err(e) => Err(e),
-    };
-    let response = match response {
-        Ok(response) => response,
-        Err(e) => return link_error(format!("the data plane call to {address} failed: {e}")),
-    };
-    let mut responses = match Messages::<CreditFrames>::response(response, limit) {
-        Ok(responses) => responses,
-        Err(status) => return inbound::status_error(&link.peer, status),
-    };
-    let mut first = true;
-    loop {
-        let frames = match responses.message().await {
-            Ok(Some((frames, _))) => frames,
-            Ok(None) => return link_error("the peer ended the stream".into()),
+    let error = async {
+        let response = match futures::future::poll_fn(|cx| channel.poll_ready(cx)).await {
+            Ok(()) => channel.call(request).await,
+            Err(e) => Err(e),
+        };
+        let response = match response {
+            Ok(response) => response,
+            Err(e) => return link_error(format!("the data plane call to {address} failed: {e}")),
+        };
+        let mut responses = match Messages::<CreditFrames>::response(response, limit) {
+            Ok(responses) => responses,
             Err(status) => return inbound::status_error(&link.peer, status),
         };
-        if first && frames.protocol_version != ours {
-            return NetError::VersionMismatch(sluice_proto::version_mismatch(ours, frames.protocol_version));
+        let mut first = true;
+        loop {
+            let frames = match responses.message().await {
+                Ok(Some((frames, _))) => frames,
+                Ok(None) => return link_error("the peer ended the stream".into()),
+                Err(status) => return inbound::status_error(&link.peer, status),
+            };
+            if first && frames.protocol_version != ours {
+                return NetError::VersionMismatch(sluice_proto::version_mismatch(ours, frames.protocol_version));
+            }
+            first = false;
+            let Some(shared) = shared.upgrade() else {
+                return link_error("data plane dropped".into());
+            };
+            for credit in frames.credits {
+                link.apply(&shared, credit);
+            }
         }
-        first = false;
-        let Some(shared) = shared.upgrade() else {
-            return link_error("data plane dropped".into());
-        };
-        for credit in frames.credits {
-            link.apply(&shared, credit);
-        }
+    }
+    .await;
+    match refused.get() {
+        // The stream broke because this side refused to send a message.
+        Some(reason) => NetError::Protocol {
+            peer: link.peer.0.clone(),
+            reason: reason.clone(),
+        },
+        None => error,
     }
 }
 

@@ -278,6 +278,38 @@ async fn a_message_over_the_receivers_limit_fails_the_link_with_the_limit_named(
     assert_eq!(got, expected);
 }
 
+/// A message larger than the sender's own limit is not sent: the link fails
+/// on the sender with the limit named (and on the receiver as a broken
+/// stream), and nothing of it is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_senders_limit_is_not_sent_and_fails_the_link() {
+    let small = DataPlaneConfig {
+        message_bytes_max: 4096,
+        ..DataPlaneConfig::default()
+    };
+    let (a, b) = pair(small, DataPlaneConfig::default()).await;
+    let (mut a_failures, mut b_failures) = (a.failures(), b.failures());
+    let k = key(8, 0);
+    let mut rx = b.receiver_from(k, &worker("a")).unwrap();
+    let tx = a.sender_to(k, &worker("b")).unwrap();
+    tx.send(Message::Data(batch(0, 1000))).await.unwrap();
+    let failure = next_failure(&mut a_failures).await;
+    assert_eq!((failure.pipeline, failure.deployment), (PipelineId(7), 8));
+    let text = failure.error.to_string();
+    assert!(
+        text.contains("more than the 4096 allowed (message_bytes_max)"),
+        "{text}"
+    );
+    let failure = next_failure(&mut b_failures).await;
+    assert_eq!((failure.pipeline, failure.deployment), (PipelineId(7), 8));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), rx.recv())
+            .await
+            .is_err(),
+        "nothing of the refused message arrives, and the channel does not end"
+    );
+}
+
 /// A cut link is reported per deployment on both sides and never looks like
 /// an end of input; a later deployment reconnects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
