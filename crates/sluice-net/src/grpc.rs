@@ -30,9 +30,18 @@ use tonic::{Code, Status};
 /// length.
 const PREFIX_BYTES: usize = 5;
 
+/// DATA chunks shorter than this are copied together rather than kept each
+/// as a `Bytes`: a peer sending a message as tiny frames must not make the
+/// reader hold a `Bytes` per byte. So at most two chunks per 4 KiB
+/// buffered (one large, one run of small ones) are held.
+const SMALL_CHUNK_BYTES: usize = 4096;
+
 /// Splits a gRPC stream's DATA chunks into messages.
 pub(crate) struct MessageReader {
     chunks: VecDeque<Bytes>,
+    /// Small chunks that came after `chunks`, copied together.
+    small: BytesMut,
+    /// Bytes in `chunks` and `small`.
     buffered: usize,
     /// The length of the message whose prefix was read, while its bytes
     /// are still arriving.
@@ -46,6 +55,7 @@ impl MessageReader {
     pub fn new(limit: usize) -> Self {
         MessageReader {
             chunks: VecDeque::new(),
+            small: BytesMut::new(),
             buffered: 0,
             body_len: None,
             limit,
@@ -54,10 +64,25 @@ impl MessageReader {
 
     /// Appends a DATA chunk as it came off the connection.
     pub fn push(&mut self, chunk: Bytes) {
-        if !chunk.is_empty() {
-            self.buffered += chunk.len();
+        self.buffered += chunk.len();
+        if chunk.len() < SMALL_CHUNK_BYTES {
+            self.small.extend_from_slice(&chunk);
+        } else {
+            self.flush_small();
             self.chunks.push_back(chunk);
         }
+    }
+
+    /// Ends the run of small chunks (before a large one, or a take).
+    fn flush_small(&mut self) {
+        if !self.small.is_empty() {
+            self.chunks.push_back(self.small.split().freeze());
+        }
+    }
+
+    #[cfg(test)]
+    fn chunks_held(&self) -> usize {
+        self.chunks.len()
     }
 
     /// The next whole message's bytes (without its prefix), if buffered:
@@ -102,6 +127,7 @@ impl MessageReader {
     /// The first `n` buffered bytes, as the chunks they lie in.
     fn take(&mut self, n: usize) -> Chunks {
         debug_assert!(n <= self.buffered);
+        self.flush_small();
         self.buffered -= n;
         let mut out = Chunks {
             remaining: n,
@@ -478,7 +504,8 @@ mod tests {
     }
 
     /// Cut anywhere else (by a smaller HTTP/2 frame, say), the message still
-    /// decodes equal; only the bodies a cut falls inside are copied.
+    /// decodes equal; only the bodies a cut falls inside are copied (or, for
+    /// tiny chunks, the whole run as it arrives).
     #[test]
     fn bodies_cut_across_chunks_are_copied_once_and_decode_equal() {
         let message = frames();
@@ -495,12 +522,54 @@ mod tests {
             let mut got = reader.next_message().unwrap().unwrap();
             assert_eq!(DataFrames::decode(&mut got).unwrap(), message, "chunks of {size}");
             assert!(reader.next_message().unwrap().is_none());
-            if size >= wire.len() {
-                assert_eq!(got.gathered, 0);
+            // Chunks under SMALL_CHUNK_BYTES were copied together as they
+            // came (one run: nothing to gather); larger ones cut bodies.
+            if size >= wire.len() || size < SMALL_CHUNK_BYTES {
+                assert_eq!(got.gathered, 0, "chunks of {size}");
             } else {
                 assert!(got.gathered > 0, "chunks of {size}");
             }
         }
+    }
+
+    /// A message sent as one-byte frames (or small frames between large
+    /// ones) holds at most two chunks per 4 KiB, and decodes equal.
+    #[test]
+    fn tiny_chunks_are_copied_together_not_held_each() {
+        let message = frames();
+        let wire: Vec<u8> = encode_frames(&message, 1 << 20)
+            .unwrap()
+            .iter()
+            .flat_map(|c| c.iter().copied())
+            .collect();
+        let mut reader = MessageReader::new(1 << 20);
+        for byte in &wire[..wire.len() - 1] {
+            reader.push(Bytes::copy_from_slice(std::slice::from_ref(byte)));
+            assert!(reader.next_message().unwrap().is_none());
+        }
+        assert_eq!(
+            reader.chunks_held(),
+            0,
+            "the prefix was taken; the rest waits as one copied run"
+        );
+        assert_eq!(reader.buffered, wire.len() - 1 - PREFIX_BYTES);
+        reader.push(Bytes::copy_from_slice(&wire[wire.len() - 1..]));
+        let mut got = reader.next_message().unwrap().unwrap();
+        assert_eq!(DataFrames::decode(&mut got).unwrap(), message);
+        // Small and large chunks alternating.
+        let mut reader = MessageReader::new(1 << 20);
+        let mut at = 0;
+        let mut pushed = 0;
+        while at < wire.len() {
+            let n = if pushed % 2 == 0 { 1 } else { SMALL_CHUNK_BYTES };
+            let end = (at + n).min(wire.len());
+            reader.push(Bytes::copy_from_slice(&wire[at..end]));
+            at = end;
+            pushed += 1;
+            assert!(reader.chunks_held() <= 2 * at.div_ceil(SMALL_CHUNK_BYTES) + 1);
+        }
+        let mut got = reader.next_message().unwrap().unwrap();
+        assert_eq!(DataFrames::decode(&mut got).unwrap(), message);
     }
 
     #[test]
