@@ -503,17 +503,19 @@ mod tests {
         assert_eq!(bodies(&decoded), bodies(&message));
     }
 
+    /// The bytes `encode_frames` puts on the wire for `message`, in one piece.
+    fn on_the_wire(message: &DataFrames) -> Vec<u8> {
+        let chunks = encode_frames(message, 1 << 20).unwrap();
+        chunks.iter().flat_map(|c| c.iter().copied()).collect()
+    }
+
     /// Cut anywhere else (by a smaller HTTP/2 frame, say), the message still
     /// decodes equal; only the bodies a cut falls inside are copied (or, for
     /// tiny chunks, the whole run as it arrives).
     #[test]
     fn bodies_cut_across_chunks_are_copied_once_and_decode_equal() {
         let message = frames();
-        let wire: Vec<u8> = encode_frames(&message, 1 << 20)
-            .unwrap()
-            .iter()
-            .flat_map(|c| c.iter().copied())
-            .collect();
+        let wire = on_the_wire(&message);
         for size in [1, 7, 4096, 16 << 10, 1 << 20] {
             let mut reader = MessageReader::new(1 << 20);
             for chunk in wire.chunks(size) {
@@ -537,11 +539,7 @@ mod tests {
     #[test]
     fn tiny_chunks_are_copied_together_not_held_each() {
         let message = frames();
-        let wire: Vec<u8> = encode_frames(&message, 1 << 20)
-            .unwrap()
-            .iter()
-            .flat_map(|c| c.iter().copied())
-            .collect();
+        let wire = on_the_wire(&message);
         let mut reader = MessageReader::new(1 << 20);
         for byte in &wire[..wire.len() - 1] {
             reader.push(Bytes::copy_from_slice(std::slice::from_ref(byte)));
