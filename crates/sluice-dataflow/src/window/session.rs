@@ -8,10 +8,10 @@ use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::{timestamp_array, timestamps_ms};
-use arrow::array::{Array, ArrayRef, Int64Array};
+use arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{OwnedRow, RowConverter};
+use arrow::row::{OwnedRow, RowConverter, Rows};
 use async_trait::async_trait;
 use datafusion::logical_expr::Accumulator;
 use datafusion::scalar::ScalarValue;
@@ -44,7 +44,54 @@ pub struct SessionWindowOperator {
     keys: HashMap<Box<[u8]>, KeySessions>,
     sessions: usize,
     sessions_max: usize,
+    /// At most the earliest end of an open session (`i64::MAX`: none): a
+    /// watermark below it fires nothing, and no key is visited.
+    min_end: i64,
     output_schema: SchemaRef,
+}
+
+/// One key's rows of a batch, and what [`SessionWindowOperator::update_key`] reads with them.
+struct KeyRun<'a> {
+    /// Row indices, in arrival order.
+    rows: &'a [u32],
+    times: &'a [Option<i64>],
+    /// Each aggregate's argument columns.
+    arguments: &'a [Vec<ArrayRef>],
+    watermark: Watermark,
+}
+
+/// Applies the rows in `pending` to the session `current` (one
+/// accumulator call per aggregate over the rows taken together).
+fn flush(
+    entry: &mut KeySessions,
+    current: &mut Option<usize>,
+    pending: &mut Vec<u32>,
+    arguments: &[Vec<ArrayRef>],
+) -> Result<()> {
+    let Some(index) = current.take() else {
+        return Ok(());
+    };
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let contiguous = pending.last().copied() == Some(pending[0] + pending.len() as u32 - 1);
+    let indices = (!contiguous).then(|| UInt32Array::from(std::mem::take(pending)));
+    let session = &mut entry.sessions[index];
+    for (acc, args) in session.accumulators.iter_mut().zip(arguments) {
+        let values: Vec<ArrayRef> = match &indices {
+            None => args
+                .iter()
+                .map(|a| a.slice(pending[0] as usize, pending.len()))
+                .collect(),
+            Some(indices) => args
+                .iter()
+                .map(|a| arrow::compute::take(a.as_ref(), indices, None))
+                .collect::<Result<_, _>>()?,
+        };
+        acc.update_batch(&values).map_err(df_error)?;
+    }
+    pending.clear();
+    Ok(())
 }
 
 impl SessionWindowOperator {
@@ -64,44 +111,52 @@ impl SessionWindowOperator {
             keys: HashMap::new(),
             sessions: 0,
             sessions_max: spec.groups_max,
+            min_end: i64::MAX,
             output_schema,
         })
     }
 
-    fn new_session(&self, ts: i64) -> Result<Session> {
-        Ok(Session {
-            start: ts,
-            end: ts + self.gap_ms,
-            accumulators: self.aggregates.iter().map(|a| a.accumulator()).collect::<Result<_>>()?,
-        })
-    }
-
+    /// Applies a batch's rows. Rows are taken key by key (in arrival order
+    /// within a key, which alone decides a key's sessions), and each run of
+    /// a key's rows that lands in one session updates its accumulators in
+    /// one call over the rows taken together: Nexmark's hot bidders put
+    /// most of a batch in a few sessions, and an accumulator call per row
+    /// cost more than everything else the operator did.
     pub(crate) fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
         let times = timestamps_ms(batch.column(self.time_column))?;
         let (key_rows, arguments) = read_inputs(&self.converter, &self.key_columns, &self.aggregates, batch)?;
+        let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
+        if let Some(keys) = &key_rows {
+            // Stable: a key's rows stay in arrival order.
+            order.sort_by(|a, b| keys.row(*a as usize).cmp(&keys.row(*b as usize)));
+        }
         let mut late = 0;
-        for (row, ts) in times.iter().enumerate() {
-            let Some(ts) = *ts else {
-                late += 1;
-                continue;
+        let mut i = 0;
+        while i < order.len() {
+            let j = match &key_rows {
+                Some(keys) => {
+                    let key = keys.row(order[i] as usize);
+                    i + order[i..].iter().take_while(|r| keys.row(**r as usize) == key).count()
+                }
+                None => order.len(),
             };
-            if ts + self.gap_ms <= watermark.0 {
-                late += 1;
-                continue;
-            }
-            let key: &[u8] = key_rows.as_ref().map_or(&[], |k| k.row(row).data());
-            let session = self.session_for(key, ts, key_rows.as_ref().map(|k| k.row(row).owned()))?;
-            for (acc, args) in session.accumulators.iter_mut().zip(&arguments) {
-                let values: Vec<ArrayRef> = args.iter().map(|a| a.slice(row, 1)).collect();
-                acc.update_batch(&values).map_err(df_error)?;
-            }
+            let run = KeyRun {
+                rows: &order[i..j],
+                times: &times,
+                arguments: &arguments,
+                watermark,
+            };
+            late += self.update_key(key_rows.as_ref(), run)?;
+            i = j;
         }
         Ok(late)
     }
 
-    /// The session that a row at `ts` joins, merging the sessions it bridges.
-    fn session_for(&mut self, key: &[u8], ts: i64, owned: Option<OwnedRow>) -> Result<&mut Session> {
+    /// One key's rows of a batch; the late ones counted, not applied.
+    fn update_key(&mut self, key_rows: Option<&Rows>, run: KeyRun<'_>) -> Result<u64> {
+        let key: &[u8] = key_rows.map_or(&[], |k| k.row(run.rows[0] as usize).data());
         if !self.keys.contains_key(key) {
+            let owned = key_rows.map(|k| k.row(run.rows[0] as usize).owned());
             self.keys.insert(
                 key.into(),
                 KeySessions {
@@ -110,34 +165,74 @@ impl SessionWindowOperator {
                 },
             );
         }
-        let (lo, hi) = (ts, ts + self.gap_ms);
         let entry = self.keys.get_mut(key).expect("inserted above");
-        let (mut touching, rest): (Vec<Session>, Vec<Session>) = std::mem::take(&mut entry.sessions)
-            .into_iter()
-            .partition(|s| s.start <= hi && lo <= s.end);
-        entry.sessions = rest;
-        let merged = if touching.is_empty() {
-            if self.sessions >= self.sessions_max {
-                return Err(Error::user(
-                    SqlCode::ConfigurationLimitExceeded,
-                    format!("window state limit reached: {} open sessions", self.sessions_max),
-                ));
+        let mut late = 0;
+        // The session the rows in `pending` joined (an index into
+        // entry.sessions), applied before the sessions change shape.
+        let mut current: Option<usize> = None;
+        let mut pending: Vec<u32> = Vec::new();
+        for &row in run.rows {
+            let ts = match run.times[row as usize] {
+                Some(ts) if ts + self.gap_ms > run.watermark.0 => ts,
+                _ => {
+                    late += 1;
+                    continue;
+                }
+            };
+            let (lo, hi) = (ts, ts + self.gap_ms);
+            let touches = |s: &Session| s.start <= hi && lo <= s.end;
+            let first = entry.sessions.iter().position(touches);
+            let more = first.is_some_and(|f| entry.sessions[f + 1..].iter().any(touches));
+            let target = match first {
+                Some(f) if !more => f,
+                Some(f) => {
+                    // The row bridges sessions: they merge into the first.
+                    flush(entry, &mut current, &mut pending, run.arguments)?;
+                    let mut k = entry.sessions.len();
+                    while k > f + 1 {
+                        k -= 1;
+                        if touches(&entry.sessions[k]) {
+                            let other = entry.sessions.remove(k);
+                            merge_into(&mut entry.sessions[f], other)?;
+                            self.sessions -= 1;
+                        }
+                    }
+                    f
+                }
+                None => {
+                    if self.sessions >= self.sessions_max {
+                        return Err(Error::user(
+                            SqlCode::ConfigurationLimitExceeded,
+                            format!("window state limit reached: {} open sessions", self.sessions_max),
+                        ));
+                    }
+                    flush(entry, &mut current, &mut pending, run.arguments)?;
+                    self.sessions += 1;
+                    entry.sessions.push(Session {
+                        start: ts,
+                        end: hi,
+                        accumulators: self.aggregates.iter().map(|a| a.accumulator()).collect::<Result<_>>()?,
+                    });
+                    entry.sessions.len() - 1
+                }
+            };
+            if current != Some(target) {
+                flush(entry, &mut current, &mut pending, run.arguments)?;
+                current = Some(target);
             }
-            self.sessions += 1;
-            self.new_session(ts)?
-        } else {
-            self.sessions -= touching.len() - 1;
-            let mut first = touching.remove(0);
-            for other in touching {
-                merge_into(&mut first, other)?;
-            }
-            first.start = first.start.min(lo);
-            first.end = first.end.max(hi);
-            first
-        };
-        let entry = self.keys.get_mut(key).expect("inserted above");
-        entry.sessions.push(merged);
-        Ok(entry.sessions.last_mut().expect("just pushed"))
+            let session = &mut entry.sessions[target];
+            session.start = session.start.min(lo);
+            session.end = session.end.max(hi);
+            // Ends only grow: the bound stays a lower bound.
+            self.min_end = self.min_end.min(session.end);
+            pending.push(row);
+        }
+        flush(entry, &mut current, &mut pending, run.arguments)?;
+        if entry.sessions.is_empty() {
+            // Every row was late: no key without sessions is kept.
+            self.keys.remove(key);
+        }
+        Ok(late)
     }
 
     /// Emits every session whose end is at or below `watermark`.
@@ -146,12 +241,13 @@ impl SessionWindowOperator {
         let mut ends = Vec::new();
         let mut keys = Vec::new();
         let mut values: Vec<Vec<ScalarValue>> = vec![Vec::new(); self.aggregates.len()];
+        if watermark.0 < self.min_end {
+            // No session ends this early: nothing to scan.
+            return Ok(Vec::new());
+        }
+        let mut min_end = i64::MAX;
         self.keys.retain(|_, entry| {
-            let (done, open): (Vec<Session>, Vec<Session>) = std::mem::take(&mut entry.sessions)
-                .into_iter()
-                .partition(|s| s.end <= watermark.0);
-            entry.sessions = open;
-            for mut s in done {
+            for mut s in entry.sessions.extract_if(.., |s| s.end <= watermark.0) {
                 starts.push(s.start);
                 ends.push(s.end);
                 keys.push(entry.key.clone());
@@ -159,8 +255,10 @@ impl SessionWindowOperator {
                     values[i].push(acc.evaluate().unwrap_or(ScalarValue::Null));
                 }
             }
+            min_end = entry.sessions.iter().map(|s| s.end).fold(min_end, i64::min);
             !entry.sessions.is_empty()
         });
+        self.min_end = min_end;
         if starts.is_empty() {
             return Ok(Vec::new());
         }
@@ -283,6 +381,7 @@ impl SessionWindowOperator {
                 end: ends.value(row),
                 accumulators,
             });
+            self.min_end = self.min_end.min(ends.value(row));
             self.sessions += 1;
         }
         Ok(())

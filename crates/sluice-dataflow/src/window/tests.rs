@@ -147,6 +147,68 @@ fn sessions_merge_when_a_row_bridges_the_gap() {
     assert_eq!(op.update(&rows(&[(1, 1, 1)]), Watermark(100)).unwrap(), 1);
 }
 
+/// Sessions of each key computed the plain way: the key's rows sorted by
+/// time, a row starting a new session unless it comes within `gap` of the
+/// last one's time (touching counts, as in Flink).
+fn sessions_by_hand(all: &[(i64, i64, i64)], gap: i64) -> Vec<(i64, i64, i64, i64, i64)> {
+    let mut sorted = all.to_vec();
+    sorted.sort_by_key(|r| (r.1, r.0));
+    let mut out: Vec<(i64, i64, i64, i64, i64)> = Vec::new();
+    for (t, k, v) in sorted {
+        match out.last_mut() {
+            Some(s) if s.2 == k && t <= s.1 => {
+                s.1 = s.1.max(t + gap);
+                s.3 += 1;
+                s.4 += v;
+            }
+            _ => out.push((t, t + gap, k, 1, v)),
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn sessions_over_interleaved_keys_and_batches_equal_sessions_worked_out_by_hand() {
+    // A hot key among cold ones, rows out of time order, cut into batches
+    // of every size: runs of a key's rows share accumulator calls, merges
+    // happen inside batches and across them.
+    let gap = 5;
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |bound: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % bound) as i64
+    };
+    for round in 0..40 {
+        let n = 50 + next(400) as usize;
+        let all: Vec<(i64, i64, i64)> = (0..n)
+            .map(|_| {
+                let key = if next(4) > 0 { 0 } else { 1 + next(6) };
+                (next(300), key, next(1000))
+            })
+            .collect();
+        let mut op = SessionWindowOperator::new(
+            &spec(WindowKind::Session { gap_ms: gap }, 100_000),
+            gap,
+            output_schema(),
+        )
+        .unwrap();
+        let mut at = 0;
+        while at < n {
+            let len = (1 + next(64) as usize).min(n - at);
+            op.update(&rows(&all[at..at + len]), Watermark::MIN).unwrap();
+            at += len;
+        }
+        let mut fired = collect(&op.fire(Watermark::MAX).unwrap());
+        fired.sort();
+        assert_eq!(fired, sessions_by_hand(&all, gap), "round {round}");
+        // All fired: a later watermark finds nothing more.
+        assert!(op.fire(Watermark::MAX).unwrap().is_empty(), "round {round}");
+    }
+}
+
 #[test]
 fn a_snapshot_restores_open_windows_and_the_original_keeps_going() {
     let hop = WindowKind::Hop {
