@@ -15,6 +15,15 @@
 //   ddl <rows>           `DDL <the bid table's DDL on one line>` (the Rust
 //                        side checks that its texts are these)
 //   explain <ID> <rows>  prints the optimized plan, then `END`
+//   nexmark <ID> <events> <event rate> <watermark delay s> <query>
+//                        INSERT INTO a blackhole sink <query> (the rest of
+//                        the line: a Nexmark query of benches/nexmark, its
+//                        SET lines dropped) over fresh `person`, `auction`
+//                        and `bid` tables of NexmarkSource.java — Sluice's
+//                        own generator's rows — of <events> global events,
+//                        event time at <event rate> events/s; prints
+//                        `RESULT …` as `run` does (<ID> names it there)
+//   nexplain <events> <event rate> <delay> <query>   its plan, then `END`
 //   quit                 exits
 //
 // A failed command prints one `ERROR <message>` line and the JVM lives on.
@@ -39,6 +48,7 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.runtime.util.EnvironmentInformation;
 import org.apache.flink.table.api.EnvironmentSettings;
 import org.apache.flink.table.api.TableEnvironment;
+import org.apache.flink.table.api.TableDescriptor;
 import org.apache.flink.table.api.TableResult;
 
 public final class SluicePeer {
@@ -46,7 +56,11 @@ public final class SluicePeer {
     /** ID -> {blackhole sink columns, query}. The query texts are flink::QUERIES's. */
     private static final Map<String, String[]> QUERIES = new LinkedHashMap<>();
 
-    /** The queries mini-batch is on for: the aggregates (it changes no other plan). */
+    /**
+     * The queries mini-batch is on for: the aggregates (it changes no other
+     * plan), and every Nexmark query (ids qN) with state: their aggregates,
+     * and their regular joins, which mini-batch also batches since Flink 1.19.
+     */
     private static final Set<String> AGGREGATES = Set.of("Q3", "Q4", "Q5", "U1", "U4");
 
     static {
@@ -121,6 +135,13 @@ public final class SluicePeer {
             + ")";
     }
 
+    /** Nexmark queries without state (mini-batch would only add its assigner). */
+    private static final Set<String> STATELESS = Set.of("q0", "q1", "q2", "q14", "q21", "q22");
+
+    static boolean miniBatch(String id) {
+        return AGGREGATES.contains(id) || (id.startsWith("q") && !STATELESS.contains(id));
+    }
+
     /** Flink as its users tune it; the keys are those of Flink's config.yaml. */
     static Map<String, String> config(int parallelism, String id) {
         Map<String, String> c = new TreeMap<>();
@@ -130,7 +151,7 @@ public final class SluicePeer {
         c.put("pipeline.object-reuse", "true");
         // Checkpointing stays off (no execution.checkpointing.interval), as
         // for Sluice; state is on the heap (the default backend, hashmap).
-        boolean miniBatch = AGGREGATES.contains(id);
+        boolean miniBatch = miniBatch(id);
         c.put("table.exec.mini-batch.enabled", String.valueOf(miniBatch));
         if (miniBatch) {
             c.put("table.exec.mini-batch.allow-latency", "1 s");
@@ -151,6 +172,24 @@ public final class SluicePeer {
         return env;
     }
 
+    /** The Nexmark tables (NexmarkSource.ddl) in a fresh environment. */
+    private static TableEnvironment nexmarkTables(int parallelism, String id, long events, long rate, int delay) {
+        EnvironmentSettings settings = EnvironmentSettings.newInstance()
+            .inStreamingMode()
+            .withConfiguration(Configuration.fromMap(config(parallelism, id)))
+            .build();
+        TableEnvironment env = TableEnvironment.create(settings);
+        for (String ddl : NexmarkSource.ddl(events, rate, delay)) {
+            env.executeSql(ddl);
+        }
+        return env;
+    }
+
+    /** A blackhole sink whose schema is the query's (its names made unique by the planner). */
+    private static TableDescriptor blackhole() {
+        return TableDescriptor.forConnector("blackhole").build();
+    }
+
     private static String[] query(String id) {
         String[] q = QUERIES.get(id);
         if (q == null) {
@@ -169,26 +208,48 @@ public final class SluicePeer {
     }
 
     private static void run(int parallelism, String id, long n) throws Exception {
+        measure(parallelism, id, n, () -> tables(parallelism, id, n),
+            env -> env.executeSql("INSERT INTO sink " + query(id)[1]));
+    }
+
+    /** A Nexmark query's run over `events` global events; `rows` in RESULT counts those. */
+    private static void nexmark(int parallelism, String id, long events, long rate, int delay, String sql)
+        throws Exception {
+        measure(parallelism, id, events, () -> nexmarkTables(parallelism, id, events, rate, delay),
+            env -> env.sqlQuery(sql).executeInsert(blackhole()));
+    }
+
+    interface Setup {
+        TableEnvironment get() throws Exception;
+    }
+
+    interface Insert {
+        TableResult run(TableEnvironment env) throws Exception;
+    }
+
+    private static void measure(int parallelism, String id, long n, Setup setup, Insert insert) throws Exception {
         long[] gc0 = gc();
         long t0 = System.nanoTime();
-        TableEnvironment env = tables(parallelism, id, n);
+        TableEnvironment env = setup.get();
         long t1 = System.nanoTime();
-        TableResult result = env.executeSql("INSERT INTO sink " + query(id)[1]);
+        TableResult result = insert.run(env);
         result.await();
         long t2 = System.nanoTime();
         JobExecutionResult job = result.getJobClient().orElseThrow().getJobExecutionResult().get();
         long netMs = job.getNetRuntime(TimeUnit.MILLISECONDS);
         long[] gc1 = gc();
         double execMs = (t2 - t1) / 1e6;
+        // Outside the measured time: start the next run from a collected
+        // heap. Before RESULT, so that the caller's next step (a Sluice run)
+        // does not share the machine with a full collection of the heap.
+        System.gc();
         System.out.printf(
             "RESULT id=%s p=%d rows=%d minibatch=%s object_reuse=true setup_ms=%.0f exec_wall_ms=%.0f"
                 + " net_runtime_ms=%d rows_per_s_net=%.0f rows_per_s_exec=%.0f gc_count=%d gc_ms=%d%n",
-            id, parallelism, n, AGGREGATES.contains(id), (t1 - t0) / 1e6, execMs, netMs,
+            id, parallelism, n, miniBatch(id), (t1 - t0) / 1e6, execMs, netMs,
             n / (Math.max(netMs, 1) / 1000.0), n / (Math.max(execMs, 1) / 1000.0), gc1[0] - gc0[0],
             gc1[1] - gc0[1]);
         System.out.flush();
-        // Outside the measured time: start the next run from a collected heap.
-        System.gc();
     }
 
     public static void main(String[] args) throws Exception {
@@ -222,6 +283,20 @@ public final class SluicePeer {
                         System.out.println(plan);
                         System.out.println("END");
                         break;
+                    case "nexmark": {
+                        String[] n = line.trim().split("\\s+", 6);
+                        nexmark(parallelism, n[1], Long.parseLong(n[2]), Long.parseLong(n[3]),
+                            Integer.parseInt(n[4]), n[5]);
+                        break;
+                    }
+                    case "nexplain": {
+                        String[] n = line.trim().split("\\s+", 5);
+                        TableEnvironment env = nexmarkTables(parallelism, "q", Long.parseLong(n[1]),
+                            Long.parseLong(n[2]), Integer.parseInt(n[3]));
+                        System.out.println(env.sqlQuery(n[4]).explain());
+                        System.out.println("END");
+                        break;
+                    }
                     case "quit":
                         System.out.flush();
                         System.exit(0);

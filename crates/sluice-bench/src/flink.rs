@@ -181,12 +181,26 @@ pub async fn sluice(binary: &Path, query: &str, parallelism: u32, n: u64) -> Res
 
 /// The driver's source and logging configuration, written next to the
 /// jars and compiled there (so the driver run is always this binary's).
-const DRIVER_SOURCE: &str = include_str!("../../../benches/flink/SluicePeer.java");
+const DRIVER_SOURCES: &[(&str, &str)] = &[
+    (
+        "SluicePeer.java",
+        include_str!("../../../benches/flink/SluicePeer.java"),
+    ),
+    // The Nexmark tables: Sluice's generator ported to Java, as a connector.
+    (
+        "NexmarkSource.java",
+        include_str!("../../../benches/flink/NexmarkSource.java"),
+    ),
+    (
+        "NexmarkRows.java",
+        include_str!("../../../benches/flink/NexmarkRows.java"),
+    ),
+];
 const DRIVER_LOG4J: &str = include_str!("../../../benches/flink/log4j2.properties");
 
 /// The `--add-opens/--add-exports` of PyFlink's `conf/config.yaml`
 /// (`env.java.opts.all`), as the harness's `env.sh` passes them.
-const JVM_MODULE_FLAGS: &[&str] = &[
+pub(crate) const JVM_MODULE_FLAGS: &[&str] = &[
     "--add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED",
     "--add-exports=jdk.compiler/com.sun.tools.javac.api=ALL-UNNAMED",
     "--add-exports=jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
@@ -239,14 +253,14 @@ fn jvm_flags(driver_dir: &Path) -> Vec<String> {
 }
 
 /// The compiled driver: the `java` arguments before the parallelism.
-struct Driver {
+pub(crate) struct Driver {
     args: Vec<String>,
-    flags: Vec<String>,
+    pub(crate) flags: Vec<String>,
 }
 
 /// Writes the driver into `flink_dir/sluice-peer` and compiles it against
 /// the Flink jars of the venv's PyFlink wheel (`bench.sh` creates the venv).
-fn build_driver(flink_dir: &Path) -> Result<Driver> {
+pub(crate) fn build_driver(flink_dir: &Path) -> Result<Driver> {
     let lib_root = flink_dir.join(".venv/lib");
     let mut jars = Vec::new();
     for python in std::fs::read_dir(&lib_root)
@@ -271,14 +285,26 @@ fn build_driver(flink_dir: &Path) -> Result<Driver> {
     let dir = flink_dir.join("sluice-peer");
     let build = dir.join("build");
     std::fs::create_dir_all(&build)?;
-    let source = dir.join("SluicePeer.java");
-    let changed = std::fs::read_to_string(&source).ok().as_deref() != Some(DRIVER_SOURCE);
-    if changed {
-        std::fs::write(&source, DRIVER_SOURCE)?;
+    let mut changed = false;
+    let mut sources = Vec::new();
+    for (name, text) in DRIVER_SOURCES {
+        let source = dir.join(name);
+        if std::fs::read_to_string(&source).ok().as_deref() != Some(*text) {
+            std::fs::write(&source, text)?;
+            changed = true;
+        }
+        sources.push(source);
     }
     if std::fs::read_to_string(dir.join("log4j2.properties")).ok().as_deref() != Some(DRIVER_LOG4J) {
         std::fs::write(dir.join("log4j2.properties"), DRIVER_LOG4J)?;
     }
+    // The `sluice-nexmark` table connector, found by Flink's factory discovery.
+    let services = build.join("META-INF/services");
+    std::fs::create_dir_all(&services)?;
+    std::fs::write(
+        services.join("org.apache.flink.table.factories.Factory"),
+        "NexmarkSource\n",
+    )?;
     if changed || !build.join("SluicePeer.class").exists() {
         let out = Command::new("javac")
             .arg("-nowarn")
@@ -286,15 +312,17 @@ fn build_driver(flink_dir: &Path) -> Result<Driver> {
             .arg(&class_path)
             .arg("-d")
             .arg(&build)
-            .arg(&source)
+            .args(&sources)
             .output()
             .context("running javac (a JDK 17 is needed)")?;
         if !out.status.success() {
             // Compiled again next time, not left stale beside a new source.
-            let _ = std::fs::remove_file(&source);
+            for source in &sources {
+                let _ = std::fs::remove_file(source);
+            }
             bail!(
                 "javac {} failed:\n{}",
-                source.display(),
+                dir.display(),
                 String::from_utf8_lossy(&out.stderr)
             );
         }
@@ -318,22 +346,22 @@ fn key_values(line: &str) -> BTreeMap<String, String> {
 }
 
 /// One Flink JVM running `SluicePeer`.
-struct Jvm {
+pub(crate) struct Jvm {
     child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     pid: String,
     log: PathBuf,
     /// `READY`'s and `CONFIG`'s key-values.
-    ready: BTreeMap<String, String>,
-    config: BTreeMap<String, String>,
+    pub(crate) ready: BTreeMap<String, String>,
+    pub(crate) config: BTreeMap<String, String>,
 }
 
 /// What one Flink run did.
-struct FlinkRun {
-    rows: u64,
-    net_s: f64,
-    exec_wall_s: f64,
+pub(crate) struct FlinkRun {
+    pub(crate) rows: u64,
+    pub(crate) net_s: f64,
+    pub(crate) exec_wall_s: f64,
     setup_s: f64,
     cpu_s: f64,
     gc_ms: f64,
@@ -341,10 +369,10 @@ struct FlinkRun {
 }
 
 impl FlinkRun {
-    fn rows_per_s(&self) -> f64 {
+    pub(crate) fn rows_per_s(&self) -> f64 {
         self.rows as f64 / self.net_s.max(1e-9)
     }
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "rows": self.rows, "rows_per_s": self.rows_per_s(), "net_s": self.net_s,
             "exec_wall_s": self.exec_wall_s, "setup_s": self.setup_s, "cpu_s": self.cpu_s,
@@ -354,7 +382,7 @@ impl FlinkRun {
 }
 
 impl Jvm {
-    async fn start(driver: &Driver, parallelism: u32, log: PathBuf) -> Result<Jvm> {
+    pub(crate) async fn start(driver: &Driver, parallelism: u32, log: PathBuf) -> Result<Jvm> {
         let stderr = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let mut child = tokio::process::Command::new("java")
             .args(&driver.args)
@@ -436,9 +464,14 @@ impl Jvm {
     }
 
     async fn run(&mut self, id: &str, rows: u64) -> Result<FlinkRun> {
+        self.measured(&format!("run {id} {rows}"), rows).await
+    }
+
+    /// Runs `command` (`run …` or `nexmark …`, whose RESULT counts `rows`).
+    pub(crate) async fn measured(&mut self, command: &str, rows: u64) -> Result<FlinkRun> {
         let (busy0, before) = (busy(), proc_sample(&self.pid));
         let started = Instant::now();
-        let line = self.command(&format!("run {id} {rows}")).await?;
+        let line = self.command(command).await?;
         let wall = started.elapsed().as_secs_f64();
         let (busy1, after) = (busy(), proc_sample(&self.pid));
         let kv = key_values(&line);
@@ -447,7 +480,10 @@ impl Jvm {
                 .and_then(|v| v.parse().ok())
                 .with_context(|| format!("no {k} in `{line}`"))
         };
-        ensure!(num("rows")? as u64 == rows, "Flink ran {id} over other rows: {line}");
+        ensure!(
+            num("rows")? as u64 == rows,
+            "Flink ran `{command}` over other rows: {line}"
+        );
         let cpu_s = after.cpu_s - before.cpu_s;
         Ok(FlinkRun {
             rows,
@@ -461,7 +497,7 @@ impl Jvm {
     }
 
     /// `quit`; the JVM's whole CPU time and peak RSS.
-    async fn quit(mut self) -> Result<ProcSample> {
+    pub(crate) async fn quit(mut self) -> Result<ProcSample> {
         let sample = proc_sample(&self.pid);
         self.stdin.write_all(b"quit\n").await?;
         self.stdin.flush().await?;
@@ -478,7 +514,7 @@ impl Jvm {
 }
 
 /// (busy, total) jiffies of the machine (`/proc/stat`) and its CPUs.
-fn busy() -> (f64, f64, f64) {
+pub(crate) fn busy() -> (f64, f64, f64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let cpus = stat
         .lines()
@@ -499,7 +535,7 @@ fn busy() -> (f64, f64, f64) {
 }
 
 /// Cores other processes used while a run took `wall` s and `own_cpu` CPU s.
-fn other_cores(a: (f64, f64, f64), b: (f64, f64, f64), own_cpu: f64, wall: f64) -> f64 {
+pub(crate) fn other_cores(a: (f64, f64, f64), b: (f64, f64, f64), own_cpu: f64, wall: f64) -> f64 {
     let total = b.1 - a.1;
     if total <= 0.0 || wall <= 0.0 {
         return 0.0;
@@ -540,7 +576,7 @@ fn rates(runs: &[Value]) -> Vec<f64> {
 }
 
 /// `runs` with their rate's median, min and max.
-fn summarized(runs: Vec<Value>) -> Value {
+pub(crate) fn summarized(runs: Vec<Value>) -> Value {
     let (median, min, max) = spread(&rates(&runs));
     json!({ "runs": runs, "median": median, "min": min, "max": max })
 }
@@ -606,12 +642,12 @@ pub async fn side_by_side(
     runs: usize,
     rows: u64,
 ) -> Result<Value> {
-    if queries.is_empty() {
+    if queries.iter().all(|q| q.is_empty()) {
         return Ok(json!({ "queries": [] }));
     }
     let runs = runs.max(1);
     let mut order: Vec<&str> = vec![FLINK_BASELINE];
-    for q in queries {
+    for q in queries.iter().filter(|q| !q.is_empty()) {
         let Some((id, _)) = QUERIES.iter().find(|(id, _)| id == q) else {
             bail!("unknown Flink query {q} (known: Q0..Q5, U1..U4)");
         };

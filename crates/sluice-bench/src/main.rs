@@ -16,6 +16,7 @@
 mod alter;
 mod cluster;
 mod flink;
+mod flink_nexmark;
 mod masters;
 mod nexmark;
 mod report;
@@ -95,6 +96,18 @@ struct Args {
     /// sized for runs of ~35 s, Sluice's 100 M).
     #[arg(long, default_value_t = 0)]
     flink_rows: u64,
+    /// Nexmark queries (benches/nexmark) run on Flink and Sluice over the
+    /// same rows (Flink's tables: NexmarkSource.java, Sluice's generator
+    /// ported), with --flink ('' for none).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "q4,q5_full,q6,q9,q11,q14,q15,q16,q17,q18,q19,q20,q21,q23"
+    )]
+    flink_nexmark: Vec<String>,
+    /// Global events a run of --flink-nexmark, on both engines.
+    #[arg(long, default_value_t = 10_000_000)]
+    flink_nexmark_events: u64,
     /// Nexmark queries run with their stages on two worker processes
     /// (pack placement, p slots each: every row crosses the data plane)
     /// beside one process, over --events events ('' for none).
@@ -413,6 +426,21 @@ async fn main() -> Result<()> {
             args.flink_rows,
         )
         .await?;
+        if args.flink_nexmark.iter().any(|q| !q.is_empty()) {
+            eprintln!("== Flink side by side over the Nexmark queries (the same rows)");
+            results["flink_nexmark"] = flink_nexmark::side_by_side(
+                &binary,
+                &args.root,
+                std::path::Path::new(&args.flink),
+                &out_dir.join("flink_nexmark"),
+                p,
+                &args.flink_nexmark,
+                runs,
+                args.flink_nexmark_events,
+                model,
+            )
+            .await?;
+        }
     }
     results["finished_utc"] = json!(report::utc_now());
     report::write(&out_dir, &results)?;

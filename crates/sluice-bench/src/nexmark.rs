@@ -6,21 +6,35 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use std::path::Path;
 
-/// The Nexmark tables a query reads (for its generator-only baseline).
+/// The Nexmark tables a query reads (for its generator-only baseline, and
+/// the rows the Flink peer's rate counts).
 pub fn tables_of(sql: &str) -> Vec<&'static str> {
-    // Words that precede a relation: FROM t, JOIN t, TUMBLE(t, HOP(t.
-    let lower = sql.to_ascii_lowercase().replace('(', " ( ");
+    // Words that precede a relation: FROM t, JOIN t, TUMBLE(t, HOP(t, and
+    // in a FROM list, `a, t`.
+    let lower = sql.to_ascii_lowercase().replace('(', " ( ").replace(')', " ) ");
     let words: Vec<&str> = lower.split_whitespace().collect();
-    let mut tables = Vec::new();
-    for t in ["person", "auction", "bid"] {
-        let reads = words
-            .windows(2)
-            .any(|w| w[1].trim_end_matches(',') == t && matches!(w[0], "from" | "join" | "(" | "table"));
-        if reads {
-            tables.push(t);
+    let mut read = [false; 3];
+    let mut in_from = false;
+    for w in words.windows(2) {
+        match w[0] {
+            "from" => in_from = true,
+            "where" | "group" | "on" | "select" | ")" | "order" | "having" => in_from = false,
+            _ => {}
+        }
+        let relation = matches!(w[0], "from" | "join" | "(" | "table") || (in_from && w[0].ends_with(','));
+        if let Some(i) = ["person", "auction", "bid"]
+            .iter()
+            .position(|t| w[1].trim_end_matches(',') == *t)
+            && relation
+        {
+            read[i] = true;
         }
     }
-    tables
+    ["person", "auction", "bid"]
+        .into_iter()
+        .zip(read)
+        .filter_map(|(t, r)| r.then_some(t))
+        .collect()
 }
 
 /// The SET statements and the query of a benchmark file.
@@ -297,5 +311,11 @@ mod tests {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/nexmark");
         let (_, q5_full) = read_query(&dir, "q5_full").unwrap();
         assert_eq!(tables_of(&q5_full), vec!["bid"]);
+        // A FROM list: `FROM auction AS a, bid AS b`; a select list is not one.
+        let (_, q4) = read_query(&dir, "q4").unwrap();
+        assert_eq!(tables_of(&q4), vec!["auction", "bid"]);
+        let (_, q23) = read_query(&dir, "q23").unwrap();
+        assert_eq!(tables_of(&q23), vec!["person", "auction", "bid"]);
+        assert_eq!(tables_of("SELECT price, auction FROM bid"), vec!["bid"]);
     }
 }

@@ -279,6 +279,10 @@ pub fn markdown(r: &Value) -> String {
     if !r["flink"].is_null() {
         md.push('\n');
         md.push_str(&crate::flink::markdown(&r["flink"]));
+        if !r["flink_nexmark"].is_null() {
+            md.push('\n');
+            md.push_str(&crate::flink_nexmark::markdown(&r["flink_nexmark"]));
+        }
     }
     md
 }

@@ -1,0 +1,381 @@
+//! Flink beside Sluice over the Nexmark queries of `benches/nexmark`, both
+//! reading the very same rows: Flink's tables are `benches/flink/
+//! NexmarkSource.java`, a table connector around `NexmarkRows.java`, a port
+//! of Sluice's generator checked value for value against it
+//! (`tests/nexmark_java.rs`). Same number of events, same event-time model
+//! and watermark delay, same SQL (the files' `SET` lines, Sluice's state
+//! limits, are not sent to Flink), blackhole sinks, checkpoints off on both.
+//!
+//! Per query: one JVM warmed by one unmeasured run of a quarter of the
+//! events, then `runs` times a Flink run and a Sluice run, alternately. A
+//! query Flink refuses is reported with Flink's error (and still measured
+//! on Sluice). Each table a query reads also gets a generator-only run on
+//! both engines (`SELECT * FROM <table>`), the ceiling of the queries over it.
+
+use crate::flink::{FlinkRun, JVM_MODULE_FLAGS, Jvm, build_driver, busy, other_cores, summarized};
+use crate::nexmark::{TimeModel, read_query, tables_of, throughput_checkpointed};
+use crate::units::si;
+use anyhow::{Result, ensure};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// Rows of `table` among the first `events` global events: in each block of
+/// 50 events one person (offset 0), three auctions (1–3), 46 bids (4–49).
+pub fn table_rows(table: &str, events: u64) -> u64 {
+    let (from, to) = match table {
+        "person" => (0, 1),
+        "auction" => (1, 4),
+        _ => (4, 50),
+    };
+    let (blocks, rest) = (events / 50, events % 50);
+    blocks * (to - from) + rest.clamp(from, to) - from
+}
+
+/// The rows a query over `tables` reads, on either engine.
+fn rows_read(tables: &[&str], events: u64) -> u64 {
+    tables.iter().map(|t| table_rows(t, events)).sum()
+}
+
+/// One line: Flink's driver reads a command a line.
+fn one_line(sql: &str) -> String {
+    sql.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The query in Flink's dialect: `day` and `minute` are reserved words
+/// there (quoted as Flink's own Nexmark q15–q17 quote them), and its
+/// character count is `CHAR_LENGTH` (Sluice's `length`). Nothing else changes.
+pub fn flink_dialect(sql: &str) -> String {
+    let sql = sql
+        .replace(" AS day", " AS `day`")
+        .replace(" AS minute", " AS `minute`");
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql.as_str();
+    while let Some(i) = rest.to_ascii_lowercase().find("length(") {
+        let word_start = rest[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+        out.push_str(&rest[..i]);
+        out.push_str(if word_start { "CHAR_LENGTH(" } else { &rest[i..i + 7] });
+        rest = &rest[i + 7..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Flink's message in a failed command's error (not the command echoed).
+fn flink_message(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    let message = text.split_once(": ERROR ").map_or(text.as_str(), |(_, m)| m);
+    message.split(" (cause: ").next().unwrap_or(message).trim().to_string()
+}
+
+/// A Flink run of `sql` (id `id`), timed over the rows of `tables`.
+async fn flink_run(
+    jvm: &mut Jvm,
+    id: &str,
+    sql: &str,
+    tables: &[&str],
+    events: u64,
+    model: TimeModel,
+) -> Result<FlinkRun> {
+    let command = format!(
+        "nexmark {id} {events} {} {} {}",
+        model.event_rate.max(1),
+        model.watermark_delay_s,
+        one_line(&flink_dialect(sql))
+    );
+    let mut run = jvm.measured(&command, events).await?;
+    // RESULT counts global events; the rate counts the rows read, as Sluice's.
+    run.rows = rows_read(tables, events);
+    Ok(run)
+}
+
+/// A Sluice run of `name` (a query file, or a generator-only run of a table).
+async fn sluice_run(
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    p: u32,
+    events: u64,
+    model: TimeModel,
+    rows: u64,
+) -> Result<Value> {
+    let b0 = busy();
+    let started = Instant::now();
+    let s = if let Some(table) = name.strip_prefix("gen_") {
+        let server = crate::server::Server::start(binary).await?;
+        crate::nexmark::create_streams(&server, p, crate::nexmark::StreamSetup::unpaced(events, model)).await?;
+        server.exec("SET checkpoint_interval = 'off'").await?;
+        crate::server::run_sink(
+            &server,
+            "generator",
+            "connector = 'blackhole'",
+            &format!("SELECT * FROM {table}"),
+        )
+        .await?
+    } else {
+        throughput_checkpointed(binary, dir, name, p, events, model, Some("off")).await?
+    };
+    let wall = started.elapsed().as_secs_f64();
+    ensure!(
+        s.rows_in == rows,
+        "Sluice read {} rows for {name}, Flink's tables hold {rows}",
+        s.rows_in
+    );
+    Ok(json!({
+        "rows": s.rows_in, "rows_per_s": s.rows_per_s(), "wall_s": s.wall_s, "cpu_s": s.cpu_s,
+        "rows_out": s.rows_out, "peak_rss_mib": s.peak_rss_bytes as f64 / (1 << 20) as f64,
+        "state_rows_peak": s.state_rows_peak,
+        "other_cores": other_cores(b0, busy(), s.cpu_s, wall),
+    }))
+}
+
+/// Flink and Sluice over `queries` (names of `benches/nexmark/*.sql`), and
+/// the generator alone over each table they read, at `events` global events
+/// a run on both engines.
+#[allow(clippy::too_many_arguments)]
+pub async fn side_by_side(
+    binary: &Path,
+    root: &Path,
+    flink_dir: &Path,
+    out: &Path,
+    p: u32,
+    queries: &[String],
+    runs: usize,
+    events: u64,
+    model: TimeModel,
+) -> Result<Value> {
+    let dir = root.join("benches/nexmark");
+    let runs = runs.max(1);
+    std::fs::create_dir_all(out)?;
+    let driver = build_driver(flink_dir)?;
+    let started = Instant::now();
+    // (name, SQL, tables): the generator-only runs first, then the queries.
+    let mut work: Vec<(String, String, Vec<&'static str>)> = Vec::new();
+    let mut texts = Vec::new();
+    for q in queries.iter().filter(|q| !q.is_empty()) {
+        let (_, sql) = read_query(&dir, q)?;
+        texts.push((q.clone(), sql));
+    }
+    for table in ["bid", "auction", "person"] {
+        if texts.iter().any(|(_, sql)| tables_of(sql).contains(&table)) {
+            work.push((format!("gen_{table}"), format!("SELECT * FROM {table}"), vec![table]));
+        }
+    }
+    for (q, sql) in texts {
+        let tables = tables_of(&sql);
+        work.push((q, sql, tables));
+    }
+    let mut results = Vec::new();
+    let mut jvm_info = (BTreeMap::new(), BTreeMap::new());
+    for (name, sql, tables) in &work {
+        let rows = rows_read(tables, events);
+        let warmup = (events / 4).max(50);
+        eprintln!("  Flink {name}: a JVM, warm-up over {warmup} events, then {runs} × (Flink, Sluice) over {events}");
+        let jvm_started = Instant::now();
+        let mut jvm = Jvm::start(&driver, p, out.join(format!("{name}.jvm.log"))).await?;
+        jvm_info = (jvm.ready.clone(), jvm.config.clone());
+        let mut flink_error = None;
+        let mut f_runs = Vec::new();
+        let mut s_runs = Vec::new();
+        match flink_run(&mut jvm, name, sql, tables, warmup, model).await {
+            Ok(w) => eprintln!("    warm-up: {:.0} rows/s (net {:.1} s)", w.rows_per_s(), w.net_s),
+            Err(e) => {
+                eprintln!("    Flink refuses {name}: {}", flink_message(&e));
+                flink_error = Some(flink_message(&e));
+            }
+        }
+        for r in 1..=runs {
+            let mut line = format!("    run {r}:");
+            if flink_error.is_none() {
+                match flink_run(&mut jvm, name, sql, tables, events, model).await {
+                    Ok(f) => {
+                        let _ = write!(line, " Flink {:.0} rows/s (net {:.1} s),", f.rows_per_s(), f.net_s);
+                        f_runs.push(f.json());
+                    }
+                    // Out of memory, say: no Flink figure for the query.
+                    Err(e) => {
+                        let _ = write!(line, " Flink failed: {},", flink_message(&e));
+                        flink_error = Some(format!("run {r}: {}", flink_message(&e)));
+                        f_runs.clear();
+                    }
+                }
+            }
+            let s = sluice_run(binary, &dir, name, p, events, model, rows).await?;
+            let _ = write!(
+                line,
+                " Sluice {:.0} rows/s ({:.1} s)",
+                s["rows_per_s"].as_f64().unwrap_or(0.0),
+                s["wall_s"].as_f64().unwrap_or(0.0)
+            );
+            eprintln!("{line}");
+            s_runs.push(s);
+        }
+        let flink_peak_rss_mib = match jvm.quit().await {
+            Ok(whole) => whole.peak_rss_bytes as f64 / (1 << 20) as f64,
+            Err(e) if flink_error.is_some() => {
+                eprintln!("    (the JVM after the failure: {e:#})");
+                0.0
+            }
+            Err(e) => return Err(e),
+        };
+        let flink = summarized(f_runs);
+        let sluice = summarized(s_runs);
+        let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+        let ratio = if flink_error.is_none() {
+            json!({
+                "median": f(&sluice, "median") / f(&flink, "median").max(1e-9),
+                "min": f(&sluice, "min") / f(&flink, "max").max(1e-9),
+                "max": f(&sluice, "max") / f(&flink, "min").max(1e-9),
+            })
+        } else {
+            Value::Null
+        };
+        results.push(json!({
+            "query": name, "sql": sql, "tables": tables, "events": events, "rows": rows,
+            "flink_warmup_events": warmup, "flink": flink, "sluice": sluice, "ratio": ratio,
+            "flink_error": flink_error,
+            "flink_peak_rss_mib": flink_peak_rss_mib,
+            "flink_jvm_wall_s": jvm_started.elapsed().as_secs_f64(),
+        }));
+    }
+    let (ready, config) = jvm_info;
+    Ok(json!({
+        "parallelism": p, "runs": runs, "events": events,
+        "event_rate": model.event_rate, "watermark_delay_s": model.watermark_delay_s,
+        "flink_version": ready.get("flink"), "java_version": ready.get("java"),
+        "jvm_flags": driver.flags.iter().filter(|f| !f.starts_with("-Dlog4j")).collect::<Vec<_>>(),
+        "jvm_module_flags": JVM_MODULE_FLAGS,
+        "flink_config": config.iter().map(|(k, v)| (k.clone(), json!(v.replace('_', " ")))).collect::<serde_json::Map<_, _>>(),
+        "queries": results,
+        "wall_s": started.elapsed().as_secs_f64(),
+    }))
+}
+
+/// "median (min–max)" of a summarized side, or what stands in for it.
+fn cell(side: &Value, error: &Value) -> String {
+    if let Some(e) = error.as_str() {
+        return if e.starts_with("run ") { "failed" } else { "refused" }.into();
+    }
+    let f = |k: &str| side[k].as_f64().unwrap_or(0.0);
+    format!("{} ({}–{})", si(f("median")), si(f("min")), si(f("max")))
+}
+
+/// The report's section on `v`, [`side_by_side`]'s result.
+pub fn markdown(v: &Value) -> String {
+    let mut md = String::from("## Flink side by side over the Nexmark queries\n\n");
+    let Some(queries) = v["queries"].as_array().filter(|q| !q.is_empty()) else {
+        md.push_str("Not run.\n");
+        return md;
+    };
+    let s = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let durations = |side: &str, key: &str| -> (f64, f64) {
+        let d: Vec<f64> = queries
+            .iter()
+            .flat_map(|q| q[side]["runs"].as_array().into_iter().flatten())
+            .filter_map(|r| r[key].as_f64())
+            .collect();
+        (
+            d.iter().copied().fold(f64::INFINITY, f64::min),
+            d.iter().copied().fold(0.0, f64::max),
+        )
+    };
+    let (f_lo, f_hi) = durations("flink", "net_s");
+    let (s_lo, s_hi) = durations("sluice", "wall_s");
+    let config: Vec<String> = v["flink_config"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, val)| format!("`{k}: {}`", s(val)))
+        .collect();
+    let _ = write!(
+        md,
+        "Apache Flink {flink} (Java {java}, a local MiniCluster, `benches/flink/SluicePeer.java`) and \
+         Sluice over the same rows: Flink's `person`, `auction` and `bid` are `benches/flink/NexmarkSource.java`, \
+         Sluice's Nexmark generator ported to Java (equal value for value: `crates/sluice-bench/tests/nexmark_java.rs`), \
+         making, like Sluice's, only the columns a query reads. {events} global events a run on both engines, event \
+         time at {rate} events/s, watermarks {delay} s behind; the query files' SQL with their `SET` lines (Sluice's \
+         state limits) left out for Flink; blackhole sinks; checkpoints off on both; parallelism {p}. Flink: {config} \
+         (mini-batch on for the queries with state), heap `{flags}`. One JVM per query, warmed by one unmeasured run \
+         of a quarter of the events, then {runs} Flink runs each followed by a Sluice run. Rates are the rows the \
+         query's tables hold over the run: Flink's net job runtime ({f_lo:.1}–{f_hi:.1} s), Sluice's wall time from \
+         `CREATE SINK` ({s_lo:.1}–{s_hi:.1} s). Median (min–max) of {runs}; the ratio's range is Sluice's slowest \
+         over Flink's fastest to the reverse. `gen_<table>` rows are the generator alone (`SELECT * FROM <table>`).\n\n",
+        flink = s(&v["flink_version"]),
+        java = s(&v["java_version"]),
+        events = si(v["events"].as_f64().unwrap_or(0.0)),
+        rate = si(v["event_rate"].as_f64().unwrap_or(0.0)),
+        delay = v["watermark_delay_s"],
+        p = v["parallelism"],
+        config = config.join(", "),
+        flags = v["jvm_flags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(s)
+            .collect::<Vec<_>>()
+            .join(" "),
+        runs = v["runs"],
+    );
+    md.push_str("| query | Sluice rows/s | Flink rows/s | ratio | Sluice peak RSS | Flink JVM peak RSS |\n|---|---|---|---|---|---|\n");
+    for q in queries {
+        let f = |k: &str| q[k].as_f64().unwrap_or(0.0);
+        let ratio = match &q["ratio"] {
+            Value::Null => "–".to_string(),
+            r => format!(
+                "{:.1}× ({:.1}–{:.1})",
+                r["median"].as_f64().unwrap_or(0.0),
+                r["min"].as_f64().unwrap_or(0.0),
+                r["max"].as_f64().unwrap_or(0.0)
+            ),
+        };
+        let rss: Vec<f64> = q["sluice"]["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["peak_rss_mib"].as_f64())
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {ratio} | {:.0} MiB | {:.1} GiB |",
+            s(&q["query"]),
+            cell(&q["sluice"], &Value::Null),
+            cell(&q["flink"], &q["flink_error"]),
+            rss.iter().copied().fold(0.0, f64::max),
+            f("flink_peak_rss_mib") / 1024.0
+        );
+    }
+    for q in queries.iter().filter(|q| q["flink_error"].is_string()) {
+        let _ = writeln!(md, "\n{}: Flink's error: `{}`", s(&q["query"]), s(&q["flink_error"]));
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flinks_dialect_quotes_its_reserved_words_and_counts_characters_its_way() {
+        assert_eq!(
+            flink_dialect("SELECT length(extra) - LENGTH(replace(x, 'c', '')) AS day, char_length(y) AS minute"),
+            "SELECT CHAR_LENGTH(extra) - CHAR_LENGTH(replace(x, 'c', '')) AS `day`, char_length(y) AS `minute`"
+        );
+        assert_eq!(flink_dialect("SELECT auction FROM bid"), "SELECT auction FROM bid");
+    }
+
+    #[test]
+    fn table_rows_count_each_tables_share_of_the_events() {
+        // Counted one event at a time, independently of the arithmetic.
+        for events in [0u64, 1, 2, 4, 5, 49, 50, 51, 53, 54, 99, 100, 1234] {
+            let count = |range: std::ops::Range<u64>| (0..events).filter(|n| range.contains(&(n % 50))).count() as u64;
+            assert_eq!(table_rows("person", events), count(0..1), "{events}");
+            assert_eq!(table_rows("auction", events), count(1..4), "{events}");
+            assert_eq!(table_rows("bid", events), count(4..50), "{events}");
+        }
+    }
+}
