@@ -13,7 +13,7 @@
 //! both engines (`SELECT * FROM <table>`), the ceiling of the queries over it.
 
 use crate::flink::{FlinkRun, JVM_MODULE_FLAGS, Jvm, build_driver, busy, other_cores, summarized};
-use crate::nexmark::{TimeModel, read_query, tables_of, throughput_checkpointed};
+use crate::nexmark::{TimeModel, generator_only, read_query, tables_of, throughput_checkpointed};
 use crate::units::si;
 use anyhow::{Result, ensure};
 use serde_json::{Value, json};
@@ -107,16 +107,7 @@ async fn sluice_run(
     let b0 = busy();
     let started = Instant::now();
     let s = if let Some(table) = name.strip_prefix("gen_") {
-        let server = crate::server::Server::start(binary).await?;
-        crate::nexmark::create_streams(&server, p, crate::nexmark::StreamSetup::unpaced(events, model)).await?;
-        server.exec("SET checkpoint_interval = 'off'").await?;
-        crate::server::run_sink(
-            &server,
-            "generator",
-            "connector = 'blackhole'",
-            &format!("SELECT * FROM {table}"),
-        )
-        .await?
+        generator_only(binary, table, p, events, model, Some("off")).await?
     } else {
         throughput_checkpointed(binary, dir, name, p, events, model, Some("off")).await?
     };

@@ -221,7 +221,7 @@ async fn main() -> Result<()> {
         let events = if table == "bid" { args.events } else { args.join_events };
         let mut all = Vec::new();
         for _ in 0..runs {
-            all.push(nexmark::generator_only(&binary, table, p, events, model).await?);
+            all.push(nexmark::generator_only(&binary, table, p, events, model, None).await?);
         }
         let v = nexmark::runs_json(&all);
         eprintln!("  {table}: {:.0} rows/s (median)", f64_of(&v["events_per_s_median"]));

@@ -219,17 +219,22 @@ pub async fn throughput_checkpointed(
     run_sink(&server, "bench", "connector = 'blackhole'", &query).await
 }
 
-/// The generator alone: every row of `table` straight into a blackhole.
+/// The generator alone: every row of `table` straight into a blackhole
+/// (`checkpoint_interval` as in [`throughput_checkpointed`]).
 pub async fn generator_only(
     binary: &Path,
     table: &str,
     parallelism: u32,
     events: u64,
     model: TimeModel,
+    checkpoint_interval: Option<&str>,
 ) -> Result<RunStats> {
     let server = Server::start(binary).await?;
     let setup = StreamSetup::unpaced(events, model);
     create_streams(&server, parallelism, setup).await?;
+    if let Some(interval) = checkpoint_interval {
+        server.exec(&format!("SET checkpoint_interval = '{interval}'")).await?;
+    }
     run_sink(
         &server,
         "generator",
