@@ -163,3 +163,72 @@ async fn split_index_counts_pieces_from_zero() {
     );
     assert_eq!(split_index("x  y", "", 1), Some("y"));
 }
+
+/// `DATE_FORMAT` reuses the text of the row before when a row falls in the
+/// same day (hour, minute, second) of the pattern: over timestamps that
+/// cross those boundaries (before 1970 too), in time order and shuffled,
+/// in UTC and at +05:30 (its days and hours start at :30 in UTC), every
+/// row's text equals chrono formatting that row alone with a hand-written
+/// strftime. (Casting a timestamp without a zone to +05:30 keeps its wall
+/// time, so both zones show the same texts from different instants.)
+#[tokio::test]
+async fn date_format_reuses_a_text_only_within_its_unit() {
+    use chrono::DateTime;
+    let mut seed: u64 = 0x5eed;
+    let mut next = move |n: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    // From 1969-12-31 23:58:58.5 in steps of up to 40 minutes.
+    let mut micros: Vec<i64> = Vec::new();
+    let mut t: i64 = -61_500_000;
+    for _ in 0..200 {
+        micros.push(t);
+        t += [1i64, 999_999, 59_000_000, 3_600_000_000, 2_400_000_000][next(5) as usize] + next(1_000_000) as i64;
+    }
+    let mut shuffled = micros.clone();
+    for i in (1..shuffled.len()).rev() {
+        shuffled.swap(i, next(i as u64 + 1) as usize);
+    }
+    let patterns = [
+        ("yyyy-MM-dd", "%Y-%m-%d"),
+        ("HH:mm", "%H:%M"),
+        ("h a", "%-I %p"),
+        ("dd HH", "%d %H"),
+        ("a", "%p"),
+        ("EEE d MMM", "%a %-d %b"),
+        ("yyyy-MM-dd HH:mm:ss.SSS", "%Y-%m-%d %H:%M:%S.%3f"),
+    ];
+    for zone in ["", "+05:30"] {
+        for order in [&micros, &shuffled] {
+            let values: Vec<String> = order
+                .iter()
+                .map(|m| match zone {
+                    "" => format!("(to_timestamp_micros({m}))"),
+                    z => format!("(arrow_cast(to_timestamp_micros({m}), 'Timestamp(Microsecond, Some(\"{z}\"))'))"),
+                })
+                .collect();
+            for (java, strftime) in patterns {
+                let got: Vec<String> = rows(&format!(
+                    "SELECT DATE_FORMAT(column1, '{java}') FROM (VALUES {})",
+                    values.join(", ")
+                ))
+                .await
+                .into_iter()
+                .map(|mut r| r.remove(0))
+                .collect();
+                let want: Vec<String> = order
+                    .iter()
+                    .map(|m| {
+                        DateTime::from_timestamp_micros(*m)
+                            .unwrap()
+                            .naive_utc()
+                            .format(strftime)
+                            .to_string()
+                    })
+                    .collect();
+                assert_eq!(got, want, "{java} at {zone:?}");
+            }
+        }
+    }
+}
