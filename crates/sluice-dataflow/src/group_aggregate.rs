@@ -18,14 +18,23 @@
 //! What a group emitted last is what its accumulators evaluate to, at
 //! every barrier (emission ends each batch), so a snapshot stores only the
 //! keys, row counts and the accumulators' states.
+//!
+//! When every aggregate is a `count`, `sum`, `avg`, `min` or `max` of
+//! integers or doubles ([`columnar`]), the groups' states are columns
+//! instead of accumulators, and a batch is one pass per aggregate over its
+//! rows, with no sort; its changelog is the same.
 
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
+use columnar::Columnar;
+
+mod columnar;
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::window::fixed::finish_batch;
 use arrow::array::{Array, ArrayRef, Int64Array, StringArray, UInt32Array};
-use arrow::compute::take;
+use arrow::compute::kernels::cmp::not_distinct;
+use arrow::compute::{concat, take};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::RowConverter;
@@ -68,6 +77,12 @@ pub struct GroupAggregateOperator {
     /// Processing time of the batch being applied.
     now_ms: i64,
     output_schema: SchemaRef,
+    /// Every aggregate's state as columns (then groups have no
+    /// accumulators), when all of them have that form.
+    columnar: Option<Vec<Columnar>>,
+    /// Per group slot, the number of the batch that last touched it.
+    stamps: Vec<u64>,
+    batches: u64,
 }
 
 /// The changelog rows of one batch, built column by column.
@@ -121,10 +136,62 @@ impl GroupAggregateOperator {
             state_ttl_ms: spec.state_ttl_ms,
             now_ms: sluice_types::now_ms(),
             output_schema,
+            columnar: None,
+            stamps: Vec::new(),
+            batches: 0,
         };
         // Refuse an aggregate that cannot retract before any row arrives.
-        op.accumulators()?;
+        let accumulators = op.accumulators()?;
+        let mut op = op;
+        op.columnar = op.columnar_form(spec, accumulators)?;
         Ok(op)
+    }
+
+    /// The columnar form of every aggregate, or none when one has none
+    /// (`count(DISTINCT …)`, a retracted `min`, a decimal sum…).
+    fn columnar_form(
+        &self,
+        spec: &GroupAggSpec,
+        mut accumulators: Vec<Box<dyn Accumulator>>,
+    ) -> Result<Option<Vec<Columnar>>> {
+        let first_value = 1 + self.key_columns.len();
+        let mut columns = Vec::new();
+        for (a, call) in spec.aggregates.iter().enumerate() {
+            let state: Vec<arrow::datatypes::DataType> = accumulators[a]
+                .state()
+                .map_err(df_error)?
+                .iter()
+                .map(|v| v.data_type())
+                .collect();
+            let arg_type = call.args.first().map(|c| spec.input_schema.field(*c).data_type());
+            let out_type = self.output_schema.field(first_value + a).data_type();
+            match Columnar::of(
+                &call.function,
+                call.distinct,
+                arg_type,
+                out_type,
+                self.op_column.is_some(),
+                &state,
+            ) {
+                Some(c) => columns.push(c),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(columns))
+    }
+
+    /// The same operator without the columnar form: what a test compares
+    /// the columnar form with.
+    #[cfg(test)]
+    pub(crate) fn generic(spec: &GroupAggSpec, output_schema: SchemaRef) -> Result<Self> {
+        let mut op = Self::new(spec, output_schema)?;
+        op.columnar = None;
+        Ok(op)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_columnar(&self) -> bool {
+        self.columnar.is_some()
     }
 
     fn accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
@@ -158,7 +225,10 @@ impl GroupAggregateOperator {
             key: key.into(),
             rows: 0,
             touched_ms: self.now_ms,
-            accumulators: self.accumulators()?,
+            accumulators: match self.columnar {
+                Some(_) => Vec::new(),
+                None => self.accumulators()?,
+            },
         };
         let g = match self.free.pop() {
             Some(g) => {
@@ -167,9 +237,13 @@ impl GroupAggregateOperator {
             }
             None => {
                 self.groups.push(Some(group));
+                self.stamps.push(0);
                 self.groups.len() as u32 - 1
             }
         };
+        if let Some(columns) = &mut self.columnar {
+            columns.iter_mut().for_each(|c| c.reset(g));
+        }
         self.index.insert(key.into(), g);
         Ok(g)
     }
@@ -179,6 +253,9 @@ impl GroupAggregateOperator {
     }
 
     fn evaluate(&mut self, g: u32) -> Result<Vec<ScalarValue>> {
+        if let Some(columns) = &self.columnar {
+            return columns.iter().map(|c| c.scalar(g)).collect();
+        }
         self.group(g)
             .accumulators
             .iter_mut()
@@ -209,6 +286,9 @@ impl GroupAggregateOperator {
             return Ok(None);
         }
         self.now_ms = sluice_types::now_ms();
+        if self.columnar.is_some() {
+            return self.update_columnar(batch).map(Some);
+        }
         let retracted = self.retractions(batch)?;
         let (key_rows, arguments) = read_inputs(&self.converter, &self.key_columns, &self.aggregates, batch)?;
         // Each row's slot: 2 × (its group's place in `touched`) + 1 when
@@ -266,6 +346,96 @@ impl GroupAggregateOperator {
             self.apply(&touched, &arguments, &mut changes)?;
         }
         self.changes_batch(changes).map(Some)
+    }
+
+    /// [`Self::update`] with the states in columns: the groups' values
+    /// before and after the batch are read as arrays; a group emits as in
+    /// [`Self::apply`], its key taken from the batch row that first touched it.
+    fn update_columnar(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let n = batch.num_rows();
+        let retracted = self.retractions(batch)?;
+        let (key_rows, arguments) = read_inputs(&self.converter, &self.key_columns, &self.aggregates, batch)?;
+        self.batches += 1;
+        let stamp = self.batches;
+        let mut groups = Vec::with_capacity(n);
+        // Touched groups, the row that first touched each, whether it
+        // showed a row before the batch.
+        let mut touched: Vec<u32> = Vec::new();
+        let mut first_rows: Vec<u32> = Vec::new();
+        let mut shown: Vec<bool> = Vec::new();
+        for row in 0..n {
+            let g = match &key_rows {
+                Some(rows) => self.group_of(rows.row(row).data())?,
+                None => self.group_of(&[])?,
+            };
+            if self.stamps[g as usize] != stamp {
+                self.stamps[g as usize] = stamp;
+                touched.push(g);
+                first_rows.push(row as u32);
+                shown.push(self.group(g).rows > 0);
+            }
+            groups.push(g);
+        }
+        let columns = self.columnar.as_mut().expect("columnar");
+        let before: Vec<ArrayRef> = columns.iter().map(|c| c.values(&touched)).collect();
+        for (c, args) in columns.iter_mut().zip(&arguments) {
+            let arg = args
+                .first()
+                .ok_or_else(|| Error::internal("a columnar aggregate without an argument"))?;
+            c.apply(&groups, retracted.as_deref(), arg)?;
+        }
+        let after: Vec<ArrayRef> = columns.iter().map(|c| c.values(&touched)).collect();
+        for (row, g) in groups.iter().enumerate() {
+            let back = retracted.as_ref().is_some_and(|r| r[row]);
+            self.group(*g).rows += if back { -1 } else { 1 };
+        }
+        // Per aggregate, which touched groups kept their value.
+        let same = before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| not_distinct(b, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let t = touched.len() as u32;
+        let (mut ops, mut key_at, mut value_at) = (Vec::new(), Vec::new(), Vec::new());
+        let now_ms = self.now_ms;
+        for (i, g) in touched.iter().enumerate() {
+            let group = self.group(*g);
+            group.touched_ms = now_ms;
+            let rows = group.rows;
+            let mut emit = |op: ChangeOp, at: u32| {
+                ops.push(op.as_str());
+                key_at.push(first_rows[i]);
+                value_at.push(at);
+            };
+            let at = i as u32;
+            match (shown[i], rows > 0) {
+                (false, false) => {}
+                (false, true) => emit(ChangeOp::Insert, t + at),
+                (true, false) => emit(ChangeOp::Delete, at),
+                (true, true) => {
+                    if !same.iter().all(|s| s.value(i)) {
+                        emit(ChangeOp::UpdateBefore, at);
+                        emit(ChangeOp::UpdateAfter, t + at);
+                    }
+                }
+            }
+            if rows == 0 {
+                self.delete(*g);
+            }
+        }
+        if ops.is_empty() {
+            return Ok(RecordBatch::new_empty(self.output_schema.clone()));
+        }
+        let key_at = UInt32Array::from(key_at);
+        let value_at = UInt32Array::from(value_at);
+        let mut out: Vec<ArrayRef> = vec![Arc::new(StringArray::from(ops))];
+        for k in &self.key_columns {
+            out.push(take(batch.column(*k), &key_at, None)?);
+        }
+        for (b, a) in before.iter().zip(&after) {
+            out.push(take(&concat(&[b.as_ref(), a.as_ref()])?, &value_at, None)?);
+        }
+        finish_batch(&self.output_schema, out)
     }
 
     /// Updates one touched group and records what it emits.
@@ -372,7 +542,15 @@ impl GroupAggregateOperator {
             .map(|g| Some(self.groups[*g as usize].as_ref().expect("live").rows))
             .collect();
         columns.push(Arc::new(rows));
+        if let Some(aggregates) = &self.columnar {
+            for c in aggregates {
+                columns.extend(c.state(&live));
+            }
+        }
         for a in 0..self.aggregates.len() {
+            if self.columnar.is_some() {
+                break;
+            }
             let width = self.state_width(a)?;
             let mut states: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(live.len()); width];
             for g in &live {
@@ -429,12 +607,14 @@ impl GroupAggregateOperator {
             self.group(g).rows = counts.value(row);
             let mut col = n_keys + 1;
             for (a, width) in widths.iter().enumerate() {
-                let state: Vec<ArrayRef> = batch.columns()[col..col + width]
-                    .iter()
-                    .map(|c| c.slice(row, 1))
-                    .collect();
-                self.group(g).accumulators[a].merge_batch(&state).map_err(df_error)?;
+                let state = &batch.columns()[col..col + width];
                 col += width;
+                if let Some(columns) = &mut self.columnar {
+                    columns[a].merge(g, state, row)?;
+                    continue;
+                }
+                let state: Vec<ArrayRef> = state.iter().map(|c| c.slice(row, 1)).collect();
+                self.group(g).accumulators[a].merge_batch(&state).map_err(df_error)?;
             }
         }
         Ok(())
