@@ -25,7 +25,7 @@
 //! rows, with no sort; its changelog is the same.
 
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
-use columnar::Columnar;
+use columnar::{Columnar, Columns};
 
 mod columnar;
 use crate::checkpoint::TaskState;
@@ -79,7 +79,7 @@ pub struct GroupAggregateOperator {
     output_schema: SchemaRef,
     /// Every aggregate's state as columns (then groups have no
     /// accumulators), when all of them have that form.
-    columnar: Option<Vec<Columnar>>,
+    columnar: Option<Columns>,
     /// Per group slot, the number of the batch that last touched it.
     stamps: Vec<u64>,
     batches: u64,
@@ -153,7 +153,7 @@ impl GroupAggregateOperator {
         &self,
         spec: &GroupAggSpec,
         mut accumulators: Vec<Box<dyn Accumulator>>,
-    ) -> Result<Option<Vec<Columnar>>> {
+    ) -> Result<Option<Columns>> {
         let first_value = 1 + self.key_columns.len();
         let mut columns = Vec::new();
         for (a, call) in spec.aggregates.iter().enumerate() {
@@ -177,7 +177,7 @@ impl GroupAggregateOperator {
                 None => return Ok(None),
             }
         }
-        Ok(Some(columns))
+        Ok(Columns::new(columns))
     }
 
     /// The same operator without the columnar form: what a test compares
@@ -242,7 +242,7 @@ impl GroupAggregateOperator {
             }
         };
         if let Some(columns) = &mut self.columnar {
-            columns.iter_mut().for_each(|c| c.reset(g));
+            columns.reset(g);
         }
         self.index.insert(key.into(), g);
         Ok(g)
@@ -254,7 +254,7 @@ impl GroupAggregateOperator {
 
     fn evaluate(&mut self, g: u32) -> Result<Vec<ScalarValue>> {
         if let Some(columns) = &self.columnar {
-            return columns.iter().map(|c| c.scalar(g)).collect();
+            return columns.scalars(g);
         }
         self.group(g)
             .accumulators
@@ -377,14 +377,9 @@ impl GroupAggregateOperator {
             groups.push(g);
         }
         let columns = self.columnar.as_mut().expect("columnar");
-        let before: Vec<ArrayRef> = columns.iter().map(|c| c.values(&touched)).collect();
-        for (c, args) in columns.iter_mut().zip(&arguments) {
-            let arg = args
-                .first()
-                .ok_or_else(|| Error::internal("a columnar aggregate without an argument"))?;
-            c.apply(&groups, retracted.as_deref(), arg)?;
-        }
-        let after: Vec<ArrayRef> = columns.iter().map(|c| c.values(&touched)).collect();
+        let before = columns.values(&touched);
+        columns.apply(&groups, retracted.as_deref(), &arguments)?;
+        let after = columns.values(&touched);
         for (row, g) in groups.iter().enumerate() {
             let back = retracted.as_ref().is_some_and(|r| r[row]);
             self.group(*g).rows += if back { -1 } else { 1 };
@@ -543,9 +538,7 @@ impl GroupAggregateOperator {
             .collect();
         columns.push(Arc::new(rows));
         if let Some(aggregates) = &self.columnar {
-            for c in aggregates {
-                columns.extend(c.state(&live));
-            }
+            columns.extend(aggregates.state(&live));
         }
         for a in 0..self.aggregates.len() {
             if self.columnar.is_some() {
@@ -610,7 +603,7 @@ impl GroupAggregateOperator {
                 let state = &batch.columns()[col..col + width];
                 col += width;
                 if let Some(columns) = &mut self.columnar {
-                    columns[a].merge(g, state, row)?;
+                    columns.merge(a, g, state, row)?;
                     continue;
                 }
                 let state: Vec<ArrayRef> = state.iter().map(|c| c.slice(row, 1)).collect();

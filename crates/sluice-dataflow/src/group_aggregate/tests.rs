@@ -587,7 +587,9 @@ mod columnar_equals_generic {
         }
     }
 
-    /// `[op, k, v, v as double, v as text]`; `op` is read only with `changelog`.
+    /// `[op, k, v, v as double, v as text, v when positive, v × 3 mod 17]`;
+    /// `op` is read only with `changelog`. The last two are what distinct
+    /// counts share maps over: `v` under a FILTER, and another value.
     fn input_schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("op", DataType::Utf8, false),
@@ -595,6 +597,8 @@ mod columnar_equals_generic {
             Field::new("_arg0", DataType::Int64, true),
             Field::new("_arg1", DataType::Float64, true),
             Field::new("_arg2", DataType::Utf8, true),
+            Field::new("_arg3", DataType::Int64, true),
+            Field::new("_arg4", DataType::Int64, true),
         ]))
     }
 
@@ -618,6 +622,8 @@ mod columnar_equals_generic {
                 (call("count", vec![2], true), int),
                 (call("min", vec![4], false), DataType::Utf8),
                 (call("max", vec![4], false), DataType::Utf8),
+                (call("count", vec![5], true), DataType::Int64),
+                (call("count", vec![6], true), DataType::Int64),
             ]);
         }
         calls
@@ -673,9 +679,19 @@ mod columnar_equals_generic {
                 let f = Float64Array::from_iter(rows.iter().map(|r| r.2.map(|v| v as f64)));
                 // Text orders otherwise than numbers ("v-7" < "v-50" < "v3").
                 let t = StringArray::from_iter(rows.iter().map(|r| r.2.map(|v| format!("v{v}"))));
+                let positive = Int64Array::from_iter(rows.iter().map(|r| r.2.filter(|v| *v > 0)));
+                let other = Int64Array::from_iter(rows.iter().map(|r| r.2.map(|v| (v * 3).rem_euclid(17))));
                 RecordBatch::try_new(
                     input_schema(),
-                    vec![Arc::new(op), Arc::new(k), Arc::new(v), Arc::new(f), Arc::new(t)],
+                    vec![
+                        Arc::new(op),
+                        Arc::new(k),
+                        Arc::new(v),
+                        Arc::new(f),
+                        Arc::new(t),
+                        Arc::new(positive),
+                        Arc::new(other),
+                    ],
                 )
                 .unwrap()
             })
