@@ -300,3 +300,41 @@ fn over_a_changelog_the_rows_held_are_bounded() {
     op.update(&changes(&[("-D", (1, Some(1), 1)), ("+I", (2, Some(3), 3))]))
         .unwrap();
 }
+
+/// Random batches (1–30 rows; a hot partition in a third of them, 12
+/// others; values 0–9, so many ties, NULL one time in eight) for limits
+/// 1, 2, 3 and 5 in both directions: after every batch the folded
+/// changelog is the first rows of each partition, worked out from all rows.
+/// Several rows of one batch land in one list, before and after it fills.
+#[test]
+fn random_batches_fold_into_the_first_rows_of_each_partition() {
+    let mut seed: u64 = 0x70b;
+    let mut below = move |n: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    for descending in [true, false] {
+        for limit in [1, 2, 3, 5] {
+            let mut op = TopNOperator::new(&spec(limit, descending, 100), output_schema()).unwrap();
+            let (mut table, mut all, mut id) = (BTreeMap::new(), Vec::new(), 0);
+            for _ in 0..40 {
+                let batch: Vec<(i64, Option<i64>, i64)> = (0..1 + below(30))
+                    .map(|_| {
+                        id += 1;
+                        let k = if below(3) == 0 { 0 } else { 1 + below(12) as i64 };
+                        (k, (below(8) != 0).then(|| below(10) as i64), id)
+                    })
+                    .collect();
+                all.extend_from_slice(&batch);
+                if let Some(out) = op.update(&rows(&batch)).unwrap() {
+                    fold(&mut table, &changelog(&out));
+                }
+                assert_eq!(
+                    table,
+                    expected(&all, limit, descending),
+                    "top {limit}, descending {descending}"
+                );
+            }
+        }
+    }
+}
