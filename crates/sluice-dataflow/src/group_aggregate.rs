@@ -19,15 +19,13 @@
 //! every barrier (emission ends each batch), so a snapshot stores only the
 //! keys, row counts and the accumulators' states.
 //!
-//! When every aggregate is a `count`, `sum`, `avg`, `min` or `max` of
-//! integers or doubles ([`columnar`]), the groups' states are columns
-//! instead of accumulators, and a batch is one pass per aggregate over its
-//! rows, with no sort; its changelog is the same.
+//! When every aggregate is a `count`, `sum` or `avg` of integers or doubles,
+//! or (over an append-only input) a `min`, `max` or integer `count(DISTINCT
+//! …)` ([`columnar`]), the groups' states are columns instead of
+//! accumulators, and a batch is one pass per aggregate over its rows, with
+//! no sort; its changelog is the same.
 
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
-use columnar::{Columnar, Columns};
-
-mod columnar;
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
@@ -46,6 +44,9 @@ use sluice_plan::{ChangeOp, GroupAggSpec};
 use sluice_types::{Error, Result, SqlCode};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+mod columnar;
+use columnar::{Columnar, Columns};
 
 /// Snapshot layout: one batch, a row per group: `key columns…, rows
 /// (Int64), accumulator state columns…`, keyed by the key columns.
@@ -148,7 +149,8 @@ impl GroupAggregateOperator {
     }
 
     /// The columnar form of every aggregate, or none when one has none
-    /// (`count(DISTINCT …)`, a retracted `min`, a decimal sum…).
+    /// (a `min` or distinct count over a changelog, a decimal sum, a
+    /// distinct count of text…).
     fn columnar_form(
         &self,
         spec: &GroupAggSpec,

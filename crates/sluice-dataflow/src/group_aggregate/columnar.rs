@@ -146,20 +146,30 @@ impl Columnar {
     /// Group slot `g` holds no rows (a new group, or a freed slot reused).
     pub(super) fn reset(&mut self, g: u32) {
         let g = g as usize;
+        // Only the columns its kind reads grow (a count keeps just `n`).
+        let int = !self.float && !self.text && !matches!(self.kind, Kind::Count | Kind::CountDistinct);
         if g >= self.n.len() {
             self.n.resize(g + 1, 0);
-            self.int.resize(g + 1, 0);
-            self.flt.resize(g + 1, 0.0);
+            if int {
+                self.int.resize(g + 1, 0);
+            }
+            if self.float {
+                self.flt.resize(g + 1, 0.0);
+            }
             if self.text {
                 self.strs.resize_with(g + 1, String::new);
             }
         }
+        self.n[g] = 0;
+        if int {
+            self.int[g] = 0;
+        }
+        if self.float {
+            self.flt[g] = 0.0;
+        }
         if self.text {
             self.strs[g] = String::new();
         }
-        self.n[g] = 0;
-        self.int[g] = 0;
-        self.flt[g] = 0.0;
     }
 
     /// Adds row `r` of `arg` to group `groups[r]` (retracts it when
