@@ -13,7 +13,7 @@
 //! both engines (`SELECT * FROM <table>`), the ceiling of the queries over it.
 
 use crate::flink::{FlinkRun, JVM_MODULE_FLAGS, Jvm, build_driver, busy, other_cores, summarized};
-use crate::nexmark::{TimeModel, generator_only, read_query, tables_of, throughput_checkpointed};
+use crate::nexmark::{StreamSetup, TimeModel, generator_only, read_query, tables_of, throughput_checkpointed};
 use crate::units::si;
 use anyhow::{Result, ensure};
 use serde_json::{Value, json};
@@ -109,7 +109,7 @@ async fn sluice_run(
     let s = if let Some(table) = name.strip_prefix("gen_") {
         generator_only(binary, table, p, events, model, Some("off")).await?
     } else {
-        throughput_checkpointed(binary, dir, name, p, events, model, Some("off")).await?
+        throughput_checkpointed(binary, dir, name, p, StreamSetup::unpaced(events, model), Some("off")).await?
     };
     let wall = started.elapsed().as_secs_f64();
     ensure!(

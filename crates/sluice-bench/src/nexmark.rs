@@ -192,7 +192,15 @@ pub async fn throughput(
     events: u64,
     model: TimeModel,
 ) -> Result<RunStats> {
-    throughput_checkpointed(binary, dir, name, parallelism, events, model, None).await
+    throughput_checkpointed(
+        binary,
+        dir,
+        name,
+        parallelism,
+        StreamSetup::unpaced(events, model),
+        None,
+    )
+    .await
 }
 
 /// Runs one query at full speed with `SET checkpoint_interval = '<interval>'`
@@ -202,8 +210,7 @@ pub async fn throughput_checkpointed(
     dir: &Path,
     name: &str,
     parallelism: u32,
-    events: u64,
-    model: TimeModel,
+    setup: StreamSetup,
     checkpoint_interval: Option<&str>,
 ) -> Result<RunStats> {
     let (mut sets, query) = read_query(dir, name)?;
@@ -211,7 +218,6 @@ pub async fn throughput_checkpointed(
         sets.push(format!("SET checkpoint_interval = '{interval}'"));
     }
     let server = Server::start(binary).await?;
-    let setup = StreamSetup::unpaced(events, model);
     create_streams(&server, parallelism, setup).await?;
     for s in &sets {
         server.exec(s).await?;

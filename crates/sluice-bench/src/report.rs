@@ -176,15 +176,23 @@ pub fn markdown(r: &Value) -> String {
         }
     }
     if let Some(qs) = r["checkpoint_overhead"].as_object().filter(|o| !o.is_empty()) {
+        let paced = qs
+            .values()
+            .filter_map(|c| c["events_per_s_paced"].as_u64())
+            .find(|r| *r > 0);
         let _ = writeln!(
             md,
-            "\nCheckpoint cost: each query over a run sized to last about a minute at its median rate, with checkpoints off, every 10 s and every 1 s (one run each):\n"
+            "\nCheckpoint cost: each query over a run sized to last about a minute {}, with checkpoints off, every 10 s and every 1 s (one run each; size: the bytes each checkpoint wrote):\n",
+            match paced {
+                Some(r) => format!("paced at {} events/s", si(r as f64)),
+                None => "at its median rate".to_string(),
+            }
         );
         let _ = writeln!(
             md,
-            "| query | checkpoints | events/s | vs off | wall s | checkpoints taken | duration median / max | size median / max | peak RSS |"
+            "| query | checkpoints | events/s | vs off | wall s | cores | checkpoints taken | duration median / max | size median / max | written in all | state rows at peak | peak RSS |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (q, c) in qs {
             let off = f(&c["runs"]["off"]["events_per_s"]);
             for interval in ["off", "10s", "1s"] {
@@ -197,10 +205,11 @@ pub fn markdown(r: &Value) -> String {
                 let rate = f(&v["events_per_s"]);
                 let _ = writeln!(
                     md,
-                    "| {q} | {interval} | {} | {:+.0} % | {:.0} | {} | {} | {} | {:.0} MiB |",
+                    "| {q} | {interval} | {} | {:+.0} % | {:.0} | {:.2} | {} | {} | {} | {}B | {} | {:.0} MiB |",
                     si(rate),
                     (rate / off.max(1e-9) - 1.0) * 100.0,
                     f(&v["wall_s"]),
+                    f(&v["cores_used"]),
                     cps.len(),
                     if cps.is_empty() {
                         "–".into()
@@ -212,6 +221,8 @@ pub fn markdown(r: &Value) -> String {
                     } else {
                         format!("{} / {}B", si(s50), si(smax))
                     },
+                    si(sizes.iter().sum()),
+                    si(f(&v["state_rows_peak"])),
                     f(&v["peak_rss_mib"]),
                 );
             }

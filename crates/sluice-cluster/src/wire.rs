@@ -260,6 +260,11 @@ mod tests {
                     file: "task-x-3.state".into(),
                     bytes: 123,
                     crc32: 456,
+                    references: vec![sluice_dataflow::checkpoint::manifest::FileRef {
+                        checkpoint: 7,
+                        bytes: 99,
+                        crc32: 1,
+                    }],
                 },
             }),
             PartEvent::Checkpoint(CoordinatorEvent::Finished {

@@ -18,12 +18,12 @@
 //! The bookkeeping is the pure [`PendingCheckpoints`]; [`run`] is the
 //! async shell around it.
 
-use super::manifest::{self, MANIFEST_FILE, MANIFEST_FORMAT_VERSION, Manifest, TaskEntry};
+use super::manifest::{self, FileRef, MANIFEST_FILE, Manifest, TaskEntry};
 use super::state::TaskState;
 use super::store::StateStore;
 use serde::Serialize;
-use sluice_types::{OperatorId, PipelineId, now_ms};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use sluice_types::{OperatorId, OperatorUid, PipelineId, now_ms};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -253,7 +253,7 @@ impl PendingCheckpoints {
         let p = self.pending.remove(&id).expect("pending");
         let tasks: Vec<TaskEntry> = p.acked.into_values().collect();
         Some(Manifest {
-            format_version: MANIFEST_FORMAT_VERSION,
+            format_version: Manifest::version_for(&tasks),
             pipeline: pipeline.0,
             key_groups: Some(self.key_groups),
             checkpoint_id: id,
@@ -441,6 +441,10 @@ pub async fn write_states(
     coordinator: impl Fn(CoordinatorEvent),
     slow: impl Fn(OperatorId) -> Option<Duration>,
 ) {
+    // Per task, the files written lately (checkpoint → length, CRC-32),
+    // which its next incremental snapshot may reference: only those the
+    // task's latest file references are kept, plus that file.
+    let mut written: HashMap<(OperatorUid, u32), BTreeMap<u64, FileRef>> = HashMap::new();
     while let Some(event) = acks.recv().await {
         let (checkpoint_id, task, state) = match event {
             AckEvent::Finished { operator, instance } => {
@@ -459,28 +463,63 @@ pub async fn write_states(
         let dir = manifest::checkpoint_dir(pipeline, checkpoint_id);
         let file = manifest::task_file(task.uid, task.instance);
         let path = format!("{dir}/{file}");
+        let files = written.entry((task.uid, task.instance)).or_default();
+        let references = match referenced_files(&state, files) {
+            Ok(r) => r,
+            Err(error) => {
+                coordinator(CoordinatorEvent::WriteFailed { checkpoint_id, error });
+                continue;
+            }
+        };
         match store.put_with(&path, Box::new(move |w| state.write_to(w))).await {
-            Ok(summary) => coordinator(CoordinatorEvent::Stored {
-                checkpoint_id,
-                operator: task.operator,
-                instance: task.instance,
-                entry: TaskEntry {
-                    operator: None,
-                    uid: task.uid,
+            Ok(summary) => {
+                files.retain(|c, _| references.iter().any(|r| r.checkpoint == *c));
+                files.insert(
+                    checkpoint_id,
+                    FileRef {
+                        checkpoint: checkpoint_id,
+                        bytes: summary.bytes,
+                        crc32: summary.crc32,
+                    },
+                );
+                coordinator(CoordinatorEvent::Stored {
+                    checkpoint_id,
+                    operator: task.operator,
                     instance: task.instance,
-                    parallelism: Some(task.parallelism),
-                    key_groups: Some(task.key_groups),
-                    file,
-                    bytes: summary.bytes,
-                    crc32: summary.crc32,
-                },
-            }),
+                    entry: TaskEntry {
+                        operator: None,
+                        uid: task.uid,
+                        instance: task.instance,
+                        parallelism: Some(task.parallelism),
+                        key_groups: Some(task.key_groups),
+                        file,
+                        bytes: summary.bytes,
+                        crc32: summary.crc32,
+                        references,
+                    },
+                })
+            }
             Err(e) => coordinator(CoordinatorEvent::WriteFailed {
                 checkpoint_id,
                 error: e.to_string(),
             }),
         }
     }
+}
+
+/// The files of earlier checkpoints `state` references, from those this
+/// writer wrote for the task; an error names one it did not write (the
+/// snapshot cannot be restored: the checkpoint fails).
+fn referenced_files(state: &TaskState, files: &BTreeMap<u64, FileRef>) -> Result<Vec<FileRef>, String> {
+    let wanted = state.referenced_checkpoints().map_err(|e| e.to_string())?;
+    wanted
+        .into_iter()
+        .map(|c| {
+            files.get(&c).copied().ok_or_else(|| {
+                format!("an incremental snapshot references checkpoint {c}, whose file this writer did not write")
+            })
+        })
+        .collect()
 }
 
 /// Runs the coordinator until `cancel`. `fail` fails the pipeline (a store
@@ -626,6 +665,7 @@ mod tests {
             file: manifest::task_file(sluice_types::OperatorUid(u64::from(op)), instance),
             bytes: 4,
             crc32: 0,
+            references: vec![],
         }
     }
 

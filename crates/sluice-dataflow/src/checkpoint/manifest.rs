@@ -13,6 +13,14 @@
 //! whose files do not match it, is skipped at recovery in favour of the
 //! previous complete one.
 //!
+//! A task file written incrementally ([`super::incremental`]) references
+//! the same task's files in earlier checkpoints; its manifest entry lists
+//! them (checkpoint, length, CRC-32), reading the checkpoint reads and
+//! checks them too, and [`prune`] keeps every checkpoint a retained one
+//! references. Such a manifest is version 3 (older readers refuse it rather
+//! than restore without the referenced rows); one without references is
+//! still written as version 2.
+//!
 //! Manifest version 1 (before operator uids and key groups) named a task by
 //! its operator's number (`task-<operator>-<instance>.state`); it is still
 //! read, and [`RestoredCheckpoint::state_for`] migrates its state (see
@@ -25,8 +33,11 @@ use serde::{Deserialize, Serialize};
 use sluice_plan::{KeyGroupRange, OperatorSpec, key_group_range};
 use sluice_types::{Error, OperatorUid, PipelineId, Result};
 
-/// Version of the manifest format written.
-pub const MANIFEST_FORMAT_VERSION: u32 = 2;
+/// Version of the manifest format written when a task file references
+/// earlier checkpoints' files.
+pub const MANIFEST_FORMAT_VERSION: u32 = 3;
+/// Version written when no task file references another checkpoint.
+pub const MANIFEST_FORMAT_V2: u32 = 2;
 /// Tasks named by their operator's number, no key groups.
 pub const MANIFEST_FORMAT_V1: u32 = 1;
 pub const MANIFEST_FILE: &str = "MANIFEST";
@@ -50,6 +61,18 @@ pub struct TaskEntry {
     pub file: String,
     pub bytes: u64,
     pub crc32: u32,
+    /// Version 3: the files of the same name in earlier checkpoints that
+    /// this file references (an incremental snapshot), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<FileRef>,
+}
+
+/// A task file of an earlier checkpoint that a task file references.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileRef {
+    pub checkpoint: u64,
+    pub bytes: u64,
+    pub crc32: u32,
 }
 
 /// A completed checkpoint.
@@ -71,6 +94,22 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// The format version a manifest of `tasks` is written in.
+    pub fn version_for(tasks: &[TaskEntry]) -> u32 {
+        if tasks.iter().any(|t| !t.references.is_empty()) {
+            MANIFEST_FORMAT_VERSION
+        } else {
+            MANIFEST_FORMAT_V2
+        }
+    }
+
+    /// The earlier checkpoints this one's files reference.
+    pub fn referenced(&self) -> impl Iterator<Item = u64> + '_ {
+        self.tasks
+            .iter()
+            .flat_map(|t| t.references.iter().map(|r| r.checkpoint))
+    }
+
     pub fn encode(&self) -> Result<Vec<u8>> {
         let mut json = serde_json::to_vec_pretty(self).map_err(|e| Error::internal(e.to_string()))?;
         let crc = crc32(&json);
@@ -220,18 +259,24 @@ pub async fn read_checkpoint(
     }
     let mut tasks = Vec::new();
     for t in &manifest.tasks {
-        let bytes = store
-            .get(&format!("{dir}/{}", t.file))
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("{} is missing", t.file))?;
-        if bytes.len() as u64 != t.bytes || crc32(&bytes) != t.crc32 {
+        let mut state = read_task_file(store, &dir, &t.file, t.bytes, t.crc32).await?;
+        let wanted = state.referenced_checkpoints().map_err(|e| format!("{}: {e}", t.file))?;
+        let listed: std::collections::BTreeSet<u64> = t.references.iter().map(|r| r.checkpoint).collect();
+        if !wanted.is_subset(&listed) {
             return Err(format!(
-                "{} does not match its length and CRC-32 in the manifest",
+                "{} references checkpoints {wanted:?}, its manifest entry lists {listed:?}",
                 t.file
             ));
         }
-        let state = TaskState::decode(&bytes).map_err(|e| format!("{}: {e}", t.file))?;
+        let mut earlier = std::collections::BTreeMap::new();
+        for r in t.references.iter().filter(|r| wanted.contains(&r.checkpoint)) {
+            let other = checkpoint_dir(pipeline, r.checkpoint);
+            let file = read_task_file(store, &other, &t.file, r.bytes, r.crc32).await?;
+            earlier.insert(r.checkpoint, file);
+        }
+        // Also without references: an incremental value's bookkeeping
+        // entries go, so the state splits by key group like a full one.
+        super::incremental::resolve(&mut state, &earlier).map_err(|e| format!("{}: {e}", t.file))?;
         tasks.push((t.clone(), state));
     }
     Ok(RestoredCheckpoint {
@@ -239,6 +284,28 @@ pub async fn read_checkpoint(
         manifest: Some(manifest),
         tasks,
     })
+}
+
+/// Task file `file` of checkpoint directory `dir`, checked against its
+/// length and CRC-32 and decoded.
+async fn read_task_file(
+    store: &dyn StateStore,
+    dir: &str,
+    file: &str,
+    len: u64,
+    crc: u32,
+) -> std::result::Result<TaskState, String> {
+    let bytes = store
+        .get(&format!("{dir}/{file}"))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{dir}/{file} is missing"))?;
+    if bytes.len() as u64 != len || crc32(&bytes) != crc {
+        return Err(format!(
+            "{dir}/{file} does not match its length and CRC-32 in the manifest"
+        ));
+    }
+    TaskState::decode(&bytes).map_err(|e| format!("{dir}/{file}: {e}"))
 }
 
 /// The newest complete, intact checkpoint of `pipeline`, skipping (with
@@ -266,15 +333,26 @@ pub async fn load_latest(store: &dyn StateStore, pipeline: PipelineId) -> Result
 
 /// Deletes every checkpoint directory of `pipeline` older than the
 /// `retained` newest complete ones, and incomplete ones older than the
-/// newest complete one.
+/// newest complete one — except those whose files a retained one
+/// references (read from the retained manifests).
 pub async fn prune(store: &dyn StateStore, pipeline: PipelineId, complete: &[u64], retained: usize) -> Result<()> {
-    let keep: Vec<u64> = complete.iter().rev().take(retained.max(1)).copied().collect();
+    let mut keep: Vec<u64> = complete.iter().rev().take(retained.max(1)).copied().collect();
     let Some(oldest_kept) = keep.iter().min().copied() else {
         return Ok(());
     };
     let newest = keep.iter().max().copied().unwrap_or(0);
+    for id in keep.clone() {
+        let manifest = store
+            .get(&format!("{}/{MANIFEST_FILE}", checkpoint_dir(pipeline, id)))
+            .await?
+            .and_then(|b| Manifest::decode(&b).ok());
+        keep.extend(manifest.iter().flat_map(|m| m.referenced()));
+    }
     for id in list_ids(store, pipeline).await? {
-        if id < oldest_kept || (id < newest && !keep.contains(&id)) {
+        if keep.contains(&id) {
+            continue;
+        }
+        if id < oldest_kept || id < newest {
             store.delete_dir(&checkpoint_dir(pipeline, id)).await?;
         }
     }
@@ -305,6 +383,7 @@ mod tests {
                 file: task_file(OperatorUid(0xabc), 0),
                 bytes: 10,
                 crc32: 5,
+                references: vec![],
             }],
         };
         let bytes = m.encode().unwrap();
@@ -329,6 +408,7 @@ mod tests {
             file: task_file(OperatorUid(2), 0),
             bytes: bytes.len() as u64,
             crc32: crc32(&bytes),
+            references: vec![],
         };
         if corrupt {
             bytes[6] ^= 1;
@@ -336,7 +416,7 @@ mod tests {
         let dir = checkpoint_dir(p, id);
         store.put(&format!("{dir}/{}", entry.file), bytes).await.unwrap();
         let m = Manifest {
-            format_version: MANIFEST_FORMAT_VERSION,
+            format_version: MANIFEST_FORMAT_V2,
             pipeline: 1,
             checkpoint_id: id,
             started_ms: 0,

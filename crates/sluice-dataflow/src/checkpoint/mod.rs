@@ -10,6 +10,7 @@
 pub mod background;
 pub mod barrier_alignment;
 pub mod coordinator;
+pub mod incremental;
 pub mod key_groups;
 pub mod keyed;
 pub mod manifest;

@@ -44,6 +44,7 @@
 //!   snapshot and restore;
 //! - `tag_ring.rs`: the recycled chunks of a scanned side's hash tags.
 
+use crate::checkpoint::incremental::{Held, Increment};
 use crate::time::timestamps_ms;
 use arrow::array::{ArrayRef, BooleanArray, Int64Array};
 use arrow::buffer::BooleanBuffer;
@@ -304,6 +305,62 @@ impl JoinState {
                 Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
             })
             .collect()
+    }
+}
+
+impl JoinState {
+    /// `side`'s snapshot for checkpoint `checkpoint`, incremental
+    /// ([`crate::checkpoint::incremental`]): the batches stored since the
+    /// last snapshot in full, older ones still held as references to the
+    /// checkpoint that wrote them with their rows' liveness now. With the
+    /// index of the liveness column (`None`: the side never stored a row).
+    /// Not for an outer join's preserved side, whose rows' matched flags
+    /// change after they are written ([`Self::snapshot_batches`]).
+    fn snapshot_increment(&mut self, side: usize, checkpoint: u64) -> Result<(Increment, Option<usize>)> {
+        debug_assert!(!self.preserved[side]);
+        let cutoff = self.cutoffs[side];
+        let state = &mut self.sides[side];
+        let mut inc = Increment::default();
+        for at in 0..state.batches.len() {
+            let b = &state.batches[at];
+            if b.max_time < cutoff {
+                // Every stored row expired (waiting to be freed).
+                continue;
+            }
+            let partly = (at == 0 && state.freed > 0) || b.min_time < cutoff;
+            let live = if partly {
+                state.live(at, cutoff)
+            } else {
+                b.stored.clone()
+            };
+            match b.written_in {
+                Some(written) => {
+                    // Batches are written in arrival order: every held
+                    // one comes before every new one.
+                    debug_assert!(inc.new.is_empty());
+                    inc.held.push(Held {
+                        checkpoint: written,
+                        number: b.number,
+                        live,
+                    });
+                }
+                None => {
+                    let snapshot = if partly {
+                        let times = state.snapshot_times.then_some(&b.times);
+                        snapshot_batch(b.snapshot.schema(), &b.batch, times, live)?
+                    } else {
+                        b.snapshot.clone()
+                    };
+                    inc.new.push((b.number, snapshot));
+                    state.batches[at].written_in = Some(checkpoint);
+                }
+            }
+        }
+        let live_column = state
+            .snapshot_schema
+            .as_ref()
+            .and_then(|s| s.index_of(SNAPSHOT_LIVE).ok());
+        Ok((inc, live_column))
     }
 }
 

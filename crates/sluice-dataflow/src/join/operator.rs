@@ -307,9 +307,22 @@ impl Operator for JoinOperator {
     /// Both sides' stored batches, shared with the state (zero-copy: the
     /// coordinator encodes them off the task loop), with each row's time
     /// and liveness, so a restored join matches what the original would.
-    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+    ///
+    /// Incremental ([`crate::checkpoint::incremental`]) but for an outer
+    /// join's preserved side: a batch is written once, by the first
+    /// checkpoint after it was stored; later ones reference it and say
+    /// which of its rows still live.
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
         for (side, name) in SIDE_NAMES.iter().enumerate() {
+            if !self.state.preserved[side] {
+                let (inc, live_column) = self.state.snapshot_increment(side, checkpoint_id)?;
+                if let Some(live_column) = live_column {
+                    let keys = self.side(side).keys.clone();
+                    state.put_incremental(&format!("join.{name}.batches"), keys, live_column, inc)?;
+                }
+                continue;
+            }
             let batches = self.state.snapshot_batches(side)?;
             if !batches.is_empty() {
                 // Keyed by the side's join keys (a snapshot batch is the
@@ -321,9 +334,12 @@ impl Operator for JoinOperator {
     }
 
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
-        let Some((_, state)) = checkpoint else {
+        let Some((_, mut state)) = checkpoint else {
             return Ok(());
         };
+        // A checkpoint read from its files comes resolved; a snapshot
+        // handed over directly may not, and then must reference nothing.
+        crate::checkpoint::incremental::resolve(&mut state, &Default::default())?;
         for (side, name) in SIDE_NAMES.iter().enumerate() {
             // From one old instance, or several after a rescale (their keys
             // are disjoint; each one's rows in arrival order).

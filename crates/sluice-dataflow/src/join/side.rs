@@ -80,6 +80,9 @@ pub(super) struct StoredBatch {
     /// On an outer join's preserved side: whether each row matched a row
     /// of the other side (empty on other sides).
     pub(super) matched: Vec<bool>,
+    /// The checkpoint whose snapshot wrote the batch in full (later ones
+    /// reference it there), `None` before one did.
+    pub(super) written_in: Option<u64>,
 }
 
 /// Shards of a side's key index: a table grows (rehashing everything it
@@ -402,6 +405,7 @@ impl SideState {
             max_time,
             snapshot,
             matched,
+            written_in: None,
         });
         self.next = number + 1;
         self.rows += count;

@@ -959,3 +959,5 @@ async fn a_restored_outer_join_remembers_which_rows_matched() {
         vec![(Some(10), Some(2), None, None)]
     );
 }
+
+mod incremental;
