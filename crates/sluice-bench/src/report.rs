@@ -205,7 +205,7 @@ pub fn markdown(r: &Value) -> String {
                 let rate = f(&v["events_per_s"]);
                 let _ = writeln!(
                     md,
-                    "| {q} | {interval} | {} | {:+.0} % | {:.0} | {:.2} | {} | {} | {} | {}B | {} | {:.0} MiB |",
+                    "| {q} | {interval} | {} | {:+.0} % | {:.0} | {:.2} | {} | {} | {} | {} | {} | {:.0} MiB |",
                     si(rate),
                     (rate / off.max(1e-9) - 1.0) * 100.0,
                     f(&v["wall_s"]),
@@ -221,7 +221,11 @@ pub fn markdown(r: &Value) -> String {
                     } else {
                         format!("{} / {}B", si(s50), si(smax))
                     },
-                    si(sizes.iter().sum()),
+                    if cps.is_empty() {
+                        "–".into()
+                    } else {
+                        format!("{}B", si(sizes.iter().sum()))
+                    },
                     si(f(&v["state_rows_peak"])),
                     f(&v["peak_rss_mib"]),
                 );
