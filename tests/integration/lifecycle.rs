@@ -539,6 +539,20 @@ async fn a_left_outer_join_pipeline_stays_exactly_once_across_kills() {
     }
 }
 
+/// The committed JSON rows under `out` as i → `value`, each i once (a
+/// repeat fails the test), and the largest i, past 1 800.
+fn committed_once(out: &Path, value: &str) -> (BTreeMap<i64, i64>, i64) {
+    let mut seen: BTreeMap<i64, i64> = BTreeMap::new();
+    for row in crate::common::committed_json(out) {
+        let i = row["i"].as_i64().expect("i");
+        let v = row[value].as_i64().expect(value);
+        assert!(seen.insert(i, v).is_none(), "row {i} committed twice");
+    }
+    let last = *seen.keys().last().expect("rows committed");
+    assert!(last > 1_800, "rows up to {last}");
+    (seen, last)
+}
+
 /// An inner interval join in a named pipeline writing exactly once to
 /// files, checkpointed every 500 ms while each side holds its rows for
 /// 3 s, the server killed with SIGKILL twice mid-stream and restarted: the
@@ -564,14 +578,7 @@ async fn an_inner_join_pipeline_with_incremental_checkpoints_stays_exactly_once_
         out.display()
     );
     killed_twice(dir.path(), &ddl, 600, || crate::common::committed_json(&out).len()).await;
-    let mut seen: BTreeMap<i64, i64> = BTreeMap::new();
-    for row in crate::common::committed_json(&out) {
-        let i = row["i"].as_i64().expect("i");
-        let bi = row["bi"].as_i64().expect("bi");
-        assert!(seen.insert(i, bi).is_none(), "row {i} committed twice");
-    }
-    let last = *seen.keys().last().expect("rows committed");
-    assert!(last > 1_800, "rows up to {last}");
+    let (seen, last) = committed_once(&out, "bi");
     // Both streams are read at the same pace, but each instance's output
     // is committed up to its own last checkpoint: check the prefix.
     for i in 0..=last - 200 {
@@ -618,16 +625,9 @@ async fn an_over_aggregate_pipeline_stays_exactly_once_across_kills() {
         out.display()
     );
     killed_twice(dir.path(), &ddl, 600, || crate::common::committed_json(&out).len()).await;
-    let mut seen: BTreeMap<i64, i64> = BTreeMap::new();
-    for row in crate::common::committed_json(&out) {
-        let i = row["i"].as_i64().expect("i");
-        let s = row["s"].as_i64().expect("s");
-        assert!(seen.insert(i, s).is_none(), "row {i} committed twice");
-    }
     // The two instances' last checkpoints may have released up to
     // different watermarks: check the prefix every row of which is out.
-    let last = *seen.keys().last().expect("rows committed");
-    assert!(last > 1_800, "rows up to {last}");
+    let (seen, last) = committed_once(&out, "s");
     for i in 0..=last - 200 {
         let expected: i64 = [i, i - 3, i - 6].iter().filter(|j| **j >= 0).sum();
         assert_eq!(seen.get(&i), Some(&expected), "row {i}");
