@@ -45,12 +45,18 @@ fn one_line(sql: &str) -> String {
 }
 
 /// The query in Flink's dialect: `day` and `minute` are reserved words
-/// there (quoted as Flink's own Nexmark q15–q17 quote them), and its
-/// character count is `CHAR_LENGTH` (Sluice's `length`). Nothing else changes.
+/// there (quoted as Flink's own Nexmark q15–q17 quote them), its character
+/// count is `CHAR_LENGTH` (Sluice's `length`), a window TVF names its table
+/// and time column as `TABLE t, DESCRIPTOR(c)` (Sluice's `TUMBLE(t, c, …)`),
+/// and the n-th part of a split string is `SPLIT_INDEX(s, d, n - 1)`
+/// (Sluice's `split_part(s, d, n)`, as Flink's own Nexmark q22 writes it).
+/// Nothing else changes.
 pub fn flink_dialect(sql: &str) -> String {
     let sql = sql
         .replace(" AS day", " AS `day`")
         .replace(" AS minute", " AS `minute`");
+    let sql = window_tvfs(&sql);
+    let sql = split_parts(&sql);
     let mut out = String::with_capacity(sql.len());
     let mut rest = sql.as_str();
     while let Some(i) = rest.to_ascii_lowercase().find("length(") {
@@ -61,6 +67,64 @@ pub fn flink_dialect(sql: &str) -> String {
         out.push_str(&rest[..i]);
         out.push_str(if word_start { "CHAR_LENGTH(" } else { &rest[i..i + 7] });
         rest = &rest[i + 7..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `TUMBLE(t, c, …)`, `HOP(…)`, `SESSION(…)`, `CUMULATE(…)` with a bare
+/// table and time column → `TUMBLE(TABLE t, DESCRIPTOR(c), …)`.
+fn window_tvfs(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut rest = sql;
+    'scan: while let Some(open) = rest.find('(') {
+        let (before, after) = (&rest[..open], &rest[open + 1..]);
+        let word = before
+            .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or("");
+        let is_tvf = ["TUMBLE", "HOP", "SESSION", "CUMULATE"]
+            .iter()
+            .any(|f| word.eq_ignore_ascii_case(f));
+        out.push_str(before);
+        out.push('(');
+        rest = after;
+        if !is_tvf {
+            continue;
+        }
+        // Two plain identifiers, comma-separated, come first.
+        let mut parts = after.splitn(3, ',');
+        let (Some(table), Some(column), Some(tail)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let plain = |s: &str| {
+            let s = s.trim();
+            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if !plain(table) || !plain(column) || table.trim().eq_ignore_ascii_case("TABLE") {
+            continue 'scan;
+        }
+        out.push_str(&format!("TABLE {}, DESCRIPTOR({}),", table.trim(), column.trim()));
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `split_part(s, d, n)` with a literal n → `SPLIT_INDEX(s, d, n - 1)`.
+fn split_parts(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(i) = rest.to_ascii_lowercase().find("split_part(") {
+        out.push_str(&rest[..i]);
+        let args = &rest[i + "split_part(".len()..];
+        let Some(close) = args.find(')') else { break };
+        let inner = &args[..close];
+        match inner.rsplit_once(',').map(|(head, n)| (head, n.trim().parse::<i64>())) {
+            Some((head, Ok(n))) => out.push_str(&format!("SPLIT_INDEX({head}, {})", n - 1)),
+            _ => out.push_str(&rest[i..i + "split_part(".len() + close + 1]),
+        }
+        rest = &args[close + 1..];
     }
     out.push_str(rest);
     out
@@ -357,6 +421,22 @@ mod tests {
             "SELECT CHAR_LENGTH(extra) - CHAR_LENGTH(replace(x, 'c', '')) AS `day`, char_length(y) AS `minute`"
         );
         assert_eq!(flink_dialect("SELECT auction FROM bid"), "SELECT auction FROM bid");
+        assert_eq!(
+            flink_dialect(
+                "SELECT count(*) FROM HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND) GROUP BY x"
+            ),
+            "SELECT count(*) FROM HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND) GROUP BY x"
+        );
+        assert_eq!(
+            flink_dialect(
+                "FROM tumble(person, date_time, INTERVAL '10' SECOND) JOIN (SELECT max(p) FROM TUMBLE(TABLE bid, DESCRIPTOR(t), s))"
+            ),
+            "FROM tumble(TABLE person, DESCRIPTOR(date_time), INTERVAL '10' SECOND) JOIN (SELECT max(p) FROM TUMBLE(TABLE bid, DESCRIPTOR(t), s))"
+        );
+        assert_eq!(
+            flink_dialect("SELECT split_part(url, '/', 4) AS dir1, SPLIT_PART(url,'/',6) FROM bid"),
+            "SELECT SPLIT_INDEX(url, '/', 3) AS dir1, SPLIT_INDEX(url,'/', 5) FROM bid"
+        );
     }
 
     #[test]

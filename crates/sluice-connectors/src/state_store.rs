@@ -232,6 +232,16 @@ impl StateStore for HdfsStateStore {
         .await
     }
 
+    async fn delete_file(&self, path: &str) -> Result<()> {
+        let p = self.path(path);
+        self.call("delete", async move |c: Arc<Client>| match c.delete(&p, false).await {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(e) => Err(hdfs(e)),
+        })
+        .await
+    }
+
     fn describe(&self) -> String {
         format!("{}{}", self.url, self.root)
     }
@@ -317,6 +327,10 @@ mod tests {
         let mut files = store.list("p1/chk-2").await.unwrap();
         files.sort();
         assert_eq!(files, vec!["task-1-0.state", "task-2-0.state"]);
+        // One file goes (twice: absent is fine), its sibling stays.
+        store.delete_file("p1/chk-2/task-1-0.state").await.unwrap();
+        store.delete_file("p1/chk-2/task-1-0.state").await.unwrap();
+        assert_eq!(store.list("p1/chk-2").await.unwrap(), vec!["task-2-0.state"]);
         store.delete_dir("p1/chk-1").await.unwrap();
         store.delete_dir("p1/chk-1").await.unwrap();
         assert_eq!(store.list("p1").await.unwrap(), vec!["chk-2"]);

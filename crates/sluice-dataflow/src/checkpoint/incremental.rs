@@ -13,8 +13,8 @@
 //! never one that referenced it: resolving reads each referenced file once,
 //! without following chains. The manifest lists, per task file, the files
 //! it references with their lengths and CRC-32s (the writer knows them: it
-//! wrote them), and pruning keeps every checkpoint a retained one
-//! references.
+//! wrote them), and pruning keeps every file a retained checkpoint
+//! references (and of an older checkpoint nothing else).
 //!
 //! The entries of value `key` in a task's file:
 //!

@@ -16,8 +16,8 @@
 //! A task file written incrementally ([`super::incremental`]) references
 //! the same task's files in earlier checkpoints; its manifest entry lists
 //! them (checkpoint, length, CRC-32), reading the checkpoint reads and
-//! checks them too, and [`prune`] keeps every checkpoint a retained one
-//! references. Such a manifest is version 3 (older readers refuse it rather
+//! checks them too, and [`prune`] keeps the files a retained checkpoint
+//! references (of an older checkpoint, only those). Such a manifest is version 3 (older readers refuse it rather
 //! than restore without the referenced rows); one without references is
 //! still written as version 2.
 //!
@@ -333,27 +333,44 @@ pub async fn load_latest(store: &dyn StateStore, pipeline: PipelineId) -> Result
 
 /// Deletes every checkpoint directory of `pipeline` older than the
 /// `retained` newest complete ones, and incomplete ones older than the
-/// newest complete one — except those whose files a retained one
-/// references (read from the retained manifests).
+/// newest complete one — except the files a retained one references (read
+/// from the retained manifests): of such a directory only those files are
+/// kept, its manifest going first (it is no checkpoint to restore any
+/// more, and the other tasks' files it held are not kept for it).
 pub async fn prune(store: &dyn StateStore, pipeline: PipelineId, complete: &[u64], retained: usize) -> Result<()> {
-    let mut keep: Vec<u64> = complete.iter().rev().take(retained.max(1)).copied().collect();
+    let keep: Vec<u64> = complete.iter().rev().take(retained.max(1)).copied().collect();
     let Some(oldest_kept) = keep.iter().min().copied() else {
         return Ok(());
     };
     let newest = keep.iter().max().copied().unwrap_or(0);
-    for id in keep.clone() {
+    // Checkpoint → the task files in it that a kept checkpoint references.
+    let mut referenced: std::collections::BTreeMap<u64, std::collections::BTreeSet<String>> = Default::default();
+    for id in &keep {
         let manifest = store
-            .get(&format!("{}/{MANIFEST_FILE}", checkpoint_dir(pipeline, id)))
+            .get(&format!("{}/{MANIFEST_FILE}", checkpoint_dir(pipeline, *id)))
             .await?
             .and_then(|b| Manifest::decode(&b).ok());
-        keep.extend(manifest.iter().flat_map(|m| m.referenced()));
+        for t in manifest.iter().flat_map(|m| &m.tasks) {
+            for r in &t.references {
+                referenced.entry(r.checkpoint).or_default().insert(t.file.clone());
+            }
+        }
     }
     for id in list_ids(store, pipeline).await? {
-        if keep.contains(&id) {
+        if keep.contains(&id) || !(id < oldest_kept || id < newest) {
             continue;
         }
-        if id < oldest_kept || id < newest {
-            store.delete_dir(&checkpoint_dir(pipeline, id)).await?;
+        let dir = checkpoint_dir(pipeline, id);
+        match referenced.get(&id) {
+            None => store.delete_dir(&dir).await?,
+            Some(files) => {
+                store.delete_file(&format!("{dir}/{MANIFEST_FILE}")).await?;
+                for name in store.list(&dir).await? {
+                    if !files.contains(&name) {
+                        store.delete_file(&format!("{dir}/{name}")).await?;
+                    }
+                }
+            }
         }
     }
     Ok(())
@@ -429,6 +446,80 @@ mod tests {
             .put(&format!("{dir}/{MANIFEST_FILE}"), m.encode().unwrap())
             .await
             .unwrap();
+    }
+
+    /// Writes checkpoint `id` of pipeline 1 with task files of uids 1 and
+    /// 2; the first references `refs` (files of the same name).
+    async fn write_two(store: &LocalStateStore, id: u64, refs: &[u64]) {
+        let dir = checkpoint_dir(PipelineId(1), id);
+        let mut tasks = Vec::new();
+        for uid in [1, 2] {
+            let bytes = TaskState::default().encode().unwrap();
+            let file = task_file(OperatorUid(uid), 0);
+            store.put(&format!("{dir}/{file}"), bytes.clone()).await.unwrap();
+            let references = if uid == 1 {
+                refs.iter()
+                    .map(|c| FileRef {
+                        checkpoint: *c,
+                        bytes: 0,
+                        crc32: 0,
+                    })
+                    .collect()
+            } else {
+                vec![]
+            };
+            tasks.push(TaskEntry {
+                operator: None,
+                uid: OperatorUid(uid),
+                instance: 0,
+                parallelism: Some(1),
+                key_groups: Some(key_group_range(0, 1, 256)),
+                file,
+                bytes: bytes.len() as u64,
+                crc32: crc32(&bytes),
+                references,
+            });
+        }
+        let m = Manifest {
+            format_version: Manifest::version_for(&tasks),
+            pipeline: 1,
+            checkpoint_id: id,
+            started_ms: 0,
+            completed_ms: 0,
+            key_groups: Some(256),
+            size_bytes: 0,
+            tasks,
+        };
+        store
+            .put(&format!("{dir}/{MANIFEST_FILE}"), m.encode().unwrap())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn pruning_keeps_only_the_referenced_files_of_an_old_checkpoint() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = LocalStateStore::new(tmp.path());
+        let p = PipelineId(1);
+        write_two(&store, 1, &[]).await;
+        write_two(&store, 2, &[1]).await;
+        write_two(&store, 3, &[1]).await;
+        prune(&store, p, &[1, 2, 3], 1).await.unwrap();
+        // 3 is kept whole; of 1, only the file 3 references; 2 goes.
+        assert_eq!(list_ids(&store, p).await.unwrap(), vec![1, 3]);
+        let mut left = store.list(&checkpoint_dir(p, 1)).await.unwrap();
+        left.sort();
+        assert_eq!(left, vec![task_file(OperatorUid(1), 0)]);
+        assert_eq!(store.list(&checkpoint_dir(p, 3)).await.unwrap().len(), 3);
+        // 1 is no checkpoint any more: recovery takes 3, and falls back to
+        // nothing older.
+        let (c, _) = load_latest(&store, p).await.unwrap();
+        assert_eq!(c.unwrap().id, 3);
+        assert!(read_checkpoint(&store, p, 1).await.is_err());
+        // Once nothing references 1, it goes too.
+        write_two(&store, 4, &[]).await;
+        prune(&store, p, &[3, 4], 1).await.unwrap();
+        assert_eq!(list_ids(&store, p).await.unwrap(), vec![4]);
     }
 
     #[tokio::test]

@@ -49,6 +49,8 @@ pub trait StateStore: Send + Sync {
     async fn list(&self, dir: &str) -> Result<Vec<String>>;
     /// Removes directory `dir` and everything in it (absent is fine).
     async fn delete_dir(&self, dir: &str) -> Result<()>;
+    /// Removes file `path` (absent is fine).
+    async fn delete_file(&self, path: &str) -> Result<()>;
     /// Where the store is, for logs.
     fn describe(&self) -> String;
 }
@@ -185,6 +187,15 @@ impl StateStore for LocalStateStore {
     async fn delete_dir(&self, dir: &str) -> Result<()> {
         let p = self.path(dir);
         match tokio::fs::remove_dir_all(&p).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io(&p, e)),
+        }
+    }
+
+    async fn delete_file(&self, path: &str) -> Result<()> {
+        let p = self.path(path);
+        match tokio::fs::remove_file(&p).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io(&p, e)),
