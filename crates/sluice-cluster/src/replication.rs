@@ -306,12 +306,12 @@ impl Replication for QuorumCatalog {
                     "the leader {leader} sent a view's rows that do not decode: {e}"
                 ))
             })?;
-            Ok(PublishedView {
+            Ok(PublishedView::new(
                 schema,
                 rows,
-                checkpoint: reply.has_checkpoint.then_some(reply.checkpoint),
-                published_ms: reply.published_ms,
-            })
+                reply.has_checkpoint.then_some(reply.checkpoint),
+                reply.published_ms,
+            ))
         })
     }
 }
@@ -325,11 +325,11 @@ fn leader_error(leader: &str, sqlstate: &str, message: String) -> Error {
 }
 
 /// A view's schema and rows as one Arrow IPC stream.
-fn encode_rows(view: &PublishedView) -> std::result::Result<Vec<u8>, arrow::error::ArrowError> {
+fn encode_rows(view: &PublishedView) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &view.schema)?;
-    if view.rows.num_rows() > 0 {
-        let rows = arrow::record_batch::RecordBatch::try_new(view.schema.clone(), view.rows.columns().to_vec())?;
+    for rows in view.rows()? {
+        let rows = arrow::record_batch::RecordBatch::try_new(view.schema.clone(), rows.columns().to_vec())?;
         writer.write(&rows)?;
     }
     writer.finish()?;
@@ -337,15 +337,15 @@ fn encode_rows(view: &PublishedView) -> std::result::Result<Vec<u8>, arrow::erro
     Ok(out)
 }
 
-/// [`encode_rows`]'s stream back: the schema and the rows as one batch.
+/// [`encode_rows`]'s stream back: the schema and the rows' batches.
 fn decode_rows(
     ipc: &[u8],
-) -> std::result::Result<(arrow::datatypes::SchemaRef, arrow::record_batch::RecordBatch), arrow::error::ArrowError> {
+) -> std::result::Result<(arrow::datatypes::SchemaRef, Vec<arrow::record_batch::RecordBatch>), arrow::error::ArrowError>
+{
     let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)?;
     let schema = reader.schema();
     let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
-    let rows = arrow::compute::concat_batches(&schema, &batches)?;
-    Ok((schema, rows))
+    Ok((schema, batches))
 }
 
 /// A request of another protocol version is refused, saying which.
@@ -465,16 +465,30 @@ mod tests {
             ],
         )
         .unwrap();
-        for rows in [rows.clone(), rows.slice(0, 0)] {
-            let view = PublishedView {
-                schema: schema.clone(),
-                rows: rows.clone(),
-                checkpoint: Some(4),
-                published_ms: 9,
-            };
+        // Every row; none; and the rows a view's liveness bits keep (the
+        // sink's form: only the live rows cross).
+        let live = arrow::buffer::BooleanBuffer::from(vec![true, false, true]);
+        let cases = [
+            (vec![(rows.clone(), None)], vec![1, 2, 3]),
+            (vec![(rows.slice(0, 0), None)], vec![]),
+            (
+                vec![(rows.clone(), Some(live)), (rows.slice(1, 1), None)],
+                vec![1, 3, 2],
+            ),
+        ];
+        for (parts, want) in cases {
+            let view = PublishedView::from_parts(schema.clone(), parts, Some(4), 9);
             let (got_schema, got) = decode_rows(&encode_rows(&view).unwrap()).unwrap();
             assert_eq!(got_schema, schema);
-            assert_eq!(got, rows);
+            let keys: Vec<i64> = got
+                .iter()
+                .flat_map(|b| {
+                    let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                    k.values().to_vec()
+                })
+                .collect();
+            assert_eq!(keys, want);
+            assert_eq!(view.num_rows(), want.len());
         }
     }
     use sluice_quorum::Stamp;

@@ -12,24 +12,96 @@
 //! a session's result sink), so the master that plans `SELECT … FROM
 //! view` reads this store in its own process.
 
+use arrow::array::BooleanArray;
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use sluice_types::Result;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A view's rows as of one barrier.
+///
+/// Held as the sink holds them — its batches (shared arrays) and which of
+/// their rows are in the view — so publishing copies one bit a row, not the
+/// rows; the first reader that asks for [`PublishedView::rows`] filters
+/// them once, and later readers of the same publication share the result.
 #[derive(Debug, Clone)]
 pub struct PublishedView {
     /// The view's columns (the query's output without the `op` column).
     pub schema: SchemaRef,
-    /// Its rows, in no particular order (a row repeated as often as it is
-    /// in the result).
-    pub rows: RecordBatch,
+    /// The batches and, where some of a batch's rows are not in the view,
+    /// which are.
+    parts: Arc<Vec<(RecordBatch, Option<BooleanBuffer>)>>,
+    /// The rows in the view, counted at publish.
+    num_rows: usize,
+    /// `parts` filtered, once.
+    filtered: Arc<OnceLock<Vec<RecordBatch>>>,
     /// The checkpoint whose barrier the rows are as of (`None`: as of the
     /// start — restored, or empty — or of the end of a bounded input).
     pub checkpoint: Option<u64>,
     /// When they were published (epoch ms).
     pub published_ms: i64,
+}
+
+impl PublishedView {
+    /// A view holding every row of `batches` (of `schema`).
+    pub fn new(schema: SchemaRef, batches: Vec<RecordBatch>, checkpoint: Option<u64>, published_ms: i64) -> Self {
+        Self::from_parts(
+            schema,
+            batches.into_iter().map(|b| (b, None)).collect(),
+            checkpoint,
+            published_ms,
+        )
+    }
+
+    /// A view holding the rows of each batch that its bits mark (every
+    /// row where there are none).
+    pub fn from_parts(
+        schema: SchemaRef,
+        parts: Vec<(RecordBatch, Option<BooleanBuffer>)>,
+        checkpoint: Option<u64>,
+        published_ms: i64,
+    ) -> Self {
+        let num_rows = parts
+            .iter()
+            .map(|(b, live)| live.as_ref().map_or(b.num_rows(), |l| l.count_set_bits()))
+            .sum();
+        PublishedView {
+            schema,
+            parts: Arc::new(parts),
+            num_rows,
+            filtered: Arc::new(OnceLock::new()),
+            checkpoint,
+            published_ms,
+        }
+    }
+
+    /// How many rows the view holds.
+    pub fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// The view's rows, in no particular order (a row repeated as often as
+    /// it is in the result), as batches of the view's schema; no batch is
+    /// empty.
+    pub fn rows(&self) -> Result<Vec<RecordBatch>> {
+        if let Some(rows) = self.filtered.get() {
+            return Ok(rows.clone());
+        }
+        let mut rows = Vec::with_capacity(self.parts.len());
+        for (batch, live) in self.parts.iter() {
+            let batch = match live {
+                None => batch.clone(),
+                Some(live) => filter_record_batch(batch, &BooleanArray::new(live.clone(), None))?,
+            };
+            if batch.num_rows() > 0 {
+                rows.push(batch);
+            }
+        }
+        Ok(self.filtered.get_or_init(|| rows).clone())
+    }
 }
 
 /// Published views of this process, by view name.

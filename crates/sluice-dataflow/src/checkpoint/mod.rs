@@ -16,6 +16,9 @@ pub mod keyed;
 pub mod manifest;
 pub mod state;
 pub mod store;
+/// For tests of operators with incremental snapshots (also other crates').
+#[doc(hidden)]
+pub mod testing;
 
 pub use coordinator::{CheckpointConfig, CheckpointInfo, CheckpointStats};
 pub use manifest::RestoredCheckpoint;
@@ -54,8 +57,8 @@ impl TaskIdentity {
     }
 
     /// The single instance of an operator numbered `operator` (tests).
-    #[cfg(test)]
-    pub(crate) fn single(operator: sluice_types::OperatorId) -> Self {
+    #[doc(hidden)]
+    pub fn single(operator: sluice_types::OperatorId) -> Self {
         TaskIdentity {
             operator,
             uid: sluice_types::OperatorUid(u64::from(operator.0) + 1),

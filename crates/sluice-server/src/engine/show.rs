@@ -229,7 +229,7 @@ pub fn materialized_views(views: &[ViewRow]) -> Table {
             vec![
                 Cell::Text(Some(v.name.clone())),
                 Cell::Text(Some(v.state.clone())),
-                Cell::Int(p.map(|p| p.rows.num_rows() as i64)),
+                Cell::Int(p.map(|p| p.num_rows() as i64)),
                 Cell::Int(p.and_then(|p| p.checkpoint).map(|c| c as i64)),
                 Cell::Text(p.map(|p| ts_ms_to_string(p.published_ms))),
             ]

@@ -1,6 +1,7 @@
 use super::*;
 use arrow::array::{Int64Array, StringArray};
-use arrow::datatypes::{DataType, Field};
+use sluice_dataflow::checkpoint::testing::CheckpointLoop;
+use sluice_dataflow::checkpoint::{LocalStateStore, StateStore};
 
 fn input(changelog: bool) -> SchemaRef {
     let mut fields = Vec::new();
@@ -27,9 +28,13 @@ fn changes(rows: &[(&str, i64, i64)]) -> RecordBatch {
 /// The published rows of `name`, sorted.
 fn shown(views: &Views, name: &str) -> Vec<(i64, i64)> {
     let view = views.get(name).expect("published");
-    let k = view.rows.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-    let n = view.rows.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
-    let mut rows: Vec<(i64, i64)> = (0..view.rows.num_rows()).map(|i| (k.value(i), n.value(i))).collect();
+    let mut rows = Vec::new();
+    for b in view.rows().unwrap() {
+        let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let n = b.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        rows.extend((0..b.num_rows()).map(|i| (k.value(i), n.value(i))));
+    }
+    assert_eq!(rows.len(), view.num_rows());
     rows.sort_unstable();
     rows
 }
@@ -82,8 +87,11 @@ async fn a_restored_view_publishes_its_checkpoint() {
     let mut sink = ViewSink::new("v", &input(true), true, 100, views.clone()).unwrap();
     sink.apply(&changes(&[("+I", 1, 10), ("+I", 1, 10), ("+I", 2, 20)]))
         .unwrap();
-    let state = sink.snapshot(4).await.unwrap();
+    let mut state = sink.snapshot(4).await.unwrap();
     sink.apply(&changes(&[("+I", 3, 30)])).unwrap();
+    // As the state writer does before it encodes (the rows are keyed
+    // state, incremental; this first snapshot references nothing).
+    state.key_groups = sluice_plan::KEY_GROUPS_DEFAULT;
     let state = TaskState::decode(&state.encode().unwrap()).unwrap();
     let fresh = Arc::new(Views::default());
     let mut restored = ViewSink::new("v", &input(true), true, 100, fresh.clone()).unwrap();
@@ -146,4 +154,143 @@ fn options_are_checked() {
     assert!(err.contains("cannot be 'off'"), "{err}");
     let err = validate(&opts(&[("rows.max", "0")])).unwrap_err().to_string();
     assert!(err.contains("at least 1"), "{err}");
+}
+
+/// A small LCG: the test's changes, reproducible.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// The rows a sink holds in its batches, dead ones included.
+fn held(sink: &ViewSink) -> usize {
+    sink.batches.iter().map(|b| b.batch.num_rows()).sum::<usize>() + sink.tail.as_ref().map_or(0, |t| t.rows)
+}
+
+/// A random changelog over a few thousand keys — duplicates, retractions
+/// of rows added earlier in the same batch and long before, retractions of
+/// rows never held — first growing, then shrinking the result. After every
+/// barrier the published rows are the reference multiset's; dead rows are
+/// compacted away (the rows held stay under twice the result plus 64 Ki);
+/// and every checkpoint goes through the real writer, manifest and
+/// pruning: a sink restored from the files (references resolved from the
+/// checkpoints that wrote the batches) publishes the same rows and, fed
+/// more changes, the reference's result.
+#[tokio::test]
+async fn incremental_checkpoints_and_compaction_keep_the_result() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
+    let mut checkpoints = CheckpointLoop::new(store, 1);
+    let views = Arc::new(Views::default());
+    let mut sink = ViewSink::new("v", &input(true), true, 1_000_000, views.clone()).unwrap();
+    sink.restore(None).await.unwrap();
+    // The reference: the result's rows, each as often as it is held.
+    let mut want: Vec<(i64, i64)> = Vec::new();
+    let mut rng = Lcg(11);
+    let (mut referencing, mut compacted) = (0, false);
+    let round_changes = |rng: &mut Lcg, want: &mut Vec<(i64, i64)>, round: u64| {
+        let mut batches = Vec::new();
+        for _ in 0..4 {
+            let mut rows: Vec<(&str, i64, i64)> = Vec::new();
+            for _ in 0..2_500 {
+                let add_percent = if round < 10 { 85 } else { 25 };
+                if want.is_empty() || rng.below(100) < add_percent {
+                    let row = (rng.below(3_000) as i64, rng.below(3) as i64);
+                    rows.push(("+I", row.0, row.1));
+                    want.push(row);
+                } else if rng.below(50) == 0 {
+                    // Never held: ignored.
+                    rows.push(("-D", -1, -1));
+                } else {
+                    let row = want.swap_remove(rng.below(want.len() as u64) as usize);
+                    rows.push((if rng.below(2) == 0 { "-D" } else { "-U" }, row.0, row.1));
+                }
+            }
+            batches.push(changes(&rows));
+        }
+        batches
+    };
+    for round in 0..30 {
+        for batch in round_changes(&mut rng, &mut want, round) {
+            let dead_before = sink.dead;
+            sink.apply(&batch).unwrap();
+            assert!(
+                held(&sink) <= 2 * sink.len as usize + COMPACT_DEAD_MIN,
+                "dead rows are bounded"
+            );
+            // A compaction leaves no dead row (dropping whole dead
+            // batches alone would not take tens of thousands at once).
+            compacted |= dead_before > COMPACT_DEAD_MIN / 2 && sink.dead == 0 && sink.len > 0;
+        }
+        let id = checkpoints.start();
+        let state = sink.snapshot(id).await.unwrap();
+        let m = checkpoints.complete(id, state).await.unwrap();
+        referencing += usize::from(!m.tasks[0].references.is_empty());
+        let mut sorted = want.clone();
+        sorted.sort_unstable();
+        assert_eq!(shown(&views, "v"), sorted, "round {round}: the published rows");
+        assert_eq!(sink.len as usize, want.len());
+
+        if round % 4 != 3 {
+            continue;
+        }
+        let fresh = Arc::new(Views::default());
+        let mut restored = ViewSink::new("v", &input(true), true, 1_000_000, fresh.clone()).unwrap();
+        restored
+            .restore(Some((id, checkpoints.read(id).await.unwrap())))
+            .await
+            .unwrap();
+        assert_eq!(
+            shown(&fresh, "v"),
+            sorted,
+            "round {round}: restored from checkpoint {id}"
+        );
+        // The restored sink goes on: fed changes, it holds what the
+        // reference does.
+        let mut probe = Lcg(1_000 + round);
+        let mut next = want.clone();
+        for batch in round_changes(&mut probe, &mut next, round) {
+            restored.apply(&batch).unwrap();
+        }
+        restored.snapshot(id + 1_000).await.unwrap();
+        next.sort_unstable();
+        assert_eq!(shown(&fresh, "v"), next, "round {round}: the restored sink goes on");
+    }
+    assert!(compacted, "dead rows were compacted away");
+    assert!(
+        referencing >= 20,
+        "most checkpoints referenced earlier ones ({referencing})"
+    );
+    checkpoints.finish().await;
+}
+
+/// A checkpoint from before incremental view snapshots — the rows as one
+/// batch of the view's columns, duplicates repeated — restores as it did.
+#[tokio::test]
+async fn a_checkpoint_of_the_rows_as_one_batch_restores() {
+    let mut state = TaskState::default();
+    let columns = RecordBatch::try_new(
+        input(false),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 1, 2])),
+            Arc::new(Int64Array::from(vec![10, 10, 20])),
+        ],
+    )
+    .unwrap();
+    state.put_batch(ROWS_KEY, columns);
+    let state = TaskState::decode(&state.encode().unwrap()).unwrap();
+    let views = Arc::new(Views::default());
+    let mut sink = ViewSink::new("v", &input(true), true, 100, views.clone()).unwrap();
+    sink.restore(Some((3, state))).await.unwrap();
+    assert_eq!(shown(&views, "v"), vec![(1, 10), (1, 10), (2, 20)]);
+    sink.apply(&changes(&[("-D", 1, 10)])).unwrap();
+    sink.snapshot(4).await.unwrap();
+    assert_eq!(shown(&views, "v"), vec![(1, 10), (2, 20)]);
 }

@@ -4,12 +4,9 @@
 //! next input exactly as the join that was never stopped.
 
 use super::*;
-use crate::checkpoint::coordinator::{AckEvent, CoordinatorEvent, PendingCheckpoints, write_states};
-use crate::checkpoint::manifest::{self, MANIFEST_FILE, list_ids, prune, read_checkpoint};
-use crate::checkpoint::{LocalStateStore, StateStore, TaskIdentity};
+use crate::checkpoint::testing::CheckpointLoop;
+use crate::checkpoint::{LocalStateStore, StateStore};
 use arrow::array::Array;
-use sluice_types::PipelineId;
-use std::sync::Mutex;
 
 /// A deterministic stream of numbers (no RNG crate in the tests' deps).
 struct Lcg(u64);
@@ -72,20 +69,8 @@ fn live_rows(state: &JoinState) -> [Vec<(i64, i64, Option<i64>)>; 2] {
 async fn a_join_restored_from_incremental_checkpoints_matches_the_one_never_stopped() {
     let tmp = tempfile::tempdir().unwrap();
     let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
-    let pipeline = PipelineId(1);
-    let task = TaskIdentity::single(OperatorId(0));
-    let (acks, rx) = tokio::sync::mpsc::unbounded_channel();
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = events.clone();
-    let writer = tokio::spawn(write_states(
-        pipeline,
-        store.clone(),
-        rx,
-        move |e| sink.lock().unwrap().push(e),
-        |_| None,
-    ));
-    let mut book = PendingCheckpoints::new([(task.operator, 0)], 1, sluice_plan::KEY_GROUPS_DEFAULT);
-    let mut complete = Vec::new();
+    // Keep one checkpoint (and what it references).
+    let mut checkpoints = CheckpointLoop::new(store, 1);
     let mut referencing = 0;
 
     // A TTL join (300 ms): rows expire, whole batches and parts of them,
@@ -102,38 +87,15 @@ async fn a_join_restored_from_incremental_checkpoints_matches_the_one_never_stop
             continue;
         }
         // A checkpoint: the task's snapshot through the writer.
-        let id = book.start(0).unwrap();
-        let mut state = h.op.snapshot(id).await.unwrap();
-        state.key_groups = sluice_plan::KEY_GROUPS_DEFAULT;
-        acks.send(AckEvent::Ack {
-            checkpoint_id: id,
-            task,
-            state,
-        })
-        .unwrap();
-        let entry = loop {
-            if let Some(e) = events.lock().unwrap().pop() {
-                break e;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        };
-        let CoordinatorEvent::Stored { entry, .. } = entry else {
-            panic!("the snapshot was not stored: {entry:?}")
-        };
+        let id = checkpoints.start();
+        let state = h.op.snapshot(id).await.unwrap();
+        let m = checkpoints.complete(id, state).await.unwrap();
+        let entry = &m.tasks[0];
         if !entry.references.is_empty() {
             referencing += 1;
             assert!(entry.references.iter().all(|r| r.checkpoint < id));
         }
-        let m = book.on_ack(id, (task.operator, 0), entry, pipeline, 0).unwrap();
-        let dir = manifest::checkpoint_dir(pipeline, id);
-        store
-            .put(&format!("{dir}/{MANIFEST_FILE}"), m.encode().unwrap())
-            .await
-            .unwrap();
-        complete.push(id);
-        // Keep one checkpoint (and what it references).
-        prune(store.as_ref(), pipeline, &complete, 1).await.unwrap();
-        let kept = list_ids(store.as_ref(), pipeline).await.unwrap();
+        let kept = checkpoints.kept().await.unwrap();
         let mut wanted: Vec<u64> = m.referenced().chain([id]).collect();
         wanted.sort_unstable();
         wanted.dedup();
@@ -143,8 +105,7 @@ async fn a_join_restored_from_incremental_checkpoints_matches_the_one_never_stop
         );
 
         // Restore a copy from the files and feed both the next round.
-        let restored = read_checkpoint(store.as_ref(), pipeline, id).await.unwrap();
-        let state = restored.tasks[0].1.clone();
+        let state = checkpoints.read(id).await.unwrap();
         let mut copy = Harness::new(spec.clone());
         copy.watermark = h.watermark;
         copy.op.restore(Some((id, state))).await.unwrap();
@@ -166,6 +127,5 @@ async fn a_join_restored_from_incremental_checkpoints_matches_the_one_never_stop
         assert_eq!(got, want, "checkpoint {id}: the restored join answers as the original");
     }
     assert!(referencing >= 5, "most checkpoints were incremental ({referencing})");
-    drop(acks);
-    writer.await.unwrap();
+    checkpoints.finish().await;
 }

@@ -222,12 +222,12 @@ fn view_columns(def: &sluice_cluster::catalog::PipelineDef) -> Option<sluice_con
     })?;
     let skip = usize::from(sink.changelog);
     let schema = Arc::new(arrow::datatypes::Schema::new(schema.fields()[skip..].to_vec()));
-    Some(sluice_connectors::views::PublishedView {
-        rows: arrow::record_batch::RecordBatch::new_empty(schema.clone()),
+    Some(sluice_connectors::views::PublishedView::new(
         schema,
-        checkpoint: None,
-        published_ms: 0,
-    })
+        Vec::new(),
+        None,
+        0,
+    ))
 }
 
 impl Ctx<'_> {

@@ -141,7 +141,10 @@ impl Snapshot {
         let Some((_, view)) = self.views.iter().find(|(n, _)| n == name) else {
             return Ok(None);
         };
-        let table = MemTable::try_new(view.schema.clone(), vec![vec![view.rows.clone()]])?;
+        let rows = view
+            .rows()
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        let table = MemTable::try_new(view.schema.clone(), vec![rows])?;
         Ok(Some(Arc::new(table)))
     }
 
