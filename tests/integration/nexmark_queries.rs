@@ -100,13 +100,18 @@ async fn setup_with(base_ms: i64, options: &str) -> (TestServer, Client) {
 
 /// The streams over `events` events in all.
 async fn setup_sized(events: u64, base_ms: i64, options: &str) -> (TestServer, Client) {
+    setup_delayed(events, base_ms, options, "INTERVAL '2' SECOND").await
+}
+
+/// The streams over `events` events, watermarks `delay` behind.
+async fn setup_delayed(events: u64, base_ms: i64, options: &str, delay: &str) -> (TestServer, Client) {
     let server = TestServer::start();
     let client = server.connect().await;
     for table in ["person", "auction", "bid"] {
         exec(
             &client,
             &format!(
-                "CREATE STREAM {table} (WATERMARK FOR date_time AS date_time - INTERVAL '2' SECOND) \
+                "CREATE STREAM {table} (WATERMARK FOR date_time AS date_time - {delay}) \
                  WITH (connector = 'nexmark', table = '{table}', 'events.max' = {events}, seed = {SEED}, \
                  'base.time' = {base_ms}{options})"
             ),
@@ -322,6 +327,69 @@ async fn q3_join_matches_the_reference() {
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect();
     assert_eq!(sorted(got), sorted(want));
+}
+
+/// q3 at the benchmark's time model with a TTL the run passes: 1 M events
+/// at 10 M events a second of event time (100 ms), watermarks 1 ms behind
+/// (each generator partition is in time order, so no row is late) and
+/// `join_state_ttl` 1 ms, so persons and auctions expire while it runs (an
+/// auction's seller is a recent person: the pairs are 0–5 ms apart). When
+/// the later row of a pair arrives, the low watermark is at most its time,
+/// so the earlier row is still held if the two are at most the TTL apart:
+/// every such pair must meet. A pair farther apart meets or not depending
+/// on how far the watermark lags; nothing outside the full join may appear;
+/// and some pair must be missing — the TTL dropped state. The sources are
+/// paced (400 k events a second of wall clock, the rows of 250 µs a batch)
+/// so the watermark lags by a few hundred events, not by whole batches of
+/// 8 Ki rows: unpaced, the lag is about as long as the pairs' distances.
+#[tokio::test]
+async fn q3_with_a_ttl_the_run_passes_keeps_every_pair_within_it() {
+    const TTL_MS: i64 = 1;
+    let (_server, c) = setup_delayed(
+        1_000_000,
+        BASE_MS,
+        ", 'event.rate' = 10000000, 'events.per.second' = 400000",
+        "INTERVAL '1' MILLISECOND",
+    )
+    .await;
+    let persons = persons(&c).await;
+    let auctions = auctions(&c).await;
+    let by_id: HashMap<i64, &Person> = persons.iter().map(|p| (p.id, p)).collect();
+    // Every pair of q3's full join (auction id → the two rows' distance).
+    let full: BTreeMap<i64, i64> = auctions
+        .iter()
+        .filter(|a| a.category == 10)
+        .filter_map(|a| by_id.get(&a.seller).map(|p| (p, a)))
+        .filter(|(p, _)| ["OR", "ID", "CA"].contains(&p.state.as_str()))
+        .map(|(p, a)| (a.id, (a.ts - p.ts).abs()))
+        .collect();
+    let within = full.values().filter(|d| **d <= TTL_MS).count();
+    let far = full.values().filter(|d| **d > 3 * TTL_MS).count();
+    assert!(
+        within >= 100 && far >= 10,
+        "the run has pairs on both sides of the TTL ({within}, {far})"
+    );
+    let (_, q3) = bench_sql("q3");
+    exec(&c, &format!("SET join_state_ttl = '{TTL_MS}ms'")).await;
+    let got: BTreeSet<i64> = query(&c, &q3).await.iter().map(|r| r.get::<_, i64>(3)).collect();
+    for (id, distance) in &full {
+        if *distance <= TTL_MS {
+            assert!(
+                got.contains(id),
+                "auction {id}: its seller is {distance} ms apart, within the TTL, but they did not meet"
+            );
+        }
+    }
+    assert!(
+        got.iter().all(|id| full.contains_key(id)),
+        "only pairs of the full join"
+    );
+    assert!(
+        got.len() < full.len(),
+        "the TTL dropped state: {} of {} pairs met ({far} are more than 3 TTLs apart)",
+        got.len(),
+        full.len()
+    );
 }
 
 #[tokio::test]
