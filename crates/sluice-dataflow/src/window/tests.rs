@@ -431,3 +431,32 @@ fn regrouped_accumulators_follow_their_new_ids() {
     let fired = collect(&op.fire(Watermark(10)).unwrap());
     assert_eq!(fired, vec![(0, 10, 1, 2, 12), (0, 10, 2, 1, 1)]);
 }
+
+#[test]
+fn windows_that_open_as_others_fire_count_only_their_own_rows() {
+    // A stream in time order over 3 000 keys, fired as the watermark
+    // passes, 150 rows a batch: windows open while others fire, and each
+    // one's groups are its own rows' and no other's.
+    let mut state = 11u64;
+    let data: Vec<(i64, i64, i64)> = (0..20_000i64)
+        .map(|i| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (i / 10, ((state >> 33) % 3_000) as i64, i)
+        })
+        .collect();
+    let hop = WindowKind::Hop {
+        slide_ms: 20,
+        size_ms: 100,
+    };
+    let mut op = FixedWindowOperator::new(&spec(hop, 1_000_000), output_schema()).unwrap();
+    let mut fired = Vec::new();
+    for chunk in data.chunks(150) {
+        let watermark = Watermark(chunk[0].0 - 30);
+        op.update(&rows(chunk), watermark).unwrap();
+        fired.extend(op.fire(watermark).unwrap());
+    }
+    fired.extend(op.fire(Watermark::MAX).unwrap());
+    assert_eq!(collect(&fired), brute_force(&data, 20, 100));
+}
