@@ -167,7 +167,10 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
         OperatorKind::WindowAggregate(w) => {
             let window = match w.window {
                 WindowKind::Tumble { size_ms } => format!("tumble {size_ms} ms"),
-                WindowKind::Hop { slide_ms, size_ms } => format!("hop slide {slide_ms} ms size {size_ms} ms"),
+                WindowKind::Hop { slide_ms, size_ms } => match w.window.pane_ms() {
+                    Some(pane) => format!("hop slide {slide_ms} ms size {size_ms} ms in {pane} ms panes"),
+                    None => format!("hop slide {slide_ms} ms size {size_ms} ms"),
+                },
                 WindowKind::Session { gap_ms } => format!("session gap {gap_ms} ms"),
             };
             let name = |i: usize| input_label(dag, op, &w.input_schema, i);

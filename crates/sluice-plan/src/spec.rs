@@ -304,6 +304,23 @@ pub enum WindowKind {
     Session { gap_ms: i64 },
 }
 
+impl WindowKind {
+    /// A HOP whose size is not its slide is aggregated in panes of
+    /// `gcd(slide, size)` that its windows are merged from: their length.
+    pub fn pane_ms(&self) -> Option<i64> {
+        match *self {
+            WindowKind::Hop { slide_ms, size_ms } if slide_ms != size_ms => {
+                let (mut a, mut b) = (slide_ms, size_ms);
+                while b != 0 {
+                    (a, b) = (b, a % b);
+                }
+                Some(a)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// One aggregate function call.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AggregateCall {

@@ -1,6 +1,15 @@
 //! Tumbling and hopping windows: one group table per open window, updated
 //! incrementally; a window is emitted and dropped when the low watermark
 //! reaches its end.
+//!
+//! A hopping window shares slices ("panes") with its neighbours, as Flink's
+//! window TVFs do: a row is counted once, in the pane of `gcd(slide, size)`
+//! that holds its time, and a window is the merge of its panes' partial
+//! aggregates (DataFusion's `state`/`merge_batch`, as between the phases of
+//! a parallel aggregate) when the watermark passes its end. A row in a
+//! 10-s window every 2 s is aggregated once instead of five times, and the
+//! panes hold a key once per pane instead of once per window. A pane goes
+//! when the last window over it fires.
 
 use super::assign::{hop_starts, tumble_start};
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
@@ -30,7 +39,7 @@ struct WindowGroups {
     /// group ids, not row-encoded and boxed per group). `None`: a window
     /// without keys, one group (0) whose rows skip the lookup.
     keys: Option<Box<dyn GroupValues>>,
-    /// Its groups.
+    /// Its groups (in `keys` and the accumulators).
     len: usize,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
 }
@@ -45,7 +54,22 @@ pub struct FixedWindowOperator {
     /// The key columns' fields (none without keys).
     key_schema: Option<SchemaRef>,
     aggregates: Vec<CompiledAggregate>,
+    /// Open windows by start; with panes, the panes by start.
     windows: BTreeMap<i64, WindowGroups>,
+    /// HOP with a size other than its slide: the panes' length
+    /// (`gcd(slide, size)`); rows go to panes, windows are merged at fire.
+    pane_ms: Option<i64>,
+    /// With panes: windows restored from a checkpoint (which holds open
+    /// windows, not panes), by start; each is merged with the panes over
+    /// it (rows since the restore) when it fires.
+    restored: BTreeMap<i64, WindowGroups>,
+    /// With panes: every window up to this start has fired (windows fire
+    /// in start order; after a watermark, every window it passed counts).
+    fired_until: Option<i64>,
+    /// With panes: windows a batch's watermark found due before they were
+    /// fired (a batch seen before its watermark's `fire`), emitted first.
+    pending: Vec<RecordBatch>,
+    /// Groups held: the windows' (or panes' and restored windows').
     groups: usize,
     groups_max: usize,
     output_schema: SchemaRef,
@@ -53,9 +77,9 @@ pub struct FixedWindowOperator {
 
 impl FixedWindowOperator {
     pub fn new(spec: &WindowAggSpec, output_schema: SchemaRef) -> Result<Self> {
-        let size_ms = match spec.window {
-            WindowKind::Tumble { size_ms } => size_ms,
-            WindowKind::Hop { size_ms, .. } => size_ms,
+        let (size_ms, pane_ms) = match spec.window {
+            WindowKind::Tumble { size_ms } => (size_ms, None),
+            WindowKind::Hop { size_ms, .. } => (size_ms, spec.window.pane_ms()),
             WindowKind::Session { .. } => return Err(Error::internal("session window in fixed operator")),
         };
         let AggregateInputs {
@@ -79,6 +103,10 @@ impl FixedWindowOperator {
             key_schema,
             aggregates,
             windows: BTreeMap::new(),
+            pane_ms,
+            restored: BTreeMap::new(),
+            fired_until: None,
+            pending: Vec::new(),
             groups: 0,
             groups_max: spec.groups_max,
             output_schema,
@@ -105,10 +133,22 @@ impl FixedWindowOperator {
                     accepted = true;
                 }
             };
-            match self.window {
-                WindowKind::Tumble { size_ms } => accept(tumble_start(ts, size_ms)),
-                WindowKind::Hop { slide_ms, size_ms } => hop_starts(ts, slide_ms, size_ms).for_each(&mut accept),
-                WindowKind::Session { .. } => unreachable!("checked in new"),
+            match (self.window, self.pane_ms) {
+                (WindowKind::Hop { slide_ms, size_ms }, Some(pane_ms)) => {
+                    // Its pane, while the last window over the row is open
+                    // (windows before it that fired already miss it, as
+                    // without panes).
+                    let last = ts - ts.rem_euclid(slide_ms);
+                    if last + size_ms > ts && last + size_ms > watermark.0 {
+                        window_rows(&mut per_window, &mut position, tumble_start(ts, pane_ms)).push(row as u32);
+                        accepted = true;
+                    }
+                }
+                (WindowKind::Tumble { size_ms }, _) => accept(tumble_start(ts, size_ms)),
+                (WindowKind::Hop { slide_ms, size_ms }, None) => {
+                    hop_starts(ts, slide_ms, size_ms).for_each(&mut accept)
+                }
+                (WindowKind::Session { .. }, _) => unreachable!("checked in new"),
             }
             if !accepted {
                 late += 1;
@@ -136,6 +176,14 @@ impl FixedWindowOperator {
 
     /// Adds a batch's rows to their open windows; returns the late rows.
     pub fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
+        if self.pane_ms.is_some() {
+            // A row goes to a pane, not to windows: the windows the
+            // watermark has passed must have fired before it comes, or they
+            // would count it (windows it passed miss a row, as without panes).
+            while let Some(due) = self.fire_pane_window(watermark)? {
+                self.pending.push(due);
+            }
+        }
         let times = timestamps_ms(batch.column(self.time_column))?;
         let (per_window, late) = self.assign(&times, watermark);
         if per_window.is_empty() {
@@ -215,16 +263,137 @@ impl FixedWindowOperator {
 
     /// Emits and drops every window whose end is at or below `watermark`.
     pub fn fire(&mut self, watermark: Watermark) -> Result<Vec<RecordBatch>> {
-        let mut out = Vec::new();
-        while let Some((&start, _)) = self.windows.first_key_value() {
+        let mut out = std::mem::take(&mut self.pending);
+        while let Some(batch) = self.fire_one(watermark)? {
+            out.push(batch);
+        }
+        Ok(out)
+    }
+
+    /// Emits and drops the first window whose end is at or below
+    /// `watermark`, if any (one at a time, so a watermark that closes many
+    /// windows — the end of a bounded input — holds one's rows at once).
+    pub fn fire_one(&mut self, watermark: Watermark) -> Result<Option<RecordBatch>> {
+        if self.pane_ms.is_some() {
+            return self.fire_pane_window(watermark);
+        }
+        let Some((&start, _)) = self.windows.first_key_value() else {
+            return Ok(None);
+        };
+        if start.saturating_add(self.size_ms) > watermark.0 {
+            return Ok(None);
+        }
+        let (_, window) = self.windows.pop_first().expect("checked non-empty");
+        self.groups -= window.len;
+        self.emit_window(start, window).map(Some)
+    }
+
+    /// [`Self::fire_one`] with panes: the first window due, merged from its
+    /// panes (and its restored part); then the panes no open window covers
+    /// go. With none due, every window the watermark passed counts as
+    /// fired.
+    fn fire_pane_window(&mut self, watermark: Watermark) -> Result<Option<RecordBatch>> {
+        while let Some(start) = self.next_window() {
             if start.saturating_add(self.size_ms) > watermark.0 {
                 break;
             }
-            let (_, window) = self.windows.pop_first().expect("checked non-empty");
-            self.groups -= window.len;
-            out.push(self.emit_window(start, window)?);
+            let window = self.merge_window(start, true)?;
+            self.fired_until = Some(start);
+            while let Some((&pane, _)) = self.windows.first_key_value() {
+                if self.last_window_over(pane) > start {
+                    break;
+                }
+                let (_, pane) = self.windows.pop_first().expect("checked non-empty");
+                self.groups -= pane.len;
+            }
+            if window.len > 0 {
+                return self.emit_window(start, window).map(Some);
+            }
         }
-        Ok(out)
+        // Every window the watermark passed has fired now (or held
+        // nothing): rows that come later miss them.
+        let slide = self.slide_ms();
+        if let Some(passed) = watermark.0.checked_sub(self.size_ms) {
+            let passed = passed - passed.rem_euclid(slide);
+            self.fired_until = Some(self.fired_until.map_or(passed, |f| f.max(passed)));
+        }
+        Ok(None)
+    }
+
+    /// The slide, with panes.
+    fn slide_ms(&self) -> i64 {
+        match self.window {
+            WindowKind::Hop { slide_ms, .. } => slide_ms,
+            _ => self.size_ms,
+        }
+    }
+
+    /// The start of the last window over the pane starting at `pane`.
+    fn last_window_over(&self, pane: i64) -> i64 {
+        pane - pane.rem_euclid(self.slide_ms())
+    }
+
+    /// With panes: the first window not fired yet that holds anything.
+    fn next_window(&self) -> Option<i64> {
+        let slide = self.slide_ms();
+        let pane_ms = self.pane_ms.expect("panes");
+        let from_panes = self.windows.keys().next().map(|&pane| {
+            // The first window over the pane: the first start ≥ its end - size.
+            let first = pane + pane_ms - self.size_ms;
+            let first = first + (slide - first.rem_euclid(slide)) % slide;
+            match self.fired_until {
+                Some(fired) => first.max(fired + slide),
+                None => first,
+            }
+        });
+        let restored = self.restored.keys().next().copied();
+        match (from_panes, restored) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Window `start`'s groups: its restored part (taken when `fire`) and
+    /// the panes in it, merged into a fresh group table; the panes keep
+    /// theirs.
+    fn merge_window(&mut self, start: i64, fire: bool) -> Result<WindowGroups> {
+        let mut merged = self.new_window()?;
+        let restored = if fire {
+            self.restored.remove(&start).inspect(|w| self.groups -= w.len)
+        } else {
+            None
+        };
+        let end = start.saturating_add(self.size_ms);
+        let mut parts = Vec::new();
+        if let Some(mut window) = restored {
+            parts.extend(read_groups(&mut window, &self.aggregates)?.map(|p| (window.len, p)));
+        } else if let Some(window) = self.restored.get_mut(&start) {
+            parts.extend(read_groups(window, &self.aggregates)?.map(|p| (window.len, p)));
+        }
+        for (_, pane) in self.windows.range_mut(start..end) {
+            parts.extend(read_groups(pane, &self.aggregates)?.map(|p| (pane.len, p)));
+        }
+        for (n, (keys, states)) in parts {
+            let mut ids = Vec::with_capacity(n);
+            match merged.keys.as_mut() {
+                Some(table) => {
+                    table.intern(&keys, &mut ids).map_err(df_error)?;
+                    merged.len = table.len();
+                }
+                None => {
+                    ids.resize(n, 0);
+                    merged.len = 1;
+                }
+            }
+            let mut col = 0;
+            for (acc, agg) in merged.accumulators.iter_mut().zip(&self.aggregates) {
+                let width = agg.expr.state_fields().map_err(df_error)?.len();
+                acc.merge_batch(&states[col..col + width], &ids, merged.len)
+                    .map_err(df_error)?;
+                col += width;
+            }
+        }
+        Ok(merged)
     }
 
     fn emit_window(&self, start: i64, mut window: WindowGroups) -> Result<RecordBatch> {
@@ -241,6 +410,30 @@ impl FixedWindowOperator {
         }
         finish_batch(&self.output_schema, columns)
     }
+}
+
+/// A window's (or pane's) keys and accumulator states, its groups in
+/// order, leaving it as it was (its table is emptied and refilled, its
+/// accumulators rebuilt from their states); `None` when it has no group.
+fn read_groups(
+    window: &mut WindowGroups,
+    aggregates: &[CompiledAggregate],
+) -> Result<Option<(Vec<ArrayRef>, Vec<ArrayRef>)>> {
+    let n = window.len;
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut ids: Vec<usize> = (0..n).collect();
+    let mut keys = Vec::new();
+    if let Some(table) = window.keys.as_mut() {
+        // Emitting drains the table: the keys go back in, and the
+        // accumulators are rebuilt under the ids they get (their order, but
+        // for keys whose hashes collide).
+        keys = table.emit(EmitTo::All).map_err(df_error)?;
+        table.intern(&keys, &mut ids).map_err(df_error)?;
+    }
+    let states = regroup(&mut window.accumulators, aggregates, &ids, n)?;
+    Ok(Some((keys, states)))
 }
 
 /// Rebuilds `accumulators` (of `n` groups) with group `i` as `ids[i]`;
@@ -313,24 +506,10 @@ impl FixedWindowOperator {
     /// into their state and rebuilt from it, so they keep going).
     pub(crate) fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
         let mut batches = Vec::new();
-        let starts: Vec<i64> = self.windows.keys().copied().collect();
-        for start in starts {
-            let window = self.windows.get_mut(&start).expect("listed");
-            let n = window.len;
-            if n == 0 {
-                continue;
-            }
+        for (start, n, keys, states) in self.open_windows()? {
             let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; n]))];
-            let mut ids: Vec<usize> = (0..n).collect();
-            if let Some(keys) = window.keys.as_mut() {
-                // Emitting drains the table: the keys go back in, and the
-                // accumulators are rebuilt under the ids they get (their
-                // order, but for keys whose hashes collide).
-                let emitted = keys.emit(EmitTo::All).map_err(df_error)?;
-                keys.intern(&emitted, &mut ids).map_err(df_error)?;
-                columns.extend(emitted);
-            }
-            columns.extend(regroup(&mut window.accumulators, &self.aggregates, &ids, n)?);
+            columns.extend(keys);
+            columns.extend(states);
             let fields: Vec<Field> = columns
                 .iter()
                 .enumerate()
@@ -342,6 +521,54 @@ impl FixedWindowOperator {
             return Ok(None);
         }
         Ok(Some(concat_batches(&batches[0].schema(), &batches)?))
+    }
+
+    /// Every open window's start, groups, keys and accumulator states (with
+    /// panes: each window not fired yet, merged from its panes and restored
+    /// part).
+    #[allow(clippy::type_complexity)]
+    fn open_windows(&mut self) -> Result<Vec<(i64, usize, Vec<ArrayRef>, Vec<ArrayRef>)>> {
+        let mut out = Vec::new();
+        if self.pane_ms.is_none() {
+            let starts: Vec<i64> = self.windows.keys().copied().collect();
+            for start in starts {
+                let window = self.windows.get_mut(&start).expect("listed");
+                let n = window.len;
+                if let Some((keys, states)) = read_groups(window, &self.aggregates)? {
+                    out.push((start, n, keys, states));
+                }
+            }
+            return Ok(out);
+        }
+        let Some(first) = self.next_window() else {
+            return Ok(out);
+        };
+        let last = self
+            .windows
+            .keys()
+            .next_back()
+            .map(|&pane| self.last_window_over(pane))
+            .into_iter()
+            .chain(self.restored.keys().next_back().copied())
+            .max()
+            .unwrap_or(first);
+        let mut start = first;
+        while start <= last {
+            let mut window = self.merge_window(start, false)?;
+            if window.len > 0 {
+                let keys = match window.keys.as_mut() {
+                    Some(table) => table.emit(EmitTo::All).map_err(df_error)?,
+                    None => Vec::new(),
+                };
+                let mut states = Vec::new();
+                for acc in window.accumulators.iter_mut() {
+                    states.extend(acc.state(EmitTo::All).map_err(df_error)?);
+                }
+                out.push((start, window.len, keys, states));
+            }
+            start += self.slide_ms();
+        }
+        Ok(out)
     }
 
     /// Rebuilds the open windows from [`Self::snapshot_batch`]'s batch.
@@ -383,7 +610,11 @@ impl FixedWindowOperator {
                 col += width;
             }
             self.groups += n;
-            self.windows.insert(start, window);
+            if self.pane_ms.is_some() {
+                self.restored.insert(start, window);
+            } else {
+                self.windows.insert(start, window);
+            }
         }
         Ok(())
     }
@@ -410,13 +641,19 @@ impl Operator for FixedWindowOperator {
 
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {
         let late = self.update(&batch, ctx.watermark)?;
+        for due in std::mem::take(&mut self.pending) {
+            ctx.emit(due).await?;
+        }
         ctx.metrics.late_rows_dropped.fetch_add(late, Ordering::Relaxed);
         ctx.metrics.state_groups.store(self.groups as u64, Ordering::Relaxed);
         Ok(())
     }
 
     async fn process_watermark(&mut self, watermark: Watermark, ctx: &mut OperatorContext<'_>) -> Result<()> {
-        for batch in self.fire(watermark)? {
+        for batch in std::mem::take(&mut self.pending) {
+            ctx.emit(batch).await?;
+        }
+        while let Some(batch) = self.fire_one(watermark)? {
             ctx.emit(batch).await?;
         }
         ctx.metrics.state_groups.store(self.groups as u64, Ordering::Relaxed);
