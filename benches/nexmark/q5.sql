@@ -3,8 +3,8 @@
 -- window's top auctions, is q5_full.sql; this part is what the benchmark
 -- figures measured.)
 -- At Flink Nexmark's time model (10 M events a second of event time) the
--- open windows hold millions of (auction, window) groups an instance, above
--- the default bound of 1 M; the bound stays, sized for it.
+-- windows' 2-s panes hold millions of (auction, pane) groups an instance,
+-- above the default bound of 1 M; the bound stays, sized for it.
 SET window_groups_max = 100000000;
 SELECT auction, count(*) AS num, window_start AS starttime, window_end AS endtime
 FROM HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
