@@ -28,7 +28,7 @@ use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use hashbrown::HashMap;
 use sluice_plan::{WindowAggSpec, WindowKind};
 use sluice_types::{Error, Result, SqlCode, Watermark};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -540,20 +540,23 @@ impl FixedWindowOperator {
             }
             return Ok(out);
         }
-        let Some(first) = self.next_window() else {
-            return Ok(out);
-        };
-        let last = self
-            .windows
-            .keys()
-            .next_back()
-            .map(|&pane| self.last_window_over(pane))
-            .into_iter()
-            .chain(self.restored.keys().next_back().copied())
-            .max()
-            .unwrap_or(first);
-        let mut start = first;
-        while start <= last {
+        // The windows over each pane, and the restored ones, not fired yet
+        // (panes can lie far apart — a row far ahead in time — so no walk
+        // from the first window to the last).
+        let slide = self.slide_ms();
+        let pane_ms = self.pane_ms.expect("panes");
+        let mut starts: BTreeSet<i64> = self.restored.keys().copied().collect();
+        for &pane in self.windows.keys() {
+            let last = self.last_window_over(pane);
+            let mut start = last;
+            while start + self.size_ms >= pane + pane_ms {
+                if self.fired_until.is_none_or(|fired| start > fired) {
+                    starts.insert(start);
+                }
+                start -= slide;
+            }
+        }
+        for start in starts {
             let mut window = self.merge_window(start, false)?;
             if window.len > 0 {
                 let keys = match window.keys.as_mut() {
@@ -566,7 +569,6 @@ impl FixedWindowOperator {
                 }
                 out.push((start, window.len, keys, states));
             }
-            start += self.slide_ms();
         }
         Ok(out)
     }

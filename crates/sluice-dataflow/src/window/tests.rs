@@ -505,3 +505,24 @@ fn hop_windows_from_panes_equal_the_rule_through_late_rows_and_a_restore() {
         assert_eq!(got, want, "slide {slide} size {size}");
     }
 }
+
+#[test]
+fn a_snapshot_of_panes_far_apart_in_time_lists_only_their_windows() {
+    // A row a year ahead of the others: the snapshot merges the windows
+    // over the two panes (5 each), not every window between them.
+    let hop = WindowKind::Hop {
+        slide_ms: 2,
+        size_ms: 10,
+    };
+    let year = 365 * 24 * 3_600_000;
+    let mut op = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
+    op.update(&rows(&[(1, 1, 1), (year, 2, 5)]), Watermark::MIN).unwrap();
+    let snap = op.snapshot_batch().unwrap().unwrap();
+    assert_eq!(snap.num_rows(), 10);
+    let mut restored = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
+    restored.restore_batch(&snap).unwrap();
+    let fired = collect(&restored.fire(Watermark::MAX).unwrap());
+    assert_eq!(fired.len(), 10);
+    assert_eq!(fired[0], (-8, 2, 1, 1, 1));
+    assert_eq!(fired[9], (year, year + 10, 2, 1, 5));
+}
