@@ -10,6 +10,11 @@
 //! 10-s window every 2 s is aggregated once instead of five times, and the
 //! panes hold a key once per pane instead of once per window. A pane goes
 //! when the last window over it fires.
+//!
+//! A pane is read by draining its group table into arrays (a [`Part`]: its
+//! keys and accumulator states) once, when the first window over it fires
+//! or a checkpoint reads it; the windows after read the arrays, and a late
+//! row for the pane starts a new table beside them, drained in turn.
 
 use super::assign::{hop_starts, tumble_start};
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
@@ -44,6 +49,15 @@ struct WindowGroups {
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
 }
 
+/// A drained group table: its groups' keys and accumulator states, a row
+/// per group (a key at most once per part; one pane's parts may repeat a
+/// key, and merging adds them up).
+struct Part {
+    len: usize,
+    keys: Vec<ArrayRef>,
+    states: Vec<ArrayRef>,
+}
+
 /// TUMBLE / HOP aggregate.
 pub struct FixedWindowOperator {
     window: WindowKind,
@@ -54,15 +68,18 @@ pub struct FixedWindowOperator {
     /// The key columns' fields (none without keys).
     key_schema: Option<SchemaRef>,
     aggregates: Vec<CompiledAggregate>,
-    /// Open windows by start; with panes, the panes by start.
+    /// Open windows by start; with panes, the panes' live tables by start.
     windows: BTreeMap<i64, WindowGroups>,
     /// HOP with a size other than its slide: the panes' length
     /// (`gcd(slide, size)`); rows go to panes, windows are merged at fire.
     pane_ms: Option<i64>,
+    /// With panes: the panes' drained tables by pane start (a pane is its
+    /// parts here and its live table in `windows`, either or both).
+    frozen: BTreeMap<i64, Vec<Part>>,
     /// With panes: windows restored from a checkpoint (which holds open
     /// windows, not panes), by start; each is merged with the panes over
     /// it (rows since the restore) when it fires.
-    restored: BTreeMap<i64, WindowGroups>,
+    restored: BTreeMap<i64, Part>,
     /// With panes: every window up to this start has fired (windows fire
     /// in start order; after a watermark, every window it passed counts).
     fired_until: Option<i64>,
@@ -104,6 +121,7 @@ impl FixedWindowOperator {
             aggregates,
             windows: BTreeMap::new(),
             pane_ms,
+            frozen: BTreeMap::new(),
             restored: BTreeMap::new(),
             fired_until: None,
             pending: Vec::new(),
@@ -299,12 +317,14 @@ impl FixedWindowOperator {
             }
             let window = self.merge_window(start, true)?;
             self.fired_until = Some(start);
-            while let Some((&pane, _)) = self.windows.first_key_value() {
+            // Panes are frozen up to the window's end: the first frozen one
+            // is the first pane.
+            while let Some((&pane, _)) = self.frozen.first_key_value() {
                 if self.last_window_over(pane) > start {
                     break;
                 }
-                let (_, pane) = self.windows.pop_first().expect("checked non-empty");
-                self.groups -= pane.len;
+                let (_, parts) = self.frozen.pop_first().expect("checked non-empty");
+                self.groups -= parts.iter().map(|p| p.len).sum::<usize>();
             }
             if window.len > 0 {
                 return self.emit_window(start, window).map(Some);
@@ -337,7 +357,11 @@ impl FixedWindowOperator {
     fn next_window(&self) -> Option<i64> {
         let slide = self.slide_ms();
         let pane_ms = self.pane_ms.expect("panes");
-        let from_panes = self.windows.keys().next().map(|&pane| {
+        let first_pane = match (self.windows.keys().next(), self.frozen.keys().next()) {
+            (Some(&a), Some(&b)) => Some(a.min(b)),
+            (a, b) => a.or(b).copied(),
+        };
+        let from_panes = first_pane.map(|pane| {
             // The first window over the pane: the first start ≥ its end - size.
             let first = pane + pane_ms - self.size_ms;
             let first = first + (slide - first.rem_euclid(slide)) % slide;
@@ -354,46 +378,53 @@ impl FixedWindowOperator {
     }
 
     /// Window `start`'s groups: its restored part (taken when `fire`) and
-    /// the panes in it, merged into a fresh group table; the panes keep
-    /// theirs.
+    /// the panes in it, merged into a fresh group table. The panes' live
+    /// tables are drained into parts first (they stay with the panes).
     fn merge_window(&mut self, start: i64, fire: bool) -> Result<WindowGroups> {
+        let end = start.saturating_add(self.size_ms);
+        self.freeze(start..end)?;
         let mut merged = self.new_window()?;
-        let restored = if fire {
-            self.restored.remove(&start).inspect(|w| self.groups -= w.len)
+        let taken = if fire {
+            self.restored.remove(&start).inspect(|p| self.groups -= p.len)
         } else {
             None
         };
-        let end = start.saturating_add(self.size_ms);
-        let mut parts = Vec::new();
-        if let Some(mut window) = restored {
-            parts.extend(read_groups(&mut window, &self.aggregates)?.map(|p| (window.len, p)));
-        } else if let Some(window) = self.restored.get_mut(&start) {
-            parts.extend(read_groups(window, &self.aggregates)?.map(|p| (window.len, p)));
-        }
-        for (_, pane) in self.windows.range_mut(start..end) {
-            parts.extend(read_groups(pane, &self.aggregates)?.map(|p| (pane.len, p)));
-        }
-        for (n, (keys, states)) in parts {
-            let mut ids = Vec::with_capacity(n);
+        let restored = taken.as_ref().or_else(|| self.restored.get(&start));
+        let panes = self.frozen.range(start..end).flat_map(|(_, parts)| parts);
+        for part in restored.into_iter().chain(panes) {
+            let mut ids = Vec::with_capacity(part.len);
             match merged.keys.as_mut() {
                 Some(table) => {
-                    table.intern(&keys, &mut ids).map_err(df_error)?;
+                    table.intern(&part.keys, &mut ids).map_err(df_error)?;
                     merged.len = table.len();
                 }
                 None => {
-                    ids.resize(n, 0);
+                    ids.resize(part.len, 0);
                     merged.len = 1;
                 }
             }
             let mut col = 0;
             for (acc, agg) in merged.accumulators.iter_mut().zip(&self.aggregates) {
                 let width = agg.expr.state_fields().map_err(df_error)?.len();
-                acc.merge_batch(&states[col..col + width], &ids, merged.len)
+                acc.merge_batch(&part.states[col..col + width], &ids, merged.len)
                     .map_err(df_error)?;
                 col += width;
             }
         }
         Ok(merged)
+    }
+
+    /// Drains the live tables of the panes starting in `range` into parts
+    /// (the table goes; a row that comes later for the pane starts another).
+    fn freeze(&mut self, range: std::ops::Range<i64>) -> Result<()> {
+        let starts: Vec<i64> = self.windows.range(range).map(|(&s, _)| s).collect();
+        for pane in starts {
+            let table = self.windows.remove(&pane).expect("listed");
+            if let Some(part) = drain(table)? {
+                self.frozen.entry(pane).or_default().push(part);
+            }
+        }
+        Ok(())
     }
 
     fn emit_window(&self, start: i64, mut window: WindowGroups) -> Result<RecordBatch> {
@@ -412,7 +443,28 @@ impl FixedWindowOperator {
     }
 }
 
-/// A window's (or pane's) keys and accumulator states, its groups in
+/// A table's groups as a [`Part`] (the table goes); `None` when it has no
+/// group.
+fn drain(mut table: WindowGroups) -> Result<Option<Part>> {
+    if table.len == 0 {
+        return Ok(None);
+    }
+    let keys = match table.keys.as_mut() {
+        Some(keys) => keys.emit(EmitTo::All).map_err(df_error)?,
+        None => Vec::new(),
+    };
+    let mut states = Vec::new();
+    for acc in table.accumulators.iter_mut() {
+        states.extend(acc.state(EmitTo::All).map_err(df_error)?);
+    }
+    Ok(Some(Part {
+        len: table.len,
+        keys,
+        states,
+    }))
+}
+
+/// A window's keys and accumulator states, its groups in
 /// order, leaving it as it was (its table is emptied and refilled, its
 /// accumulators rebuilt from their states); `None` when it has no group.
 fn read_groups(
@@ -506,10 +558,10 @@ impl FixedWindowOperator {
     /// into their state and rebuilt from it, so they keep going).
     pub(crate) fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
         let mut batches = Vec::new();
-        for (start, n, keys, states) in self.open_windows()? {
-            let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; n]))];
-            columns.extend(keys);
-            columns.extend(states);
+        for (start, part) in self.open_windows()? {
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; part.len]))];
+            columns.extend(part.keys);
+            columns.extend(part.states);
             let fields: Vec<Field> = columns
                 .iter()
                 .enumerate()
@@ -523,19 +575,17 @@ impl FixedWindowOperator {
         Ok(Some(concat_batches(&batches[0].schema(), &batches)?))
     }
 
-    /// Every open window's start, groups, keys and accumulator states (with
-    /// panes: each window not fired yet, merged from its panes and restored
-    /// part).
-    #[allow(clippy::type_complexity)]
-    fn open_windows(&mut self) -> Result<Vec<(i64, usize, Vec<ArrayRef>, Vec<ArrayRef>)>> {
+    /// Every open window's start and groups (with panes: each window not
+    /// fired yet, merged from its panes and restored part).
+    fn open_windows(&mut self) -> Result<Vec<(i64, Part)>> {
         let mut out = Vec::new();
         if self.pane_ms.is_none() {
             let starts: Vec<i64> = self.windows.keys().copied().collect();
             for start in starts {
                 let window = self.windows.get_mut(&start).expect("listed");
-                let n = window.len;
+                let len = window.len;
                 if let Some((keys, states)) = read_groups(window, &self.aggregates)? {
-                    out.push((start, n, keys, states));
+                    out.push((start, Part { len, keys, states }));
                 }
             }
             return Ok(out);
@@ -546,7 +596,8 @@ impl FixedWindowOperator {
         let slide = self.slide_ms();
         let pane_ms = self.pane_ms.expect("panes");
         let mut starts: BTreeSet<i64> = self.restored.keys().copied().collect();
-        for &pane in self.windows.keys() {
+        let panes: BTreeSet<i64> = self.windows.keys().chain(self.frozen.keys()).copied().collect();
+        for pane in panes {
             let last = self.last_window_over(pane);
             let mut start = last;
             while start + self.size_ms >= pane + pane_ms {
@@ -557,17 +608,9 @@ impl FixedWindowOperator {
             }
         }
         for start in starts {
-            let mut window = self.merge_window(start, false)?;
-            if window.len > 0 {
-                let keys = match window.keys.as_mut() {
-                    Some(table) => table.emit(EmitTo::All).map_err(df_error)?,
-                    None => Vec::new(),
-                };
-                let mut states = Vec::new();
-                for acc in window.accumulators.iter_mut() {
-                    states.extend(acc.state(EmitTo::All).map_err(df_error)?);
-                }
-                out.push((start, window.len, keys, states));
+            let window = self.merge_window(start, false)?;
+            if let Some(part) = drain(window)? {
+                out.push((start, part));
             }
         }
         Ok(out)
@@ -588,15 +631,28 @@ impl FixedWindowOperator {
         for (start, rows) in per_window {
             let part = take_record_batch(batch, &UInt32Array::from(rows))?;
             let n = part.num_rows();
+            let key_columns: Vec<ArrayRef> = part.columns()[1..1 + n_keys]
+                .iter()
+                .zip(self.key_schema.iter().flat_map(|s| s.fields().iter()))
+                .map(|(c, f)| cast(c, f.data_type()))
+                .collect::<Result<_, _>>()?;
+            self.groups += n;
+            if self.pane_ms.is_some() {
+                // Kept as read: merged with its panes when it fires.
+                let states = part.columns()[1 + n_keys..].to_vec();
+                let part = Part {
+                    len: n,
+                    keys: key_columns,
+                    states,
+                };
+                self.restored.insert(start, part);
+                continue;
+            }
             let mut window = self.new_window()?;
             let mut groups: Vec<usize> = (0..n).collect();
             if let Some(keys) = window.keys.as_mut() {
                 // Each snapshot row is a distinct key: groups 0..n in order.
-                let columns: Vec<ArrayRef> = part.columns()[1..1 + n_keys]
-                    .iter()
-                    .zip(self.key_schema.iter().flat_map(|s| s.fields().iter()))
-                    .map(|(c, f)| cast(c, f.data_type()))
-                    .collect::<Result<_, _>>()?;
+                let columns = key_columns;
                 groups.clear();
                 keys.intern(&columns, &mut groups).map_err(df_error)?;
                 if keys.len() != n {
@@ -611,12 +667,7 @@ impl FixedWindowOperator {
                     .map_err(df_error)?;
                 col += width;
             }
-            self.groups += n;
-            if self.pane_ms.is_some() {
-                self.restored.insert(start, window);
-            } else {
-                self.windows.insert(start, window);
-            }
+            self.windows.insert(start, window);
         }
         Ok(())
     }
