@@ -9,8 +9,9 @@
 //! checking that every `-U` retracts exactly the row its key showed. The
 //! runs use the generator's fixed time model (10 000 events a second of
 //! event time); the window queries and q8 run once more at the benchmark's,
-//! Flink Nexmark's (10 M a second), where q3 also reaches a TTL and q5 its
-//! window-group bound.
+//! Flink Nexmark's (10 M a second), where q3 also reaches a TTL, q5 its
+//! window-group bound, q20 its join-state bound and q17 its aggregate-group
+//! bound.
 
 use crate::common::TestServer;
 use crate::support::{STATEMENT_TIMEOUT, exec, query, simple_rows, within};
@@ -443,20 +444,96 @@ async fn q5_reaches_its_window_group_bound_at_flink_nexmark_time() {
         "q5 at a bound of its groups"
     );
     let under = total / 2 - 1;
-    exec(&c, &format!("SET window_groups_max = {under}")).await;
-    let err = within(&sql, STATEMENT_TIMEOUT, c.simple_query(&sql))
+    past_its_bound(
+        &c,
+        &sql,
+        &format!("SET window_groups_max = {under}"),
+        &format!("window state limit reached: {under} open groups"),
+    )
+    .await;
+}
+
+/// Under `set`, `sql` stops with 53400 and a message holding `message`;
+/// the server answers the next statement.
+async fn past_its_bound(c: &Client, sql: &str, set: &str, message: &str) {
+    exec(c, set).await;
+    let err = within(sql, STATEMENT_TIMEOUT, c.simple_query(sql))
         .await
-        .expect_err("q5 past its bound");
+        .expect_err("a query past its bound");
     let db = err.as_db_error().unwrap_or_else(|| panic!("not a server error: {err}"));
     assert_eq!(db.code().code(), "53400", "{}", db.message());
-    assert!(
-        db.message()
-            .contains(&format!("window state limit reached: {under} open groups")),
-        "{}",
-        db.message()
-    );
-    let sellers = query(&c, "SELECT seller FROM auction WHERE id % 1000 = 0").await;
+    assert!(db.message().contains(message), "{}", db.message());
+    let sellers = query(c, "SELECT seller FROM auction WHERE id % 1000 = 0").await;
     assert!(!sellers.is_empty() && sellers.iter().all(|r| r.get::<_, i64>(0) >= 0));
+}
+
+/// q20 at the benchmark's time model holds every bid and every auction of
+/// category 10 (a regular join keeps all it reads): at a
+/// `join_state_rows_max` of all of them (counted here from the rows read
+/// back) it returns every pair; at one under half (an instance holds at
+/// least half) it stops with 53400 naming the bound.
+#[tokio::test]
+async fn q20_reaches_its_join_state_bound_at_flink_nexmark_time() {
+    let (_server, c) = setup_sized(1_000_000, BASE_MS, ", 'event.rate' = 10000000").await;
+    let bids = bids(&c).await;
+    let category_10: BTreeSet<i64> = auctions(&c)
+        .await
+        .iter()
+        .filter(|a| a.category == 10)
+        .map(|a| a.id)
+        .collect();
+    let total = bids.len() + category_10.len();
+    let pairs = bids.iter().filter(|b| category_10.contains(&b.auction)).count();
+    assert!(total > 500_000 && pairs > 0, "{total} rows, {pairs} pairs");
+    let (_, sql) = bench_sql("q20");
+    exec(&c, &format!("SET join_state_rows_max = {total}")).await;
+    assert_eq!(query(&c, &sql).await.len(), pairs, "q20 at a bound of its rows");
+    let under = total / 2 - 1;
+    past_its_bound(
+        &c,
+        &sql,
+        &format!("SET join_state_rows_max = {under}"),
+        &format!("join state limit reached: {under} rows held"),
+    )
+    .await;
+}
+
+/// q17 at the benchmark's time model keeps a group per auction and day:
+/// at an `aggregate_groups_max` of all of them (counted here from the bids)
+/// its changelog folds into one row a group; at one under half it stops
+/// with 53400 naming the bound.
+#[tokio::test]
+async fn q17_reaches_its_aggregate_group_bound_at_flink_nexmark_time() {
+    let (_server, c) = setup_sized(1_000_000, BASE_MS, ", 'event.rate' = 10000000").await;
+    let groups: BTreeSet<(i64, String)> = bids(&c)
+        .await
+        .iter()
+        .map(|b| (b.auction, utc_day_minute(b.ts).0))
+        .collect();
+    let total = groups.len();
+    assert!(total > 20_000, "{total} groups");
+    let (_, sql) = bench_sql("q17");
+    exec(&c, &format!("SET aggregate_groups_max = {total}")).await;
+    let rows = query(&c, &sql).await;
+    let got = fold(
+        "q17",
+        rows.iter()
+            .map(|r| (r.get::<_, String>(0), (r.get::<_, i64>(1), r.get::<_, String>(2)), ()))
+            .collect(),
+    );
+    assert_eq!(
+        got.into_keys().collect::<BTreeSet<_>>(),
+        groups,
+        "q17 at a bound of its groups"
+    );
+    let under = total / 2 - 1;
+    past_its_bound(
+        &c,
+        &sql,
+        &format!("SET aggregate_groups_max = {under}"),
+        &format!("aggregate state limit reached: {under} groups in one instance"),
+    )
+    .await;
 }
 
 /// q5, q5 in full, q7 and q7_1s over the streams of `c`, against the

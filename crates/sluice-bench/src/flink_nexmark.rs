@@ -10,13 +10,21 @@
 //! events, then `runs` times a Flink run and a Sluice run, alternately. A
 //! query Flink refuses is reported with Flink's error (and still measured
 //! on Sluice). Each table a query reads also gets a generator-only run on
-//! both engines (`SELECT * FROM <table>`), the ceiling of the queries over it.
+//! both engines (`SELECT * FROM <table>`), the ceiling of the queries over it,
+//! and one of only the columns the query reads (`SELECT auction, date_time
+//! FROM bid` for q5): a query's *engine share* is its rate with that
+//! generator's time taken out, `rows / (t_query - t_generator)`, on each
+//! engine (issue 28's "engine's share", beside the raw ratio).
 
 use crate::flink::{FlinkRun, JVM_MODULE_FLAGS, Jvm, build_driver, busy, other_cores, summarized};
-use crate::nexmark::{StreamSetup, TimeModel, generator_only, read_query, tables_of, throughput_checkpointed};
+use crate::nexmark::{
+    StreamSetup, TimeModel, create_streams, generator_only, read_query, tables_of, throughput_checkpointed,
+};
+use crate::server::{Server, run_sink};
 use crate::units::si;
 use anyhow::{Result, ensure};
 use serde_json::{Value, json};
+use sluice_connectors::nexmark::{NexmarkTable, nexmark_schema};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -158,11 +166,14 @@ async fn flink_run(
     Ok(run)
 }
 
-/// A Sluice run of `name` (a query file, or a generator-only run of a table).
+/// A Sluice run of `name` (a query file, or a generator-only run: `sql`
+/// straight into a blackhole).
+#[allow(clippy::too_many_arguments)]
 async fn sluice_run(
     binary: &Path,
     dir: &Path,
     name: &str,
+    sql: &str,
     p: u32,
     events: u64,
     model: TimeModel,
@@ -170,8 +181,8 @@ async fn sluice_run(
 ) -> Result<Value> {
     let b0 = busy();
     let started = Instant::now();
-    let s = if let Some(table) = name.strip_prefix("gen_") {
-        generator_only(binary, table, p, events, model, Some("off")).await?
+    let s = if name.starts_with("gen_") {
+        generator_sql(binary, sql, p, events, model).await?
     } else {
         throughput_checkpointed(binary, dir, name, p, StreamSetup::unpaced(events, model), Some("off")).await?
     };
@@ -187,6 +198,76 @@ async fn sluice_run(
         "state_rows_peak": s.state_rows_peak,
         "other_cores": other_cores(b0, busy(), s.cpu_s, wall),
     }))
+}
+
+/// `sql` alone into a blackhole, checkpoints off (a generator-only run).
+async fn generator_sql(
+    binary: &Path,
+    sql: &str,
+    p: u32,
+    events: u64,
+    model: TimeModel,
+) -> Result<crate::server::RunStats> {
+    if let Some(table) = sql.strip_prefix("SELECT * FROM ") {
+        return generator_only(binary, table, p, events, model, Some("off")).await;
+    }
+    let server = Server::start(binary).await?;
+    create_streams(&server, p, StreamSetup::unpaced(events, model)).await?;
+    server.exec("SET checkpoint_interval = 'off'").await?;
+    run_sink(&server, "generator", "connector = 'blackhole'", sql).await
+}
+
+/// The table and the columns (in the table's order) of each source `sql`
+/// reads — a table read twice is listed twice, as its generator runs twice:
+/// the projection Sluice's planner pushes into its sources (EXPLAIN's
+/// source rows list the columns left unread), which Flink's source is
+/// given too.
+async fn read_columns(binary: &Path, p: u32, model: TimeModel, sql: &str) -> Result<Vec<(String, Vec<String>)>> {
+    let server = Server::start(binary).await?;
+    create_streams(&server, p, StreamSetup::unpaced(1, model)).await?;
+    let mut read = Vec::new();
+    for row in server.rows(&format!("EXPLAIN {sql}")).await? {
+        if row.get(2).map(String::as_str) != Some("source") {
+            continue;
+        }
+        let detail = &row[4];
+        let table = detail.split(' ').next().unwrap_or_default().to_string();
+        let unread: Vec<&str> = detail
+            .split_once(", unread ")
+            .map(|(_, u)| u.split(", ").collect())
+            .unwrap_or_default();
+        let schema = nexmark_schema(NexmarkTable::parse(&table)?);
+        let mut columns: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|c| !unread.contains(&c.as_str()))
+            .collect();
+        if columns.is_empty() {
+            // A count of rows reads no column; a generator run needs one.
+            columns.push(schema.field(0).name().clone());
+        }
+        read.push((table, columns));
+    }
+    ensure!(!read.is_empty(), "EXPLAIN {sql}: no source");
+    Ok(read)
+}
+
+/// A query's engine share on one side (`"sluice"`, `"flink"`): its rows
+/// over its time less its generators' (each source's rows at the median
+/// rate of the generator of the columns it reads). `None` when the query
+/// takes under a tenth more than its generators alone: the generator's
+/// cost is all that was measured.
+fn engine_share(query: &Value, baselines: &[&Value], side: &str) -> Option<f64> {
+    let median = |v: &Value| v[side]["median"].as_f64().filter(|r| *r > 0.0);
+    let rows = query["rows"].as_f64()?;
+    let t_query = rows / median(query)?;
+    let mut t_gen = 0.0;
+    for b in baselines {
+        t_gen += b["rows"].as_f64()? / median(b)?;
+    }
+    let engine = t_query - t_gen;
+    (engine > 0.1 * t_query).then(|| rows / engine)
 }
 
 /// Flink and Sluice over `queries` (names of `benches/nexmark/*.sql`), and
@@ -219,6 +300,24 @@ pub async fn side_by_side(
     for table in ["bid", "auction", "person"] {
         if texts.iter().any(|(_, sql)| tables_of(sql).contains(&table)) {
             work.push((format!("gen_{table}"), format!("SELECT * FROM {table}"), vec![table]));
+        }
+    }
+    // Each query's generators of the columns it reads (shared by queries
+    // reading the same ones): query → their names.
+    let mut generators: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (q, sql) in &texts {
+        for (table, columns) in read_columns(binary, p, model, sql).await? {
+            let gen_sql = format!("SELECT {} FROM {table}", columns.join(", "));
+            let name = match work.iter().find(|(_, s, _)| *s == gen_sql) {
+                Some((name, _, _)) => name.clone(),
+                None => {
+                    let name = format!("gen_{table}_{q}");
+                    let tables = tables_of(&gen_sql);
+                    work.push((name.clone(), gen_sql, tables));
+                    name
+                }
+            };
+            generators.entry(q.clone()).or_default().push(name);
         }
     }
     for (q, sql) in texts {
@@ -260,7 +359,7 @@ pub async fn side_by_side(
                     }
                 }
             }
-            let s = sluice_run(binary, &dir, name, p, events, model, rows).await?;
+            let s = sluice_run(binary, &dir, name, sql, p, events, model, rows).await?;
             let _ = write!(
                 line,
                 " Sluice {:.0} rows/s ({:.1} s)",
@@ -297,6 +396,24 @@ pub async fn side_by_side(
             "flink_peak_rss_mib": flink_peak_rss_mib,
             "flink_jvm_wall_s": jvm_started.elapsed().as_secs_f64(),
         }));
+    }
+    // Each query's engine share beside its raw ratio.
+    let by_name: BTreeMap<String, Value> = results
+        .iter()
+        .map(|r| (r["query"].as_str().unwrap_or("").to_string(), r.clone()))
+        .collect();
+    for r in results.iter_mut() {
+        let Some(names) = generators.get(r["query"].as_str().unwrap_or("")) else {
+            continue;
+        };
+        let baselines: Vec<&Value> = names.iter().filter_map(|n| by_name.get(n)).collect();
+        let sluice = engine_share(r, &baselines, "sluice");
+        let flink = engine_share(r, &baselines, "flink");
+        r["generators"] = json!(names);
+        r["engine_share"] = json!({
+            "sluice": sluice, "flink": flink,
+            "ratio": sluice.zip(flink).map(|(s, f)| s / f),
+        });
     }
     let (ready, config) = jvm_info;
     Ok(json!({
@@ -359,7 +476,11 @@ pub fn markdown(v: &Value) -> String {
          of a quarter of the events, then {runs} Flink runs each followed by a Sluice run. Rates are the rows the \
          query's tables hold over the run: Flink's net job runtime ({f_lo:.1}–{f_hi:.1} s), Sluice's wall time from \
          `CREATE SINK` ({s_lo:.1}–{s_hi:.1} s). Median (min–max) of {runs}; the ratio's range is Sluice's slowest \
-         over Flink's fastest to the reverse. `gen_<table>` rows are the generator alone (`SELECT * FROM <table>`).\n\n",
+         over Flink's fastest to the reverse. `gen_<table>` rows are the generator alone (`SELECT * FROM <table>`), \
+         `gen_<table>_<query>` the generator of only the columns the query reads (EXPLAIN's projection). A query's \
+         *engine share* is its rows over its median run time less its generators' (each table's rows at its \
+         generator's median rate): the engine's own rate, the generator's cost taken out; \"≈ generator\" when the \
+         query takes under a tenth more than its generators alone.\n\n",
         flink = s(&v["flink_version"]),
         java = s(&v["java_version"]),
         events = si(v["events"].as_f64().unwrap_or(0.0)),
@@ -376,7 +497,9 @@ pub fn markdown(v: &Value) -> String {
             .join(" "),
         runs = v["runs"],
     );
-    md.push_str("| query | Sluice rows/s | Flink rows/s | ratio | Sluice peak RSS | Flink JVM peak RSS |\n|---|---|---|---|---|---|\n");
+    md.push_str(
+        "| query | Sluice rows/s | Flink rows/s | ratio | engine share: Sluice / Flink | engine-share ratio | Sluice peak RSS | Flink JVM peak RSS |\n|---|---|---|---|---|---|---|---|\n",
+    );
     for q in queries {
         let f = |k: &str| q[k].as_f64().unwrap_or(0.0);
         let ratio = match &q["ratio"] {
@@ -394,12 +517,22 @@ pub fn markdown(v: &Value) -> String {
             .flatten()
             .filter_map(|r| r["peak_rss_mib"].as_f64())
             .collect();
+        let share = |side: &str| match q["engine_share"][side].as_f64() {
+            Some(r) => si(r),
+            None if q["engine_share"].is_object() => "≈ generator".to_string(),
+            None => "–".to_string(),
+        };
+        let share_ratio = q["engine_share"]["ratio"]
+            .as_f64()
+            .map_or("–".to_string(), |r| format!("{r:.1}×"));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {ratio} | {:.0} MiB | {:.1} GiB |",
+            "| {} | {} | {} | {ratio} | {} / {} | {share_ratio} | {:.0} MiB | {:.1} GiB |",
             s(&q["query"]),
             cell(&q["sluice"], &Value::Null),
             cell(&q["flink"], &q["flink_error"]),
+            share("sluice"),
+            share("flink"),
             rss.iter().copied().fold(0.0, f64::max),
             f("flink_peak_rss_mib") / 1024.0
         );
@@ -437,6 +570,26 @@ mod tests {
             flink_dialect("SELECT split_part(url, '/', 4) AS dir1, SPLIT_PART(url,'/',6) FROM bid"),
             "SELECT SPLIT_INDEX(url, '/', 3) AS dir1, SPLIT_INDEX(url,'/', 5) FROM bid"
         );
+    }
+
+    #[test]
+    fn an_engine_share_takes_the_generators_time_out() {
+        let side = |median: f64| json!({ "median": median });
+        // 1000 rows in 10 s; its generators take 2 s (bids) and 3 s
+        // (auctions) of it: the engine's own 5 s → 200 rows/s.
+        let query = json!({ "rows": 1000.0, "sluice": side(100.0), "flink": side(50.0) });
+        let bids = json!({ "rows": 400.0, "sluice": side(200.0), "flink": side(100.0) });
+        let auctions = json!({ "rows": 600.0, "sluice": side(200.0), "flink": side(50.0) });
+        assert_eq!(engine_share(&query, &[&bids, &auctions], "sluice"), Some(200.0));
+        // Flink: 20 s in all, 4 s + 12 s generating → 250 rows/s.
+        assert_eq!(engine_share(&query, &[&bids, &auctions], "flink"), Some(250.0));
+        // Within a tenth of the generators' time (or faster): no share.
+        let close = json!({ "rows": 1000.0, "sluice": side(1000.0 / 5.4) });
+        assert_eq!(engine_share(&close, &[&bids, &auctions], "sluice"), None);
+        let faster = json!({ "rows": 1000.0, "sluice": side(500.0) });
+        assert_eq!(engine_share(&faster, &[&bids, &auctions], "sluice"), None);
+        // A side that did not run has none.
+        assert_eq!(engine_share(&query, &[&bids, &json!({ "rows": 600.0 })], "flink"), None);
     }
 
     #[test]
