@@ -1,7 +1,7 @@
 //! Exactly-once across crashes, against the real Kafka (localhost:9092)
 //! and HDFS (hdfs://localhost:9000) of `scripts/services.sh`: Kafka →
-//! TUMBLE count per key → a transactional Kafka sink and an HDFS Parquet
-//! sink, with checkpoints every second. The server is killed with SIGKILL
+//! TUMBLE (or HOP) count per key → a transactional Kafka sink and an HDFS
+//! Parquet sink, with checkpoints every second. The server is killed with SIGKILL
 //! at random moments (or a task panics once, or the newest checkpoint is
 //! corrupted) and restarted; at the end both sinks must hold every window
 //! exactly once, as computed here from the records the test produced.
@@ -27,19 +27,35 @@ const KEYS: i64 = 7;
 const STEP_MS: i64 = 5;
 const BASE_MS: i64 = 1_796_040_000_000; // 2026-11-30T12:00:00
 
-/// (key, first seq of the window) → count: the expected output, computed
-/// from the produced records with 1 s tumbling windows.
-fn expected() -> BTreeMap<(String, i64), i64> {
-    let mut windows: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
+/// (key, the window's identity) → count: the expected output, computed
+/// from the produced records with 1 s windows starting every `slide_ms`
+/// (1000: tumbling). A tumbling window is known by its first seq; hopping
+/// windows by their first and last (`first * 1_000_000 + last`, as
+/// [`Fault::window`]'s query writes it): the window over the input's
+/// start and the one after it share their first row, the last two their
+/// last.
+fn expected(slide_ms: i64) -> BTreeMap<(String, i64), i64> {
+    let mut windows: BTreeMap<(String, i64), (i64, i64, i64)> = BTreeMap::new();
     for i in 0..RECORDS {
         let ts = BASE_MS + i * STEP_MS;
-        let start = ts - ts.rem_euclid(1000);
-        let e = windows.entry((format!("k{}", i % KEYS), start)).or_insert((i, 0));
-        e.1 += 1;
+        let mut start = ts - ts.rem_euclid(slide_ms);
+        while start + 1000 > ts {
+            let e = windows.entry((format!("k{}", i % KEYS), start)).or_insert((i, i, 0));
+            e.1 = i;
+            e.2 += 1;
+            start -= slide_ms;
+        }
     }
     windows
         .into_iter()
-        .map(|((k, _), (first, c))| ((k, first), c))
+        .map(|((k, _), (first, last, c))| {
+            let id = if slide_ms == 1000 {
+                first
+            } else {
+                first * 1_000_000 + last
+            };
+            ((k, id), c)
+        })
         .collect()
 }
 
@@ -115,11 +131,14 @@ async fn create_pipelines(
     hdfs_path: &str,
     file_path: &Path,
     checkpoint_dir: Option<&str>,
+    (window, identity): (&str, &str),
 ) {
     let c = server.connect().await;
     let dir = checkpoint_dir.map_or(String::new(), |d| format!(", 'checkpoint.dir' = '{d}'"));
-    let query = "SELECT k, min(seq) AS first_seq, count(*) AS c FROM TUMBLE(src, ts, INTERVAL '1' SECOND) \
-                 WHERE k <> 'end' GROUP BY window_start, window_end, k";
+    let query = format!(
+        "SELECT k, {identity} AS first_seq, count(*) AS c FROM {window} \
+         WHERE k <> 'end' GROUP BY window_start, window_end, k"
+    );
     c.batch_execute(&format!(
         "CREATE STREAM src (k VARCHAR, seq BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
          WITH (connector = 'kafka', topic = '{input}', 'properties.bootstrap.servers' = '{BROKERS}', format = 'json');
@@ -237,7 +256,14 @@ fn verdict(what: &str, rows: Vec<(String, i64, i64)>, expected: &BTreeMap<(Strin
             .filter(|(w, c)| seen.get(*w) != Some(c))
             .take(5)
             .collect();
-        return Err(format!("{what}: counts differ, e.g. expected {differ:?}"));
+        let extra: Vec<_> = seen
+            .iter()
+            .filter(|(w, _)| !expected.contains_key(*w))
+            .take(5)
+            .collect();
+        return Err(format!(
+            "{what}: counts differ, e.g. expected {differ:?}; not expected {extra:?}"
+        ));
     }
     Ok(())
 }
@@ -315,6 +341,26 @@ enum Fault {
     /// A cluster (master + two workers): SIGKILL of a worker running tasks,
     /// three times, a replacement worker joining after each.
     KillsWorkers,
+    /// As `Kills`, over 1 s windows every 500 ms (HOP: panes, whose
+    /// checkpoints are incremental).
+    KillsHop,
+}
+
+impl Fault {
+    /// The pipelines' window, the expression of a window's identity in
+    /// their output (see [`expected`]) and the window's slide in ms.
+    fn window(self) -> ((&'static str, &'static str), i64) {
+        match self {
+            Fault::KillsHop => (
+                (
+                    "HOP(src, ts, INTERVAL '500' MILLISECOND, INTERVAL '1' SECOND)",
+                    "min(seq) * 1000000 + max(seq)",
+                ),
+                500,
+            ),
+            _ => (("TUMBLE(src, ts, INTERVAL '1' SECOND)", "min(seq)"), 1000),
+        }
+    }
 }
 
 /// The pipelines' query with a filter that passes the same rows as
@@ -501,11 +547,12 @@ async fn scenario(fault: Fault) {
         &hdfs_path,
         &file_path,
         checkpoint_dir.as_deref(),
+        fault.window().0,
     )
     .await;
     let producer = produce(input.clone(), Duration::from_millis(40));
     match fault {
-        Fault::Kills => {
+        Fault::Kills | Fault::KillsHop => {
             for _ in 0..4 {
                 let wait = rand::rng().random_range(1500..4000);
                 tokio::time::sleep(Duration::from_millis(wait)).await;
@@ -631,7 +678,7 @@ async fn scenario(fault: Fault) {
         }
     }
     producer.join().unwrap();
-    let expected = expected();
+    let expected = expected(fault.window().1);
     let deadline = Instant::now() + Duration::from_secs(180);
     check(
         &server,
@@ -675,6 +722,13 @@ async fn scenario(fault: Fault) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_keeps_every_window_exactly_once() {
     scenario(Fault::Kills).await;
+}
+
+/// The same over hopping windows, whose panes a checkpoint writes once and
+/// later checkpoints reference: a restore resolves them from the files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_random_moments_keeps_every_hopping_window_exactly_once() {
+    scenario(Fault::KillsHop).await;
 }
 
 /// kill -9 of worker processes running the pipelines' tasks: the master

@@ -478,7 +478,7 @@ pub fn markdown(v: &Value) -> String {
          `CREATE SINK` ({s_lo:.1}–{s_hi:.1} s). Median (min–max) of {runs}; the ratio's range is Sluice's slowest \
          over Flink's fastest to the reverse. `gen_<table>` rows are the generator alone (`SELECT * FROM <table>`), \
          `gen_<table>_<query>` the generator of only the columns the query reads (EXPLAIN's projection). A query's \
-         *engine share* is its rows over its median run time less its generators' (each table's rows at its \
+         *engine share* is its rows over its median run time less its generators' (each source's rows at its \
          generator's median rate): the engine's own rate, the generator's cost taken out; \"≈ generator\" when the \
          query takes under a tenth more than its generators alone.\n\n",
         flink = s(&v["flink_version"]),

@@ -15,14 +15,27 @@
 //! keys and accumulator states) once, when the first window over it fires
 //! or a checkpoint reads it; the windows after read the arrays, and a late
 //! row for the pane starts a new table beside them, drained in turn.
+//!
+//! Checkpoints of panes are incremental
+//! ([`crate::checkpoint::incremental`]): a part never changes once drained,
+//! so a checkpoint drains the live tables, writes the parts drained since
+//! the previous one in full and references the older ones in the
+//! checkpoint that wrote them. A part is written once while it lives, not
+//! once per window over it at every checkpoint. What has fired is not
+//! stored: it is every window the task's low watermark (stored with every
+//! snapshot, equal across a keyed operator's instances at a barrier) has
+//! passed. Tumbling windows, whose tables change until they fire, are
+//! written whole.
 
 use super::assign::{hop_starts, tumble_start};
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
-use crate::checkpoint::TaskState;
+use crate::checkpoint::incremental::{Held, Increment};
+use crate::checkpoint::{LOW_WATERMARK_KEY, TaskState};
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::{timestamp_array, timestamps_ms};
-use arrow::array::{ArrayRef, Int64Array, UInt32Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::{cast, concat_batches, take, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
@@ -33,7 +46,7 @@ use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use hashbrown::HashMap;
 use sluice_plan::{WindowAggSpec, WindowKind};
 use sluice_types::{Error, Result, SqlCode, Watermark};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -50,12 +63,27 @@ struct WindowGroups {
 }
 
 /// A drained group table: its groups' keys and accumulator states, a row
-/// per group (a key at most once per part; one pane's parts may repeat a
-/// key, and merging adds them up).
+/// per group (a key at most once in a part drained from a table; one pane's
+/// parts may repeat a key, and so may a pane's part restored from a
+/// checkpoint: merging adds them up).
 struct Part {
     len: usize,
     keys: Vec<ArrayRef>,
     states: Vec<ArrayRef>,
+    /// The checkpoint that wrote it in full and its number there (`None`:
+    /// not written since it was drained or restored).
+    written: Option<(u64, u64)>,
+}
+
+impl Part {
+    fn new(len: usize, keys: Vec<ArrayRef>, states: Vec<ArrayRef>) -> Self {
+        Part {
+            len,
+            keys,
+            states,
+            written: None,
+        }
+    }
 }
 
 /// TUMBLE / HOP aggregate.
@@ -88,6 +116,8 @@ pub struct FixedWindowOperator {
     pending: Vec<RecordBatch>,
     /// Groups held: the windows' (or panes' and restored windows').
     groups: usize,
+    /// The number the next part a checkpoint writes gets.
+    next_part: u64,
     groups_max: usize,
     output_schema: SchemaRef,
 }
@@ -126,6 +156,7 @@ impl FixedWindowOperator {
             fired_until: None,
             pending: Vec::new(),
             groups: 0,
+            next_part: 0,
             groups_max: spec.groups_max,
             output_schema,
         })
@@ -315,7 +346,7 @@ impl FixedWindowOperator {
             if start.saturating_add(self.size_ms) > watermark.0 {
                 break;
             }
-            let window = self.merge_window(start, true)?;
+            let window = self.merge_window(start)?;
             self.fired_until = Some(start);
             // Panes are frozen up to the window's end: the first frozen one
             // is the first pane.
@@ -332,12 +363,18 @@ impl FixedWindowOperator {
         }
         // Every window the watermark passed has fired now (or held
         // nothing): rows that come later miss them.
-        let slide = self.slide_ms();
-        if let Some(passed) = watermark.0.checked_sub(self.size_ms) {
-            let passed = passed - passed.rem_euclid(slide);
+        if let Some(passed) = self.passed_by(watermark) {
             self.fired_until = Some(self.fired_until.map_or(passed, |f| f.max(passed)));
         }
         Ok(None)
+    }
+
+    /// The start of the last window `watermark` has passed (its end at or
+    /// below it), if any.
+    fn passed_by(&self, watermark: Watermark) -> Option<i64> {
+        let slide = self.slide_ms();
+        let passed = watermark.0.checked_sub(self.size_ms)?;
+        Some(passed - passed.rem_euclid(slide))
     }
 
     /// The slide, with panes.
@@ -377,21 +414,16 @@ impl FixedWindowOperator {
         }
     }
 
-    /// Window `start`'s groups: its restored part (taken when `fire`) and
-    /// the panes in it, merged into a fresh group table. The panes' live
-    /// tables are drained into parts first (they stay with the panes).
-    fn merge_window(&mut self, start: i64, fire: bool) -> Result<WindowGroups> {
+    /// Window `start`'s groups, to fire: its restored part (taken) and the
+    /// panes in it, merged into a fresh group table. The panes' live tables
+    /// are drained into parts first (they stay with the panes).
+    fn merge_window(&mut self, start: i64) -> Result<WindowGroups> {
         let end = start.saturating_add(self.size_ms);
         self.freeze(start..end)?;
         let mut merged = self.new_window()?;
-        let taken = if fire {
-            self.restored.remove(&start).inspect(|p| self.groups -= p.len)
-        } else {
-            None
-        };
-        let restored = taken.as_ref().or_else(|| self.restored.get(&start));
+        let restored = self.restored.remove(&start).inspect(|p| self.groups -= p.len);
         let panes = self.frozen.range(start..end).flat_map(|(_, parts)| parts);
-        for part in restored.into_iter().chain(panes) {
+        for part in restored.iter().chain(panes) {
             let mut ids = Vec::with_capacity(part.len);
             match merged.keys.as_mut() {
                 Some(table) => {
@@ -457,11 +489,7 @@ fn drain(mut table: WindowGroups) -> Result<Option<Part>> {
     for acc in table.accumulators.iter_mut() {
         states.extend(acc.state(EmitTo::All).map_err(df_error)?);
     }
-    Ok(Some(Part {
-        len: table.len,
-        keys,
-        states,
-    }))
+    Ok(Some(Part::new(table.len, keys, states)))
 }
 
 /// A window's keys and accumulator states, its groups in
@@ -548,26 +576,77 @@ pub(crate) fn finish_batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-/// Snapshot layout: one batch, a row per (window, group):
+/// Snapshot layout of open windows — tumbling windows, and with panes the
+/// windows restored from a checkpoint of this layout (written before panes
+/// were) not fired yet: one batch, a row per (window, group):
 /// `window_start Int64, key columns…, accumulator state columns…`; keyed
 /// by the key columns (stored per key group) when the window has keys.
 pub(crate) const WINDOWS_KEY: &str = "windows";
 
+/// Snapshot layout of panes: a row per group of each part,
+/// `pane_start Int64, key columns…, accumulator state columns…, live
+/// Boolean` (always true: the incremental format's liveness column, see
+/// [`crate::checkpoint::incremental`]); keyed by the key columns and
+/// written incrementally, a batch per part; without keys, one batch of
+/// every part, whole.
+pub(crate) const PANES_KEY: &str = "panes";
+
+/// One part's groups as snapshot rows: `start` (a window's or a pane's),
+/// the keys (as `key_schema` types), the states and, with `live`, an
+/// all-true liveness column.
+fn part_batch(start: i64, part: &Part, key_schema: Option<&SchemaRef>, live: bool) -> Result<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; part.len]))];
+    for (i, k) in part.keys.iter().enumerate() {
+        let want = key_schema.map(|s| s.field(i).data_type());
+        columns.push(match want {
+            Some(t) if t != k.data_type() => cast(k, t)?,
+            _ => k.clone(),
+        });
+    }
+    columns.extend(part.states.iter().cloned());
+    let mut fields: Vec<Field> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
+        .collect();
+    if live {
+        fields.push(Field::new("live", DataType::Boolean, false));
+        columns.push(Arc::new(BooleanArray::new(BooleanBuffer::new_set(part.len), None)));
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
+/// The rows of entry `key` of a restored state as one batch (none when
+/// absent).
+fn entry_rows(state: &TaskState, key: &str) -> Result<Option<RecordBatch>> {
+    let batches = state.rows(key);
+    match batches.first() {
+        Some(first) => Ok(Some(concat_batches(&first.schema(), &batches)?)),
+        None => Ok(None),
+    }
+}
+
 impl FixedWindowOperator {
-    /// Every open window's groups as one batch (accumulators are drained
-    /// into their state and rebuilt from it, so they keep going).
+    /// The open windows' groups as one batch ([`WINDOWS_KEY`]): every
+    /// window of a tumbling operator (accumulators are drained into their
+    /// state and rebuilt from it, so they keep going); with panes, the
+    /// restored windows not fired yet.
     pub(crate) fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
         let mut batches = Vec::new();
-        for (start, part) in self.open_windows()? {
-            let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![start; part.len]))];
-            columns.extend(part.keys);
-            columns.extend(part.states);
-            let fields: Vec<Field> = columns
-                .iter()
-                .enumerate()
-                .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
-                .collect();
-            batches.push(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?);
+        if self.pane_ms.is_none() {
+            let starts: Vec<i64> = self.windows.keys().copied().collect();
+            for start in starts {
+                let window = self.windows.get_mut(&start).expect("listed");
+                let len = window.len;
+                if let Some((keys, states)) = read_groups(window, &self.aggregates)? {
+                    let part = Part::new(len, keys, states);
+                    batches.push(part_batch(start, &part, self.key_schema.as_ref(), false)?);
+                }
+            }
+        } else {
+            for (start, part) in &self.restored {
+                batches.push(part_batch(*start, part, self.key_schema.as_ref(), false)?);
+            }
         }
         if batches.is_empty() {
             return Ok(None);
@@ -575,45 +654,121 @@ impl FixedWindowOperator {
         Ok(Some(concat_batches(&batches[0].schema(), &batches)?))
     }
 
-    /// Every open window's start and groups (with panes: each window not
-    /// fired yet, merged from its panes and restored part).
-    fn open_windows(&mut self) -> Result<Vec<(i64, Part)>> {
-        let mut out = Vec::new();
-        if self.pane_ms.is_none() {
-            let starts: Vec<i64> = self.windows.keys().copied().collect();
-            for start in starts {
-                let window = self.windows.get_mut(&start).expect("listed");
-                let len = window.len;
-                if let Some((keys, states)) = read_groups(window, &self.aggregates)? {
-                    out.push((start, Part { len, keys, states }));
+    /// With panes: every pane's parts into `state` under [`PANES_KEY`],
+    /// the live tables drained first. Keyed, a part written by an earlier
+    /// checkpoint is a reference to it, and the others are written in full
+    /// and remembered as written by `checkpoint`.
+    fn snapshot_panes(&mut self, checkpoint: u64, state: &mut TaskState) -> Result<()> {
+        self.freeze(i64::MIN..i64::MAX)?;
+        let keyed = !self.key_columns.is_empty();
+        let mut inc = Increment::default();
+        let mut live_column = None;
+        for (&pane, parts) in self.frozen.iter_mut() {
+            for part in parts.iter_mut() {
+                live_column = Some(1 + part.keys.len() + part.states.len());
+                if let (true, Some((written_in, number))) = (keyed, part.written) {
+                    inc.held.push(Held {
+                        checkpoint: written_in,
+                        number,
+                        live: BooleanBuffer::new_set(part.len),
+                    });
+                    continue;
+                }
+                let number = self.next_part;
+                self.next_part += 1;
+                inc.new
+                    .push((number, part_batch(pane, part, self.key_schema.as_ref(), true)?));
+                if keyed {
+                    part.written = Some((checkpoint, number));
                 }
             }
-            return Ok(out);
         }
-        // The windows over each pane, and the restored ones, not fired yet
-        // (panes can lie far apart — a row far ahead in time — so no walk
-        // from the first window to the last).
-        let slide = self.slide_ms();
-        let pane_ms = self.pane_ms.expect("panes");
-        let mut starts: BTreeSet<i64> = self.restored.keys().copied().collect();
-        let panes: BTreeSet<i64> = self.windows.keys().chain(self.frozen.keys()).copied().collect();
-        for pane in panes {
-            let last = self.last_window_over(pane);
-            let mut start = last;
-            while start + self.size_ms >= pane + pane_ms {
-                if self.fired_until.is_none_or(|fired| start > fired) {
-                    starts.insert(start);
-                }
-                start -= slide;
+        let Some(live_column) = live_column else {
+            return Ok(());
+        };
+        if keyed {
+            let key_columns = (1..=self.key_columns.len()).collect();
+            return state.put_incremental(PANES_KEY, key_columns, live_column, inc);
+        }
+        let batches: Vec<RecordBatch> = inc.new.into_iter().map(|(_, b)| b).collect();
+        state.put_batch(PANES_KEY, concat_batches(&batches[0].schema(), &batches)?);
+        Ok(())
+    }
+
+    /// The operator's snapshot for checkpoint `checkpoint`.
+    pub(crate) fn snapshot_state(&mut self, checkpoint: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        if let Some(batch) = self.snapshot_batch()? {
+            state.put_rows(WINDOWS_KEY, batch, (1..=self.key_columns.len()).collect());
+        }
+        if self.pane_ms.is_some() {
+            self.snapshot_panes(checkpoint, &mut state)?;
+        }
+        Ok(state)
+    }
+
+    /// Restores [`Self::snapshot_state`]'s state (references resolved;
+    /// after a rescale, rows of several old instances, whose keys are
+    /// disjoint). With panes, the windows the stored low watermark passed
+    /// have fired.
+    pub(crate) fn restore_state(&mut self, state: &TaskState) -> Result<()> {
+        if let Some(batch) = entry_rows(state, WINDOWS_KEY)? {
+            self.restore_batch(&batch)?;
+        }
+        let panes = entry_rows(state, PANES_KEY)?;
+        let Some(pane_ms) = self.pane_ms else {
+            if panes.is_some() {
+                return Err(Error::internal("window snapshot: panes for a window without panes"));
             }
+            return Ok(());
+        };
+        if let Some(bytes) = state.bytes(LOW_WATERMARK_KEY) {
+            let low = i64::from_le_bytes(
+                bytes
+                    .try_into()
+                    .map_err(|_| Error::internal("window snapshot: bad stored watermark"))?,
+            );
+            self.fired_until = self.passed_by(Watermark(low));
         }
-        for start in starts {
-            let window = self.merge_window(start, false)?;
-            if let Some(part) = drain(window)? {
-                out.push((start, part));
+        let Some(batch) = panes else { return Ok(()) };
+        let starts = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| Error::internal("window snapshot: bad pane start column"))?;
+        let n_keys = self.key_columns.len();
+        let live = batch.num_columns() - 1;
+        if live <= n_keys {
+            return Err(Error::internal("window snapshot: too few pane columns"));
+        }
+        let mut per_pane: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        for row in 0..batch.num_rows() {
+            per_pane.entry(starts.value(row)).or_default().push(row as u32);
+        }
+        for (pane, rows) in per_pane {
+            if pane.rem_euclid(pane_ms) != 0 {
+                return Err(Error::internal(format!(
+                    "window snapshot: pane start {pane} is not on this window's panes of {pane_ms} ms"
+                )));
             }
+            let part = take_record_batch(&batch, &UInt32Array::from(rows))?;
+            let keys = self.restored_keys(&part)?;
+            let n = part.num_rows();
+            self.groups += n;
+            let states = part.columns()[1 + n_keys..live].to_vec();
+            self.frozen.entry(pane).or_default().push(Part::new(n, keys, states));
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// The key columns of snapshot rows (after the start), as the keys' types.
+    fn restored_keys(&self, part: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let n_keys = self.key_columns.len();
+        Ok(part.columns()[1..1 + n_keys]
+            .iter()
+            .zip(self.key_schema.iter().flat_map(|s| s.fields().iter()))
+            .map(|(c, f)| cast(c, f.data_type()))
+            .collect::<Result<_, _>>()?)
     }
 
     /// Rebuilds the open windows from [`Self::snapshot_batch`]'s batch.
@@ -631,21 +786,12 @@ impl FixedWindowOperator {
         for (start, rows) in per_window {
             let part = take_record_batch(batch, &UInt32Array::from(rows))?;
             let n = part.num_rows();
-            let key_columns: Vec<ArrayRef> = part.columns()[1..1 + n_keys]
-                .iter()
-                .zip(self.key_schema.iter().flat_map(|s| s.fields().iter()))
-                .map(|(c, f)| cast(c, f.data_type()))
-                .collect::<Result<_, _>>()?;
+            let key_columns = self.restored_keys(&part)?;
             self.groups += n;
             if self.pane_ms.is_some() {
                 // Kept as read: merged with its panes when it fires.
                 let states = part.columns()[1 + n_keys..].to_vec();
-                let part = Part {
-                    len: n,
-                    keys: key_columns,
-                    states,
-                };
-                self.restored.insert(start, part);
+                self.restored.insert(start, Part::new(n, key_columns, states));
                 continue;
             }
             let mut window = self.new_window()?;
@@ -675,21 +821,17 @@ impl FixedWindowOperator {
 
 #[async_trait]
 impl Operator for FixedWindowOperator {
-    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
-        let mut state = TaskState::default();
-        if let Some(batch) = self.snapshot_batch()? {
-            state.put_rows(WINDOWS_KEY, batch, (1..=self.key_columns.len()).collect());
-        }
-        Ok(state)
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
+        self.snapshot_state(checkpoint_id)
     }
 
     /// The restored rows may come from several old instances (a rescale):
     /// their keys are disjoint, so they are one set of open windows.
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {
-        if let Some(batch) = TaskState::restored_rows(checkpoint, WINDOWS_KEY)? {
-            self.restore_batch(&batch)?;
+        match checkpoint {
+            Some((_, state)) => self.restore_state(&state),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     async fn process_batch(&mut self, batch: RecordBatch, _input: usize, ctx: &mut OperatorContext<'_>) -> Result<()> {

@@ -209,6 +209,19 @@ fn sessions_over_interleaved_keys_and_batches_equal_sessions_worked_out_by_hand(
     }
 }
 
+/// `op`'s snapshot for checkpoint `id` (its low watermark `low`, as the
+/// task stores it) through the file format, its references resolved from
+/// nothing (a first snapshot, or one after a restore, has none).
+fn round_trip(op: &mut FixedWindowOperator, id: u64, low: Watermark) -> crate::checkpoint::TaskState {
+    let mut state = op.snapshot_state(id).unwrap();
+    state.put_bytes(crate::checkpoint::LOW_WATERMARK_KEY, low.0.to_le_bytes().to_vec());
+    state.key_groups = sluice_plan::KEY_GROUPS_DEFAULT;
+    let mut state = crate::checkpoint::TaskState::decode(&state.encode().unwrap()).unwrap();
+    assert!(state.referenced_checkpoints().unwrap().is_empty());
+    crate::checkpoint::incremental::resolve(&mut state, &Default::default()).unwrap();
+    state
+}
+
 #[test]
 fn a_snapshot_restores_open_windows_and_the_original_keeps_going() {
     let hop = WindowKind::Hop {
@@ -218,13 +231,10 @@ fn a_snapshot_restores_open_windows_and_the_original_keeps_going() {
     let mut op = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
     op.update(&rows(&[(7, 1, 1), (12, 1, 10), (3, 2, 4)]), Watermark::MIN)
         .unwrap();
-    let snap = op.snapshot_batch().unwrap().unwrap();
     // Through the file format, as recovery reads it.
-    let mut state = crate::checkpoint::TaskState::default();
-    state.put_batch("w", snap);
-    let state = crate::checkpoint::TaskState::decode(&state.encode().unwrap()).unwrap();
+    let state = round_trip(&mut op, 1, Watermark::MIN);
     let mut restored = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
-    restored.restore_batch(state.batch("w").unwrap()).unwrap();
+    restored.restore_state(&state).unwrap();
     // Both get the same later rows and must emit the same windows:
     // key 1: [0,10)=1 (v1), [5,15)=1+10+8 → (3, 19), [10,20)=10+8 → (2, 18), [15,25)=... none
     for o in [&mut op, &mut restored] {
@@ -433,6 +443,34 @@ fn regrouped_accumulators_follow_their_new_ids() {
 }
 
 /// Rows (time, key, value) with the watermark each came under, and the
+/// 20 000 rows in time order over 3 000 keys (time = row / 10 ms), with a
+/// late row (up to 400 ms back) every 7th.
+fn rows_with_late_ones() -> Vec<(i64, i64, i64)> {
+    let mut state = 11u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        state >> 33
+    };
+    (0..20_000i64)
+        .map(|i| {
+            let late = if i % 7 == 3 { (next() % 400) as i64 } else { 0 };
+            (i / 10 - late, (next() % 3_000) as i64, i)
+        })
+        .collect()
+}
+
+/// The watermark batch `i` of [`rows_with_late_ones`] comes under, 150
+/// rows a batch: 30 ms behind the batch's first row.
+fn batch_watermark(i: usize, chunk: &[(i64, i64, i64)]) -> Watermark {
+    Watermark(chunk[0].0.max(i as i64 * 15) - 30)
+}
+
+/// Slides that divide the size (panes of the slide), that do not (panes
+/// of their gcd) and that leave gaps.
+const HOPS: [(i64, i64); 4] = [(20, 100), (30, 100), (40, 30), (25, 50)];
+
 /// windows (slide, size) of a HOP: each window's count and sum per key,
 /// worked out row by row — a row counts in every window that holds its
 /// time and ends after the watermark it came under.
@@ -457,26 +495,11 @@ fn hop_by_rule(rows: &[((i64, i64, i64), i64)], slide: i64, size: i64) -> Vec<(i
 
 #[test]
 fn hop_windows_from_panes_equal_the_rule_through_late_rows_and_a_restore() {
-    // A stream in time order over 3 000 keys, with a late row (up to
-    // 400 ms back) every 7th, 150 rows a batch under a watermark 30 ms
-    // behind the batch's first row, fired after each batch; halfway the
+    // The rows with late ones, fired after each batch; halfway the
     // operator's snapshot goes through the file format into a fresh one,
-    // which goes on. Slides that divide the size (panes of the slide),
-    // that do not (panes of their gcd) and that leave gaps.
-    let mut state = 11u64;
-    let mut next = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        state >> 33
-    };
-    let data: Vec<(i64, i64, i64)> = (0..20_000i64)
-        .map(|i| {
-            let late = if i % 7 == 3 { (next() % 400) as i64 } else { 0 };
-            (i / 10 - late, (next() % 3_000) as i64, i)
-        })
-        .collect();
-    for (slide, size) in [(20, 100), (30, 100), (40, 30), (25, 50)] {
+    // which goes on from the windows the stored watermark had fired.
+    let data = rows_with_late_ones();
+    for (slide, size) in HOPS {
         let hop = WindowKind::Hop {
             slide_ms: slide,
             size_ms: size,
@@ -484,16 +507,15 @@ fn hop_windows_from_panes_equal_the_rule_through_late_rows_and_a_restore() {
         let mut op = FixedWindowOperator::new(&spec(hop, 1_000_000), output_schema()).unwrap();
         let mut fired = Vec::new();
         let mut seen = Vec::new();
+        let mut low = Watermark::MIN;
         for (i, chunk) in data.chunks(150).enumerate() {
-            let watermark = Watermark(chunk[0].0.max(i as i64 * 15) - 30);
+            let watermark = batch_watermark(i, chunk);
             if i == 66 {
-                let snap = op.snapshot_batch().unwrap().unwrap();
-                let mut state = crate::checkpoint::TaskState::default();
-                state.put_batch("w", snap);
-                let state = crate::checkpoint::TaskState::decode(&state.encode().unwrap()).unwrap();
+                let state = round_trip(&mut op, 1, low);
                 op = FixedWindowOperator::new(&spec(hop, 1_000_000), output_schema()).unwrap();
-                op.restore_batch(state.batch("w").unwrap()).unwrap();
+                op.restore_state(&state).unwrap();
             }
+            low = watermark;
             op.update(&rows(chunk), watermark).unwrap();
             seen.extend(chunk.iter().map(|r| (*r, watermark.0)));
             fired.extend(op.fire(watermark).unwrap());
@@ -507,9 +529,10 @@ fn hop_windows_from_panes_equal_the_rule_through_late_rows_and_a_restore() {
 }
 
 #[test]
-fn a_snapshot_of_panes_far_apart_in_time_lists_only_their_windows() {
-    // A row a year ahead of the others: the snapshot merges the windows
-    // over the two panes (5 each), not every window between them.
+fn a_snapshot_of_panes_far_apart_in_time_holds_the_panes() {
+    // A row a year ahead of the others: the snapshot holds the two panes,
+    // and the restored operator fires the 5 windows over each, not every
+    // window between them.
     let hop = WindowKind::Hop {
         slide_ms: 2,
         size_ms: 10,
@@ -517,12 +540,134 @@ fn a_snapshot_of_panes_far_apart_in_time_lists_only_their_windows() {
     let year = 365 * 24 * 3_600_000;
     let mut op = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
     op.update(&rows(&[(1, 1, 1), (year, 2, 5)]), Watermark::MIN).unwrap();
-    let snap = op.snapshot_batch().unwrap().unwrap();
-    assert_eq!(snap.num_rows(), 10);
+    let state = round_trip(&mut op, 1, Watermark::MIN);
+    let panes: usize = state.rows("panes").iter().map(|b| b.num_rows()).sum();
+    assert_eq!(panes, 2);
     let mut restored = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
-    restored.restore_batch(&snap).unwrap();
+    restored.restore_state(&state).unwrap();
     let fired = collect(&restored.fire(Watermark::MAX).unwrap());
     assert_eq!(fired.len(), 10);
     assert_eq!(fired[0], (-8, 2, 1, 1, 1));
     assert_eq!(fired[9], (year, year + 10, 2, 1, 5));
+}
+
+/// The rows of `batch` whose key (column 1) is in `range`'s key groups.
+fn of_key_groups(batch: &RecordBatch, range: sluice_plan::KeyGroupRange) -> RecordBatch {
+    let groups = crate::checkpoint::keyed::label(batch, &[1], sluice_plan::KEY_GROUPS_DEFAULT).unwrap();
+    let mine: arrow::array::BooleanArray = groups
+        .values()
+        .iter()
+        .map(|g| Some(range.contains(u32::from(*g))))
+        .collect();
+    arrow::compute::filter_record_batch(batch, &mine).unwrap()
+}
+
+#[tokio::test]
+async fn hop_panes_restored_from_incremental_checkpoints_fire_as_the_operator_never_stopped() {
+    // The rows with late ones; every 3rd batch the operator checkpoints
+    // through the real writer, manifest, pruning and reader (keeping one
+    // checkpoint and what it references). A copy restored from each
+    // checkpoint, and from one of them two instances of a rescale (each
+    // given the rows of its key groups), go on beside the operator, which
+    // is checked against the rule; every copy must fire what it fires.
+    use crate::checkpoint::keyed::{Part, assemble};
+    use crate::checkpoint::testing::CheckpointLoop;
+    use crate::checkpoint::{LOW_WATERMARK_KEY, LocalStateStore, StateStore};
+    use crate::operator::Operator;
+    use sluice_plan::{KEY_GROUPS_DEFAULT, key_group_range};
+    let data = rows_with_late_ones();
+    for (slide, size) in HOPS {
+        let hop = WindowKind::Hop {
+            slide_ms: slide,
+            size_ms: size,
+        };
+        let new_op = || FixedWindowOperator::new(&spec(hop, 1_000_000), output_schema()).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
+        let mut checkpoints = CheckpointLoop::new(store, 1);
+        let mut op = new_op();
+        // Copies: each a list of instances with their key groups.
+        let mut copies: Vec<Vec<(sluice_plan::KeyGroupRange, FixedWindowOperator)>> = Vec::new();
+        let (mut fired, mut seen, mut low) = (Vec::new(), Vec::new(), Watermark::MIN);
+        let mut referencing = 0;
+        for (i, chunk) in data.chunks(150).enumerate() {
+            let watermark = batch_watermark(i, chunk);
+            if i % 3 == 2 {
+                let id = checkpoints.start();
+                let mut state = op.snapshot(id).await.unwrap();
+                state.put_bytes(LOW_WATERMARK_KEY, low.0.to_le_bytes().to_vec());
+                let m = checkpoints.complete(id, state).await.unwrap();
+                let restored = checkpoints.read(id).await.unwrap();
+                let mut copy = new_op();
+                copy.restore(Some((id, restored.clone()))).await.unwrap();
+                // What a full snapshot of the same panes writes: the
+                // copy's first, none of its parts written yet.
+                let mut full = copy.snapshot_state(id + 1000).unwrap();
+                full.key_groups = KEY_GROUPS_DEFAULT;
+                let full = full.encode().unwrap().len() as u64;
+                let entry = &m.tasks[0];
+                if !entry.references.is_empty() {
+                    referencing += 1;
+                    assert!(
+                        entry.bytes < full,
+                        "{slide}/{size} checkpoint {id}: {} bytes, a full one {full}",
+                        entry.bytes
+                    );
+                }
+                let all = sluice_plan::KeyGroupRange {
+                    start: 0,
+                    end: KEY_GROUPS_DEFAULT,
+                };
+                copies.push(vec![(all, copy)]);
+                if i == 68 {
+                    let mut instances = Vec::new();
+                    for instance in 0..2 {
+                        let mine = key_group_range(instance, 2, KEY_GROUPS_DEFAULT);
+                        let part = Part {
+                            instance: 0,
+                            same: false,
+                            legacy: false,
+                            state: restored.clone(),
+                        };
+                        let state = assemble(vec![part], mine, KEY_GROUPS_DEFAULT, &|s| Ok(s), "window").unwrap();
+                        let mut o = new_op();
+                        o.restore(Some((id, state))).await.unwrap();
+                        instances.push((mine, o));
+                    }
+                    copies.push(instances);
+                }
+            }
+            low = watermark;
+            let batch = rows(chunk);
+            op.update(&batch, watermark).unwrap();
+            seen.extend(chunk.iter().map(|r| (*r, watermark.0)));
+            let want = op.fire(watermark).unwrap();
+            for (c, copy) in copies.iter_mut().enumerate() {
+                let mut got = Vec::new();
+                for (range, o) in copy.iter_mut() {
+                    o.update(&of_key_groups(&batch, *range), watermark).unwrap();
+                    got.extend(o.fire(watermark).unwrap());
+                }
+                assert_eq!(collect(&got), collect(&want), "{slide}/{size} copy {c}, batch {i}");
+            }
+            fired.extend(want);
+        }
+        let want = op.fire(Watermark::MAX).unwrap();
+        for (c, copy) in copies.iter_mut().enumerate() {
+            let got: Vec<RecordBatch> = copy
+                .iter_mut()
+                .flat_map(|(_, o)| o.fire(Watermark::MAX).unwrap())
+                .collect();
+            assert_eq!(collect(&got), collect(&want), "{slide}/{size} copy {c} at the end");
+        }
+        fired.extend(want);
+        assert_eq!(collect(&fired), hop_by_rule(&seen, slide, size), "{slide}/{size}");
+        // 44 checkpoints; the first has nothing to reference, and with
+        // 30-ms windows a part is often gone by the next.
+        assert!(
+            referencing >= 20,
+            "{slide}/{size}: {referencing} checkpoints referenced earlier ones"
+        );
+        checkpoints.finish().await;
+    }
 }
