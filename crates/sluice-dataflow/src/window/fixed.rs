@@ -616,6 +616,20 @@ fn part_batch(start: i64, part: &Part, key_schema: Option<&SchemaRef>, live: boo
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
 }
 
+/// Snapshot rows by their start (column 0, a window's or a pane's).
+fn rows_by_start(batch: &RecordBatch) -> Result<BTreeMap<i64, Vec<u32>>> {
+    let starts = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or_else(|| Error::internal("window snapshot: bad start column"))?;
+    let mut out: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    for row in 0..batch.num_rows() {
+        out.entry(starts.value(row)).or_default().push(row as u32);
+    }
+    Ok(out)
+}
+
 /// The rows of entry `key` of a restored state as one batch (none when
 /// absent).
 fn entry_rows(state: &TaskState, key: &str) -> Result<Option<RecordBatch>> {
@@ -731,21 +745,12 @@ impl FixedWindowOperator {
             self.fired_until = self.passed_by(Watermark(low));
         }
         let Some(batch) = panes else { return Ok(()) };
-        let starts = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(|| Error::internal("window snapshot: bad pane start column"))?;
         let n_keys = self.key_columns.len();
         let live = batch.num_columns() - 1;
         if live <= n_keys {
             return Err(Error::internal("window snapshot: too few pane columns"));
         }
-        let mut per_pane: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
-        for row in 0..batch.num_rows() {
-            per_pane.entry(starts.value(row)).or_default().push(row as u32);
-        }
-        for (pane, rows) in per_pane {
+        for (pane, rows) in rows_by_start(&batch)? {
             if pane.rem_euclid(pane_ms) != 0 {
                 return Err(Error::internal(format!(
                     "window snapshot: pane start {pane} is not on this window's panes of {pane_ms} ms"
@@ -773,17 +778,8 @@ impl FixedWindowOperator {
 
     /// Rebuilds the open windows from [`Self::snapshot_batch`]'s batch.
     pub(crate) fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
-        let starts = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(|| Error::internal("window snapshot: bad start column"))?;
         let n_keys = self.key_columns.len();
-        let mut per_window: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
-        for row in 0..batch.num_rows() {
-            per_window.entry(starts.value(row)).or_default().push(row as u32);
-        }
-        for (start, rows) in per_window {
+        for (start, rows) in rows_by_start(batch)? {
             let part = take_record_batch(batch, &UInt32Array::from(rows))?;
             let n = part.num_rows();
             let key_columns = self.restored_keys(&part)?;
