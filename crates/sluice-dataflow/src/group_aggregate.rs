@@ -19,6 +19,16 @@
 //! every barrier (emission ends each batch), so a snapshot stores only the
 //! keys, row counts and the accumulators' states.
 //!
+//! With GROUP BY keys, checkpoints are incremental
+//! ([`crate::checkpoint::incremental`]): a checkpoint writes the groups
+//! changed since the previous one (and restored ones), as one batch, and
+//! references the batches earlier checkpoints wrote, with a liveness bit a
+//! row: a group's row lives in the batch that wrote it last, and a deleted
+//! group's in none. When the rows held in earlier batches pass twice the
+//! live groups (plus [`COMPACT_SLACK`]), the checkpoint writes every group
+//! again and references nothing, so what a restore reads stays within a
+//! small multiple of the state.
+//!
 //! When every aggregate is a `count`, `sum` or `avg` of integers or doubles,
 //! or (over an append-only input) a `min`, `max` or integer `count(DISTINCT
 //! …)` ([`columnar`]), the groups' states are columns instead of
@@ -27,13 +37,15 @@
 
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
+use crate::checkpoint::incremental::{Held, Increment};
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::window::fixed::finish_batch;
-use arrow::array::{Array, ArrayRef, Int64Array, StringArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, StringArray, UInt32Array};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::cmp::not_distinct;
-use arrow::compute::{concat, take};
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::compute::{concat, filter_record_batch, take};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::RowConverter;
 use async_trait::async_trait;
@@ -48,9 +60,24 @@ use std::sync::atomic::Ordering;
 mod columnar;
 use columnar::{Columnar, Columns};
 
-/// Snapshot layout: one batch, a row per group: `key columns…, rows
-/// (Int64), accumulator state columns…`, keyed by the key columns.
+/// Snapshot layout: a row per group: `key columns…, rows (Int64),
+/// accumulator state columns…`, keyed by the key columns; with keys, then
+/// `live (Boolean)`, written incrementally (a batch per checkpoint, dead
+/// rows in the batches after a group was written again or deleted).
+/// Checkpoints before incremental ones wrote one batch without `live`.
 const GROUPS_KEY: &str = "groups";
+
+/// Rows earlier batches may hold beyond twice the live groups before a
+/// checkpoint writes every group again.
+const COMPACT_SLACK: usize = 1024;
+
+/// A batch of groups an earlier checkpoint wrote in full.
+struct WrittenGroups {
+    checkpoint: u64,
+    /// Per row: its group was last written here and lives.
+    live: Vec<bool>,
+    live_count: usize,
+}
 
 /// One group: its key (row-encoded; empty without keys), its rows (added
 /// minus retracted) and an accumulator per aggregate.
@@ -84,6 +111,13 @@ pub struct GroupAggregateOperator {
     /// Per group slot, the number of the batch that last touched it.
     stamps: Vec<u64>,
     batches: u64,
+    /// Per group slot: where its group was last written by a checkpoint
+    /// (the batch's number, its row there), and whether it changed since.
+    written: Vec<Option<(u64, u32)>>,
+    dirty: Vec<bool>,
+    /// Batches earlier checkpoints wrote that hold a live group, by number.
+    held: std::collections::BTreeMap<u64, WrittenGroups>,
+    next_number: u64,
 }
 
 /// The changelog rows of one batch, built column by column.
@@ -140,6 +174,10 @@ impl GroupAggregateOperator {
             columnar: None,
             stamps: Vec::new(),
             batches: 0,
+            written: Vec::new(),
+            dirty: Vec::new(),
+            held: Default::default(),
+            next_number: 0,
         };
         // Refuse an aggregate that cannot retract before any row arrives.
         let accumulators = op.accumulators()?;
@@ -240,6 +278,8 @@ impl GroupAggregateOperator {
             None => {
                 self.groups.push(Some(group));
                 self.stamps.push(0);
+                self.written.push(None);
+                self.dirty.push(false);
                 self.groups.len() as u32 - 1
             }
         };
@@ -247,6 +287,7 @@ impl GroupAggregateOperator {
             columns.reset(g);
         }
         self.index.insert(key.into(), g);
+        self.dirty[g as usize] = true;
         Ok(g)
     }
 
@@ -269,6 +310,22 @@ impl GroupAggregateOperator {
         if let Some(group) = self.groups[g as usize].take() {
             self.index.remove(&group.key);
             self.free.push(g);
+            self.unwrite(g);
+            self.dirty[g as usize] = false;
+        }
+    }
+
+    /// Group slot `g`'s row in the batch a checkpoint wrote it in is dead
+    /// from now on (it changed, or went); a batch left with none goes.
+    fn unwrite(&mut self, g: u32) {
+        let Some((number, row)) = self.written[g as usize].take() else {
+            return;
+        };
+        let batch = self.held.get_mut(&number).expect("a written group's batch is held");
+        batch.live[row as usize] = false;
+        batch.live_count -= 1;
+        if batch.live_count == 0 {
+            self.held.remove(&number);
         }
     }
 
@@ -372,6 +429,7 @@ impl GroupAggregateOperator {
             };
             if self.stamps[g as usize] != stamp {
                 self.stamps[g as usize] = stamp;
+                self.dirty[g as usize] = true;
                 touched.push(g);
                 first_rows.push(row as u32);
                 shown.push(self.group(g).rows > 0);
@@ -438,6 +496,7 @@ impl GroupAggregateOperator {
     /// Updates one touched group and records what it emits.
     fn apply(&mut self, t: &Touched, arguments: &[Vec<ArrayRef>], changes: &mut Changes) -> Result<()> {
         let now_ms = self.now_ms;
+        self.dirty[t.group as usize] = true;
         let group = self.group(t.group);
         group.touched_ms = now_ms;
         for (acc, args) in group.accumulators.iter_mut().zip(arguments) {
@@ -516,12 +575,17 @@ impl GroupAggregateOperator {
         Ok(self.accumulator(a)?.state().map_err(df_error)?.len())
     }
 
-    /// Every group's key, rows and accumulator state as one batch (an
-    /// accumulator is rebuilt from the state it gave, so it keeps going).
-    fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
-        let live: Vec<u32> = (0..self.groups.len() as u32)
+    /// The live group slots.
+    fn live_groups(&self) -> Vec<u32> {
+        (0..self.groups.len() as u32)
             .filter(|g| self.groups[*g as usize].is_some())
-            .collect();
+            .collect()
+    }
+
+    /// Groups `live`'s keys, rows and accumulator states as one batch (an
+    /// accumulator is rebuilt from the state it gave, so it keeps going),
+    /// with an all-true `live` column when `liveness`.
+    fn snapshot_batch(&mut self, live: &[u32], liveness: bool) -> Result<Option<RecordBatch>> {
         if live.is_empty() {
             return Ok(None);
         }
@@ -540,7 +604,7 @@ impl GroupAggregateOperator {
             .collect();
         columns.push(Arc::new(rows));
         if let Some(aggregates) = &self.columnar {
-            columns.extend(aggregates.state(&live));
+            columns.extend(aggregates.state(live));
         }
         for a in 0..self.aggregates.len() {
             if self.columnar.is_some() {
@@ -548,7 +612,7 @@ impl GroupAggregateOperator {
             }
             let width = self.state_width(a)?;
             let mut states: Vec<Vec<ScalarValue>> = vec![Vec::with_capacity(live.len()); width];
-            for g in &live {
+            for g in live {
                 let state = self.group(*g).accumulators[a].state().map_err(df_error)?;
                 for (column, v) in states.iter_mut().zip(state) {
                     column.push(v);
@@ -566,17 +630,110 @@ impl GroupAggregateOperator {
             }
             columns.extend(arrays);
         }
-        let fields: Vec<Field> = columns
+        let mut fields: Vec<Field> = columns
             .iter()
             .enumerate()
             .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
             .collect();
+        if liveness {
+            fields.push(Field::new("live", DataType::Boolean, false));
+            columns.push(Arc::new(BooleanArray::new(BooleanBuffer::new_set(live.len()), None)));
+        }
         Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
     }
 
-    /// Rebuilds the groups from [`Self::snapshot_batch`]'s rows.
+    /// The operator's snapshot for checkpoint `checkpoint`: without keys,
+    /// its one group whole; with keys, incremental (see the module doc).
+    fn snapshot_state(&mut self, checkpoint: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        let n_keys = self.key_columns.len();
+        if n_keys == 0 {
+            if let Some(batch) = self.snapshot_batch(&self.live_groups(), false)? {
+                state.put_rows(GROUPS_KEY, batch, Vec::new());
+            }
+            return Ok(state);
+        }
+        let held_rows: usize = self.held.values().map(|b| b.live.len()).sum();
+        if held_rows > 2 * self.index.len() + COMPACT_SLACK {
+            // Written again, all of them: nothing older is referenced.
+            self.held.clear();
+            self.written.iter_mut().for_each(|w| *w = None);
+        }
+        let changed: Vec<u32> = self
+            .live_groups()
+            .into_iter()
+            .filter(|g| self.dirty[*g as usize] || self.written[*g as usize].is_none())
+            .collect();
+        for g in &changed {
+            self.unwrite(*g);
+        }
+        let mut inc = Increment::default();
+        for (number, b) in &self.held {
+            inc.held.push(Held {
+                checkpoint: b.checkpoint,
+                number: *number,
+                live: b.live.iter().copied().collect(),
+            });
+        }
+        let Some(batch) = self.snapshot_batch(&changed, true)? else {
+            if inc.held.is_empty() {
+                return Ok(state);
+            }
+            // The live column's place, as the batches written hold it.
+            let live_column = n_keys
+                + 1
+                + (0..self.aggregates.len())
+                    .map(|a| self.state_width(a))
+                    .sum::<Result<usize>>()?;
+            state.put_incremental(GROUPS_KEY, (0..n_keys).collect(), live_column, inc)?;
+            return Ok(state);
+        };
+        let number = self.next_number;
+        self.next_number += 1;
+        for (row, g) in changed.iter().enumerate() {
+            self.written[*g as usize] = Some((number, row as u32));
+            self.dirty[*g as usize] = false;
+        }
+        self.held.insert(
+            number,
+            WrittenGroups {
+                checkpoint,
+                live: vec![true; changed.len()],
+                live_count: changed.len(),
+            },
+        );
+        let live_column = batch.num_columns() - 1;
+        inc.new.push((number, batch));
+        state.put_incremental(GROUPS_KEY, (0..n_keys).collect(), live_column, inc)?;
+        Ok(state)
+    }
+
+    /// Rebuilds the groups from [`Self::snapshot_batch`]'s rows (those
+    /// whose `live` column, when there is one, says they live).
     fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
         let n_keys = self.key_columns.len();
+        let widths: Vec<usize> = (0..self.aggregates.len())
+            .map(|a| self.state_width(a))
+            .collect::<Result<_>>()?;
+        let width = n_keys + 1 + widths.iter().sum::<usize>();
+        let batch = match batch.num_columns() {
+            n if n == width => batch.clone(),
+            n if n == width + 1 => {
+                let live = batch
+                    .column(width)
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| Error::internal("aggregate snapshot: bad liveness column"))?;
+                let live = filter_record_batch(batch, live)?;
+                live.project(&(0..width).collect::<Vec<_>>())?
+            }
+            n => {
+                return Err(Error::internal(format!(
+                    "aggregate snapshot: {n} columns, {width} expected"
+                )));
+            }
+        };
+        let batch = &batch;
         let key_rows = match &self.converter {
             Some(c) => Some(c.convert_columns(&batch.columns()[..n_keys])?),
             None => None,
@@ -586,9 +743,6 @@ impl GroupAggregateOperator {
             .as_any()
             .downcast_ref::<Int64Array>()
             .ok_or_else(|| Error::internal("aggregate snapshot: bad rows column"))?;
-        let widths: Vec<usize> = (0..self.aggregates.len())
-            .map(|a| self.state_width(a))
-            .collect::<Result<_>>()?;
         for row in 0..batch.num_rows() {
             let before = self.index.len();
             let g = match &key_rows {
@@ -618,12 +772,8 @@ impl GroupAggregateOperator {
 
 #[async_trait]
 impl Operator for GroupAggregateOperator {
-    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
-        let mut state = TaskState::default();
-        if let Some(batch) = self.snapshot_batch()? {
-            state.put_rows(GROUPS_KEY, batch, (0..self.key_columns.len()).collect());
-        }
-        Ok(state)
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
+        self.snapshot_state(checkpoint_id)
     }
 
     /// The restored rows may come from several old instances (a rescale):

@@ -366,7 +366,7 @@ async fn keyed_window_state_restores_at_another_parallelism() {
             checkpoint
                 .tasks
                 .iter()
-                .any(|(t, s)| { t.parallelism == Some(2) && s.entries.contains_key("windows") })
+                .any(|(t, s)| { t.parallelism == Some(2) && s.entries.contains_key("panes") })
         );
         assert!(!before.is_empty() && before.len() < expected().len());
         let after = run_to_end(restored_at, dir.path(), Some(checkpoint)).await;
@@ -379,23 +379,25 @@ async fn keyed_window_state_restores_at_another_parallelism() {
 /// Rewrites checkpoint `c` as Sluice wrote it before operator uids and key
 /// groups: manifest version 1 naming tasks by operator number
 /// (`task-<operator>-<instance>.state`), state files of format version 2
-/// (no keyed values: the window's rows as a plain batch), and the window's
-/// keys on the instance the old routing sent them to (`hash % parallelism`,
-/// the same hash).
+/// (no keyed values: the window's rows as a plain batch, in the layout of
+/// open windows — a TUMBLE's panes are its windows, without the liveness
+/// column), and the window's keys on the instance the old routing sent
+/// them to (`hash % parallelism`, the same hash).
 async fn write_as_before_key_groups(c: &RestoredCheckpoint, dag: &PhysicalDag, dir: &std::path::Path) {
     let store = LocalStateStore::new(dir);
     let chk = manifest::checkpoint_dir(PipelineId(1), c.id + 1);
     let window = dag.operators[1].clone();
     let number = |uid: OperatorUid| dag.operator_by_uid(uid).expect("an operator of the DAG").id.0;
     // The window's rows, re-split by the old routing.
-    let rows: Vec<RecordBatch> = c.tasks.iter().flat_map(|(_, s)| s.rows("windows")).collect();
+    let rows: Vec<RecordBatch> = c.tasks.iter().flat_map(|(_, s)| s.rows("panes")).collect();
     let all = arrow::compute::concat_batches(&rows[0].schema(), &rows).unwrap();
+    let all = all.project(&(0..all.num_columns() - 1).collect::<Vec<_>>()).unwrap();
     let hashes = crate::exchange::key_hashes(&[all.column(1).clone()], all.num_rows()).unwrap();
     let mut entries = Vec::new();
     for (t, state) in &c.tasks {
         let mut old = TaskState::default();
         for (key, value) in &state.entries {
-            if !matches!(value, crate::checkpoint::state::StateValue::Keyed(_)) {
+            if !matches!(value, crate::checkpoint::state::StateValue::Keyed(_)) && !key.starts_with("panes") {
                 old.entries.insert(key.clone(), value.clone());
             }
         }

@@ -764,11 +764,239 @@ mod columnar_equals_generic {
                 if !changelog {
                     // Append-only, the snapshots are the same columns too
                     // (a distinct count's values in any order).
-                    let a = columnar.snapshot_batch().unwrap().unwrap();
-                    let b = generic.snapshot_batch().unwrap().unwrap();
+                    let a = columnar
+                        .snapshot_batch(&columnar.live_groups(), false)
+                        .unwrap()
+                        .unwrap();
+                    let b = generic.snapshot_batch(&generic.live_groups(), false).unwrap().unwrap();
                     assert_eq!(sorted_lists(&a), sorted_lists(&b), "seed {seed}");
                 }
             }
         }
+    }
+
+    /// Batches over 3 000 keys (one row in four on keys 0–4), 1–60 rows
+    /// each; as a changelog, one row in three retracts a row added before,
+    /// so groups change, empty and go.
+    fn wide_batches(seed: u64, n: usize) -> Vec<RecordBatch> {
+        let mut r = Random(seed);
+        let mut added: Vec<(i64, Option<i64>)> = Vec::new();
+        (0..n)
+            .map(|_| {
+                let len = 1 + r.below(60) as usize;
+                let mut rows: Vec<(&str, i64, Option<i64>)> = Vec::new();
+                for _ in 0..len {
+                    if !added.is_empty() && r.below(3) == 0 {
+                        let (k, v) = added.swap_remove(r.below(added.len() as u64) as usize);
+                        rows.push(("-D", k, v));
+                        continue;
+                    }
+                    let k = if r.below(4) == 0 { r.below(5) } else { r.below(3000) } as i64;
+                    let v = (r.below(7) != 0).then(|| r.below(100) as i64 - 50);
+                    added.push((k, v));
+                    rows.push(("+I", k, v));
+                }
+                changelog_batch(&rows)
+            })
+            .collect()
+    }
+
+    /// `[op, k, v, …]` rows as a batch of [`input_schema`] (the text and
+    /// derived columns from `v`).
+    fn changelog_batch(rows: &[(&str, i64, Option<i64>)]) -> RecordBatch {
+        let v = |f: &dyn Fn(i64) -> Option<i64>| Int64Array::from_iter(rows.iter().map(|r| r.2.and_then(f)));
+        RecordBatch::try_new(
+            input_schema(),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(v(&Some)),
+                Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.2.map(|v| v as f64)))),
+                Arc::new(StringArray::from_iter(
+                    rows.iter().map(|r| r.2.map(|v| format!("v{v}"))),
+                )),
+                Arc::new(v(&|v| (v > 0).then_some(v))),
+                Arc::new(v(&|v| Some((v * 3).rem_euclid(17)))),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Checkpoints every third batch through the real state writer,
+    /// manifest, pruning and reader (one checkpoint kept, and what it
+    /// references); a copy restored from each — in either form, and two
+    /// instances of a rescale from one — goes on beside the operator and
+    /// must emit its changelog batch for batch. Most checkpoints reference
+    /// earlier ones and are smaller than a full snapshot of the same groups.
+    #[tokio::test]
+    async fn groups_restored_from_incremental_checkpoints_go_on_as_the_operator_never_stopped() {
+        use crate::checkpoint::keyed::{Part, assemble};
+        use crate::checkpoint::testing::CheckpointLoop;
+        use crate::checkpoint::{LocalStateStore, StateStore};
+        use sluice_plan::{KEY_GROUPS_DEFAULT, KeyGroupRange, key_group_range};
+        for (changelog, form) in [(false, 0), (true, 0), (true, 1)] {
+            let (spec, out) = spec(changelog, true);
+            let build: fn(&GroupAggSpec, SchemaRef) -> sluice_types::Result<GroupAggregateOperator> = match form {
+                0 => GroupAggregateOperator::new,
+                _ => GroupAggregateOperator::generic,
+            };
+            let mut op = build(&spec, out.clone()).unwrap();
+            let tmp = tempfile::tempdir().unwrap();
+            let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
+            let mut checkpoints = CheckpointLoop::new(store, 1);
+            let mut copies: Vec<Vec<(KeyGroupRange, GroupAggregateOperator)>> = Vec::new();
+            let (mut referencing, mut taken) = (0, 0);
+            let mut data = wide_batches(7, 150);
+            if !changelog {
+                // Append-only: the additions alone.
+                data = data
+                    .iter()
+                    .map(|b| {
+                        let ops = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+                        let keep: arrow::array::BooleanArray = ops.iter().map(|o| Some(o == Some("+I"))).collect();
+                        arrow::compute::filter_record_batch(b, &keep).unwrap()
+                    })
+                    .filter(|b| b.num_rows() > 0)
+                    .collect();
+            }
+            for (i, batch) in data.iter().enumerate() {
+                if i % 3 == 2 {
+                    let id = checkpoints.start();
+                    let state = op.snapshot(id).await.unwrap();
+                    let m = checkpoints.complete(id, state).await.unwrap();
+                    let restored = checkpoints.read(id).await.unwrap();
+                    // Restored into the other form: the same groups.
+                    let other = if form == 0 {
+                        GroupAggregateOperator::generic
+                    } else {
+                        GroupAggregateOperator::new
+                    };
+                    let mut copy = other(&spec, out.clone()).unwrap();
+                    copy.restore(Some((id, restored.clone()))).await.unwrap();
+                    let mut full = build(&spec, out.clone()).unwrap();
+                    full.restore(Some((id, restored.clone()))).await.unwrap();
+                    let mut full = full.snapshot_state(id + 1000).unwrap();
+                    full.key_groups = KEY_GROUPS_DEFAULT;
+                    let full = full.encode().unwrap().len() as u64;
+                    taken += 1;
+                    if !m.tasks[0].references.is_empty() {
+                        referencing += 1;
+                        // Past the first few (few groups yet, where the
+                        // references weigh as much as the rows).
+                        if id > 10 {
+                            assert!(
+                                m.tasks[0].bytes < full,
+                                "checkpoint {id}: {} bytes, full {full}",
+                                m.tasks[0].bytes
+                            );
+                        }
+                    }
+                    let all = KeyGroupRange {
+                        start: 0,
+                        end: KEY_GROUPS_DEFAULT,
+                    };
+                    copies.push(vec![(all, copy)]);
+                    if i == 74 {
+                        let mut instances = Vec::new();
+                        for instance in 0..2 {
+                            let mine = key_group_range(instance, 2, KEY_GROUPS_DEFAULT);
+                            let part = Part {
+                                instance: 0,
+                                same: false,
+                                legacy: false,
+                                state: restored.clone(),
+                            };
+                            let state =
+                                assemble(vec![part], mine, KEY_GROUPS_DEFAULT, &|s| Ok(s), "aggregate").unwrap();
+                            let mut o = build(&spec, out.clone()).unwrap();
+                            o.restore(Some((id, state))).await.unwrap();
+                            instances.push((mine, o));
+                        }
+                        copies.push(instances);
+                    }
+                }
+                let want = rows_of(&op.update(batch).unwrap().unwrap());
+                for (c, copy) in copies.iter_mut().enumerate() {
+                    let mut got = Vec::new();
+                    for (range, o) in copy.iter_mut() {
+                        let labels = crate::checkpoint::keyed::label(batch, &[1], KEY_GROUPS_DEFAULT).unwrap();
+                        let mine: arrow::array::BooleanArray = labels
+                            .values()
+                            .iter()
+                            .map(|g| Some(range.contains(u32::from(*g))))
+                            .collect();
+                        let rows = arrow::compute::filter_record_batch(batch, &mine).unwrap();
+                        if let Some(b) = o.update(&rows).unwrap() {
+                            got.extend(rows_of(&b));
+                        }
+                    }
+                    let mut want = want.clone();
+                    if copy.len() > 1 {
+                        // Each instance emits its own groups' rows.
+                        want.sort();
+                        got.sort();
+                    }
+                    assert_eq!(got, want, "changelog {changelog}, form {form}, copy {c}, batch {i}");
+                }
+            }
+            assert!(taken >= 45, "{taken} checkpoints");
+            assert!(
+                referencing * 2 >= taken,
+                "{referencing} of {taken} checkpoints referenced earlier ones"
+            );
+            checkpoints.finish().await;
+        }
+    }
+
+    /// A batch's rows as text, each list's values sorted.
+    fn rows_of(batch: &RecordBatch) -> Vec<String> {
+        let columns = sorted_lists(batch);
+        (0..batch.num_rows())
+            .map(|r| columns.iter().map(|c| c[r].as_str()).collect::<Vec<_>>().join("|"))
+            .collect()
+    }
+
+    /// Groups deleted after a checkpoint leave rows behind in the batches
+    /// it wrote; once those pass twice the live groups (and the slack), the
+    /// next checkpoint writes every live group again and references none —
+    /// and restores to the same groups.
+    #[tokio::test]
+    async fn a_checkpoint_over_mostly_dead_rows_writes_every_group_again() {
+        use crate::checkpoint::testing::CheckpointLoop;
+        use crate::checkpoint::{LocalStateStore, StateStore};
+        let (spec, out) = spec(true, true);
+        let mut op = GroupAggregateOperator::new(&spec, out.clone()).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
+        let mut checkpoints = CheckpointLoop::new(store, 1);
+        let added: Vec<(&str, i64, Option<i64>)> = (0..2000).map(|k| ("+I", k, Some(k))).collect();
+        op.update(&changelog_batch(&added)).unwrap();
+        let mut snapshot = async |op: &mut GroupAggregateOperator| {
+            let id = checkpoints.start();
+            let state = op.snapshot(id).await.unwrap();
+            let m = checkpoints.complete(id, state).await.unwrap();
+            (m.tasks[0].references.len(), checkpoints.read(id).await.unwrap())
+        };
+        assert_eq!(snapshot(&mut op).await.0, 0, "the first writes all");
+        // 1 500 groups go: 2 000 rows held for 500 live, within 2 × 500 + 1 024.
+        let gone: Vec<_> = added[..1500].iter().map(|(_, k, v)| ("-D", *k, *v)).collect();
+        op.update(&changelog_batch(&gone)).unwrap();
+        let (refs, _) = snapshot(&mut op).await;
+        assert_eq!(refs, 1, "the first checkpoint's batch is still referenced");
+        // 100 more go: 2 000 rows held for 400 live, above 1 824.
+        let gone: Vec<_> = added[1500..1600].iter().map(|(_, k, v)| ("-D", *k, *v)).collect();
+        op.update(&changelog_batch(&gone)).unwrap();
+        let (refs, state) = snapshot(&mut op).await;
+        assert_eq!(refs, 0, "every live group is written again");
+        let mut restored = GroupAggregateOperator::new(&spec, out).unwrap();
+        restored.restore(Some((3, state))).await.unwrap();
+        let live = restored.live_groups();
+        assert_eq!(live.len(), 400);
+        let batch = restored.snapshot_batch(&live, false).unwrap().unwrap();
+        let keys = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let mut keys: Vec<i64> = keys.values().to_vec();
+        keys.sort();
+        assert_eq!(keys, (1600..2000).collect::<Vec<_>>());
+        checkpoints.finish().await;
     }
 }

@@ -1,9 +1,10 @@
-//! Tumbling and hopping windows: one group table per open window, updated
+//! Tumbling and hopping windows: one group table per open pane, updated
 //! incrementally; a window is emitted and dropped when the low watermark
 //! reaches its end.
 //!
 //! A hopping window shares slices ("panes") with its neighbours, as Flink's
-//! window TVFs do: a row is counted once, in the pane of `gcd(slide, size)`
+//! window TVFs do (a tumbling window is a window of one pane, its own): a
+//! row is counted once, in the pane of `gcd(slide, size)`
 //! that holds its time, and a window is the merge of its panes' partial
 //! aggregates (DataFusion's `state`/`merge_batch`, as between the phases of
 //! a parallel aggregate) when the watermark passes its end. A row in a
@@ -14,7 +15,10 @@
 //! A pane is read by draining its group table into arrays (a [`Part`]: its
 //! keys and accumulator states) once, when the first window over it fires
 //! or a checkpoint reads it; the windows after read the arrays, and a late
-//! row for the pane starts a new table beside them, drained in turn.
+//! row for the pane starts a new table beside them, drained in turn. A
+//! window of one pane takes its pane's live table when it fires and merges
+//! the parts into it, so a tumbling window no checkpoint read fires its
+//! table as it is.
 //!
 //! Checkpoints of panes are incremental
 //! ([`crate::checkpoint::incremental`]): a part never changes once drained,
@@ -24,10 +28,11 @@
 //! once per window over it at every checkpoint. What has fired is not
 //! stored: it is every window the task's low watermark (stored with every
 //! snapshot, equal across a keyed operator's instances at a barrier) has
-//! passed. Tumbling windows, whose tables change until they fire, are
-//! written whole.
+//! passed. A tumbling window is written as the rows' groups since the
+//! previous checkpoint, not whole; a key with rows on both sides of a
+//! checkpoint is held (and counted against the bound) once per part.
 
-use super::assign::{hop_starts, tumble_start};
+use super::assign::tumble_start;
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::incremental::{Held, Increment};
 use crate::checkpoint::{LOW_WATERMARK_KEY, TaskState};
@@ -96,23 +101,24 @@ pub struct FixedWindowOperator {
     /// The key columns' fields (none without keys).
     key_schema: Option<SchemaRef>,
     aggregates: Vec<CompiledAggregate>,
-    /// Open windows by start; with panes, the panes' live tables by start.
+    /// The panes' live tables by pane start.
     windows: BTreeMap<i64, WindowGroups>,
-    /// HOP with a size other than its slide: the panes' length
-    /// (`gcd(slide, size)`); rows go to panes, windows are merged at fire.
-    pane_ms: Option<i64>,
-    /// With panes: the panes' drained tables by pane start (a pane is its
-    /// parts here and its live table in `windows`, either or both).
+    /// The panes' length: `gcd(slide, size)` for HOP, the size for
+    /// TUMBLE (and a HOP whose slide is its size: a window is one pane).
+    /// Rows go to panes; a window is merged from its panes when it fires.
+    pane_ms: i64,
+    /// The panes' drained tables by pane start (a pane is its parts here
+    /// and its live table in `windows`, either or both).
     frozen: BTreeMap<i64, Vec<Part>>,
-    /// With panes: windows restored from a checkpoint (which holds open
-    /// windows, not panes), by start; each is merged with the panes over
-    /// it (rows since the restore) when it fires.
+    /// Windows restored from a checkpoint of the layout before panes (open
+    /// windows, [`WINDOWS_KEY`]), by start; each is merged with the panes
+    /// over it (rows since the restore) when it fires.
     restored: BTreeMap<i64, Part>,
-    /// With panes: every window up to this start has fired (windows fire
-    /// in start order; after a watermark, every window it passed counts).
+    /// Every window up to this start has fired (windows fire in start
+    /// order; after a watermark, every window it passed counts).
     fired_until: Option<i64>,
-    /// With panes: windows a batch's watermark found due before they were
-    /// fired (a batch seen before its watermark's `fire`), emitted first.
+    /// Windows a batch's watermark found due before they were fired (a
+    /// batch seen before its watermark's `fire`), emitted first.
     pending: Vec<RecordBatch>,
     /// Groups held: the windows' (or panes' and restored windows').
     groups: usize,
@@ -125,8 +131,8 @@ pub struct FixedWindowOperator {
 impl FixedWindowOperator {
     pub fn new(spec: &WindowAggSpec, output_schema: SchemaRef) -> Result<Self> {
         let (size_ms, pane_ms) = match spec.window {
-            WindowKind::Tumble { size_ms } => (size_ms, None),
-            WindowKind::Hop { size_ms, .. } => (size_ms, spec.window.pane_ms()),
+            WindowKind::Tumble { size_ms } => (size_ms, size_ms),
+            WindowKind::Hop { size_ms, .. } => (size_ms, spec.window.pane_ms().unwrap_or(size_ms)),
             WindowKind::Session { .. } => return Err(Error::internal("session window in fixed operator")),
         };
         let AggregateInputs {
@@ -175,31 +181,13 @@ impl FixedWindowOperator {
                 late += 1;
                 continue;
             };
-            let mut accepted = false;
-            let mut accept = |start: i64| {
-                if start + self.size_ms > watermark.0 {
-                    window_rows(&mut per_window, &mut position, start).push(row as u32);
-                    accepted = true;
-                }
-            };
-            match (self.window, self.pane_ms) {
-                (WindowKind::Hop { slide_ms, size_ms }, Some(pane_ms)) => {
-                    // Its pane, while the last window over the row is open
-                    // (windows before it that fired already miss it, as
-                    // without panes).
-                    let last = ts - ts.rem_euclid(slide_ms);
-                    if last + size_ms > ts && last + size_ms > watermark.0 {
-                        window_rows(&mut per_window, &mut position, tumble_start(ts, pane_ms)).push(row as u32);
-                        accepted = true;
-                    }
-                }
-                (WindowKind::Tumble { size_ms }, _) => accept(tumble_start(ts, size_ms)),
-                (WindowKind::Hop { slide_ms, size_ms }, None) => {
-                    hop_starts(ts, slide_ms, size_ms).for_each(&mut accept)
-                }
-                (WindowKind::Session { .. }, _) => unreachable!("checked in new"),
-            }
-            if !accepted {
+            // Its pane, while the last window over the row is open (windows
+            // before it that fired already miss it; with a slide above the
+            // size, a row between windows is in none).
+            let last = ts - ts.rem_euclid(self.slide_ms());
+            if last + self.size_ms > ts && last + self.size_ms > watermark.0 {
+                window_rows(&mut per_window, &mut position, tumble_start(ts, self.pane_ms)).push(row as u32);
+            } else {
                 late += 1;
             }
         }
@@ -223,15 +211,13 @@ impl FixedWindowOperator {
         })
     }
 
-    /// Adds a batch's rows to their open windows; returns the late rows.
+    /// Adds a batch's rows to their panes; returns the late rows.
     pub fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> Result<u64> {
-        if self.pane_ms.is_some() {
-            // A row goes to a pane, not to windows: the windows the
-            // watermark has passed must have fired before it comes, or they
-            // would count it (windows it passed miss a row, as without panes).
-            while let Some(due) = self.fire_pane_window(watermark)? {
-                self.pending.push(due);
-            }
+        // A row goes to a pane, not to windows: the windows the watermark
+        // has passed must have fired before it comes, or they would count
+        // it (windows it passed miss a row).
+        while let Some(due) = self.fire_one(watermark)? {
+            self.pending.push(due);
         }
         let times = timestamps_ms(batch.column(self.time_column))?;
         let (per_window, late) = self.assign(&times, watermark);
@@ -270,11 +256,16 @@ impl FixedWindowOperator {
                 }
             }
             if self.groups + (window.len - before) > self.groups_max {
-                // The batch's new groups go again (the table keeps its
-                // first `before`), so the state stays what it was.
+                // The batch's new groups go again (a table of its first
+                // `before` replaces it), so the state stays what it was. A
+                // fresh table: DataFusion's multi-column one keeps its hash
+                // map through `emit(All)` (55.2), so interning into it again
+                // would look up groups it no longer has.
                 if let Some(keys) = window.keys.as_mut() {
                     let emitted = keys.emit(EmitTo::All).map_err(df_error)?;
                     let kept: Vec<ArrayRef> = emitted.iter().map(|a| a.slice(0, before)).collect();
+                    let schema = self.key_schema.clone().expect("a keyed window has a key schema");
+                    *keys = new_group_values(schema, &GroupOrdering::None).map_err(df_error)?;
                     keys.intern(&kept, &mut group_indices).map_err(df_error)?;
                     // Put back in their order but for colliding hashes: the
                     // accumulators follow the ids the keys got.
@@ -321,27 +312,11 @@ impl FixedWindowOperator {
 
     /// Emits and drops the first window whose end is at or below
     /// `watermark`, if any (one at a time, so a watermark that closes many
-    /// windows — the end of a bounded input — holds one's rows at once).
+    /// windows — the end of a bounded input — holds one's rows at once):
+    /// merged from its panes (and its restored part); then the panes no
+    /// open window covers go. With none due, every window the watermark
+    /// passed counts as fired.
     pub fn fire_one(&mut self, watermark: Watermark) -> Result<Option<RecordBatch>> {
-        if self.pane_ms.is_some() {
-            return self.fire_pane_window(watermark);
-        }
-        let Some((&start, _)) = self.windows.first_key_value() else {
-            return Ok(None);
-        };
-        if start.saturating_add(self.size_ms) > watermark.0 {
-            return Ok(None);
-        }
-        let (_, window) = self.windows.pop_first().expect("checked non-empty");
-        self.groups -= window.len;
-        self.emit_window(start, window).map(Some)
-    }
-
-    /// [`Self::fire_one`] with panes: the first window due, merged from its
-    /// panes (and its restored part); then the panes no open window covers
-    /// go. With none due, every window the watermark passed counts as
-    /// fired.
-    fn fire_pane_window(&mut self, watermark: Watermark) -> Result<Option<RecordBatch>> {
         while let Some(start) = self.next_window() {
             if start.saturating_add(self.size_ms) > watermark.0 {
                 break;
@@ -377,7 +352,7 @@ impl FixedWindowOperator {
         Some(passed - passed.rem_euclid(slide))
     }
 
-    /// The slide, with panes.
+    /// The windows' slide (a tumbling window's is its size).
     fn slide_ms(&self) -> i64 {
         match self.window {
             WindowKind::Hop { slide_ms, .. } => slide_ms,
@@ -390,10 +365,10 @@ impl FixedWindowOperator {
         pane - pane.rem_euclid(self.slide_ms())
     }
 
-    /// With panes: the first window not fired yet that holds anything.
+    /// The first window not fired yet that holds anything.
     fn next_window(&self) -> Option<i64> {
         let slide = self.slide_ms();
-        let pane_ms = self.pane_ms.expect("panes");
+        let pane_ms = self.pane_ms;
         let first_pane = match (self.windows.keys().next(), self.frozen.keys().next()) {
             (Some(&a), Some(&b)) => Some(a.min(b)),
             (a, b) => a.or(b).copied(),
@@ -416,11 +391,22 @@ impl FixedWindowOperator {
 
     /// Window `start`'s groups, to fire: its restored part (taken) and the
     /// panes in it, merged into a fresh group table. The panes' live tables
-    /// are drained into parts first (they stay with the panes).
+    /// are drained into parts first (they stay with the panes) — but a
+    /// window of one pane (TUMBLE) takes its pane's live table and merges
+    /// the parts into it: without checkpoints, a tumbling window fires its
+    /// table as it is.
     fn merge_window(&mut self, start: i64) -> Result<WindowGroups> {
         let end = start.saturating_add(self.size_ms);
-        self.freeze(start..end)?;
-        let mut merged = self.new_window()?;
+        let live = if self.pane_ms == self.size_ms {
+            self.windows.remove(&start).inspect(|t| self.groups -= t.len)
+        } else {
+            self.freeze(start..end)?;
+            None
+        };
+        let mut merged = match live {
+            Some(table) => table,
+            None => self.new_window()?,
+        };
         let restored = self.restored.remove(&start).inspect(|p| self.groups -= p.len);
         let panes = self.frozen.range(start..end).flat_map(|(_, parts)| parts);
         for part in restored.iter().chain(panes) {
@@ -492,30 +478,6 @@ fn drain(mut table: WindowGroups) -> Result<Option<Part>> {
     Ok(Some(Part::new(table.len, keys, states)))
 }
 
-/// A window's keys and accumulator states, its groups in
-/// order, leaving it as it was (its table is emptied and refilled, its
-/// accumulators rebuilt from their states); `None` when it has no group.
-fn read_groups(
-    window: &mut WindowGroups,
-    aggregates: &[CompiledAggregate],
-) -> Result<Option<(Vec<ArrayRef>, Vec<ArrayRef>)>> {
-    let n = window.len;
-    if n == 0 {
-        return Ok(None);
-    }
-    let mut ids: Vec<usize> = (0..n).collect();
-    let mut keys = Vec::new();
-    if let Some(table) = window.keys.as_mut() {
-        // Emitting drains the table: the keys go back in, and the
-        // accumulators are rebuilt under the ids they get (their order, but
-        // for keys whose hashes collide).
-        keys = table.emit(EmitTo::All).map_err(df_error)?;
-        table.intern(&keys, &mut ids).map_err(df_error)?;
-    }
-    let states = regroup(&mut window.accumulators, aggregates, &ids, n)?;
-    Ok(Some((keys, states)))
-}
-
 /// Rebuilds `accumulators` (of `n` groups) with group `i` as `ids[i]`;
 /// returns their states as they were (in the old group order).
 fn regroup(
@@ -576,9 +538,10 @@ pub(crate) fn finish_batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-/// Snapshot layout of open windows — tumbling windows, and with panes the
-/// windows restored from a checkpoint of this layout (written before panes
-/// were) not fired yet: one batch, a row per (window, group):
+/// Snapshot layout of open windows, as checkpoints before panes wrote them
+/// (every window of a TUMBLE, or of a HOP with panes, merged from them);
+/// written now for the windows restored from such a checkpoint and not
+/// fired yet: one batch, a row per (window, group):
 /// `window_start Int64, key columns…, accumulator state columns…`; keyed
 /// by the key columns (stored per key group) when the window has keys.
 pub(crate) const WINDOWS_KEY: &str = "windows";
@@ -641,26 +604,11 @@ fn entry_rows(state: &TaskState, key: &str) -> Result<Option<RecordBatch>> {
 }
 
 impl FixedWindowOperator {
-    /// The open windows' groups as one batch ([`WINDOWS_KEY`]): every
-    /// window of a tumbling operator (accumulators are drained into their
-    /// state and rebuilt from it, so they keep going); with panes, the
-    /// restored windows not fired yet.
-    pub(crate) fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
+    /// The restored windows not fired yet as one batch ([`WINDOWS_KEY`]).
+    pub(crate) fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
         let mut batches = Vec::new();
-        if self.pane_ms.is_none() {
-            let starts: Vec<i64> = self.windows.keys().copied().collect();
-            for start in starts {
-                let window = self.windows.get_mut(&start).expect("listed");
-                let len = window.len;
-                if let Some((keys, states)) = read_groups(window, &self.aggregates)? {
-                    let part = Part::new(len, keys, states);
-                    batches.push(part_batch(start, &part, self.key_schema.as_ref(), false)?);
-                }
-            }
-        } else {
-            for (start, part) in &self.restored {
-                batches.push(part_batch(*start, part, self.key_schema.as_ref(), false)?);
-            }
+        for (start, part) in &self.restored {
+            batches.push(part_batch(*start, part, self.key_schema.as_ref(), false)?);
         }
         if batches.is_empty() {
             return Ok(None);
@@ -668,7 +616,7 @@ impl FixedWindowOperator {
         Ok(Some(concat_batches(&batches[0].schema(), &batches)?))
     }
 
-    /// With panes: every pane's parts into `state` under [`PANES_KEY`],
+    /// Every pane's parts into `state` under [`PANES_KEY`],
     /// the live tables drained first. Keyed, a part written by an earlier
     /// checkpoint is a reference to it, and the others are written in full
     /// and remembered as written by `checkpoint`.
@@ -715,27 +663,18 @@ impl FixedWindowOperator {
         if let Some(batch) = self.snapshot_batch()? {
             state.put_rows(WINDOWS_KEY, batch, (1..=self.key_columns.len()).collect());
         }
-        if self.pane_ms.is_some() {
-            self.snapshot_panes(checkpoint, &mut state)?;
-        }
+        self.snapshot_panes(checkpoint, &mut state)?;
         Ok(state)
     }
 
     /// Restores [`Self::snapshot_state`]'s state (references resolved;
     /// after a rescale, rows of several old instances, whose keys are
-    /// disjoint). With panes, the windows the stored low watermark passed
-    /// have fired.
+    /// disjoint). The windows the stored low watermark passed have fired.
     pub(crate) fn restore_state(&mut self, state: &TaskState) -> Result<()> {
         if let Some(batch) = entry_rows(state, WINDOWS_KEY)? {
             self.restore_batch(&batch)?;
         }
-        let panes = entry_rows(state, PANES_KEY)?;
-        let Some(pane_ms) = self.pane_ms else {
-            if panes.is_some() {
-                return Err(Error::internal("window snapshot: panes for a window without panes"));
-            }
-            return Ok(());
-        };
+        let pane_ms = self.pane_ms;
         if let Some(bytes) = state.bytes(LOW_WATERMARK_KEY) {
             let low = i64::from_le_bytes(
                 bytes
@@ -744,7 +683,9 @@ impl FixedWindowOperator {
             );
             self.fired_until = self.passed_by(Watermark(low));
         }
-        let Some(batch) = panes else { return Ok(()) };
+        let Some(batch) = entry_rows(state, PANES_KEY)? else {
+            return Ok(());
+        };
         let n_keys = self.key_columns.len();
         let live = batch.num_columns() - 1;
         if live <= n_keys {
@@ -776,40 +717,18 @@ impl FixedWindowOperator {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Rebuilds the open windows from [`Self::snapshot_batch`]'s batch.
+    /// Restores [`Self::snapshot_batch`]'s batch (or a checkpoint's open
+    /// windows from before panes): each window kept as read, merged with
+    /// its panes when it fires.
     pub(crate) fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
         let n_keys = self.key_columns.len();
         for (start, rows) in rows_by_start(batch)? {
             let part = take_record_batch(batch, &UInt32Array::from(rows))?;
             let n = part.num_rows();
-            let key_columns = self.restored_keys(&part)?;
+            let keys = self.restored_keys(&part)?;
             self.groups += n;
-            if self.pane_ms.is_some() {
-                // Kept as read: merged with its panes when it fires.
-                let states = part.columns()[1 + n_keys..].to_vec();
-                self.restored.insert(start, Part::new(n, key_columns, states));
-                continue;
-            }
-            let mut window = self.new_window()?;
-            let mut groups: Vec<usize> = (0..n).collect();
-            if let Some(keys) = window.keys.as_mut() {
-                // Each snapshot row is a distinct key: groups 0..n in order.
-                let columns = key_columns;
-                groups.clear();
-                keys.intern(&columns, &mut groups).map_err(df_error)?;
-                if keys.len() != n {
-                    return Err(Error::internal("window snapshot: a key twice in one window"));
-                }
-            }
-            window.len = n;
-            let mut col = 1 + n_keys;
-            for (acc, agg) in window.accumulators.iter_mut().zip(&self.aggregates) {
-                let width = agg.expr.state_fields().map_err(df_error)?.len();
-                acc.merge_batch(&part.columns()[col..col + width], &groups, n)
-                    .map_err(df_error)?;
-                col += width;
-            }
-            self.windows.insert(start, window);
+            let states = part.columns()[1 + n_keys..].to_vec();
+            self.restored.insert(start, Part::new(n, keys, states));
         }
         Ok(())
     }

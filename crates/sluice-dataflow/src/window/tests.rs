@@ -387,9 +387,9 @@ fn unkeyed_windows_have_one_group_each_and_count_against_the_bound() {
     let err = op.update(&rows(&[(1000, 0, 1)]), Watermark::MIN).unwrap_err();
     assert_eq!(err.sqlstate(), "53400");
     // A snapshot restores the one group of each window.
-    let snap = op.snapshot_batch().unwrap().unwrap();
+    let state = round_trip(&mut op, 1, Watermark::MIN);
     let mut restored = FixedWindowOperator::new(&s, unkeyed_output_schema()).unwrap();
-    restored.restore_batch(&snap).unwrap();
+    restored.restore_state(&state).unwrap();
     assert_eq!(collect_unkeyed(&restored.fire(Watermark::MAX).unwrap()), expected);
 }
 
@@ -467,9 +467,23 @@ fn batch_watermark(i: usize, chunk: &[(i64, i64, i64)]) -> Watermark {
     Watermark(chunk[0].0.max(i as i64 * 15) - 30)
 }
 
-/// Slides that divide the size (panes of the slide), that do not (panes
-/// of their gcd) and that leave gaps.
-const HOPS: [(i64, i64); 4] = [(20, 100), (30, 100), (40, 30), (25, 50)];
+/// Windows as (slide, size): HOPs whose slide divides the size (panes of
+/// the slide), does not (panes of their gcd) and leaves gaps; a TUMBLE
+/// (slide = size, one pane a window) and a HOP of the same shape.
+const WINDOWS: [(i64, i64); 6] = [(20, 100), (30, 100), (40, 30), (25, 50), (100, 100), (60, 60)];
+
+/// The window of `(slide, size)`: a TUMBLE when the slide is the size
+/// but for the HOP of 60 ms (of the same shape).
+fn window_of((slide, size): (i64, i64)) -> WindowKind {
+    if slide == size && size != 60 {
+        WindowKind::Tumble { size_ms: size }
+    } else {
+        WindowKind::Hop {
+            slide_ms: slide,
+            size_ms: size,
+        }
+    }
+}
 
 /// windows (slide, size) of a HOP: each window's count and sum per key,
 /// worked out row by row — a row counts in every window that holds its
@@ -494,16 +508,13 @@ fn hop_by_rule(rows: &[((i64, i64, i64), i64)], slide: i64, size: i64) -> Vec<(i
 }
 
 #[test]
-fn hop_windows_from_panes_equal_the_rule_through_late_rows_and_a_restore() {
+fn windows_from_panes_equal_the_rule_through_late_rows_and_a_restore() {
     // The rows with late ones, fired after each batch; halfway the
     // operator's snapshot goes through the file format into a fresh one,
     // which goes on from the windows the stored watermark had fired.
     let data = rows_with_late_ones();
-    for (slide, size) in HOPS {
-        let hop = WindowKind::Hop {
-            slide_ms: slide,
-            size_ms: size,
-        };
+    for (slide, size) in WINDOWS {
+        let hop = window_of((slide, size));
         let mut op = FixedWindowOperator::new(&spec(hop, 1_000_000), output_schema()).unwrap();
         let mut fired = Vec::new();
         let mut seen = Vec::new();
@@ -563,7 +574,7 @@ fn of_key_groups(batch: &RecordBatch, range: sluice_plan::KeyGroupRange) -> Reco
 }
 
 #[tokio::test]
-async fn hop_panes_restored_from_incremental_checkpoints_fire_as_the_operator_never_stopped() {
+async fn panes_restored_from_incremental_checkpoints_fire_as_the_operator_never_stopped() {
     // The rows with late ones; every 3rd batch the operator checkpoints
     // through the real writer, manifest, pruning and reader (keeping one
     // checkpoint and what it references). A copy restored from each
@@ -576,11 +587,8 @@ async fn hop_panes_restored_from_incremental_checkpoints_fire_as_the_operator_ne
     use crate::operator::Operator;
     use sluice_plan::{KEY_GROUPS_DEFAULT, key_group_range};
     let data = rows_with_late_ones();
-    for (slide, size) in HOPS {
-        let hop = WindowKind::Hop {
-            slide_ms: slide,
-            size_ms: size,
-        };
+    for (slide, size) in WINDOWS {
+        let hop = window_of((slide, size));
         let new_op = || FixedWindowOperator::new(&spec(hop, 1_000_000), output_schema()).unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
@@ -711,4 +719,118 @@ fn a_checkpoint_of_open_windows_from_before_incremental_panes_still_restores() {
         collect(&op.fire(Watermark::MAX).unwrap()),
         vec![(0, 10, 1, 1, 1), (5, 15, 1, 3, 19), (10, 20, 1, 2, 18)]
     );
+}
+
+#[test]
+fn a_tumbling_checkpoint_of_open_windows_from_before_panes_still_restores() {
+    // The layout TUMBLE snapshots had before they were panes: a row per
+    // (window, group) — start, key, count's state, sum's state. Rows seen:
+    // (7, k1, 1), (12, k1, 10) and (14, k2, 5); size 10, nothing fired.
+    let tumble = WindowKind::Tumble { size_ms: 10 };
+    let col = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as arrow::array::ArrayRef;
+    let fields: Vec<Field> = (0..4)
+        .map(|i| Field::new(format!("c{i}"), DataType::Int64, true))
+        .collect();
+    let windows = RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        vec![
+            col(vec![0, 10, 10]),
+            col(vec![1, 1, 2]),
+            col(vec![1, 1, 1]),
+            col(vec![1, 10, 5]),
+        ],
+    )
+    .unwrap();
+    let mut old = crate::checkpoint::TaskState::default();
+    old.put_batch("windows", windows);
+    let old = crate::checkpoint::TaskState::decode(&old.encode().unwrap()).unwrap();
+    let mut op = FixedWindowOperator::new(&spec(tumble, 100), output_schema()).unwrap();
+    op.restore_state(&old).unwrap();
+    // Later rows in [10, 20) for k1 and a new key, and one in [20, 30).
+    op.update(&rows(&[(13, 1, 8), (15, 3, 2), (21, 1, 4)]), Watermark::MIN)
+        .unwrap();
+    // Checkpointed again (the restored windows as they were, the new rows
+    // as panes) and restored once more: the watermark 20 fires the first
+    // two windows, the rest at the end.
+    let state = round_trip(&mut op, 1, Watermark::MIN);
+    let mut op = FixedWindowOperator::new(&spec(tumble, 100), output_schema()).unwrap();
+    op.restore_state(&state).unwrap();
+    assert_eq!(
+        collect(&op.fire(Watermark(20)).unwrap()),
+        vec![
+            (0, 10, 1, 1, 1),
+            (10, 20, 1, 2, 18),
+            (10, 20, 2, 1, 5),
+            (10, 20, 3, 1, 2)
+        ]
+    );
+    assert_eq!(collect(&op.fire(Watermark::MAX).unwrap()), vec![(20, 30, 1, 1, 4)]);
+}
+
+/// A tumbling window's table fires as it is without checkpoints; after
+/// one, the rows since are a second table, merged with the first's part
+/// when the window fires — and the bound counts the groups held, a key in
+/// both once in each.
+#[test]
+fn a_tumbling_window_checkpointed_midway_merges_its_parts_and_bounds_the_groups_held() {
+    let tumble = WindowKind::Tumble { size_ms: 10 };
+    let mut op = FixedWindowOperator::new(&spec(tumble, 3), output_schema()).unwrap();
+    op.update(&rows(&[(1, 1, 1), (2, 2, 5)]), Watermark::MIN).unwrap();
+    round_trip(&mut op, 1, Watermark::MIN);
+    // k1 again: a second group of k1 held, three in all (at the bound).
+    op.update(&rows(&[(3, 1, 7)]), Watermark::MIN).unwrap();
+    let err = op.update(&rows(&[(4, 2, 1)]), Watermark::MIN).unwrap_err();
+    assert_eq!(err.sqlstate(), "53400");
+    // The refused batch left nothing behind; the window merges its parts.
+    assert_eq!(
+        collect(&op.fire(Watermark(10)).unwrap()),
+        vec![(0, 10, 1, 2, 8), (0, 10, 2, 1, 5)]
+    );
+    // Fired: its groups are free again.
+    op.update(&rows(&[(11, 1, 1), (12, 2, 1), (13, 3, 1)]), Watermark(10))
+        .unwrap();
+}
+
+/// A window keyed by two columns (`k`, `v`; DataFusion's multi-column
+/// group table, whose `emit(All)` keeps its hash map in 55.2: a table
+/// interned into again after it reads groups it no longer has — out of
+/// bounds, a segfault in a release build, as q8's TUMBLE by (id, name) did
+/// at its first checkpoint). A batch refused at the bound leaves the
+/// window as it was, and rows for its groups still go in.
+#[test]
+fn a_window_keyed_by_two_columns_refuses_a_batch_at_the_bound_and_goes_on() {
+    let mut s = spec(WindowKind::Tumble { size_ms: 10 }, 3);
+    s.key_columns = vec![1, 2];
+    s.aggregates.truncate(1);
+    let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+    let out = Arc::new(Schema::new(vec![
+        Field::new("window_start", ts.clone(), false),
+        Field::new("window_end", ts, false),
+        Field::new("_k0", DataType::Int64, false),
+        Field::new("_k1", DataType::Int64, false),
+        Field::new("_a0", DataType::Int64, true),
+    ]));
+    let mut op = FixedWindowOperator::new(&s, out.clone()).unwrap();
+    op.update(&rows(&[(1, 1, 10), (2, 1, 20), (3, 2, 10)]), Watermark::MIN)
+        .unwrap();
+    // (1, 10) is held, (3, 30) would be a fourth group.
+    let err = op.update(&rows(&[(4, 1, 10), (5, 3, 30)]), Watermark::MIN).unwrap_err();
+    assert_eq!(err.sqlstate(), "53400");
+    op.update(&rows(&[(6, 1, 20), (7, 2, 10)]), Watermark::MIN).unwrap();
+    let state = round_trip(&mut op, 1, Watermark::MIN);
+    // Restored under a bound of 4: a row for a restored group after the
+    // checkpoint is a group of a second part (see the next test).
+    s.groups_max = 4;
+    let mut restored = FixedWindowOperator::new(&s, out).unwrap();
+    restored.restore_state(&state).unwrap();
+    restored.update(&rows(&[(8, 1, 10)]), Watermark::MIN).unwrap();
+    let fired = restored.fire(Watermark(10)).unwrap();
+    let ints = |b: &RecordBatch, i: usize| b.column(i).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+    let mut got: Vec<(i64, i64, i64)> = Vec::new();
+    for b in &fired {
+        let (k, v, c) = (ints(b, 2), ints(b, 3), ints(b, 4));
+        got.extend((0..b.num_rows()).map(|r| (k.value(r), v.value(r), c.value(r))));
+    }
+    got.sort();
+    assert_eq!(got, vec![(1, 10, 2), (1, 20, 2), (2, 10, 2)]);
 }
