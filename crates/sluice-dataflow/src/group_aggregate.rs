@@ -20,14 +20,12 @@
 //! keys, row counts and the accumulators' states.
 //!
 //! With GROUP BY keys, checkpoints are incremental
-//! ([`crate::checkpoint::incremental`]): a checkpoint writes the groups
-//! changed since the previous one (and restored ones), as one batch, and
-//! references the batches earlier checkpoints wrote, with a liveness bit a
-//! row: a group's row lives in the batch that wrote it last, and a deleted
-//! group's in none. When the rows held in earlier batches pass twice the
-//! live groups (plus [`COMPACT_SLACK`]), the checkpoint writes every group
-//! again and references nothing, so what a restore reads stays within a
-//! small multiple of the state.
+//! ([`crate::checkpoint::ledger`]): a checkpoint writes the groups changed
+//! since the previous one (and restored ones), as one batch, and references
+//! the batches earlier checkpoints wrote, with a liveness bit a row: a
+//! group's row lives in the batch that wrote it last, and a deleted group's
+//! in none; when the rows held pass twice the live groups (plus a slack),
+//! every group is written again.
 //!
 //! When every aggregate is a `count`, `sum` or `avg` of integers or doubles,
 //! or (over an append-only input) a `min`, `max` or integer `count(DISTINCT
@@ -37,7 +35,7 @@
 
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
-use crate::checkpoint::incremental::{Held, Increment};
+use crate::checkpoint::ledger::Ledger;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::window::fixed::finish_batch;
@@ -66,18 +64,6 @@ use columnar::{Columnar, Columns};
 /// rows in the batches after a group was written again or deleted).
 /// Checkpoints before incremental ones wrote one batch without `live`.
 const GROUPS_KEY: &str = "groups";
-
-/// Rows earlier batches may hold beyond twice the live groups before a
-/// checkpoint writes every group again.
-const COMPACT_SLACK: usize = 1024;
-
-/// A batch of groups an earlier checkpoint wrote in full.
-struct WrittenGroups {
-    checkpoint: u64,
-    /// Per row: its group was last written here and lives.
-    live: Vec<bool>,
-    live_count: usize,
-}
 
 /// One group: its key (row-encoded; empty without keys), its rows (added
 /// minus retracted) and an accumulator per aggregate.
@@ -111,13 +97,11 @@ pub struct GroupAggregateOperator {
     /// Per group slot, the number of the batch that last touched it.
     stamps: Vec<u64>,
     batches: u64,
-    /// Per group slot: where its group was last written by a checkpoint
-    /// (the batch's number, its row there), and whether it changed since.
-    written: Vec<Option<(u64, u32)>>,
+    /// Per group slot: whether its group changed since a checkpoint
+    /// last wrote it.
     dirty: Vec<bool>,
-    /// Batches earlier checkpoints wrote that hold a live group, by number.
-    held: std::collections::BTreeMap<u64, WrittenGroups>,
-    next_number: u64,
+    /// Where checkpoints wrote the groups, by slot.
+    ledger: Ledger<u32>,
 }
 
 /// The changelog rows of one batch, built column by column.
@@ -174,10 +158,8 @@ impl GroupAggregateOperator {
             columnar: None,
             stamps: Vec::new(),
             batches: 0,
-            written: Vec::new(),
             dirty: Vec::new(),
-            held: Default::default(),
-            next_number: 0,
+            ledger: Ledger::default(),
         };
         // Refuse an aggregate that cannot retract before any row arrives.
         let accumulators = op.accumulators()?;
@@ -278,7 +260,6 @@ impl GroupAggregateOperator {
             None => {
                 self.groups.push(Some(group));
                 self.stamps.push(0);
-                self.written.push(None);
                 self.dirty.push(false);
                 self.groups.len() as u32 - 1
             }
@@ -310,22 +291,8 @@ impl GroupAggregateOperator {
         if let Some(group) = self.groups[g as usize].take() {
             self.index.remove(&group.key);
             self.free.push(g);
-            self.unwrite(g);
+            self.ledger.forget(&g);
             self.dirty[g as usize] = false;
-        }
-    }
-
-    /// Group slot `g`'s row in the batch a checkpoint wrote it in is dead
-    /// from now on (it changed, or went); a batch left with none goes.
-    fn unwrite(&mut self, g: u32) {
-        let Some((number, row)) = self.written[g as usize].take() else {
-            return;
-        };
-        let batch = self.held.get_mut(&number).expect("a written group's batch is held");
-        batch.live[row as usize] = false;
-        batch.live_count -= 1;
-        if batch.live_count == 0 {
-            self.held.remove(&number);
         }
     }
 
@@ -653,57 +620,33 @@ impl GroupAggregateOperator {
             }
             return Ok(state);
         }
-        let held_rows: usize = self.held.values().map(|b| b.live.len()).sum();
-        if held_rows > 2 * self.index.len() + COMPACT_SLACK {
-            // Written again, all of them: nothing older is referenced.
-            self.held.clear();
-            self.written.iter_mut().for_each(|w| *w = None);
-        }
-        let changed: Vec<u32> = self
-            .live_groups()
-            .into_iter()
-            .filter(|g| self.dirty[*g as usize] || self.written[*g as usize].is_none())
-            .collect();
-        for g in &changed {
-            self.unwrite(*g);
-        }
-        let mut inc = Increment::default();
-        for (number, b) in &self.held {
-            inc.held.push(Held {
-                checkpoint: b.checkpoint,
-                number: *number,
-                live: b.live.iter().copied().collect(),
-            });
-        }
-        let Some(batch) = self.snapshot_batch(&changed, true)? else {
-            if inc.held.is_empty() {
-                return Ok(state);
+        let live = self.live_groups();
+        if self.ledger.compact(live.len()) {
+            for g in &live {
+                self.dirty[*g as usize] = true;
             }
-            // The live column's place, as the batches written hold it.
-            let live_column = n_keys
-                + 1
-                + (0..self.aggregates.len())
-                    .map(|a| self.state_width(a))
-                    .sum::<Result<usize>>()?;
-            state.put_incremental(GROUPS_KEY, (0..n_keys).collect(), live_column, inc)?;
-            return Ok(state);
-        };
-        let number = self.next_number;
-        self.next_number += 1;
-        for (row, g) in changed.iter().enumerate() {
-            self.written[*g as usize] = Some((number, row as u32));
+        }
+        // Restored groups are new ones: changed.
+        let changed: Vec<u32> = live.into_iter().filter(|g| self.dirty[*g as usize]).collect();
+        let new = self.snapshot_batch(&changed, true)?;
+        for g in &changed {
             self.dirty[*g as usize] = false;
         }
-        self.held.insert(
-            number,
-            WrittenGroups {
-                checkpoint,
-                live: vec![true; changed.len()],
-                live_count: changed.len(),
-            },
+        let live_column = match &new {
+            Some(batch) => batch.num_columns() - 1,
+            // The place the batches written hold it at.
+            None => {
+                n_keys
+                    + 1
+                    + (0..self.aggregates.len())
+                        .map(|a| self.state_width(a))
+                        .sum::<Result<usize>>()?
+            }
+        };
+        let inc = self.ledger.write(
+            checkpoint,
+            new.map(|b| (changed.into_iter().map(|g| (g, 1)).collect(), b)),
         );
-        let live_column = batch.num_columns() - 1;
-        inc.new.push((number, batch));
         state.put_incremental(GROUPS_KEY, (0..n_keys).collect(), live_column, inc)?;
         Ok(state)
     }

@@ -13,6 +13,7 @@ pub mod coordinator;
 pub mod incremental;
 pub mod key_groups;
 pub mod keyed;
+pub mod ledger;
 pub mod manifest;
 pub mod state;
 pub mod store;

@@ -7,8 +7,11 @@
 //! checkpoint that wrote the batch, through the manifest's list.
 
 use super::coordinator::{AckEvent, CoordinatorEvent, PendingCheckpoints, write_states};
-use super::manifest::{self, MANIFEST_FILE, Manifest, list_ids, prune, read_checkpoint};
+use super::keyed::{Part, assemble};
+use super::manifest::{self, MANIFEST_FILE, Manifest, TaskEntry, list_ids, prune, read_checkpoint};
 use super::{StateStore, TaskIdentity, TaskState};
+use crate::operator::Operator;
+use sluice_plan::{KEY_GROUPS_DEFAULT, KeyGroupRange, key_group_range};
 use sluice_types::{Error, OperatorId, PipelineId, Result};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -110,9 +113,108 @@ impl CheckpointLoop {
         Ok(state)
     }
 
+    /// Stores the task's snapshot for checkpoint `id` ([`Self::complete`])
+    /// and reads it back ([`Self::read`]): the task's manifest entry (its
+    /// bytes, the files it references) and its state as a restore sees it.
+    pub async fn complete_and_read(&mut self, id: u64, state: TaskState) -> Result<(TaskEntry, TaskState)> {
+        let m = self.complete(id, state).await?;
+        let entry = m
+            .tasks
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::internal(format!("checkpoint {id} lists no task")))?;
+        Ok((entry, self.read(id).await?))
+    }
+
     /// Stops the state writer.
     pub async fn finish(self) {
         drop(self.acks);
         self.writer.await.expect("the state writer");
     }
+}
+
+/// The bytes `state` encodes to, as the state writer stores it (what a
+/// full snapshot of the same state costs, for a restored operator's first).
+pub fn encoded_len(mut state: TaskState) -> u64 {
+    state.key_groups = KEY_GROUPS_DEFAULT;
+    state.encode().expect("a snapshot encodes").len() as u64
+}
+
+/// `state` (read back from a checkpoint) as `instances` instances of a
+/// rescale take it, each with its key groups; `what` names the operator in
+/// errors.
+pub fn rescaled(state: &TaskState, instances: u32, what: &str) -> Vec<(KeyGroupRange, TaskState)> {
+    (0..instances)
+        .map(|instance| {
+            let mine = key_group_range(instance, instances, KEY_GROUPS_DEFAULT);
+            let part = Part {
+                instance: 0,
+                same: false,
+                legacy: false,
+                state: state.clone(),
+            };
+            let state = assemble(vec![part], mine, KEY_GROUPS_DEFAULT, &|s| Ok(s), what).expect("assembles");
+            (mine, state)
+        })
+        .collect()
+}
+
+/// How incremental a run of checkpoints was: how many were taken and how
+/// many referenced earlier ones.
+#[derive(Debug, Default)]
+pub struct Incrementality {
+    pub taken: usize,
+    pub referencing: usize,
+}
+
+impl Incrementality {
+    /// Counts checkpoint `id` (its task `entry`); one that references
+    /// earlier ones must be smaller than `full` bytes (a full snapshot of
+    /// the same state) once past checkpoint `warm_up` (until then the state
+    /// is small and the references weigh as much as the rows).
+    pub fn count(&mut self, id: u64, entry: &TaskEntry, full: u64, warm_up: u64) {
+        self.taken += 1;
+        if entry.references.is_empty() {
+            return;
+        }
+        self.referencing += 1;
+        assert!(
+            id <= warm_up || entry.bytes < full,
+            "checkpoint {id}: {} bytes, a full one {full}",
+            entry.bytes
+        );
+    }
+}
+
+/// Copies of an operator restored from checkpoint `id` (its task `entry`
+/// and its state read back, `restored`): for each number of instances in
+/// `rescales`, that many made by `new_op` (given the number), each restored
+/// with its key groups as a rescale restores them. The checkpoint is
+/// counted in `counted` against a full snapshot of the same state — the
+/// first single copy's first snapshot, nothing of it written yet.
+pub async fn restored_copies<O: Operator>(
+    id: u64,
+    entry: &TaskEntry,
+    restored: &TaskState,
+    rescales: &[u32],
+    new_op: impl Fn(u32) -> O,
+    (counted, warm_up): (&mut Incrementality, u64),
+) -> Vec<Vec<(KeyGroupRange, O)>> {
+    let mut copies = Vec::new();
+    let mut full = None;
+    for &n in rescales {
+        let mut instances = Vec::new();
+        for (range, state) in rescaled(restored, n, "copy") {
+            let mut o = new_op(n);
+            o.restore(Some((id, state))).await.expect("restores");
+            instances.push((range, o));
+        }
+        if n == 1 && full.is_none() {
+            let first = instances[0].1.snapshot(id + 1_000_000).await.expect("snapshots");
+            full = Some(encoded_len(first));
+        }
+        copies.push(instances);
+    }
+    counted.count(id, entry, full.expect("a single copy among the rescales"), warm_up);
+    copies
 }

@@ -830,10 +830,9 @@ mod columnar_equals_generic {
     /// earlier ones and are smaller than a full snapshot of the same groups.
     #[tokio::test]
     async fn groups_restored_from_incremental_checkpoints_go_on_as_the_operator_never_stopped() {
-        use crate::checkpoint::keyed::{Part, assemble};
-        use crate::checkpoint::testing::CheckpointLoop;
+        use crate::checkpoint::testing::{CheckpointLoop, Incrementality, restored_copies};
         use crate::checkpoint::{LocalStateStore, StateStore};
-        use sluice_plan::{KEY_GROUPS_DEFAULT, KeyGroupRange, key_group_range};
+        use sluice_plan::{KEY_GROUPS_DEFAULT, KeyGroupRange};
         for (changelog, form) in [(false, 0), (true, 0), (true, 1)] {
             let (spec, out) = spec(changelog, true);
             let build: fn(&GroupAggSpec, SchemaRef) -> sluice_types::Result<GroupAggregateOperator> = match form {
@@ -845,7 +844,7 @@ mod columnar_equals_generic {
             let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
             let mut checkpoints = CheckpointLoop::new(store, 1);
             let mut copies: Vec<Vec<(KeyGroupRange, GroupAggregateOperator)>> = Vec::new();
-            let (mut referencing, mut taken) = (0, 0);
+            let mut counted = Incrementality::default();
             let mut data = wide_batches(7, 150);
             if !changelog {
                 // Append-only: the additions alone.
@@ -863,57 +862,20 @@ mod columnar_equals_generic {
                 if i % 3 == 2 {
                     let id = checkpoints.start();
                     let state = op.snapshot(id).await.unwrap();
-                    let m = checkpoints.complete(id, state).await.unwrap();
-                    let restored = checkpoints.read(id).await.unwrap();
-                    // Restored into the other form: the same groups.
-                    let other = if form == 0 {
-                        GroupAggregateOperator::generic
-                    } else {
-                        GroupAggregateOperator::new
+                    let (entry, restored) = checkpoints.complete_and_read(id, state).await.unwrap();
+                    let rescales: &[u32] = if i == 74 { &[1, 2] } else { &[1] };
+                    // A single copy is restored into the other form: the
+                    // same groups.
+                    let copy = |n: u32| {
+                        let form = match (n, form) {
+                            (1, 0) => GroupAggregateOperator::generic,
+                            (1, _) => GroupAggregateOperator::new,
+                            _ => build,
+                        };
+                        form(&spec, out.clone()).unwrap()
                     };
-                    let mut copy = other(&spec, out.clone()).unwrap();
-                    copy.restore(Some((id, restored.clone()))).await.unwrap();
-                    let mut full = build(&spec, out.clone()).unwrap();
-                    full.restore(Some((id, restored.clone()))).await.unwrap();
-                    let mut full = full.snapshot_state(id + 1000).unwrap();
-                    full.key_groups = KEY_GROUPS_DEFAULT;
-                    let full = full.encode().unwrap().len() as u64;
-                    taken += 1;
-                    if !m.tasks[0].references.is_empty() {
-                        referencing += 1;
-                        // Past the first few (few groups yet, where the
-                        // references weigh as much as the rows).
-                        if id > 10 {
-                            assert!(
-                                m.tasks[0].bytes < full,
-                                "checkpoint {id}: {} bytes, full {full}",
-                                m.tasks[0].bytes
-                            );
-                        }
-                    }
-                    let all = KeyGroupRange {
-                        start: 0,
-                        end: KEY_GROUPS_DEFAULT,
-                    };
-                    copies.push(vec![(all, copy)]);
-                    if i == 74 {
-                        let mut instances = Vec::new();
-                        for instance in 0..2 {
-                            let mine = key_group_range(instance, 2, KEY_GROUPS_DEFAULT);
-                            let part = Part {
-                                instance: 0,
-                                same: false,
-                                legacy: false,
-                                state: restored.clone(),
-                            };
-                            let state =
-                                assemble(vec![part], mine, KEY_GROUPS_DEFAULT, &|s| Ok(s), "aggregate").unwrap();
-                            let mut o = build(&spec, out.clone()).unwrap();
-                            o.restore(Some((id, state))).await.unwrap();
-                            instances.push((mine, o));
-                        }
-                        copies.push(instances);
-                    }
+                    let more = restored_copies(id, &entry, &restored, rescales, copy, (&mut counted, 10)).await;
+                    copies.extend(more);
                 }
                 let want = rows_of(&op.update(batch).unwrap().unwrap());
                 for (c, copy) in copies.iter_mut().enumerate() {
@@ -939,11 +901,8 @@ mod columnar_equals_generic {
                     assert_eq!(got, want, "changelog {changelog}, form {form}, copy {c}, batch {i}");
                 }
             }
-            assert!(taken >= 45, "{taken} checkpoints");
-            assert!(
-                referencing * 2 >= taken,
-                "{referencing} of {taken} checkpoints referenced earlier ones"
-            );
+            assert!(counted.taken >= 45, "{counted:?}");
+            assert!(counted.referencing * 2 >= counted.taken, "{counted:?}");
             checkpoints.finish().await;
         }
     }

@@ -1,14 +1,21 @@
 //! Session windows: per key, a session is `[first row, last row + gap)`;
 //! a row within the gap of one or more sessions merges them. A session is
 //! emitted when the low watermark reaches its end.
+//!
+//! With keys, checkpoints are incremental ([`crate::checkpoint::ledger`]):
+//! a checkpoint writes the open sessions of the keys whose sessions
+//! changed since the previous one (rows came, sessions merged or fired),
+//! and references the rows earlier checkpoints wrote of the others.
 
 use super::fixed::finish_batch;
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
+use crate::checkpoint::ledger::Ledger;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::{timestamp_array, timestamps_ms};
-use arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array};
+use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{OwnedRow, RowConverter, Rows};
@@ -48,6 +55,10 @@ pub struct SessionWindowOperator {
     /// watermark below it fires nothing, and no key is visited.
     min_end: i64,
     output_schema: SchemaRef,
+    /// With keys: the keys whose sessions changed (or that went) since a
+    /// checkpoint last wrote them, and where checkpoints wrote them.
+    dirty: hashbrown::HashSet<Box<[u8]>>,
+    ledger: Ledger<Box<[u8]>>,
 }
 
 /// One key's rows of a batch, and what [`SessionWindowOperator::update_key`] reads with them.
@@ -113,6 +124,8 @@ impl SessionWindowOperator {
             sessions_max: spec.groups_max,
             min_end: i64::MAX,
             output_schema,
+            dirty: hashbrown::HashSet::new(),
+            ledger: Ledger::default(),
         })
     }
 
@@ -155,6 +168,11 @@ impl SessionWindowOperator {
     /// One key's rows of a batch; the late ones counted, not applied.
     fn update_key(&mut self, key_rows: Option<&Rows>, run: KeyRun<'_>) -> Result<u64> {
         let key: &[u8] = key_rows.map_or(&[], |k| k.row(run.rows[0] as usize).data());
+        // Changed, or it may be (a refused row leaves the ones before it
+        // applied): the next checkpoint writes it.
+        if key_rows.is_some() && !self.dirty.contains(key) {
+            self.dirty.insert(key.into());
+        }
         if !self.keys.contains_key(key) {
             let owned = key_rows.map(|k| k.row(run.rows[0] as usize).owned());
             self.keys.insert(
@@ -246,7 +264,9 @@ impl SessionWindowOperator {
             return Ok(Vec::new());
         }
         let mut min_end = i64::MAX;
-        self.keys.retain(|_, entry| {
+        let dirty = &mut self.dirty;
+        self.keys.retain(|key, entry| {
+            let before = starts.len();
             for mut s in entry.sessions.extract_if(.., |s| s.end <= watermark.0) {
                 starts.push(s.start);
                 ends.push(s.end);
@@ -256,6 +276,9 @@ impl SessionWindowOperator {
                 }
             }
             min_end = entry.sessions.iter().map(|s| s.end).fold(min_end, i64::min);
+            if starts.len() > before && !dirty.contains(key) {
+                dirty.insert(key.clone());
+            }
             !entry.sessions.is_empty()
         });
         self.min_end = min_end;
@@ -305,10 +328,21 @@ impl SessionWindowOperator {
     /// Every open session as one batch (accumulators are drained into
     /// their state and rebuilt from it, so they keep going).
     pub(crate) fn snapshot_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let all: Vec<Box<[u8]>> = self.keys.keys().cloned().collect();
+        Ok(self.snapshot_rows(&all, false)?.map(|(_, batch)| batch))
+    }
+
+    /// The open sessions of `of` (keys held) as one batch, a key's
+    /// together, with an all-true `live` column when `liveness`; and each
+    /// key's number of sessions.
+    fn snapshot_rows(&mut self, of: &[Box<[u8]>], liveness: bool) -> Result<Option<(Vec<u32>, RecordBatch)>> {
         let (mut starts, mut ends, mut keys) = (Vec::new(), Vec::new(), Vec::new());
         let mut states: Vec<Vec<ArrayRef>> = Vec::new();
+        let mut counts = Vec::with_capacity(of.len());
         let fresh: Vec<_> = self.aggregates.iter().collect();
-        for entry in self.keys.values_mut() {
+        for key in of {
+            let entry = self.keys.get_mut(key).expect("a held key");
+            counts.push(entry.sessions.len() as u32);
             for session in &mut entry.sessions {
                 starts.push(session.start);
                 ends.push(session.end);
@@ -327,6 +361,7 @@ impl SessionWindowOperator {
         if starts.is_empty() {
             return Ok(None);
         }
+        let starts_len = starts.len();
         let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts)), Arc::new(Int64Array::from(ends))];
         if let Some(c) = &self.converter {
             columns.extend(c.convert_rows(keys.iter().map(|k| k.as_ref().expect("keyed").row()))?);
@@ -335,15 +370,66 @@ impl SessionWindowOperator {
             let parts: Vec<&dyn Array> = states.iter().map(|r| r[i].as_ref()).collect();
             columns.push(arrow::compute::concat(&parts)?);
         }
-        let fields: Vec<Field> = columns
+        let mut fields: Vec<Field> = columns
             .iter()
             .enumerate()
             .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
             .collect();
-        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+        if liveness {
+            fields.push(Field::new("live", DataType::Boolean, false));
+            columns.push(Arc::new(BooleanArray::new(BooleanBuffer::new_set(starts_len), None)));
+        }
+        Ok(Some((
+            counts,
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?,
+        )))
     }
 
-    /// Rebuilds the open sessions from [`Self::snapshot_batch`]'s batch.
+    /// The operator's snapshot for checkpoint `checkpoint`: without keys,
+    /// its sessions whole; with keys, incremental (see the module doc).
+    pub(crate) fn snapshot_state(&mut self, checkpoint: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        let n = self.key_columns.len();
+        if n == 0 {
+            if let Some(batch) = self.snapshot_batch()? {
+                state.put_batch(SESSIONS_KEY, batch);
+            }
+            return Ok(state);
+        }
+        if self.ledger.compact(self.sessions) {
+            self.dirty.extend(self.keys.keys().cloned());
+        }
+        let mut held = Vec::new();
+        for key in self.dirty.drain() {
+            if self.keys.contains_key(&key) {
+                held.push(key);
+            } else {
+                self.ledger.forget(&key);
+            }
+        }
+        let new = self.snapshot_rows(&held, true)?;
+        let live_column = match &new {
+            Some((_, batch)) => batch.num_columns() - 1,
+            // The place the batches written hold it at.
+            None => 2 + n + self.state_widths()?.iter().sum::<usize>(),
+        };
+        let new = new.map(|(counts, batch)| (held.into_iter().zip(counts).collect(), batch));
+        let inc = self.ledger.write(checkpoint, new);
+        state.put_incremental(SESSIONS_KEY, (2..2 + n).collect(), live_column, inc)?;
+        Ok(state)
+    }
+
+    /// Each aggregate's number of state columns.
+    fn state_widths(&self) -> Result<Vec<usize>> {
+        self.aggregates
+            .iter()
+            .map(|agg| Ok(agg.expr.state_fields().map_err(df_error)?.len()))
+            .collect()
+    }
+
+    /// Rebuilds the open sessions from [`Self::snapshot_batch`]'s batch
+    /// (the rows its `live` column, when it has one, says live). The keys
+    /// restored are written whole by the next checkpoint.
     pub(crate) fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
         let bad = || Error::internal("session snapshot: bad start/end columns");
         let starts = batch.column(0).as_any().downcast_ref::<Int64Array>().ok_or_else(bad)?;
@@ -353,11 +439,28 @@ impl SessionWindowOperator {
             Some(c) => Some(c.convert_columns(&batch.columns()[2..2 + n_keys])?),
             None => None,
         };
-        let mut widths = Vec::new();
-        for agg in &self.aggregates {
-            widths.push(agg.expr.state_fields().map_err(df_error)?.len());
-        }
+        let widths = self.state_widths()?;
+        let width = 2 + n_keys + widths.iter().sum::<usize>();
+        let live = match batch.num_columns() {
+            n if n == width => None,
+            n if n == width + 1 => Some(
+                batch
+                    .column(width)
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| Error::internal("session snapshot: bad liveness column"))?
+                    .clone(),
+            ),
+            n => {
+                return Err(Error::internal(format!(
+                    "session snapshot: {n} columns, {width} expected"
+                )));
+            }
+        };
         for row in 0..batch.num_rows() {
+            if live.as_ref().is_some_and(|l| !l.value(row)) {
+                continue;
+            }
             let mut accumulators = Vec::new();
             let mut col = 2 + n_keys;
             for (agg, width) in self.aggregates.iter().zip(&widths) {
@@ -372,6 +475,9 @@ impl SessionWindowOperator {
             }
             let key_row = keys.as_ref().map(|k| k.row(row));
             let key_bytes: Box<[u8]> = key_row.map_or(Box::from(&[][..]), |r| r.data().into());
+            if n_keys > 0 && !self.dirty.contains(&key_bytes) {
+                self.dirty.insert(key_bytes.clone());
+            }
             let entry = self.keys.entry(key_bytes).or_insert_with(|| KeySessions {
                 key: key_row.map(|r| r.owned()),
                 sessions: Vec::new(),
@@ -406,15 +512,8 @@ fn merge_into(target: &mut Session, other: Session) -> Result<()> {
 
 #[async_trait]
 impl Operator for SessionWindowOperator {
-    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
-        let mut state = TaskState::default();
-        if let Some(batch) = self.snapshot_batch()? {
-            match self.key_columns.len() {
-                0 => state.put_batch(SESSIONS_KEY, batch),
-                n => state.put_keyed(SESSIONS_KEY, vec![batch], (2..2 + n).collect()),
-            }
-        }
-        Ok(state)
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
+        self.snapshot_state(checkpoint_id)
     }
 
     /// The restored rows may come from several old instances (a rescale).

@@ -573,6 +573,52 @@ fn of_key_groups(batch: &RecordBatch, range: sluice_plan::KeyGroupRange) -> Reco
     arrow::compute::filter_record_batch(batch, &mine).unwrap()
 }
 
+/// A window operator fed and fired by the copies of a checkpoint test.
+trait Windowed {
+    fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> sluice_types::Result<u64>;
+    fn fire(&mut self, watermark: Watermark) -> sluice_types::Result<Vec<RecordBatch>>;
+}
+
+impl Windowed for FixedWindowOperator {
+    fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> sluice_types::Result<u64> {
+        FixedWindowOperator::update(self, batch, watermark)
+    }
+    fn fire(&mut self, watermark: Watermark) -> sluice_types::Result<Vec<RecordBatch>> {
+        FixedWindowOperator::fire(self, watermark)
+    }
+}
+
+impl Windowed for SessionWindowOperator {
+    fn update(&mut self, batch: &RecordBatch, watermark: Watermark) -> sluice_types::Result<u64> {
+        SessionWindowOperator::update(self, batch, watermark)
+    }
+    fn fire(&mut self, watermark: Watermark) -> sluice_types::Result<Vec<RecordBatch>> {
+        SessionWindowOperator::fire(self, watermark)
+    }
+}
+
+/// Feeds `batch` (if any) to every copy — each of its instances the rows
+/// of its key groups — fires them at `watermark` and checks that each
+/// copy fires `want`, what the operator that never stopped fired.
+fn copies_fire<W: Windowed>(
+    copies: &mut [Vec<(sluice_plan::KeyGroupRange, W)>],
+    batch: Option<&RecordBatch>,
+    watermark: Watermark,
+    want: &[RecordBatch],
+    at: &str,
+) {
+    for (c, copy) in copies.iter_mut().enumerate() {
+        let mut got = Vec::new();
+        for (range, o) in copy.iter_mut() {
+            if let Some(batch) = batch {
+                o.update(&of_key_groups(batch, *range), watermark).unwrap();
+            }
+            got.extend(o.fire(watermark).unwrap());
+        }
+        assert_eq!(collect(&got), collect(want), "copy {c}, {at}");
+    }
+}
+
 #[tokio::test]
 async fn panes_restored_from_incremental_checkpoints_fire_as_the_operator_never_stopped() {
     // The rows with late ones; every 3rd batch the operator checkpoints
@@ -581,11 +627,9 @@ async fn panes_restored_from_incremental_checkpoints_fire_as_the_operator_never_
     // checkpoint, and from one of them two instances of a rescale (each
     // given the rows of its key groups), go on beside the operator, which
     // is checked against the rule; every copy must fire what it fires.
-    use crate::checkpoint::keyed::{Part, assemble};
-    use crate::checkpoint::testing::CheckpointLoop;
+    use crate::checkpoint::testing::{CheckpointLoop, Incrementality, restored_copies};
     use crate::checkpoint::{LOW_WATERMARK_KEY, LocalStateStore, StateStore};
     use crate::operator::Operator;
-    use sluice_plan::{KEY_GROUPS_DEFAULT, key_group_range};
     let data = rows_with_late_ones();
     for (slide, size) in WINDOWS {
         let hop = window_of((slide, size));
@@ -597,87 +641,64 @@ async fn panes_restored_from_incremental_checkpoints_fire_as_the_operator_never_
         // Copies: each a list of instances with their key groups.
         let mut copies: Vec<Vec<(sluice_plan::KeyGroupRange, FixedWindowOperator)>> = Vec::new();
         let (mut fired, mut seen, mut low) = (Vec::new(), Vec::new(), Watermark::MIN);
-        let mut referencing = 0;
+        let mut counted = Incrementality::default();
         for (i, chunk) in data.chunks(150).enumerate() {
             let watermark = batch_watermark(i, chunk);
             if i % 3 == 2 {
                 let id = checkpoints.start();
                 let mut state = op.snapshot(id).await.unwrap();
                 state.put_bytes(LOW_WATERMARK_KEY, low.0.to_le_bytes().to_vec());
-                let m = checkpoints.complete(id, state).await.unwrap();
-                let restored = checkpoints.read(id).await.unwrap();
-                let mut copy = new_op();
-                copy.restore(Some((id, restored.clone()))).await.unwrap();
-                // What a full snapshot of the same panes writes: the
-                // copy's first, none of its parts written yet.
-                let mut full = copy.snapshot_state(id + 1000).unwrap();
-                full.key_groups = KEY_GROUPS_DEFAULT;
-                let full = full.encode().unwrap().len() as u64;
-                let entry = &m.tasks[0];
-                if !entry.references.is_empty() {
-                    referencing += 1;
-                    assert!(
-                        entry.bytes < full,
-                        "{slide}/{size} checkpoint {id}: {} bytes, a full one {full}",
-                        entry.bytes
-                    );
-                }
-                let all = sluice_plan::KeyGroupRange {
-                    start: 0,
-                    end: KEY_GROUPS_DEFAULT,
-                };
-                copies.push(vec![(all, copy)]);
-                if i == 68 {
-                    let mut instances = Vec::new();
-                    for instance in 0..2 {
-                        let mine = key_group_range(instance, 2, KEY_GROUPS_DEFAULT);
-                        let part = Part {
-                            instance: 0,
-                            same: false,
-                            legacy: false,
-                            state: restored.clone(),
-                        };
-                        let state = assemble(vec![part], mine, KEY_GROUPS_DEFAULT, &|s| Ok(s), "window").unwrap();
-                        let mut o = new_op();
-                        o.restore(Some((id, state))).await.unwrap();
-                        instances.push((mine, o));
-                    }
-                    copies.push(instances);
-                }
+                let (entry, restored) = checkpoints.complete_and_read(id, state).await.unwrap();
+                let rescales: &[u32] = if i == 68 { &[1, 2] } else { &[1] };
+                let more = restored_copies(id, &entry, &restored, rescales, |_| new_op(), (&mut counted, 0)).await;
+                copies.extend(more);
             }
             low = watermark;
             let batch = rows(chunk);
             op.update(&batch, watermark).unwrap();
             seen.extend(chunk.iter().map(|r| (*r, watermark.0)));
             let want = op.fire(watermark).unwrap();
-            for (c, copy) in copies.iter_mut().enumerate() {
-                let mut got = Vec::new();
-                for (range, o) in copy.iter_mut() {
-                    o.update(&of_key_groups(&batch, *range), watermark).unwrap();
-                    got.extend(o.fire(watermark).unwrap());
-                }
-                assert_eq!(collect(&got), collect(&want), "{slide}/{size} copy {c}, batch {i}");
-            }
+            copies_fire(
+                &mut copies,
+                Some(&batch),
+                watermark,
+                &want,
+                &format!("{slide}/{size} batch {i}"),
+            );
             fired.extend(want);
         }
         let want = op.fire(Watermark::MAX).unwrap();
-        for (c, copy) in copies.iter_mut().enumerate() {
-            let got: Vec<RecordBatch> = copy
-                .iter_mut()
-                .flat_map(|(_, o)| o.fire(Watermark::MAX).unwrap())
-                .collect();
-            assert_eq!(collect(&got), collect(&want), "{slide}/{size} copy {c} at the end");
-        }
+        copies_fire(
+            &mut copies,
+            None,
+            Watermark::MAX,
+            &want,
+            &format!("{slide}/{size} at the end"),
+        );
         fired.extend(want);
         assert_eq!(collect(&fired), hop_by_rule(&seen, slide, size), "{slide}/{size}");
         // 44 checkpoints; the first has nothing to reference, and with
         // 30-ms windows a part is often gone by the next.
-        assert!(
-            referencing >= 20,
-            "{slide}/{size}: {referencing} checkpoints referenced earlier ones"
-        );
+        assert!(counted.referencing >= 20, "{slide}/{size}: {counted:?}");
         checkpoints.finish().await;
     }
+}
+
+/// A task's state holding open windows in the layout before panes —
+/// columns start, key, count's state, sum's state — through the file
+/// format.
+fn old_open_windows(columns: [Vec<i64>; 4]) -> crate::checkpoint::TaskState {
+    let fields: Vec<Field> = (0..4)
+        .map(|i| Field::new(format!("c{i}"), DataType::Int64, true))
+        .collect();
+    let columns = columns
+        .into_iter()
+        .map(|v| Arc::new(Int64Array::from(v)) as arrow::array::ArrayRef)
+        .collect();
+    let windows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let mut old = crate::checkpoint::TaskState::default();
+    old.put_batch("windows", windows);
+    crate::checkpoint::TaskState::decode(&old.encode().unwrap()).unwrap()
 }
 
 #[test]
@@ -689,23 +710,7 @@ fn a_checkpoint_of_open_windows_from_before_incremental_panes_still_restores() {
         slide_ms: 5,
         size_ms: 10,
     };
-    let col = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as arrow::array::ArrayRef;
-    let fields: Vec<Field> = (0..4)
-        .map(|i| Field::new(format!("c{i}"), DataType::Int64, true))
-        .collect();
-    let windows = RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        vec![
-            col(vec![0, 5, 10]),
-            col(vec![1, 1, 1]),
-            col(vec![1, 2, 1]),
-            col(vec![1, 11, 10]),
-        ],
-    )
-    .unwrap();
-    let mut old = crate::checkpoint::TaskState::default();
-    old.put_batch("windows", windows);
-    let old = crate::checkpoint::TaskState::decode(&old.encode().unwrap()).unwrap();
+    let old = old_open_windows([vec![0, 5, 10], vec![1, 1, 1], vec![1, 2, 1], vec![1, 11, 10]]);
     let mut op = FixedWindowOperator::new(&spec(hop, 100), output_schema()).unwrap();
     op.restore_state(&old).unwrap();
     // A later row in pane [10, 15): windows [5, 15) and [10, 20).
@@ -727,23 +732,7 @@ fn a_tumbling_checkpoint_of_open_windows_from_before_panes_still_restores() {
     // (window, group) — start, key, count's state, sum's state. Rows seen:
     // (7, k1, 1), (12, k1, 10) and (14, k2, 5); size 10, nothing fired.
     let tumble = WindowKind::Tumble { size_ms: 10 };
-    let col = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as arrow::array::ArrayRef;
-    let fields: Vec<Field> = (0..4)
-        .map(|i| Field::new(format!("c{i}"), DataType::Int64, true))
-        .collect();
-    let windows = RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        vec![
-            col(vec![0, 10, 10]),
-            col(vec![1, 1, 2]),
-            col(vec![1, 1, 1]),
-            col(vec![1, 10, 5]),
-        ],
-    )
-    .unwrap();
-    let mut old = crate::checkpoint::TaskState::default();
-    old.put_batch("windows", windows);
-    let old = crate::checkpoint::TaskState::decode(&old.encode().unwrap()).unwrap();
+    let old = old_open_windows([vec![0, 10, 10], vec![1, 1, 2], vec![1, 1, 1], vec![1, 10, 5]]);
     let mut op = FixedWindowOperator::new(&spec(tumble, 100), output_schema()).unwrap();
     op.restore_state(&old).unwrap();
     // Later rows in [10, 20) for k1 and a new key, and one in [20, 30).
@@ -833,4 +822,58 @@ fn a_window_keyed_by_two_columns_refuses_a_batch_at_the_bound_and_goes_on() {
     }
     got.sort();
     assert_eq!(got, vec![(1, 10, 2), (1, 20, 2), (2, 10, 2)]);
+}
+
+/// Sessions (gap 40 ms) over the rows with late ones, checkpointed every
+/// third batch through the real state writer, manifest, pruning and reader
+/// (one checkpoint kept, and what it references): a copy restored from
+/// each — and two instances of a rescale from one — go on beside the
+/// operator and must fire what it fires, batch for batch. Most checkpoints
+/// reference earlier ones (cold keys' sessions stay where they were
+/// written) and are smaller than a full snapshot of the same sessions;
+/// every row not dropped as late is in exactly one fired session.
+#[tokio::test]
+async fn sessions_restored_from_incremental_checkpoints_fire_as_the_operator_never_stopped() {
+    use crate::checkpoint::testing::{CheckpointLoop, Incrementality, restored_copies};
+    use crate::checkpoint::{LocalStateStore, StateStore};
+    use crate::operator::Operator;
+    let gap = 40;
+    let session = WindowKind::Session { gap_ms: gap };
+    let new_op = || SessionWindowOperator::new(&spec(session, 1_000_000), gap, output_schema()).unwrap();
+    let data = rows_with_late_ones();
+    let tmp = tempfile::tempdir().unwrap();
+    let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
+    let mut checkpoints = CheckpointLoop::new(store, 1);
+    let mut op = new_op();
+    let mut copies: Vec<Vec<(sluice_plan::KeyGroupRange, SessionWindowOperator)>> = Vec::new();
+    let (mut fired, mut late, mut counted) = (Vec::new(), 0, Incrementality::default());
+    for (i, chunk) in data.chunks(150).enumerate() {
+        let watermark = batch_watermark(i, chunk);
+        if i % 3 == 2 {
+            let id = checkpoints.start();
+            let state = op.snapshot(id).await.unwrap();
+            let (entry, restored) = checkpoints.complete_and_read(id, state).await.unwrap();
+            let rescales: &[u32] = if i == 68 { &[1, 2] } else { &[1] };
+            let more = restored_copies(id, &entry, &restored, rescales, |_| new_op(), (&mut counted, 5)).await;
+            copies.extend(more);
+        }
+        let batch = rows(chunk);
+        late += op.update(&batch, watermark).unwrap();
+        let want = op.fire(watermark).unwrap();
+        copies_fire(&mut copies, Some(&batch), watermark, &want, &format!("batch {i}"));
+        fired.extend(want);
+    }
+    let want = op.fire(Watermark::MAX).unwrap();
+    copies_fire(&mut copies, None, Watermark::MAX, &want, "at the end");
+    fired.extend(want);
+    let in_sessions: i64 = collect(&fired).iter().map(|s| s.3).sum();
+    assert!(late > 0);
+    assert_eq!(
+        in_sessions,
+        data.len() as i64 - late as i64,
+        "every row kept is in one session"
+    );
+    assert!(counted.taken >= 40, "{counted:?}");
+    assert!(counted.referencing * 2 >= counted.taken, "{counted:?}");
+    checkpoints.finish().await;
 }

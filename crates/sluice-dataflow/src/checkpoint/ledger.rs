@@ -1,0 +1,191 @@
+//! Where a task's incrementally checkpointed rows live, for state kept by
+//! key and written again whole for a key when it changes — an aggregate's
+//! group, a key's open sessions. A checkpoint writes the keys changed since
+//! the previous one as one new batch (a key's rows together) and references
+//! the batches earlier checkpoints wrote, with a liveness bit a row
+//! ([`TaskState::put_incremental`](super::TaskState::put_incremental)): a
+//! key's rows live in the batch that wrote it last, and a key gone in none.
+//! A batch with no live row is forgotten. Rows held in earlier batches can
+//! outgrow the state as keys change or go; [`Ledger::compact`] forgets
+//! every batch once they pass twice the live rows plus [`COMPACT_SLACK`],
+//! and the checkpoint then writes every key again, so a restore reads at
+//! most about three rows a live one.
+
+use super::incremental::{Held, Increment};
+use arrow::record_batch::RecordBatch;
+use hashbrown::HashMap;
+use std::collections::BTreeMap;
+use std::hash::Hash;
+
+/// Rows earlier batches may hold beyond twice the live rows before every
+/// key is written again.
+pub const COMPACT_SLACK: usize = 1024;
+
+/// A batch an earlier checkpoint wrote in full.
+struct Written {
+    checkpoint: u64,
+    /// Per row: its key was last written here and is still held.
+    live: Vec<bool>,
+    live_count: usize,
+}
+
+/// The batches a task's checkpoints wrote of one incremental value, and
+/// where each key's rows are in them.
+pub struct Ledger<K> {
+    /// Key → (batch number, its first row there, its rows).
+    at: HashMap<K, (u64, u32, u32)>,
+    batches: BTreeMap<u64, Written>,
+    next_number: u64,
+}
+
+impl<K> Default for Ledger<K> {
+    fn default() -> Self {
+        Ledger {
+            at: HashMap::new(),
+            batches: BTreeMap::new(),
+            next_number: 0,
+        }
+    }
+}
+
+impl<K: Hash + Eq> Ledger<K> {
+    /// `key`'s written rows are dead from now on (it changed, or went).
+    pub fn forget(&mut self, key: &K) {
+        let Some((number, first, rows)) = self.at.remove(key) else {
+            return;
+        };
+        let batch = self.batches.get_mut(&number).expect("a written key's batch is held");
+        for live in &mut batch.live[first as usize..(first + rows) as usize] {
+            *live = false;
+        }
+        batch.live_count -= rows as usize;
+        if batch.live_count == 0 {
+            self.batches.remove(&number);
+        }
+    }
+
+    /// Whether a checkpoint wrote `key`'s rows (and they still live).
+    pub fn is_written(&self, key: &K) -> bool {
+        self.at.contains_key(key)
+    }
+
+    /// The rows held in written batches, live or not.
+    pub fn held_rows(&self) -> usize {
+        self.batches.values().map(|b| b.live.len()).sum()
+    }
+
+    /// Forgets every batch when the rows they hold pass twice `live_rows`
+    /// (the state's rows now) plus [`COMPACT_SLACK`]; returns whether it
+    /// did (then no key is written: the checkpoint writes them all).
+    pub fn compact(&mut self, live_rows: usize) -> bool {
+        if self.held_rows() <= 2 * live_rows + COMPACT_SLACK {
+            return false;
+        }
+        self.at.clear();
+        self.batches.clear();
+        true
+    }
+
+    /// What checkpoint `checkpoint` stores: a reference to every batch
+    /// earlier ones wrote that holds a live row, then `new` — a batch of
+    /// the keys given with their numbers of rows, in its order (their
+    /// earlier rows forgotten first), recorded as written by it.
+    pub fn write(&mut self, checkpoint: u64, new: Option<(Vec<(K, u32)>, RecordBatch)>) -> Increment {
+        let mut inc = Increment::default();
+        if let Some((keys, _)) = &new {
+            for (key, _) in keys {
+                self.forget(key);
+            }
+        }
+        for (number, b) in &self.batches {
+            inc.held.push(Held {
+                checkpoint: b.checkpoint,
+                number: *number,
+                live: b.live.iter().copied().collect(),
+            });
+        }
+        let Some((keys, batch)) = new else {
+            return inc;
+        };
+        let number = self.next_number;
+        self.next_number += 1;
+        let mut first = 0u32;
+        for (key, rows) in keys {
+            self.at.insert(key, (number, first, rows));
+            first += rows;
+        }
+        debug_assert_eq!(first as usize, batch.num_rows(), "the keys' rows are the batch's");
+        self.batches.insert(
+            number,
+            Written {
+                checkpoint,
+                live: vec![true; first as usize],
+                live_count: first as usize,
+            },
+        );
+        inc.new.push((number, batch));
+        inc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use std::sync::Arc;
+
+    fn batch(rows: usize) -> RecordBatch {
+        let a = Int64Array::from_iter_values(0..rows as i64);
+        RecordBatch::try_from_iter([("a", Arc::new(a) as arrow::array::ArrayRef)]).unwrap()
+    }
+
+    fn live(inc: &Increment) -> Vec<(u64, Vec<bool>)> {
+        inc.held.iter().map(|h| (h.number, h.live.iter().collect())).collect()
+    }
+
+    #[test]
+    fn a_key_written_again_or_gone_leaves_dead_rows_and_an_empty_batch_goes() {
+        let mut l: Ledger<&str> = Ledger::default();
+        // Checkpoint 1: a (2 rows), b (1), c (1).
+        let inc = l.write(1, Some((vec![("a", 2), ("b", 1), ("c", 1)], batch(4))));
+        assert!(inc.held.is_empty());
+        assert_eq!(inc.new[0].0, 0);
+        // Checkpoint 2: a changed (3 rows now), c gone.
+        l.forget(&"c");
+        let inc = l.write(2, Some((vec![("a", 3)], batch(3))));
+        assert_eq!(live(&inc), vec![(0, vec![false, false, true, false])]);
+        assert_eq!(inc.new[0].0, 1);
+        assert_eq!(l.held_rows(), 7);
+        // Checkpoint 3: nothing changed: references only.
+        let inc = l.write(3, None);
+        assert_eq!(
+            live(&inc),
+            vec![(0, vec![false, false, true, false]), (1, vec![true; 3])]
+        );
+        // b goes: batch 0 holds nothing live and is forgotten.
+        l.forget(&"b");
+        let inc = l.write(4, None);
+        assert_eq!(live(&inc), vec![(1, vec![true; 3])]);
+        assert!(l.is_written(&"a") && !l.is_written(&"b"));
+    }
+
+    #[test]
+    fn rows_held_past_twice_the_live_ones_and_the_slack_are_forgotten() {
+        let mut l: Ledger<u32> = Ledger::default();
+        let n = 2000u32;
+        l.write(1, Some(((0..n).map(|k| (k, 1)).collect(), batch(n as usize))));
+        for k in 0..1500 {
+            l.forget(&k);
+        }
+        // 2 000 rows held, 500 live: within 2 × 500 + 1 024.
+        assert!(!l.compact(500));
+        for k in 1500..1600 {
+            l.forget(&k);
+        }
+        // 400 live: 2 000 > 1 824.
+        assert!(l.compact(400));
+        assert_eq!(l.held_rows(), 0);
+        assert!(!l.is_written(&1700));
+        assert!(l.write(2, None).held.is_empty());
+    }
+}
