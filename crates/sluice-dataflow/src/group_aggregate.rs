@@ -35,15 +35,15 @@
 
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
+use crate::checkpoint::incremental::snapshot_rows;
 use crate::checkpoint::ledger::Ledger;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::window::fixed::finish_batch;
 use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, StringArray, UInt32Array};
-use arrow::buffer::BooleanBuffer;
 use arrow::compute::kernels::cmp::not_distinct;
 use arrow::compute::{concat, filter_record_batch, take};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow::row::RowConverter;
 use async_trait::async_trait;
@@ -597,16 +597,7 @@ impl GroupAggregateOperator {
             }
             columns.extend(arrays);
         }
-        let mut fields: Vec<Field> = columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
-            .collect();
-        if liveness {
-            fields.push(Field::new("live", DataType::Boolean, false));
-            columns.push(Arc::new(BooleanArray::new(BooleanBuffer::new_set(live.len()), None)));
-        }
-        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+        snapshot_rows(columns, liveness).map(Some)
     }
 
     /// The operator's snapshot for checkpoint `checkpoint`: without keys,

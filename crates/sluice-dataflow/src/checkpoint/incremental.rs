@@ -83,6 +83,23 @@ fn table(names: &[&str], columns: Vec<ArrayRef>) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
 }
 
+/// Snapshot rows as a batch: `columns` named `c0…` (nullable), then with
+/// `live` an all-true liveness column `live` (the format's, for a value
+/// written incrementally), as many rows as the columns have.
+pub fn snapshot_rows(mut columns: Vec<ArrayRef>, live: bool) -> Result<RecordBatch> {
+    let rows = columns.first().map_or(0, |c| c.len());
+    let mut fields: Vec<Field> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
+        .collect();
+    if live {
+        fields.push(Field::new("live", arrow::datatypes::DataType::Boolean, false));
+        columns.push(Arc::new(BooleanArray::new(BooleanBuffer::new_set(rows), None)));
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
 impl TaskState {
     /// Stores keyed value `key` incrementally (see the module doc): its key
     /// is `key_columns` and column `live_column` of every batch says which

@@ -34,12 +34,12 @@
 
 use super::assign::tumble_start;
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
-use crate::checkpoint::incremental::{Held, Increment};
+use crate::checkpoint::incremental::{Held, Increment, snapshot_rows};
 use crate::checkpoint::{LOW_WATERMARK_KEY, TaskState};
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::{timestamp_array, timestamps_ms};
-use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array};
+use arrow::array::{Array, ArrayRef, Int64Array, UInt32Array};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::{cast, concat_batches, take, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -567,16 +567,7 @@ fn part_batch(start: i64, part: &Part, key_schema: Option<&SchemaRef>, live: boo
         });
     }
     columns.extend(part.states.iter().cloned());
-    let mut fields: Vec<Field> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
-        .collect();
-    if live {
-        fields.push(Field::new("live", DataType::Boolean, false));
-        columns.push(Arc::new(BooleanArray::new(BooleanBuffer::new_set(part.len), None)));
-    }
-    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    snapshot_rows(columns, live)
 }
 
 /// Snapshot rows by their start (column 0, a window's or a pane's).

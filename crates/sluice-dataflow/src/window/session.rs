@@ -10,13 +10,13 @@
 use super::fixed::finish_batch;
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
+use crate::checkpoint::incremental::snapshot_rows;
 use crate::checkpoint::ledger::Ledger;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::{timestamp_array, timestamps_ms};
 use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt32Array};
-use arrow::buffer::BooleanBuffer;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{OwnedRow, RowConverter, Rows};
 use async_trait::async_trait;
@@ -361,7 +361,6 @@ impl SessionWindowOperator {
         if starts.is_empty() {
             return Ok(None);
         }
-        let starts_len = starts.len();
         let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(starts)), Arc::new(Int64Array::from(ends))];
         if let Some(c) = &self.converter {
             columns.extend(c.convert_rows(keys.iter().map(|k| k.as_ref().expect("keyed").row()))?);
@@ -370,19 +369,7 @@ impl SessionWindowOperator {
             let parts: Vec<&dyn Array> = states.iter().map(|r| r[i].as_ref()).collect();
             columns.push(arrow::compute::concat(&parts)?);
         }
-        let mut fields: Vec<Field> = columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Field::new(format!("c{i}"), c.data_type().clone(), true))
-            .collect();
-        if liveness {
-            fields.push(Field::new("live", DataType::Boolean, false));
-            columns.push(Arc::new(BooleanArray::new(BooleanBuffer::new_set(starts_len), None)));
-        }
-        Ok(Some((
-            counts,
-            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?,
-        )))
+        Ok(Some((counts, snapshot_rows(columns, liveness)?)))
     }
 
     /// The operator's snapshot for checkpoint `checkpoint`: without keys,
