@@ -402,11 +402,12 @@ impl Cluster {
         })
     }
 
-    /// On a quorum's leader: records the registered workers in the
-    /// replicated state ([`crate::recorded`]) when they changed, and
-    /// removes the placements of pipelines nothing of which may run any
-    /// more (once adoption closed). Placements themselves are written as
-    /// deployments start ([`Cluster::prepare_start`]).
+    /// On a quorum's leader that took over (opened adoption in its term):
+    /// records the registered workers in the replicated state
+    /// ([`crate::recorded`]) when they changed, and removes the placements
+    /// of pipelines nothing of which may run any more (once adoption
+    /// closed). Placements themselves are written as deployments start
+    /// ([`Cluster::prepare_start`]).
     pub async fn record(&self) -> std::result::Result<(), String> {
         let Some(node) = self.quorum() else { return Ok(()) };
         if !node.is_leader() {
@@ -415,7 +416,17 @@ impl Cluster {
         // A removal is decided below on a snapshot: no placement may be
         // written meanwhile.
         let _writing = self.placement_writes.lock().await;
-        let adopting = self.adoption.lock().expect("adoption lock").open;
+        let (adopting, taken_over) = {
+            let a = self.adoption.lock().expect("adoption lock");
+            (a.open, a.term == node.term())
+        };
+        if !taken_over {
+            // Leading, but not yet taken over (the lead loop opens the
+            // adoption a moment after the election): no worker registered
+            // and no deployment runs here yet, so what is recorded would
+            // all look gone — the placements the adoption waits on first.
+            return Ok(());
+        }
         use crate::recorded::{RecordedPlacement, RecordedWorker};
         let workers: Vec<RecordedWorker> = self
             .workers
@@ -1862,5 +1873,77 @@ mod lost_tests {
         assert_eq!(lost.iter().filter(|l| l.id == "w5").count(), 1);
         assert_eq!(lost.back().unwrap().id, "w5");
         assert_eq!(lost.len(), LOST_WORKERS_MAX);
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    /// A master's cluster, leading a quorum of one (in `dir`).
+    async fn leading_cluster(dir: &std::path::Path) -> (Arc<Cluster>, sluice_quorum::QuorumNode) {
+        let local = WorkerId(format!("{MASTER_WORKER_PREFIX}m1"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let transport = sluice_net::DataPlane::start(local.clone(), listener, Default::default()).unwrap();
+        let cluster = Cluster::new(
+            "m1".into(),
+            dir.join("checkpoints").display().to_string(),
+            WORKER_TIMEOUT_DEFAULT,
+            MasterWorker {
+                id: local,
+                data_address: transport.local_addr().to_string(),
+                connectors: Default::default(),
+                transport,
+            },
+        );
+        let node =
+            sluice_quorum::QuorumNode::start("m1".into(), BTreeMap::new(), sluice_quorum::Config::default(), dir)
+                .unwrap();
+        cluster.set_quorum(node.clone());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !node.is_leader() {
+            assert!(Instant::now() < deadline, "a quorum of one elects itself");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (cluster, node)
+    }
+
+    /// A new leader records the cluster only once it took over: before its
+    /// lead loop opens the adoption, its empty registry would make every
+    /// placement the old leader recorded look gone, and the adoption would
+    /// then wait for no worker and start the pipelines anew (a CI run of
+    /// the quorum test saw it). Once the adoption closed, a placement
+    /// nothing runs goes.
+    #[tokio::test]
+    async fn a_new_leader_keeps_the_recorded_placements_until_it_took_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cluster, node) = leading_cluster(dir.path()).await;
+        let pipeline = PipelineId(3);
+        let placement = crate::recorded::RecordedPlacement {
+            epoch: 9,
+            tasks: vec![(0, 0, "w1".into()), (1, 0, "w1".into())],
+        };
+        let old = crate::recorded::registers(&[], &BTreeMap::from([(pipeline, placement.clone())]));
+        node.propose(old.into_iter().map(|(k, v)| (k, Some(v))).collect())
+            .await
+            .unwrap();
+        let recorded = |node: &sluice_quorum::QuorumNode| crate::recorded::placements(&node.state());
+        cluster.record().await.unwrap();
+        assert_eq!(
+            recorded(&node).get(&pipeline),
+            Some(&placement),
+            "kept before taking over"
+        );
+        let generation = cluster.open_adoption();
+        assert!(
+            !cluster.adoption_ready(&[pipeline]),
+            "the adoption waits for w1, which the placement names"
+        );
+        cluster.record().await.unwrap();
+        assert_eq!(recorded(&node).get(&pipeline), Some(&placement), "kept while adopting");
+        cluster.close_adoption(generation);
+        cluster.record().await.unwrap();
+        assert_eq!(recorded(&node).get(&pipeline), None, "nothing of it runs: it goes");
+        node.shutdown();
     }
 }
