@@ -17,8 +17,16 @@
 //! holds (ordered by order key, then row bytes, with their copies), at
 //! most `partitions_max` rows an instance, and its list is the first
 //! `limit` of them. The diff is the same; a list that shrinks emits `-D`.
+//!
+//! With partition columns, checkpoints are incremental
+//! ([`crate::checkpoint::ledger`]): a checkpoint writes the rows of the
+//! partitions changed since the previous one (a list that took a row, a
+//! held row added or taken back, a partition expired or restored) and
+//! references the batches earlier ones wrote, with a liveness bit a row.
+//! Without, the one partition is written whole.
 
 use crate::checkpoint::TaskState;
+use crate::checkpoint::ledger::{ChangedKeys, live_rows};
 use crate::operator::{Operator, OperatorContext};
 use crate::window::fixed::finish_batch;
 use arrow::array::{ArrayRef, StringArray, UInt64Array};
@@ -85,6 +93,12 @@ pub struct TopNOperator {
     /// The columns of a row: every input column but the op.
     data_columns: Vec<usize>,
     state_ttl_ms: Option<i64>,
+    /// Rows a checkpoint writes: list entries, or over a changelog
+    /// distinct held rows (copies are a count).
+    stored_rows: usize,
+    /// With partition columns: the partitions changed since the last
+    /// checkpoint, and what earlier ones wrote.
+    changed: ChangedKeys,
     /// Processing time of the batch being applied.
     now_ms: i64,
     next_seq: u64,
@@ -144,6 +158,8 @@ impl TopNOperator {
             rows_held: 0,
             data_columns,
             state_ttl_ms: spec.state_ttl_ms,
+            stored_rows: 0,
+            changed: ChangedKeys::default(),
             now_ms: sluice_types::now_ms(),
             next_seq: 0,
             input_schema,
@@ -189,8 +205,21 @@ impl TopNOperator {
         }
         let at = list.partition_point(|e| e.order <= entry.order);
         list.insert(at, entry);
-        list.truncate(limit);
+        if list.len() > limit {
+            list.truncate(limit);
+        } else {
+            self.stored_rows += 1;
+        }
+        self.mark(key);
         Ok(())
+    }
+
+    /// Partition `key` changed: the next checkpoint writes it again (or,
+    /// gone, forgets its rows).
+    fn mark(&mut self, key: &[u8]) {
+        if self.partition.is_some() {
+            self.changed.mark(key);
+        }
     }
 
     /// Adds a batch's rows; returns the changelog of the lists it changed.
@@ -274,6 +303,7 @@ impl TopNOperator {
                 *n -= 1;
                 if *n == 0 {
                     held.rows.remove(&entry);
+                    self.stored_rows -= 1;
                 }
                 self.rows_held -= 1;
             }
@@ -281,6 +311,7 @@ impl TopNOperator {
             if held.rows.is_empty() {
                 self.held.remove(key);
             }
+            self.mark(key);
             return Ok(());
         }
         if self.rows_held >= self.partitions_max {
@@ -297,8 +328,13 @@ impl TopNOperator {
         }
         let held = self.held.get_mut(key).expect("inserted above");
         held.touched_ms = self.now_ms;
-        *held.rows.entry(entry).or_insert(0) += 1;
+        let copies = held.rows.entry(entry).or_insert(0);
+        if *copies == 0 {
+            self.stored_rows += 1;
+        }
+        *copies += 1;
         self.rows_held += 1;
+        self.mark(key);
         Ok(())
     }
 
@@ -338,10 +374,14 @@ impl TopNOperator {
             }
             if let Some(h) = self.held.remove(&key) {
                 self.rows_held -= h.rows.values().sum::<u64>() as usize;
+                self.stored_rows -= h.rows.len();
             }
+            self.mark(&key);
         }
         for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
+            self.mark(&key);
             if let Some(p) = self.partitions.remove(&key) {
+                self.stored_rows -= p.list.len();
                 for (position, e) in p.list.into_iter().enumerate() {
                     changes.push((ChangeOp::Delete, e.row, position as u64 + 1));
                 }
@@ -377,11 +417,18 @@ impl TopNOperator {
         }
     }
 
-    /// Every kept row with its arrival number, as one batch.
-    fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
-        let entries: Vec<&Entry> = self.partitions.values().flat_map(|p| &p.list).collect();
+    /// Every kept row of the partitions `keys` (all of them without) with
+    /// its arrival number, as one batch, and how many rows each has.
+    fn snapshot_batch(&self, keys: Option<&[Box<[u8]>]>) -> Result<Option<(Vec<u32>, RecordBatch)>> {
+        let lists: Vec<&Vec<Entry>> = match keys {
+            Some(keys) => keys.iter().map(|k| &self.partitions[k].list).collect(),
+            None => self.partitions.values().map(|p| &p.list).collect(),
+        };
+        let counts = lists.iter().map(|l| l.len() as u32).collect();
+        let entries: Vec<&Entry> = lists.into_iter().flatten().collect();
         let rows: Vec<&[u8]> = entries.iter().map(|e| e.row.as_ref()).collect();
-        self.numbered_rows(&rows, "__seq", entries.iter().map(|e| e.seq))
+        let batch = self.numbered_rows(&rows, "__seq", entries.iter().map(|e| e.seq))?;
+        Ok(batch.map(|b| (counts, b)))
     }
 
     /// `rows` (row-encoded, the input's columns but the op) with a last
@@ -408,8 +455,9 @@ impl TopNOperator {
         Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
     }
 
-    /// A [`Self::numbered_rows`] batch read back: its numbers, and per row
-    /// its partition key, order key and row, row-encoded.
+    /// A [`Self::numbered_rows`] batch read back, its live rows
+    /// ([`live_rows`]): its numbers, and per row its partition
+    /// key, order key and row, row-encoded.
     fn read_numbered(&self, batch: &RecordBatch) -> Result<(UInt64Array, Option<Rows>, Rows, Rows)> {
         let last = batch.num_columns() - 1;
         let numbers = batch
@@ -430,19 +478,74 @@ impl TopNOperator {
         Ok((numbers, keys, orders, rows))
     }
 
-    /// Over a changelog: every held row with its copies, as one batch.
-    fn snapshot_held(&self) -> Result<Option<RecordBatch>> {
-        let held: Vec<(&[u8], u64)> = self
-            .held
-            .values()
+    /// Over a changelog: every held row of the partitions `keys` (all of
+    /// them without) with its copies, as one batch, and how many rows each
+    /// has.
+    fn snapshot_held(&self, keys: Option<&[Box<[u8]>]>) -> Result<Option<(Vec<u32>, RecordBatch)>> {
+        let partitions: Vec<&Held> = match keys {
+            Some(keys) => keys.iter().map(|k| &self.held[k]).collect(),
+            None => self.held.values().collect(),
+        };
+        let counts = partitions.iter().map(|h| h.rows.len() as u32).collect();
+        let held: Vec<(&[u8], u64)> = partitions
+            .into_iter()
             .flat_map(|h| h.rows.iter().map(|((_, row), n)| (row.as_ref(), *n)))
             .collect();
         let rows: Vec<&[u8]> = held.iter().map(|(r, _)| *r).collect();
-        self.numbered_rows(&rows, COUNT_COLUMN, held.iter().map(|(_, n)| *n))
+        let batch = self.numbered_rows(&rows, COUNT_COLUMN, held.iter().map(|(_, n)| *n))?;
+        Ok(batch.map(|b| (counts, b)))
+    }
+
+    /// The operator's snapshot for checkpoint `checkpoint`: without
+    /// partition columns its rows whole, with them incremental (see the
+    /// module doc).
+    pub(crate) fn snapshot_state(&mut self, checkpoint: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        let key = if self.op_column.is_some() { HELD_KEY } else { ROWS_KEY };
+        if self.partition.is_none() {
+            let whole = if self.op_column.is_some() {
+                self.snapshot_held(None)?
+            } else {
+                self.snapshot_batch(None)?
+            };
+            if let Some((_, batch)) = whole {
+                state.put_batch(key, batch);
+            }
+            return Ok(state);
+        }
+        let changelog = self.op_column.is_some();
+        let mut changed = std::mem::take(&mut self.changed);
+        let (partitions, held) = (&self.partitions, &self.held);
+        let inc = changed.write(
+            checkpoint,
+            self.stored_rows,
+            || match changelog {
+                true => held.keys().cloned().collect(),
+                false => partitions.keys().cloned().collect(),
+            },
+            |k| match changelog {
+                true => held.contains_key(k),
+                false => partitions.contains_key(k),
+            },
+            |keys| {
+                let new = match changelog {
+                    true => self.snapshot_held(Some(keys))?,
+                    false => self.snapshot_batch(Some(keys))?,
+                };
+                Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
+            },
+        );
+        self.changed = changed;
+        let inc = inc?;
+        // The data columns, the number, then the liveness.
+        let live_column = self.input_schema.fields().len() + 1;
+        state.put_incremental(key, self.partition_columns.clone(), live_column, inc)?;
+        Ok(state)
     }
 
     /// Over a changelog: holds [`Self::snapshot_held`]'s rows again.
     fn restore_held(&mut self, batch: &RecordBatch) -> Result<()> {
+        let batch = &live_rows(batch, self.input_schema.fields().len() + 1, "top-N")?;
         let (counts, keys, orders, rows) = self.read_numbered(batch)?;
         self.now_ms = sluice_types::now_ms();
         for i in 0..batch.num_rows() {
@@ -458,8 +561,9 @@ impl TopNOperator {
     /// several old instances: their partitions are disjoint), in arrival
     /// order.
     fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        let batch = live_rows(batch, self.input_schema.fields().len() + 1, "top-N")?;
         let by_seq = sort_to_indices(batch.column(batch.num_columns() - 1), None, None)?;
-        let batch = take_record_batch(batch, &by_seq)?;
+        let batch = take_record_batch(&batch, &by_seq)?;
         let (seqs, keys, orders, rows) = self.read_numbered(&batch)?;
         // Restored partitions count as just reached (`state_ttl`).
         self.now_ms = sluice_types::now_ms();
@@ -480,15 +584,8 @@ impl TopNOperator {
 
 #[async_trait]
 impl Operator for TopNOperator {
-    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
-        let mut state = TaskState::default();
-        if let Some(batch) = self.snapshot_batch()? {
-            state.put_rows(ROWS_KEY, batch, self.partition_columns.clone());
-        }
-        if let Some(batch) = self.snapshot_held()? {
-            state.put_rows(HELD_KEY, batch, self.partition_columns.clone());
-        }
-        Ok(state)
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
+        self.snapshot_state(checkpoint_id)
     }
 
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {

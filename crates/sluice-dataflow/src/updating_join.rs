@@ -25,13 +25,20 @@
 //! error) and, when set, `state_ttl_ms` of processing time per key: a key
 //! no row reached for that long is dropped without retracting anything
 //! (as Flink's state TTL).
+//!
+//! Checkpoints are incremental per side
+//! ([`crate::checkpoint::ledger::ChangedKeys`]): a checkpoint writes the
+//! rows a side holds for each join key whose rows on that side changed
+//! since the previous one, and references the batches earlier ones wrote,
+//! with a liveness bit a row.
 
 use crate::checkpoint::TaskState;
+use crate::checkpoint::ledger::{ChangedKeys, live_rows};
 use crate::operator::{Operator, OperatorContext};
 use crate::window::fixed::finish_batch;
 use arrow::array::{Array, ArrayRef, StringArray, UInt32Array, UInt64Array};
 use arrow::compute::take;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
@@ -42,9 +49,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Snapshot entries: each side's held rows (its columns without the op)
-/// and their multiplicity, keyed by the side's join keys.
+/// and their multiplicity (then, written incrementally, a liveness
+/// column), keyed by the side's join keys.
 const SIDE_NAMES: [&str; 2] = ["left_rows", "right_rows"];
-const COUNT_COLUMN: &str = "__count";
 
 /// One join key's rows on both sides.
 #[derive(Default)]
@@ -81,6 +88,10 @@ pub struct UpdatingJoinOperator {
     state: HashMap<Box<[u8]>, KeyRows>,
     /// Rows held over both sides, with multiplicity.
     held: usize,
+    /// Per side: distinct rows held (what a checkpoint writes), and the
+    /// keys whose rows changed since the last checkpoint.
+    distinct: [usize; 2],
+    changed: [ChangedKeys; 2],
     rows_max: usize,
     state_ttl_ms: Option<i64>,
     output_schema: SchemaRef,
@@ -127,6 +138,8 @@ impl UpdatingJoinOperator {
             left_inputs,
             state: HashMap::new(),
             held: 0,
+            distinct: [0, 0],
+            changed: Default::default(),
             rows_max: spec.state_rows_max,
             state_ttl_ms: spec.state_ttl_ms,
             output_schema,
@@ -210,9 +223,14 @@ impl UpdatingJoinOperator {
                 if entry.held[other] == 0 && self.preserved[side] {
                     changes.push(pair(op, row, None));
                 }
-                *slot(&mut entry.rows[side], row) += 1;
+                let n = slot(&mut entry.rows[side], row);
+                if *n == 0 {
+                    self.distinct[side] += 1;
+                }
+                *n += 1;
                 entry.held[side] += 1;
                 self.held += 1;
+                self.changed[side].mark(key);
             } else {
                 let Some(entry) = self.state.get_mut(key) else {
                     continue;
@@ -223,9 +241,11 @@ impl UpdatingJoinOperator {
                 *n -= 1;
                 if *n == 0 {
                     entry.rows[side].remove(row);
+                    self.distinct[side] -= 1;
                 }
                 entry.held[side] -= 1;
                 self.held -= 1;
+                self.changed[side].mark(key);
                 entry.touched_ms = now_ms;
                 for (theirs, n) in &entry.rows[other] {
                     for _ in 0..*n {
@@ -255,15 +275,22 @@ impl UpdatingJoinOperator {
     pub fn expire(&mut self, now_ms: i64) {
         let Some(ttl) = self.state_ttl_ms else { return };
         let cutoff = now_ms.saturating_sub(ttl);
-        let mut dropped = 0u64;
-        self.state.retain(|_, k| {
-            let keep = k.touched_ms >= cutoff;
-            if !keep {
-                dropped += k.held[0] + k.held[1];
+        let gone: Vec<Box<[u8]>> = self
+            .state
+            .iter()
+            .filter(|(_, k)| k.touched_ms < cutoff)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in gone {
+            let k = self.state.remove(&key).expect("listed above");
+            self.held -= (k.held[0] + k.held[1]) as usize;
+            for side in 0..2 {
+                if !k.rows[side].is_empty() {
+                    self.distinct[side] -= k.rows[side].len();
+                    self.changed[side].mark(&key);
+                }
             }
-            keep
-        });
-        self.held -= dropped as usize;
+        }
     }
 
     /// Per side, the arrays of the output columns for `rows` (`None`:
@@ -298,12 +325,15 @@ impl UpdatingJoinOperator {
         finish_batch(&self.output_schema, columns)
     }
 
-    /// Side `side`'s held rows with their multiplicity (none when empty).
-    fn snapshot_batch(&self, side: usize) -> Result<Option<RecordBatch>> {
-        let held: Vec<(&[u8], u64)> = self
-            .state
-            .values()
-            .flat_map(|k| k.rows[side].iter().map(|(r, n)| (r.as_ref(), *n)))
+    /// Side `side`'s held rows of the join keys `keys` with their
+    /// multiplicity: its held columns and a count column, and how many
+    /// rows each key has (none when empty).
+    fn snapshot_columns(&self, side: usize, keys: &[Box<[u8]>]) -> Result<Option<(Vec<u32>, Vec<ArrayRef>)>> {
+        let rows: Vec<&HashMap<Box<[u8]>, u64>> = keys.iter().map(|k| &self.state[k].rows[side]).collect();
+        let counts: Vec<u32> = rows.iter().map(|r| r.len() as u32).collect();
+        let held: Vec<(&[u8], u64)> = rows
+            .into_iter()
+            .flat_map(|r| r.iter().map(|(r, n)| (r.as_ref(), *n)))
             .collect();
         if held.is_empty() {
             return Ok(None);
@@ -311,13 +341,29 @@ impl UpdatingJoinOperator {
         let parser = self.rows[side].parser();
         let mut columns = self.rows[side].convert_rows(held.iter().map(|(r, _)| parser.parse(r)))?;
         columns.push(Arc::new(UInt64Array::from_iter_values(held.iter().map(|(_, n)| *n))));
-        let schema = &self.sides[side].schema;
-        let mut fields: Vec<Field> = self.data_columns[side]
-            .iter()
-            .map(|c| schema.field(*c).clone().with_nullable(true))
-            .collect();
-        fields.push(Field::new(COUNT_COLUMN, DataType::UInt64, false));
-        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+        Ok(Some((counts, columns)))
+    }
+
+    /// Side `side`'s snapshot for checkpoint `checkpoint`, incremental (see
+    /// the module doc): the held columns, the count, the liveness.
+    fn snapshot_side(&mut self, side: usize, checkpoint: u64, state: &mut TaskState) -> Result<()> {
+        let mut changed = std::mem::take(&mut self.changed[side]);
+        let keys = &self.state;
+        let inc = changed.write(
+            checkpoint,
+            self.distinct[side],
+            || {
+                keys.iter()
+                    .filter(|(_, k)| !k.rows[side].is_empty())
+                    .map(|(key, _)| key.clone())
+                    .collect()
+            },
+            |key| keys.get(key).is_some_and(|k| !k.rows[side].is_empty()),
+            |changed| self.snapshot_columns(side, changed),
+        );
+        self.changed[side] = changed;
+        let live_column = self.data_columns[side].len() + 1;
+        state.put_incremental(SIDE_NAMES[side], self.snapshot_keys(side)?, live_column, inc?)
     }
 
     /// The snapshot's key columns of side `side`: where its keys are among
@@ -335,9 +381,11 @@ impl UpdatingJoinOperator {
             .collect()
     }
 
-    /// Holds the rows of [`Self::snapshot_batch`] again (maybe of several
-    /// old instances: their keys are disjoint).
+    /// Holds a side's snapshot rows that live ([`live_rows`]) again (maybe
+    /// of several old instances: their keys are disjoint). The keys
+    /// restored are written whole by the next checkpoint.
     fn restore_batch(&mut self, side: usize, batch: &RecordBatch, now_ms: i64) -> Result<()> {
+        let batch = &live_rows(batch, self.data_columns[side].len() + 1, "updating join")?;
         let count_column = batch.num_columns() - 1;
         let counts = batch
             .column(count_column)
@@ -351,11 +399,17 @@ impl UpdatingJoinOperator {
         let rows = self.rows[side].convert_columns(&data)?;
         for i in 0..batch.num_rows() {
             let n = counts.value(i);
-            let entry = slot(&mut self.state, keys.row(i).data());
+            let key = keys.row(i);
+            let entry = slot(&mut self.state, key.data());
             entry.touched_ms = now_ms;
-            *slot(&mut entry.rows[side], rows.row(i).data()) += n;
+            let copies = slot(&mut entry.rows[side], rows.row(i).data());
+            if *copies == 0 {
+                self.distinct[side] += 1;
+            }
+            *copies += n;
             entry.held[side] += n;
             self.held += n as usize;
+            self.changed[side].mark(key.data());
         }
         Ok(())
     }
@@ -380,12 +434,10 @@ impl Operator for UpdatingJoinOperator {
         Ok(())
     }
 
-    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
         let mut state = TaskState::default();
-        for (side, name) in SIDE_NAMES.iter().enumerate() {
-            if let Some(batch) = self.snapshot_batch(side)? {
-                state.put_rows(name, batch, self.snapshot_keys(side)?);
-            }
+        for side in 0..2 {
+            self.snapshot_side(side, checkpoint_id, &mut state)?;
         }
         Ok(state)
     }

@@ -13,7 +13,7 @@
 
 use super::incremental::{Held, Increment};
 use arrow::record_batch::RecordBatch;
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
@@ -125,6 +125,81 @@ impl<K: Hash + Eq> Ledger<K> {
         );
         inc.new.push((number, batch));
         inc
+    }
+}
+
+/// State kept by row-encoded key (a top-N's partition, an OVER
+/// aggregate's, a join key), written incrementally: the keys changed since
+/// the previous checkpoint and the [`Ledger`] of what earlier ones wrote.
+#[derive(Default)]
+pub struct ChangedKeys {
+    dirty: HashSet<Box<[u8]>>,
+    ledger: Ledger<Box<[u8]>>,
+}
+
+impl ChangedKeys {
+    /// `key` changed (rows came or went, it expired or was restored): the
+    /// next checkpoint writes it again, or forgets it when it is gone.
+    pub fn mark(&mut self, key: &[u8]) {
+        if !self.dirty.contains(key) {
+            self.dirty.insert(key.into());
+        }
+    }
+
+    /// What checkpoint `checkpoint` stores: the changed keys' rows, which
+    /// `rows` gives (their columns, and each key's number of rows) and an
+    /// all-true liveness column ends, and references to what earlier ones
+    /// wrote; the keys gone (`holds` says which) are forgotten. Every key of `all` is written again after a
+    /// compaction (the rows written outgrew twice the `stored` rows).
+    pub fn write(
+        &mut self,
+        checkpoint: u64,
+        stored: usize,
+        all: impl FnOnce() -> Vec<Box<[u8]>>,
+        holds: impl Fn(&[u8]) -> bool,
+        rows: impl FnOnce(&[Box<[u8]>]) -> sluice_types::Result<Option<(Vec<u32>, Vec<arrow::array::ArrayRef>)>>,
+    ) -> sluice_types::Result<Increment> {
+        if self.ledger.compact(stored) {
+            self.dirty.extend(all());
+        }
+        let mut changed = Vec::new();
+        for key in self.dirty.drain() {
+            if holds(&key) {
+                changed.push(key);
+            } else {
+                self.ledger.forget(&key);
+            }
+        }
+        let new = match rows(&changed)? {
+            Some((counts, columns)) => Some((
+                changed.into_iter().zip(counts).collect(),
+                super::incremental::snapshot_rows(columns, true)?,
+            )),
+            None => None,
+        };
+        Ok(self.ledger.write(checkpoint, new))
+    }
+}
+
+/// The rows of a snapshot batch `width` columns wide that live: all of a
+/// full snapshot's, those its liveness column (one more, last) says of
+/// one an incremental checkpoint wrote, without the column. `what` names
+/// the operator in errors.
+pub fn live_rows(batch: &RecordBatch, width: usize, what: &str) -> sluice_types::Result<RecordBatch> {
+    match batch.num_columns() {
+        n if n == width => Ok(batch.clone()),
+        n if n == width + 1 => {
+            let live = batch
+                .column(width)
+                .as_any()
+                .downcast_ref::<arrow::array::BooleanArray>()
+                .ok_or_else(|| sluice_types::Error::internal(format!("{what} snapshot: bad liveness column")))?;
+            let live = arrow::compute::filter_record_batch(batch, live)?;
+            Ok(live.project(&(0..width).collect::<Vec<_>>())?)
+        }
+        n => Err(sluice_types::Error::internal(format!(
+            "{what} snapshot: {n} columns, {width} expected"
+        ))),
     }
 }
 

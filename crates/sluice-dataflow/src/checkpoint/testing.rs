@@ -218,3 +218,94 @@ pub async fn restored_copies<O: Operator>(
     counted.count(id, entry, full.expect("a single copy among the rescales"), warm_up);
     copies
 }
+
+/// The rows of `batches` as text, one string a row, in order.
+pub fn row_strings(batches: &[arrow::record_batch::RecordBatch]) -> Vec<String> {
+    use arrow::util::display::array_value_to_string;
+    batches
+        .iter()
+        .flat_map(|b| {
+            (0..b.num_rows()).map(move |i| {
+                b.columns()
+                    .iter()
+                    .map(|c| array_value_to_string(c, i).expect("displays"))
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+        })
+        .collect()
+}
+
+/// `batch`'s rows whose key (`key_columns`) is in `range`'s key groups:
+/// what an instance of a rescale is given.
+pub fn of_key_groups(
+    batch: &arrow::record_batch::RecordBatch,
+    key_columns: &[usize],
+    range: KeyGroupRange,
+) -> arrow::record_batch::RecordBatch {
+    let groups = super::keyed::label(batch, key_columns, KEY_GROUPS_DEFAULT).expect("labels");
+    let mine: arrow::array::BooleanArray = groups
+        .values()
+        .iter()
+        .map(|g| Some(range.contains(u32::from(*g))))
+        .collect();
+    arrow::compute::filter_record_batch(batch, &mine).expect("filters")
+}
+
+/// An operator that emits what each input batch causes, for
+/// [`copies_go_on_as_the_operator`].
+pub type Update<'a, O> =
+    &'a mut dyn FnMut(&mut O, usize, &arrow::record_batch::RecordBatch) -> Vec<arrow::record_batch::RecordBatch>;
+
+/// Runs an operator made by `new_op` over `inputs` (each batch with its
+/// input), checkpointing into directory `dir` every 3rd batch through the
+/// real writer,
+/// manifest, pruning and reader (keeping one checkpoint and what it
+/// references); a copy restored from each checkpoint, and from the one
+/// at batch 68 also the two instances of a rescale (each given the rows of
+/// its key groups: `key_columns` of an input), go on beside it and must
+/// emit what it emits for each batch — with `in_order` a single copy in
+/// the same order, else (and a rescaled one) the same rows. Returns how
+/// incremental the checkpoints were.
+pub async fn copies_go_on_as_the_operator<O: Operator>(
+    dir: &std::path::Path,
+    inputs: &[(usize, arrow::record_batch::RecordBatch)],
+    key_columns: &dyn Fn(usize) -> Vec<usize>,
+    new_op: &dyn Fn() -> O,
+    update: Update<'_, O>,
+    (what, in_order): (&str, bool),
+) -> Incrementality {
+    let store: Arc<dyn StateStore> = Arc::new(super::LocalStateStore::new(dir));
+    let mut checkpoints = CheckpointLoop::new(store, 1);
+    let mut op = new_op();
+    let mut copies: Vec<Vec<(KeyGroupRange, O)>> = Vec::new();
+    let mut counted = Incrementality::default();
+    for (i, (input, batch)) in inputs.iter().enumerate() {
+        if i % 3 == 2 {
+            let id = checkpoints.start();
+            let state = op.snapshot(id).await.expect("snapshots");
+            let (entry, restored) = checkpoints.complete_and_read(id, state).await.expect("checkpoints");
+            let rescales: &[u32] = if i == 68 { &[1, 2] } else { &[1] };
+            let more = restored_copies(id, &entry, &restored, rescales, |_| new_op(), (&mut counted, 5)).await;
+            copies.extend(more);
+        }
+        let want = row_strings(&update(&mut op, *input, batch));
+        for (c, copy) in copies.iter_mut().enumerate() {
+            let mut got = Vec::new();
+            for (range, o) in copy.iter_mut() {
+                got.extend(update(o, *input, &of_key_groups(batch, &key_columns(*input), *range)));
+            }
+            let mut got = row_strings(&got);
+            if copy.len() == 1 && in_order {
+                assert_eq!(got, want, "{what}: copy {c}, batch {i}");
+            } else {
+                let mut want = want.clone();
+                got.sort();
+                want.sort();
+                assert_eq!(got, want, "{what}: rescaled copy {c}, batch {i}");
+            }
+        }
+    }
+    checkpoints.finish().await;
+    counted
+}

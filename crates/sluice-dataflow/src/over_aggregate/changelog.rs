@@ -20,9 +20,15 @@
 //! (`SET aggregate_groups_max`); `SET state_ttl` deletes (`-D` of each row
 //! shown) a partition no row reached for that long. A retraction of a row
 //! not held (forgotten by the TTL) is ignored.
+//!
+//! With partition columns, checkpoints are incremental
+//! ([`crate::checkpoint::ledger::ChangedKeys`]): a checkpoint writes the
+//! rows of the partitions changed since the previous one and references
+//! the batches earlier ones wrote, with a liveness bit a row.
 
 use super::{Running, aggregate, partition_converter, partition_keys, row_args};
 use crate::checkpoint::TaskState;
+use crate::checkpoint::ledger::{ChangedKeys, live_rows};
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::timestamps_ms;
@@ -82,6 +88,9 @@ pub struct OverChangelogOperator {
     rows: RowConverter,
     partitions: HashMap<Box<[u8]>, Partition>,
     held: usize,
+    /// With partition columns: the partitions changed since the last
+    /// checkpoint, and what earlier ones wrote.
+    changed: ChangedKeys,
     frames: Frames,
     /// The input's columns but the op (the snapshot's schema).
     data_schema: SchemaRef,
@@ -129,6 +138,7 @@ impl OverChangelogOperator {
             rows,
             partitions: HashMap::new(),
             held: 0,
+            changed: ChangedKeys::default(),
             frames: Frames {
                 frame: spec.frame,
                 functions,
@@ -203,6 +213,9 @@ impl OverChangelogOperator {
                 ),
             ));
         }
+        if self.partition.is_some() {
+            self.changed.mark(&key);
+        }
         let p = self.partitions.entry(key).or_default();
         p.touched_ms = now_ms;
         // After its copies.
@@ -223,6 +236,9 @@ impl OverChangelogOperator {
             return Ok(());
         };
         p.touched_ms = now_ms;
+        if self.partition.is_some() {
+            self.changed.mark(key);
+        }
         // The last of its copies.
         let end = p.rows.partition_point(|h| h.key() <= row.key());
         if end > 0 && p.rows[end - 1].key() == row.key() {
@@ -284,6 +300,9 @@ impl OverChangelogOperator {
         let mut changes = Vec::new();
         for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
             let p = self.partitions.remove(&key).expect("listed above");
+            if self.partition.is_some() {
+                self.changed.mark(&key);
+            }
             let aggs = self.frames.outputs(&p.rows, 0..p.rows.len())?;
             self.held -= p.rows.len();
             for (h, aggs) in p.rows.into_iter().zip(aggs) {
@@ -314,30 +333,65 @@ impl OverChangelogOperator {
         finish_batch(&self.output_schema, columns)
     }
 
-    /// Every held row, one per copy, as one batch.
-    fn snapshot_batch(&self) -> Result<Option<RecordBatch>> {
-        if self.held == 0 {
+    /// Every held row of the partitions `keys` (all of them without), one
+    /// per copy: its columns, and how many rows each partition has.
+    fn snapshot_columns(&self, keys: Option<&[Box<[u8]>]>) -> Result<Option<(Vec<u32>, Vec<ArrayRef>)>> {
+        let partitions: Vec<&Partition> = match keys {
+            Some(keys) => keys.iter().map(|k| &self.partitions[k]).collect(),
+            None => self.partitions.values().collect(),
+        };
+        if partitions.iter().all(|p| p.rows.is_empty()) {
             return Ok(None);
         }
+        let counts = partitions.iter().map(|p| p.rows.len() as u32).collect();
         let parser = self.rows.parser();
         let columns = self.rows.convert_rows(
-            self.partitions
-                .values()
+            partitions
+                .into_iter()
                 .flat_map(|p| &p.rows)
                 .map(|h| parser.parse(&h.row)),
         )?;
-        let fields: Vec<Field> = self
-            .data_schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
+        Ok(Some((counts, columns)))
     }
 
-    /// Holds [`Self::snapshot_batch`]'s rows again (maybe of several old
-    /// instances: their partitions are disjoint), emitting nothing.
+    /// The operator's snapshot for checkpoint `checkpoint`: without
+    /// partition columns every held row, with them incremental (see the
+    /// module doc).
+    pub(crate) fn snapshot_state(&mut self, checkpoint: u64) -> Result<TaskState> {
+        let mut state = TaskState::default();
+        if self.partition.is_none() {
+            if let Some((_, columns)) = self.snapshot_columns(None)? {
+                let fields: Vec<Field> = self
+                    .data_schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone().with_nullable(true))
+                    .collect();
+                state.put_batch(ROWS_KEY, RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?);
+            }
+            return Ok(state);
+        }
+        let mut changed = std::mem::take(&mut self.changed);
+        let partitions = &self.partitions;
+        let inc = changed.write(
+            checkpoint,
+            self.held,
+            || partitions.keys().cloned().collect(),
+            |k| partitions.contains_key(k),
+            |keys| self.snapshot_columns(Some(keys)),
+        );
+        self.changed = changed;
+        // The data columns, then the liveness.
+        let live_column = self.data_schema.fields().len();
+        state.put_incremental(ROWS_KEY, self.spec.partition_columns.clone(), live_column, inc?)?;
+        Ok(state)
+    }
+
+    /// Holds a snapshot's live rows ([`live_rows`]) again (maybe of several
+    /// old instances: their partitions are disjoint), emitting nothing.
+    /// The partitions restored are written whole by the next checkpoint.
     fn restore_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        let batch = live_rows(batch, self.data_schema.fields().len(), "OVER aggregate")?;
         let batch = RecordBatch::try_new(self.data_schema.clone(), batch.columns().to_vec())?;
         let now_ms = sluice_types::now_ms();
         for (key, row) in self.read(&batch)? {
@@ -350,6 +404,9 @@ impl OverChangelogOperator {
                         self.spec.rows_max
                     ),
                 ));
+            }
+            if self.partition.is_some() {
+                self.changed.mark(&key);
             }
             let p = self.partitions.entry(key).or_default();
             // Restored partitions count as just reached (`state_ttl`).
@@ -457,12 +514,8 @@ impl Operator for OverChangelogOperator {
         crate::group_aggregate::emit_changes(changes, ctx).await
     }
 
-    async fn snapshot(&mut self, _checkpoint_id: u64) -> Result<TaskState> {
-        let mut state = TaskState::default();
-        if let Some(batch) = self.snapshot_batch()? {
-            state.put_rows(ROWS_KEY, batch, self.spec.partition_columns.clone());
-        }
-        Ok(state)
+    async fn snapshot(&mut self, checkpoint_id: u64) -> Result<TaskState> {
+        self.snapshot_state(checkpoint_id)
     }
 
     async fn restore(&mut self, checkpoint: Option<(u64, TaskState)>) -> Result<()> {

@@ -338,3 +338,138 @@ fn random_batches_fold_into_the_first_rows_of_each_partition() {
         }
     }
 }
+
+impl TopNOperator {
+    /// Partition `k`'s key, row-encoded.
+    fn key_of(&self, k: i64) -> Box<[u8]> {
+        let column: arrow::array::ArrayRef = Arc::new(Int64Array::from(vec![k]));
+        self.partition
+            .as_ref()
+            .unwrap()
+            .convert_columns(&[column])
+            .unwrap()
+            .row(0)
+            .data()
+            .into()
+    }
+}
+
+/// Random input for [`lists_restored_from_incremental_checkpoints_go_on_as_the_operator_never_stopped`]:
+/// 150 batches of 1–40 rows over 300 partitions (a hot one in a third of
+/// the rows), values 0–99, with ops over a changelog (a held row taken
+/// back one time in four).
+fn incremental_input(over_changelog: bool) -> Vec<RecordBatch> {
+    let mut seed: u64 = 0x1ed9e5;
+    let mut below = move |n: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let (mut held, mut id) = (Vec::new(), 0);
+    (0..150)
+        .map(|_| {
+            let mut batch: Vec<OpRow<'static>> = Vec::new();
+            for _ in 0..1 + below(40) {
+                if over_changelog && !held.is_empty() && below(4) == 0 {
+                    let row = held.swap_remove(below(held.len() as u64) as usize);
+                    batch.push((["-U", "-D"][below(2) as usize], row));
+                    continue;
+                }
+                id += 1;
+                let k = if below(3) == 0 { 0 } else { 1 + below(300) as i64 };
+                let row = (k, Some(below(100) as i64), id);
+                held.push(row);
+                batch.push(("+I", row));
+            }
+            if over_changelog {
+                changes(&batch)
+            } else {
+                rows(&batch.iter().map(|(_, r)| *r).collect::<Vec<_>>())
+            }
+        })
+        .collect()
+}
+
+/// Both forms — lists over an append-only input (ties broken by arrival,
+/// which the restored numbers keep) and held rows over a changelog —
+/// checkpointed every third batch: copies restored from the checkpoints,
+/// one of them rescaled to two instances, emit what the operator emits
+/// ([`copies_go_on_as_the_operator`]); most checkpoints write only the
+/// partitions changed since the one before.
+#[tokio::test]
+async fn lists_restored_from_incremental_checkpoints_go_on_as_the_operator_never_stopped() {
+    use crate::checkpoint::testing::copies_go_on_as_the_operator;
+    for over_changelog in [false, true] {
+        let spec = if over_changelog {
+            changelog_spec(3, true, 1_000_000)
+        } else {
+            spec(3, true, 1_000_000)
+        };
+        let inputs: Vec<(usize, RecordBatch)> = incremental_input(over_changelog).into_iter().map(|b| (0, b)).collect();
+        let counted = copies_go_on_as_the_operator(
+            tempfile::tempdir().unwrap().path(),
+            &inputs,
+            &|_| vec![0],
+            &|| TopNOperator::new(&spec, output_schema()).unwrap(),
+            &mut |op, _, batch| op.update(batch).unwrap().into_iter().collect(),
+            (&format!("over a changelog: {over_changelog}"), true),
+        )
+        .await;
+        assert!(counted.taken >= 45, "{counted:?}");
+        assert!(counted.referencing * 2 >= counted.taken, "{counted:?}");
+    }
+}
+
+/// A partition `state_ttl` expired after a checkpoint wrote it is not in
+/// the next checkpoint, which writes nothing new and only references the
+/// other partition's rows.
+#[tokio::test]
+async fn a_partition_expired_after_a_checkpoint_is_gone_from_the_next() {
+    use crate::checkpoint::testing::CheckpointLoop;
+    use crate::checkpoint::{LocalStateStore, StateStore};
+    let spec = TopNSpec {
+        state_ttl_ms: Some(60_000),
+        ..spec(2, true, 10)
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
+    let mut checkpoints = CheckpointLoop::new(store, 2);
+    let mut op = TopNOperator::new(&spec, output_schema()).unwrap();
+    op.update(&rows(&[(1, Some(5), 1), (2, Some(3), 2)])).unwrap();
+    let id = checkpoints.start();
+    checkpoints.complete(id, op.snapshot(id).await.unwrap()).await.unwrap();
+    // Partition 2 is refreshed; partition 1 expires.
+    let now = sluice_types::now_ms();
+    op.partitions.get_mut(&op.key_of(2)).unwrap().touched_ms = now + 100_000;
+    let expired = changelog(&op.expire(now + 120_000).unwrap().unwrap());
+    assert_eq!(expired, [("-D".to_string(), (1, 1), 1)]);
+    let id = checkpoints.start();
+    let (entry, state) = checkpoints
+        .complete_and_read(id, op.snapshot(id).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        entry.references.len(),
+        1,
+        "partition 2's rows are referenced, not written again"
+    );
+    let mut restored = TopNOperator::new(&spec, output_schema()).unwrap();
+    restored.restore(Some((id, state))).await.unwrap();
+    assert_eq!(restored.partitions.len(), 1);
+    // Partition 1 starts again from nothing; partition 2 still holds row 2.
+    let out = changelog(
+        &restored
+            .update(&rows(&[(1, Some(1), 3), (2, Some(9), 4)]))
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(
+        out,
+        [
+            ("+I".to_string(), (1, 1), 3),
+            ("-U".to_string(), (2, 1), 2),
+            ("+U".to_string(), (2, 1), 4),
+            ("+I".to_string(), (2, 2), 2),
+        ]
+    );
+    checkpoints.finish().await;
+}

@@ -1,6 +1,6 @@
 use super::*;
 use arrow::array::{AsArray, Int64Array};
-use arrow::datatypes::Int64Type;
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use sluice_plan::JoinKind;
 use std::collections::BTreeMap;
 
@@ -312,4 +312,49 @@ fn the_ttl_drops_keys_no_row_reached_without_retracting() {
         .update(1, &batch(false, &[(ChangeOp::Insert, (Some(2), 7))]), 1_600)
         .unwrap();
     assert_eq!(changes(out), vec![("+I".into(), (Some(2), Some(2), Some(2), Some(7)))]);
+}
+
+/// Random changelogs on both sides of a FULL join (retracting only rows a
+/// side holds; 300 keys, a NULL one time in twenty), checkpointed every
+/// third batch: copies restored from the checkpoints, one of them
+/// rescaled to two instances, emit the rows the operator emits for each
+/// batch ([`copies_go_on_as_the_operator`]; a key's pairs come in the
+/// order of a hash map, which a restore rebuilds); most checkpoints write
+/// only the keys changed since the one before.
+#[tokio::test]
+async fn joins_restored_from_incremental_checkpoints_go_on_as_the_operator_never_stopped() {
+    use crate::checkpoint::testing::copies_go_on_as_the_operator;
+    let spec = spec(JoinKind::Full, [true, true], 1_000_000, None);
+    let mut rng = Rng(0x901e);
+    let mut held: [Vec<Row>; 2] = Default::default();
+    let inputs: Vec<(usize, RecordBatch)> = (0..150)
+        .map(|_| {
+            let s = rng.below(2) as usize;
+            let rows: Vec<(ChangeOp, Row)> = (0..1 + rng.below(30))
+                .map(|_| {
+                    if !held[s].is_empty() && rng.below(4) == 0 {
+                        let row = held[s].swap_remove(rng.below(held[s].len() as u64) as usize);
+                        ([ChangeOp::Delete, ChangeOp::UpdateBefore][rng.below(2) as usize], row)
+                    } else {
+                        let key = (rng.below(20) != 0).then(|| rng.below(300) as i64);
+                        let row = (key, rng.below(5) as i64);
+                        held[s].push(row);
+                        ([ChangeOp::Insert, ChangeOp::UpdateAfter][rng.below(2) as usize], row)
+                    }
+                })
+                .collect();
+            (s, batch(true, &rows))
+        })
+        .collect();
+    let counted = copies_go_on_as_the_operator(
+        tempfile::tempdir().unwrap().path(),
+        &inputs,
+        &|_| vec![0],
+        &|| operator(&spec),
+        &mut |op, side, batch| op.update(side, batch, 0).unwrap().into_iter().collect(),
+        ("full join", false),
+    )
+    .await;
+    assert!(counted.taken >= 45, "{counted:?}");
+    assert!(counted.referencing * 2 >= counted.taken, "{counted:?}");
 }

@@ -67,6 +67,11 @@ fn want(held: &[In], frame: OverFrame) -> BTreeMap<Out, i64> {
 /// A random changelog over keys 0..3 and times 0..60 (many ties, copies):
 /// inserts, and retractions of rows held (`-U`/`+U` pairs and `-D`s).
 fn random_changes(n: usize, seed: &mut u64) -> (Vec<(ChangeOp, In)>, Vec<In>) {
+    random_changes_over(3, n, seed)
+}
+
+/// [`random_changes`] over keys 0..`keys`.
+fn random_changes_over(keys: i64, n: usize, seed: &mut u64) -> (Vec<(ChangeOp, In)>, Vec<In>) {
     let mut next = || {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (*seed >> 33) as i64
@@ -75,7 +80,7 @@ fn random_changes(n: usize, seed: &mut u64) -> (Vec<(ChangeOp, In)>, Vec<In>) {
     let mut log = Vec::new();
     while log.len() < n {
         let v = next() % 20;
-        let row = (next() % 3, next() % 60, (v % 7 != 0).then_some(v));
+        let row = (next() % keys, next() % 60, (v % 7 != 0).then_some(v));
         match next() % 4 {
             0 | 1 if !held.is_empty() => {
                 let old = held.swap_remove(next() as usize % held.len());
@@ -227,4 +232,39 @@ fn state_ttl_deletes_an_idle_partition_with_the_rows_it_showed() {
     );
     assert!(result.is_empty(), "every row shown is deleted: {result:?}");
     assert_eq!(op.held(), 0);
+}
+
+/// A random changelog over 300 partitions, in batches of 1–40 changes,
+/// checkpointed every third batch: copies restored from the checkpoints,
+/// one of them rescaled to two instances, emit what the operator emits
+/// ([`copies_go_on_as_the_operator`]), for a ROWS and an unbounded frame;
+/// most checkpoints write only the partitions changed since the one
+/// before.
+#[tokio::test]
+async fn partitions_restored_from_incremental_checkpoints_go_on_as_the_operator_never_stopped() {
+    use crate::checkpoint::testing::copies_go_on_as_the_operator;
+    for frame in [OverFrame::Rows { preceding: 3 }, OverFrame::Unbounded { peers: true }] {
+        let mut seed = 0x0e1;
+        let (log, _) = random_changes_over(300, 3_000, &mut seed);
+        let (mut inputs, mut at) = (Vec::new(), 0);
+        while at < log.len() {
+            let n = (1 + (seed >> 40) % 40) as usize;
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let end = (at + n).min(log.len());
+            inputs.push((0, changes(&log[at..end])));
+            at = end;
+        }
+        let spec = changelog_spec(frame, 1_000_000);
+        let counted = copies_go_on_as_the_operator(
+            tempfile::tempdir().unwrap().path(),
+            &inputs,
+            &|_| vec![0],
+            &|| OverChangelogOperator::new(&spec, changelog_output()).unwrap(),
+            &mut |op, _, batch| op.update(batch).unwrap().into_iter().collect(),
+            (&format!("{frame:?}"), true),
+        )
+        .await;
+        assert!(counted.taken >= 45, "{counted:?}");
+        assert!(counted.referencing * 2 >= counted.taken, "{counted:?}");
+    }
 }
