@@ -773,6 +773,63 @@ async fn a_materialized_view_moves_with_the_leader_and_keeps_its_rows() {
     let follower = (0..3).find(|i| *i != now && q.masters[*i].is_some()).unwrap();
     let through_follower = view_past(q.master(follower), "qv", on_leader + 200, &mut answers).await;
     assert!(through_follower >= on_leader + 200);
+
+    // A view over a bounded input publishes no more once the input ended;
+    // a follower keeps the rows it took and asks the leader only whether
+    // they are still current: later reads take no rows from the leader.
+    let c = q.master(now).connect().await;
+    c.batch_execute(
+        "CREATE STREAM qb_in (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '2000',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '1', 'fields.i.end' = '500');
+         CREATE MATERIALIZED VIEW qb AS SELECT count(*) AS n, sum(i) AS s FROM qb_in",
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pipeline_state(&c, "qb").await.as_deref() != Some("finished") {
+        assert!(
+            Instant::now() < deadline,
+            "qb never finished: {:?}",
+            pipeline_state(&c, "qb").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let f = q.master(follower).connect().await;
+    let answer = || async {
+        let rows = f.simple_query("SELECT n, s FROM qb").await.unwrap();
+        rows.into_iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((r.get(0).unwrap().to_string(), r.get(1).unwrap().to_string()))
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    let reads = || async {
+        let url = format!("http://127.0.0.1:{}/metrics", q.master(follower).http_port);
+        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        let count = |from: &str| -> u64 {
+            let series = format!("sluice_quorum_view_reads_total{{from=\"{from}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))
+                .unwrap_or_else(|| panic!("no {series}in {text}"))
+                .parse()
+                .unwrap()
+        };
+        (count("leader"), count("copy"))
+    };
+    // 1 + … + 500.
+    assert_eq!(answer().await, ("500".to_string(), (500 * 501 / 2).to_string()));
+    let (fetched, reused) = reads().await;
+    for _ in 0..3 {
+        assert_eq!(answer().await, ("500".to_string(), "125250".to_string()));
+    }
+    assert_eq!(
+        reads().await,
+        (fetched, reused + 3),
+        "three reads from the copy, none from the leader"
+    );
     drop(workers);
 }
 

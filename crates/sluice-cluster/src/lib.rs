@@ -48,6 +48,7 @@ pub mod scheduler;
 pub mod security;
 pub mod status;
 pub mod supervisor;
+pub mod view_cache;
 pub mod wire;
 pub mod worker;
 

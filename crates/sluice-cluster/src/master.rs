@@ -922,6 +922,13 @@ impl Master {
         }
     }
 
+    /// With a master quorum: views' reads on this master (as a follower)
+    /// answered with rows taken from the leader, and from a copy of them
+    /// still current.
+    pub fn view_reads(&self) -> Option<(u64, u64)> {
+        self.replication.as_ref().map(|r| r.view_reads())
+    }
+
     /// With a master quorum, refuses (57P03) what only the leader can do —
     /// run a session's query, take rows for a memory stream (its log lives
     /// in the leader, where the pipelines reading it run) — on a follower.

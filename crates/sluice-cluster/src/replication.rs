@@ -23,6 +23,7 @@
 
 use crate::catalog::{CatalogState, PipelineDef};
 use crate::command::{Applied, CatalogCommand};
+use crate::view_cache::ViewCache;
 use futures::future::BoxFuture;
 use sluice_connectors::views::{PublishedView, Views};
 use sluice_plan::catalog::StreamDef;
@@ -59,8 +60,14 @@ pub trait Replication: Send + Sync {
     /// Hands a command to the leader.
     fn forward(&self, command: CatalogCommand) -> BoxFuture<'_, Result<Applied>>;
     /// On a follower: materialized view `name`'s rows as the leader, where
-    /// its sink runs, last published them.
+    /// its sink runs, last published them (from the copy taken before, when
+    /// the leader says it is still current).
     fn leader_view(&self, name: &str) -> BoxFuture<'_, Result<PublishedView>>;
+    /// On a follower: views' reads answered with rows taken from the
+    /// leader, and from a copy.
+    fn view_reads(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 /// The catalog as registers.
@@ -173,6 +180,8 @@ pub struct QuorumCatalog {
     master: OnceLock<Weak<crate::Master>>,
     /// The views this master's sinks publish (served to followers).
     views: Arc<Views>,
+    /// On a follower: the views' rows it took from the leader.
+    view_copies: std::sync::Mutex<ViewCache>,
 }
 
 impl QuorumCatalog {
@@ -181,6 +190,7 @@ impl QuorumCatalog {
             node,
             master: OnceLock::new(),
             views,
+            view_copies: std::sync::Mutex::new(ViewCache::new(LEADER_VIEW_BYTES_MAX)),
         })
     }
 
@@ -288,31 +298,55 @@ impl Replication for QuorumCatalog {
         let name = name.to_string();
         Box::pin(async move {
             let (leader, client, unreachable) = self.leader().await?;
-            let reply = client
-                // The rows, plus room for the reply's other fields.
-                .max_decoding_message_size(LEADER_VIEW_BYTES_MAX + (1 << 20))
-                .view_rows(ViewRowsRequest {
-                    version: sluice_proto::PROTOCOL_VERSION,
-                    name,
-                })
-                .await
-                .map_err(|e| unreachable(e.message().to_string()))?
-                .into_inner();
-            if !reply.sqlstate.is_empty() {
-                return Err(leader_error(&leader, &reply.sqlstate, reply.message));
+            let copies = || self.view_copies.lock().unwrap_or_else(|e| e.into_inner());
+            // A copy may go (another view's rows pushed it out) between
+            // asking and the answer: then the rows are asked for again.
+            for known in [true, false] {
+                let known_publication = if known { copies().known(&name, &leader) } else { 0 };
+                let reply = client
+                    .clone()
+                    // The rows, plus room for the reply's other fields.
+                    .max_decoding_message_size(LEADER_VIEW_BYTES_MAX + (1 << 20))
+                    .view_rows(ViewRowsRequest {
+                        version: sluice_proto::PROTOCOL_VERSION,
+                        name: name.clone(),
+                        known_publication,
+                    })
+                    .await
+                    .map_err(|e| unreachable(e.message().to_string()))?
+                    .into_inner();
+                if !reply.sqlstate.is_empty() {
+                    return Err(leader_error(&leader, &reply.sqlstate, reply.message));
+                }
+                if reply.unchanged {
+                    match copies().reuse(&name, &leader, reply.publication) {
+                        Some(view) => return Ok(view),
+                        None => continue,
+                    }
+                }
+                let (schema, rows) = decode_rows(&reply.ipc).map_err(|e| {
+                    Error::internal(format!(
+                        "the leader {leader} sent a view's rows that do not decode: {e}"
+                    ))
+                })?;
+                let view = PublishedView::new(
+                    schema,
+                    rows,
+                    reply.has_checkpoint.then_some(reply.checkpoint),
+                    reply.published_ms,
+                );
+                copies().fetched(&name, &leader, reply.publication, &view, reply.ipc.len());
+                return Ok(view);
             }
-            let (schema, rows) = decode_rows(&reply.ipc).map_err(|e| {
-                Error::internal(format!(
-                    "the leader {leader} sent a view's rows that do not decode: {e}"
-                ))
-            })?;
-            Ok(PublishedView::new(
-                schema,
-                rows,
-                reply.has_checkpoint.then_some(reply.checkpoint),
-                reply.published_ms,
-            ))
+            Err(Error::internal(format!(
+                "the leader {leader} said view {name}'s rows are unchanged when none were held"
+            )))
         })
+    }
+
+    fn view_reads(&self) -> (u64, u64) {
+        let copies = self.view_copies.lock().unwrap_or_else(|e| e.into_inner());
+        (copies.fetched, copies.reused)
     }
 }
 
@@ -424,6 +458,16 @@ impl Catalog for CatalogService {
                 ),
             ))));
         };
+        if request.known_publication != 0 && request.known_publication == view.publication {
+            return Ok(tonic::Response::new(ViewRowsReply {
+                unchanged: true,
+                publication: view.publication,
+                has_checkpoint: view.checkpoint.is_some(),
+                checkpoint: view.checkpoint.unwrap_or_default(),
+                published_ms: view.published_ms,
+                ..Default::default()
+            }));
+        }
         let ipc = encode_rows(&view).map_err(|e| tonic::Status::internal(e.to_string()))?;
         if ipc.len() > LEADER_VIEW_BYTES_MAX {
             return Ok(tonic::Response::new(failed(Error::user(
@@ -436,6 +480,7 @@ impl Catalog for CatalogService {
         }
         Ok(tonic::Response::new(ViewRowsReply {
             ipc: ipc.into(),
+            publication: view.publication,
             has_checkpoint: view.checkpoint.is_some(),
             checkpoint: view.checkpoint.unwrap_or_default(),
             published_ms: view.published_ms,

@@ -43,6 +43,23 @@ pub struct PublishedView {
     pub checkpoint: Option<u64>,
     /// When they were published (epoch ms).
     pub published_ms: i64,
+    /// Names this publication among every one this process makes (and,
+    /// as it starts from the clock, among a restarted process's): a
+    /// follower that holds a view's rows asks whether they are still
+    /// current by it.
+    pub publication: u64,
+}
+
+/// The next [`PublishedView::publication`].
+fn next_publication() -> u64 {
+    static NEXT: OnceLock<std::sync::atomic::AtomicU64> = OnceLock::new();
+    NEXT.get_or_init(|| {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        std::sync::atomic::AtomicU64::new(now_ns.max(1))
+    })
+    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl PublishedView {
@@ -75,6 +92,7 @@ impl PublishedView {
             filtered: Arc::new(OnceLock::new()),
             checkpoint,
             published_ms,
+            publication: next_publication(),
         }
     }
 

@@ -61,6 +61,20 @@ pub fn render(master: &Master, cluster: Option<&Cluster>) -> String {
             .filter_map(|p| f(p).map(|v| (labels(&[("pipeline", &p.name)]), v)))
             .collect()
     };
+    if let Some((fetched, reused)) = master.view_reads() {
+        family(
+            &mut out,
+            (
+                "sluice_quorum_view_reads_total",
+                "counter",
+                "Reads of a materialized view on this master as a follower, by where the rows came from: taken from the leader, or a copy the leader said is still current.",
+            ),
+            &[
+                (labels(&[("from", "leader")]), fetched as f64),
+                (labels(&[("from", "copy")]), reused as f64),
+            ],
+        );
+    }
     family(
         &mut out,
         (
