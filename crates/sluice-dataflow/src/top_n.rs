@@ -455,9 +455,9 @@ impl TopNOperator {
         Ok(Some(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?))
     }
 
-    /// A [`Self::numbered_rows`] batch read back, its live rows
-    /// ([`live_rows`]): its numbers, and per row its partition
-    /// key, order key and row, row-encoded.
+    /// A [`Self::numbered_rows`] batch read back (its live rows, which
+    /// [`live_rows`] keeps): its numbers, and per row its partition key,
+    /// order key and row, row-encoded.
     fn read_numbered(&self, batch: &RecordBatch) -> Result<(UInt64Array, Option<Rows>, Rows, Rows)> {
         let last = batch.num_columns() - 1;
         let numbers = batch
