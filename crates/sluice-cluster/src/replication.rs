@@ -335,7 +335,7 @@ impl Replication for QuorumCatalog {
                     reply.has_checkpoint.then_some(reply.checkpoint),
                     reply.published_ms,
                 );
-                copies().fetched(&name, &leader, reply.publication, &view, reply.ipc.len());
+                copies().took(&name, &leader, reply.publication, &view, reply.ipc.len());
                 return Ok(view);
             }
             Err(Error::internal(format!(

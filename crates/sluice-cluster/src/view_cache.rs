@@ -67,7 +67,7 @@ impl ViewCache {
     /// them): held in place of any older copy, the least recently used
     /// others going while the copies pass the bound. A view bigger than
     /// the bound is not held.
-    pub fn fetched(&mut self, name: &str, leader: &str, publication: u64, view: &PublishedView, bytes: usize) {
+    pub fn took(&mut self, name: &str, leader: &str, publication: u64, view: &PublishedView, bytes: usize) {
         self.clock += 1;
         self.fetched += 1;
         if let Some(old) = self.copies.remove(name) {
@@ -121,7 +121,7 @@ mod tests {
     fn a_copy_answers_only_for_its_leader_and_publication() {
         let mut c = ViewCache::new(1000);
         assert_eq!(c.known("v", "m1"), 0, "nothing held");
-        c.fetched("v", "m1", 7, &view(3), 100);
+        c.took("v", "m1", 7, &view(3), 100);
         assert_eq!(c.known("v", "m1"), 7);
         assert_eq!(c.known("v", "m2"), 0, "another leader's publications are not these");
         assert!(c.reuse("v", "m1", 8).is_none(), "a newer publication: take the rows");
@@ -129,7 +129,7 @@ mod tests {
         assert_eq!(c.reuse("v", "m1", 7).unwrap().num_rows(), 3);
         assert_eq!((c.fetched, c.reused), (1, 1));
         // A newer publication replaces the copy.
-        c.fetched("v", "m1", 9, &view(5), 200);
+        c.took("v", "m1", 9, &view(5), 200);
         assert_eq!(c.bytes(), 200);
         assert_eq!(c.reuse("v", "m1", 9).unwrap().num_rows(), 5);
     }
@@ -137,19 +137,19 @@ mod tests {
     #[test]
     fn the_copies_stay_within_their_bound_the_least_recently_used_going_first() {
         let mut c = ViewCache::new(1000);
-        c.fetched("a", "m1", 1, &view(1), 400);
-        c.fetched("b", "m1", 1, &view(1), 400);
+        c.took("a", "m1", 1, &view(1), 400);
+        c.took("b", "m1", 1, &view(1), 400);
         assert!(c.reuse("a", "m1", 1).is_some(), "a used after b");
-        c.fetched("c", "m1", 1, &view(1), 400);
+        c.took("c", "m1", 1, &view(1), 400);
         assert_eq!(c.bytes(), 800, "at the bound b went");
         assert_eq!(c.known("b", "m1"), 0);
         assert_eq!(c.known("a", "m1"), 1);
         assert_eq!(c.known("c", "m1"), 1);
         // Exactly at the bound fits; past it, a view is not held at all.
-        c.fetched("d", "m1", 1, &view(1), 1000);
+        c.took("d", "m1", 1, &view(1), 1000);
         assert_eq!(c.bytes(), 1000);
         assert_eq!(c.known("d", "m1"), 1);
-        c.fetched("e", "m1", 1, &view(1), 1001);
+        c.took("e", "m1", 1, &view(1), 1001);
         assert_eq!(c.known("e", "m1"), 0);
         assert_eq!(c.bytes(), 1000);
     }
