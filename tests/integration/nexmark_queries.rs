@@ -836,6 +836,19 @@ async fn updating_queries_q15_q16_q17_fold_into_the_reference() {
     );
     let want: BTreeMap<String, Vec<i64>> = want.into_iter().map(|(k, r)| (k, r.columns())).collect();
     assert_eq!(got, want, "q15");
+    // Split over buckets (SET distinct_split_buckets): partials by day and
+    // bucket of bidder, of auction, on both instances, and a final sum of
+    // their changelogs, which must fold to the same table.
+    exec(&c, "SET distinct_split_buckets = 8").await;
+    let rows = run(&c, "q15").await;
+    exec(&c, "SET distinct_split_buckets = 0").await;
+    let got = fold(
+        "q15 split",
+        rows.iter()
+            .map(|r| (r.get(0), r.get::<_, String>(1), ints(r, 2, 12)))
+            .collect(),
+    );
+    assert_eq!(got, want, "q15 split");
 
     // q16: per channel and day, with the last minute.
     let mut want: BTreeMap<(String, String), (String, Ranks)> = BTreeMap::new();

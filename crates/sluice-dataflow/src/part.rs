@@ -902,15 +902,18 @@ fn build_task(
 
 /// Keyed operators store their state by the key group of the columns their
 /// rows are routed by: a window's group keys, a join's equi-join keys. The
-/// planner hash-partitions their inputs on exactly those columns; a DAG
-/// that does otherwise would put restored keys on the wrong instance.
+/// planner hash-partitions their inputs on exactly those columns (every
+/// input of an operator fed by several edges, as a split distinct
+/// aggregation's final level); a DAG that does otherwise would put restored
+/// keys on the wrong instance.
 fn check_keyed_state(dag: &PhysicalDag) -> Result<()> {
     for op in &dag.operators {
+        let every_input = |keys: &[usize]| vec![keys.to_vec(); dag.inputs_of(op.id).len().max(1)];
         let state_keys = match &op.kind {
-            OperatorKind::WindowAggregate(w) if !w.key_columns.is_empty() => vec![w.key_columns.clone()],
-            OperatorKind::GroupAggregate(g) if !g.key_columns.is_empty() => vec![g.key_columns.clone()],
-            OperatorKind::TopN(t) if !t.partition_columns.is_empty() => vec![t.partition_columns.clone()],
-            OperatorKind::OverAggregate(o) if !o.partition_columns.is_empty() => vec![o.partition_columns.clone()],
+            OperatorKind::WindowAggregate(w) if !w.key_columns.is_empty() => every_input(&w.key_columns),
+            OperatorKind::GroupAggregate(g) if !g.key_columns.is_empty() => every_input(&g.key_columns),
+            OperatorKind::TopN(t) if !t.partition_columns.is_empty() => every_input(&t.partition_columns),
+            OperatorKind::OverAggregate(o) if !o.partition_columns.is_empty() => every_input(&o.partition_columns),
             OperatorKind::Join(j) => vec![j.left.keys.clone(), j.right.keys.clone()],
             _ => continue,
         };

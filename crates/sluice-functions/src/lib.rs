@@ -1,6 +1,7 @@
 //! Scalar functions Flink SQL users type that DataFusion does not have,
 //! as DataFusion UDFs with Flink's semantics: `MOD`, `HOUR`,
-//! `DATE_FORMAT` (Java date patterns), `REGEXP_EXTRACT` and `SPLIT_INDEX`.
+//! `DATE_FORMAT` (Java date patterns), `REGEXP_EXTRACT` and `SPLIT_INDEX`;
+//! and the planner's own `split_bucket` ([`split_bucket`]).
 //!
 //! One list ([`udfs`]) registered by [`register`] in every context that
 //! plans or evaluates an expression — the streaming planner, the operators
@@ -29,6 +30,8 @@ macro_rules! udf_struct {
 }
 
 mod date_format;
+mod split_bucket;
+pub use split_bucket::{BUCKETS_MAX as SPLIT_BUCKETS_MAX, split_bucket};
 
 use arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
 use arrow::compute::kernels::cast::{CastOptions, cast_with_options};
@@ -53,6 +56,7 @@ pub fn udfs() -> Vec<ScalarUDF> {
         ScalarUDF::from(date_format::DateFormat::default()),
         ScalarUDF::from(RegexpExtract::default()),
         ScalarUDF::from(SplitIndex::default()),
+        ScalarUDF::from(split_bucket::SplitBucket::default()),
     ]
 }
 

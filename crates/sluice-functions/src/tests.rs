@@ -232,3 +232,33 @@ async fn date_format_reuses_a_text_only_within_its_unit() {
         }
     }
 }
+
+#[tokio::test]
+async fn split_bucket_puts_equal_values_in_one_bucket_of_the_range() {
+    // 2000 values, each twice, in batches of different sizes (a VALUES list
+    // per value and a generated series): equal values share a bucket,
+    // every bucket is within 0..8, and all 8 are used.
+    let sql = "SELECT v, split_bucket(v, 8) FROM (SELECT value % 2000 AS v FROM generate_series(0, 3999))";
+    let mut seen = std::collections::HashMap::new();
+    for row in rows(sql).await {
+        let bucket: i32 = row[1].parse().unwrap();
+        assert!((0..8).contains(&bucket), "{row:?}");
+        assert_eq!(*seen.entry(row[0].clone()).or_insert(bucket), bucket, "{row:?}");
+    }
+    assert_eq!(seen.len(), 2000);
+    let used: std::collections::HashSet<i32> = seen.values().copied().collect();
+    assert_eq!(used.len(), 8, "{used:?}");
+    // The same value in another batch (a row alone) gets the same bucket.
+    let alone = one("SELECT split_bucket(CAST(1234 AS BIGINT), 8)").await;
+    assert_eq!(alone[0], seen["1234"].to_string());
+    // Text too; NULLs share one bucket; one bucket is bucket 0.
+    let text = rows("SELECT split_bucket(s, 4) FROM (VALUES ('a'), ('b'), ('a')) AS t(s)").await;
+    assert_eq!(text[0], text[2]);
+    let nulls = rows("SELECT split_bucket(CAST(s AS VARCHAR), 4) FROM (VALUES (NULL), (NULL)) AS t(s)").await;
+    assert_eq!(nulls[0], nulls[1]);
+    assert_eq!(one("SELECT split_bucket(42, 1)").await, ["0"]);
+    for bad in ["0", "65537", "-1"] {
+        let e = error(&format!("SELECT split_bucket(1, {bad})")).await;
+        assert!(e.contains("buckets must be from 1 to 65536"), "{bad}: {e}");
+    }
+}

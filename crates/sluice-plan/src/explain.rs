@@ -80,10 +80,18 @@ fn column_label(dag: &PhysicalDag, op: sluice_types::OperatorId, column: usize) 
 }
 
 /// How input column `i` of an aggregate reads: through the operator
-/// feeding it (its pre-projection).
+/// feeding it (its pre-projection). Fed by several (a split distinct
+/// aggregation's final level), through the first that computes it rather
+/// than padding it with NULL.
 fn input_label(dag: &PhysicalDag, op: &crate::OperatorSpec, schema: &arrow_schema::Schema, i: usize) -> String {
-    match dag.inputs_of(op.id).first() {
-        Some(e) => column_label(dag, e.from, i),
+    let labels: Vec<String> = dag
+        .inputs_of(op.id)
+        .iter()
+        .map(|e| column_label(dag, e.from, i))
+        .collect();
+    let padding = |l: &&String| l.as_str() == "NULL" || l.starts_with("CAST(NULL AS ");
+    match labels.iter().find(|l| !padding(l)).or(labels.first()) {
+        Some(l) => l.clone(),
         None => schema.field(i).name().clone(),
     }
 }

@@ -34,6 +34,11 @@ const SLUICE_SETTINGS: &[(&str, &str, &str)] = &[
         "groups one instance of an aggregate without a window may hold",
     ),
     (
+        "distinct_split_buckets",
+        "0",
+        "buckets an aggregate without a window splits its DISTINCT values over (0 = not split)",
+    ),
+    (
         "window_groups_max",
         "1000000",
         "open window groups one instance of a window aggregate may hold",
@@ -162,6 +167,23 @@ impl Settings {
                 })?;
                 n.to_string()
             }
+            "distinct_split_buckets" => {
+                let max = sluice_functions::SPLIT_BUCKETS_MAX;
+                let n: i64 = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| (0..=max).contains(n))
+                    .ok_or_else(|| {
+                        Error::user(
+                            SqlCode::InvalidParameterValue,
+                            format!(
+                                "distinct_split_buckets must be an integer from 0 (not split) to {max}, got '{value}'"
+                            ),
+                        )
+                    })?;
+                n.to_string()
+            }
             "server_version" | "server_version_num" | "server_encoding" | "integer_datetimes" => {
                 return Err(Error::user(
                     SqlCode::CantChangeRuntimeParam,
@@ -218,6 +240,14 @@ impl Settings {
             .get("window_groups_max")
             .and_then(|v| v.parse().ok())
             .unwrap_or(sluice_sql::planner::WINDOW_GROUPS_MAX_DEFAULT)
+    }
+
+    /// `distinct_split_buckets` (0: not split).
+    pub fn distinct_split_buckets(&self) -> u32 {
+        self.values
+            .get("distinct_split_buckets")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn parallelism(&self) -> u32 {

@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 #[path = "join.rs"]
 mod join;
+#[path = "split_distinct.rs"]
+mod split_distinct;
 
 struct DagBuilder<'p> {
     operators: Vec<OperatorSpec>,
@@ -1072,6 +1074,13 @@ impl DagBuilder<'_> {
         // the arguments.
         let lead = usize::from(over_changelog);
         let (calls, args) = self.aggregate_calls(agg, &child, lead + keys.len())?;
+        if !over_changelog
+            && self.settings.distinct_split_buckets > 0
+            && self.settings.state_ttl_ms.is_none()
+            && let Some(split) = self.split_of(agg, &child, &calls)?
+        {
+            return self.plan_split_distinct(agg, child, &keys, (calls, args), split);
+        }
         if over_changelog {
             for call in &calls {
                 sluice_plan::check_retractable(&call.function, call.distinct).map_err(|e| unsupported(&e))?;

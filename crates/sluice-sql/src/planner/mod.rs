@@ -61,6 +61,9 @@ pub struct PlannerSettings {
     pub join_state_ttl_ms: Option<i64>,
     /// Rows one join instance may hold (`SET join_state_rows_max`).
     pub join_state_rows_max: usize,
+    /// Buckets of a split distinct aggregation (`SET
+    /// distinct_split_buckets`; 0: not split).
+    pub distinct_split_buckets: u32,
 }
 
 impl Default for PlannerSettings {
@@ -72,6 +75,7 @@ impl Default for PlannerSettings {
             state_ttl_ms: None,
             join_state_ttl_ms: None,
             join_state_rows_max: 10_000_000,
+            distinct_split_buckets: 0,
         }
     }
 }
@@ -367,3 +371,7 @@ mod uid_tests;
 #[cfg(test)]
 #[path = "diff_tests.rs"]
 mod diff_tests;
+
+#[cfg(test)]
+#[path = "split_tests.rs"]
+mod split_tests;

@@ -64,6 +64,7 @@ impl Ctx<'_> {
             aggregate_groups_max: self.settings.aggregate_groups_max(),
             window_groups_max: self.settings.window_groups_max(),
             state_ttl_ms: self.settings.state_ttl_ms(),
+            distinct_split_buckets: self.settings.distinct_split_buckets(),
         }
     }
 
