@@ -110,24 +110,17 @@ impl DagBuilder<'_> {
         split: Split,
     ) -> Result<Stage> {
         let buckets = self.settings.distinct_split_buckets;
-        let (nk, nd) = (keys.len(), split.values.len());
-        // The partials' input: keys, a bucket per distinct value, arguments.
-        let mut exprs: Vec<Expr> = keys.to_vec();
-        let mut names: Vec<String> = (0..nk).map(|j| format!("_k{j}")).collect();
-        for (d, v) in split.values.iter().enumerate() {
-            exprs.push(sluice_functions::split_bucket(v.clone(), buckets));
-            names.push(format!("_b{d}"));
-        }
-        for (i, a) in args.iter().enumerate() {
-            exprs.push(a.clone());
-            names.push(format!("_arg{i}"));
-        }
-        let pre = Stage {
-            exprs,
-            window: None,
-            ..child
-        };
-        let (pre_op, pre_schema, _) = self.materialize(&pre, &names)?;
+        let (nk, na, nd) = (keys.len(), args.len(), split.values.len());
+        // The partials' input: keys, arguments, then a bucket per distinct
+        // value (`_arg<na + d>`).
+        let mut columns = args;
+        columns.extend(
+            split
+                .values
+                .iter()
+                .map(|v| sluice_functions::split_bucket(v.clone(), buckets)),
+        );
+        let (pre_op, pre_schema) = self.pre_project(child, None::<(Expr, &'static str)>, keys, &columns)?;
         let out_types: Vec<DataType> = (0..calls.len())
             .map(|i| agg.schema.field(nk + i).data_type().clone())
             .collect();
@@ -136,7 +129,7 @@ impl DagBuilder<'_> {
         let mut padded = Vec::with_capacity(nd);
         for d in 0..nd {
             let mine: Vec<usize> = (0..calls.len()).filter(|i| split.partial_of[*i] == d).collect();
-            let key_columns: Vec<usize> = (0..nk).chain([nk + d]).collect();
+            let key_columns: Vec<usize> = (0..nk).chain([nk + na + d]).collect();
             let mut fields = vec![Field::new(OP_COLUMN, DataType::Utf8, false)];
             fields.extend(key_columns.iter().map(|k| pre_schema.field(*k).clone()));
             fields.extend(
@@ -144,13 +137,7 @@ impl DagBuilder<'_> {
                     .map(|i| Field::new(format!("_p{i}"), out_types[*i].clone(), true)),
             );
             let schema = Arc::new(Schema::new(fields));
-            let aggregates = mine
-                .iter()
-                .map(|i| AggregateCall {
-                    args: calls[*i].args.iter().map(|a| a + nd).collect(),
-                    ..calls[*i].clone()
-                })
-                .collect();
+            let aggregates = mine.iter().map(|i| calls[*i].clone()).collect();
             let spec = GroupAggSpec {
                 input_schema: pre_schema.clone(),
                 op_column: None,
