@@ -44,6 +44,9 @@ pub(super) struct Split {
     values: Vec<Expr>,
     /// Per call, its partial.
     partial_of: Vec<usize>,
+    /// Per call, the function the final level combines its partial
+    /// values with.
+    combine: Vec<&'static str>,
 }
 
 /// The function the final level combines a call's partial values with,
@@ -70,11 +73,13 @@ impl DagBuilder<'_> {
         let first_value = agg.group_expr.len();
         let mut values: Vec<Expr> = Vec::new();
         let mut partial_of = Vec::with_capacity(calls.len());
+        let mut combine = Vec::with_capacity(calls.len());
         for (i, (call, e)) in calls.iter().zip(&agg.aggr_expr).enumerate() {
             let out = agg.schema.field(first_value + i).data_type();
-            if combiner(call, out).is_none() {
+            let Some(f) = combiner(call, out) else {
                 return Ok(None);
-            }
+            };
+            combine.push(f);
             if !call.distinct {
                 partial_of.push(0);
                 continue;
@@ -95,7 +100,11 @@ impl DagBuilder<'_> {
             };
             partial_of.push(d);
         }
-        Ok(Some(Split { values, partial_of }))
+        Ok(Some(Split {
+            values,
+            partial_of,
+            combine,
+        }))
     }
 
     /// Plans `agg` split (see the module): `calls` read `args` as planned
@@ -176,11 +185,12 @@ impl DagBuilder<'_> {
         fields.extend(key_columns.iter().map(|k| final_input.field(*k).clone()));
         fields.extend((0..calls.len()).map(|i| Field::new(format!("_a{i}"), out_types[i].clone(), true)));
         let out_schema = Arc::new(Schema::new(fields));
-        let aggregates = calls
+        let aggregates = split
+            .combine
             .iter()
             .enumerate()
-            .map(|(i, c)| AggregateCall {
-                function: combiner(c, &out_types[i]).unwrap_or("sum").to_string(),
+            .map(|(i, f)| AggregateCall {
+                function: f.to_string(),
                 args: vec![1 + nk + i],
                 distinct: false,
             })
