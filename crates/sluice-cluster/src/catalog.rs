@@ -57,6 +57,12 @@ pub struct PipelineDef {
     /// the master's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_location: Option<String>,
+    /// A materialized view's query with the views it read written out
+    /// (`sluice_sql::views`): what a pipeline built over this view
+    /// computes. None when its query reads no view (then it is the
+    /// statement's own query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expanded_query: Option<String>,
 }
 
 /// One version of a pipeline: the SQL it ran, since when, and how it

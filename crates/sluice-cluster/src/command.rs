@@ -33,6 +33,10 @@ pub enum CatalogCommand {
         if_not_exists: bool,
         /// When the statement ran (epoch ms).
         created_ms: i64,
+        /// A materialized view's query with the views it read written
+        /// out ([`PipelineDef::expanded_query`](crate::catalog::PipelineDef)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expanded_query: Option<String>,
     },
     /// `DROP STREAM`: a derived stream's pipeline goes with it.
     DropStream { name: String, if_exists: bool },

@@ -314,7 +314,17 @@ impl Master {
                 derived,
                 if_not_exists,
                 created_ms,
-            } => self.create_pipeline(&name, kind, &sql, dag, derived, if_not_exists, created_ms)?,
+                expanded_query,
+            } => self.create_pipeline(
+                &name,
+                kind,
+                &sql,
+                dag,
+                derived,
+                if_not_exists,
+                created_ms,
+                expanded_query,
+            )?,
             CatalogCommand::DropStream { name, if_exists } => self.drop_stream(&name, if_exists)?,
             CatalogCommand::DropPipeline { name, if_exists, only } => self.drop_pipeline(&name, if_exists, only)?,
             CatalogCommand::SetPaused { name, paused } => {
@@ -447,6 +457,7 @@ impl Master {
         derived: Option<StreamDef>,
         if_not_exists: bool,
         created_ms: i64,
+        expanded_query: Option<String>,
     ) -> Result<bool> {
         let def = {
             let mut state = self.lock();
@@ -476,6 +487,7 @@ impl Master {
                 diff: Vec::new(),
                 handoff: None,
                 checkpoint_location: Some(location.unwrap_or_else(|| self.checkpoint_location.clone())),
+                expanded_query,
             };
             state.pipelines.insert(name.to_string(), def.clone());
             if let Some(stream) = derived {

@@ -9,6 +9,8 @@
 //! - [`window_tvf`]: `TUMBLE` / `HOP` / `SESSION` table functions (and
 //!   Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(c), …))` spelling);
 //! - [`hidden`]: connector metadata columns left out of `SELECT *`;
+//! - [`views`]: a materialized view a pipeline reads, written out as its
+//!   query;
 //! - [`planner`]: binds a query with DataFusion (names, types, functions)
 //!   and turns the logical plan into a [`PhysicalDag`](sluice_plan::PhysicalDag);
 //! - [`complexity`]: the length, depth and plan-size limits every
@@ -27,6 +29,7 @@ pub mod planner;
 pub mod security_statement;
 pub mod statement;
 pub mod types;
+pub mod views;
 pub mod window_tvf;
 
 pub use planner::{PlannedQuery, Planner, PlannerSettings};

@@ -164,6 +164,7 @@ async fn create_stream_as(
         derived: Some(def),
         if_not_exists,
         created_ms: now_ms(),
+        expanded_query: None,
     })
 }
 
@@ -183,7 +184,7 @@ async fn plan_derived_stream(
             ("checkpoint.interval".to_string(), "off".to_string()),
         ]),
     );
-    let planned = ctx.plan(query, sink).await?;
+    let (planned, _) = ctx.plan_pipeline(query, sink).await?;
     let event_time = planned.event_time_column.filter(|c| {
         matches!(
             planned.schema.field(*c).data_type(),
@@ -241,6 +242,7 @@ fn new_pipeline(
         derived: None,
         if_not_exists,
         created_ms: now_ms(),
+        expanded_query: None,
     }
 }
 
@@ -262,14 +264,13 @@ async fn create_materialized_view(
         .or_insert_with(|| view::VIEW_CHECKPOINT_INTERVAL_DEFAULT.to_string());
     let sql = format!("CREATE MATERIALIZED VIEW {name} WITH ({}) AS {query}", listed(&options));
     options.insert(view::VIEW_NAME_OPTION.to_string(), name.to_string());
-    let planned = ctx.plan(query, sink_spec("view", options)).await?;
-    Ok(new_pipeline(
-        name,
-        PipelineKind::MaterializedView,
-        sql,
-        planned.dag,
-        if_not_exists,
-    ))
+    let (planned, expanded) = ctx.plan_pipeline(query, sink_spec("view", options)).await?;
+    let mut command = new_pipeline(name, PipelineKind::MaterializedView, sql, planned.dag, if_not_exists);
+    if let CatalogCommand::CreatePipeline { expanded_query, .. } = &mut command {
+        // What a pipeline built over this view will compute.
+        *expanded_query = expanded.map(|q| q.to_string());
+    }
+    Ok(command)
 }
 
 /// Options as a statement lists them: `'key' = 'value', …`.
@@ -292,7 +293,7 @@ async fn plan_sink(
 ) -> Result<(String, sluice_plan::PhysicalDag)> {
     let sink = sluice_connectors::registry::validate_sink(connector, &options)?;
     let sql = format!("CREATE SINK {name} WITH ({}) AS {query}", listed(&options));
-    let planned = ctx.plan(query, sink_spec(connector, options.clone())).await?;
+    let (planned, _) = ctx.plan_pipeline(query, sink_spec(connector, options.clone())).await?;
     sink.check_sink_output(&options, &planned.schema)?;
     Ok((sql, planned.dag))
 }
@@ -502,6 +503,87 @@ mod tests {
         // Statements that are not DDL have no command.
         let statement = parse_statements("SELECT 1").unwrap().pop().unwrap();
         assert!(command_for(ctx, &statement).await.unwrap().is_none());
+    }
+}
+
+#[cfg(test)]
+mod views_over_views {
+    use super::*;
+    use crate::engine::settings::Settings;
+    use crate::engine::test_support::engine;
+    use sluice_sql::statement::parse_statements;
+
+    /// A view built over a view stores the query it computes, with the view
+    /// it read written out; the command carries it to every master, and a
+    /// view over that one writes it out in turn (the stored query, not the
+    /// first view's current definition, which is gone by then).
+    #[tokio::test]
+    async fn a_views_written_out_query_is_stored_replicated_and_built_on() {
+        let (first, _dir1) = engine("nested-first");
+        let (second, _dir2) = engine("nested-second");
+        let settings = Settings::default();
+        let ctx = Ctx {
+            engine: &first,
+            settings: &settings,
+            user: "sluice",
+        };
+        let script = [
+            "CREATE STREAM clicks (user_id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
+            "CREATE MATERIALIZED VIEW per_user AS SELECT user_id, count(*) AS n FROM clicks GROUP BY user_id",
+            "CREATE MATERIALIZED VIEW busy AS SELECT user_id, n FROM per_user WHERE n > 5",
+            "DROP MATERIALIZED VIEW per_user",
+            "CREATE MATERIALIZED VIEW busiest AS SELECT max(n) AS n FROM busy",
+        ];
+        for sql in script {
+            let statement = parse_statements(sql).unwrap().pop().unwrap();
+            let cmd = command_for(ctx, &statement).await.unwrap().expect("DDL has a command");
+            let decoded: CatalogCommand = serde_json::from_str(&serde_json::to_string(&cmd).unwrap()).unwrap();
+            assert_eq!(decoded, cmd, "{sql}");
+            let name = cmd.name().to_string();
+            first.master.apply(cmd).await.unwrap();
+            second.master.apply(decoded).await.unwrap();
+            first.master.wait_started(&name).await;
+            second.master.wait_started(&name).await;
+        }
+        let per_user = "(SELECT user_id, count(*) AS n FROM clicks GROUP BY user_id) AS \"per_user\"";
+        let busy = first.master.pipeline("busy").unwrap();
+        assert_eq!(
+            busy.expanded_query.as_deref(),
+            Some(format!("SELECT user_id, n FROM {per_user} WHERE n > 5").as_str())
+        );
+        // The statement as the user wrote it is what SHOW PIPELINES shows.
+        assert!(
+            busy.sql.ends_with("AS SELECT user_id, n FROM per_user WHERE n > 5"),
+            "{}",
+            busy.sql
+        );
+        let busiest = first.master.pipeline("busiest").unwrap();
+        assert_eq!(
+            busiest.expanded_query.as_deref(),
+            Some(
+                format!("SELECT max(n) AS n FROM (SELECT user_id, n FROM {per_user} WHERE n > 5) AS \"busy\"").as_str()
+            )
+        );
+        for name in ["busy", "busiest"] {
+            let here = first.master.pipeline(name).unwrap();
+            assert_eq!(
+                second.master.pipeline(name).unwrap().expanded_query,
+                here.expanded_query
+            );
+            let stored: sluice_cluster::catalog::PipelineDef =
+                serde_json::from_str(&serde_json::to_string(&here).unwrap()).unwrap();
+            assert_eq!(stored, here, "{name} as the catalog file keeps it");
+        }
+        // A view over streams only stores nothing more than its statement.
+        let statement = parse_statements("CREATE MATERIALIZED VIEW plain AS SELECT user_id FROM clicks")
+            .unwrap()
+            .pop()
+            .unwrap();
+        let Some(CatalogCommand::CreatePipeline { expanded_query, .. }) = command_for(ctx, &statement).await.unwrap()
+        else {
+            panic!("CREATE MATERIALIZED VIEW has a CreatePipeline command");
+        };
+        assert_eq!(expanded_query, None);
     }
 }
 

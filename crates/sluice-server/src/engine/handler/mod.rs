@@ -68,22 +68,41 @@ impl Ctx<'_> {
         }
     }
 
-    /// The physical plan of a query whose rows go to `sink`. A continuous
-    /// query reads streams only: a materialized view it names is refused
-    /// with `0A000` (a view's rows are read at once, by a plain SELECT;
-    /// they are not a stream of changes to build on).
+    /// The physical plan `EXPLAIN` shows: a continuous query's, which reads
+    /// streams only. A materialized view it names is refused with `0A000`
+    /// (a SELECT reads a view's rows at once, as a batch query).
     pub async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
         if let Some(view) = pg_catalog::relation_names(q)
             .iter()
             .find_map(|parts| self.view_named(parts))
         {
             return Err(Error::unsupported(format!(
-                "materialized view {} cannot be read by a pipeline or a continuous query; a plain SELECT reads its rows at once (build on the view's query or its stream instead)",
+                "EXPLAIN shows the plan of a continuous query, and \"{}\" is a materialized view, whose rows a SELECT reads at once",
                 view.name
             )));
         }
         let catalog = MasterCatalog(&self.engine.master);
         Planner::new(&catalog, self.planner_settings()).plan(q, sink).await
+    }
+
+    /// The physical plan of a pipeline's query (a sink's, a derived
+    /// stream's, a view's), and that query with the materialized views it
+    /// reads written out as their queries (`sluice_sql::views`: the
+    /// pipeline computes them itself, planned with this session's
+    /// settings) — `None` when it reads no view.
+    pub async fn plan_pipeline(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<(PlannedQuery, Option<Query>)> {
+        let mut expanded = q.clone();
+        let views = |parts: &[String]| -> Result<Option<sluice_sql::views::ViewQuery>> {
+            self.view_named(parts).map(|def| view_query(&def)).transpose()
+        };
+        let inlined = sluice_sql::views::inline_views(&mut expanded, &views)?;
+        let catalog = MasterCatalog(&self.engine.master);
+        let planner = Planner::new(&catalog, self.planner_settings());
+        if inlined.is_empty() {
+            return Ok((planner.plan(q, sink).await?, None));
+        }
+        let planned = planner.plan(&expanded, sink).await?;
+        Ok((planned, Some(expanded)))
     }
 
     /// The plan `EXPLAIN q` shows. As in Postgres, explaining needs what
@@ -269,4 +288,25 @@ impl Ctx<'_> {
             .with_security(self.engine.master.with_security(|s| s.clone()), self.user)
             .with_view_relations(views)
     }
+}
+
+/// The query a pipeline built over materialized view `def` computes: its
+/// query with the views it read written out, as stored when it was
+/// created.
+fn view_query(def: &sluice_cluster::catalog::PipelineDef) -> Result<sluice_sql::views::ViewQuery> {
+    use sluice_sql::statement::{SluiceStatement, parse_statements};
+    let unreadable = |e: &dyn std::fmt::Display| sluice_sql::views::unreadable_definition(&def.name, e);
+    let sql = def.expanded_query.as_deref().unwrap_or(&def.sql);
+    let query = match parse_statements(sql).map_err(|e| unreadable(&e))?.pop() {
+        Some(SluiceStatement::CreateMaterializedView { query, .. }) => *query,
+        Some(SluiceStatement::Sql(statement)) => match *statement {
+            sqlparser::ast::Statement::Query(query) => *query,
+            other => return Err(unreadable(&format!("not a query: {other}"))),
+        },
+        _ => return Err(unreadable(&"not a query")),
+    };
+    Ok(sluice_sql::views::ViewQuery {
+        name: def.name.clone(),
+        query,
+    })
 }
