@@ -270,6 +270,8 @@ async fn main() -> Result<()> {
         v["generator_only_events_per_s"] = json!(rows / f64::max(secs, 1e-9));
         v["sql"] = json!(sql);
         queries.insert(q.clone(), v);
+        results["nexmark"] = json!(queries);
+        report::write_partial(&out_dir, &results)?;
     }
 
     eprintln!("== latency at a fixed rate");
@@ -361,6 +363,8 @@ async fn main() -> Result<()> {
             q.clone(),
             json!({ "global_events": events, "events_per_s_paced": args.checkpoint_rate, "runs": runs }),
         );
+        results["checkpoint_overhead"] = json!(overhead);
+        report::write_partial(&out_dir, &results)?;
     }
     results["checkpoint_overhead"] = Value::Object(overhead);
 

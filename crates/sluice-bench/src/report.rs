@@ -444,9 +444,57 @@ pub fn svg(r: &Value) -> String {
     s
 }
 
+/// The name of what an invocation measured so far ([`write_partial`]).
+pub const PARTIAL: &str = "partial.json";
+
+/// Writes the whole invocation's result (`latest.json`, `latest.md`,
+/// `throughput.svg`) and removes the partial files it replaces.
 pub fn write(dir: &Path, r: &Value) -> Result<()> {
     std::fs::write(dir.join("latest.json"), serde_json::to_string_pretty(r)?)?;
     std::fs::write(dir.join("latest.md"), markdown(r))?;
     std::fs::write(dir.join("throughput.svg"), svg(r))?;
+    for partial in [dir.join(PARTIAL), dir.join("flink_nexmark").join(PARTIAL)] {
+        match std::fs::remove_file(&partial) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+    }
     Ok(())
+}
+
+/// What was measured so far, written (replaced) after each measured item,
+/// so that an invocation failing or stopped late keeps what it measured
+/// before: `dir/partial.json`. [`write`] removes it once the whole result
+/// is written.
+pub fn write_partial(dir: &Path, so_far: &Value) -> Result<()> {
+    let tmp = dir.join(format!("{PARTIAL}.tmp"));
+    std::fs::write(&tmp, serde_json::to_string_pretty(so_far)?)?;
+    std::fs::rename(&tmp, dir.join(PARTIAL))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What was measured so far stays on disk until the whole result
+    /// replaces it.
+    #[test]
+    fn partial_results_stay_until_the_whole_result_is_written() {
+        let dir = std::env::temp_dir().join(format!("sluice-bench-partial-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("flink_nexmark")).unwrap();
+        write_partial(
+            &dir,
+            &serde_json::json!({ "nexmark": { "q0": { "events_per_s_median": 1.0 } } }),
+        )
+        .unwrap();
+        write_partial(&dir.join("flink_nexmark"), &serde_json::json!({ "queries": [] })).unwrap();
+        let kept: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(PARTIAL)).unwrap()).unwrap();
+        assert_eq!(kept["nexmark"]["q0"]["events_per_s_median"], 1.0);
+        write(&dir, &serde_json::json!({})).unwrap();
+        assert!(dir.join("latest.json").exists());
+        assert!(!dir.join(PARTIAL).exists());
+        assert!(!dir.join("flink_nexmark").join(PARTIAL).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
