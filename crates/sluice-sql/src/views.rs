@@ -46,7 +46,9 @@ impl<F: Fn(&[String]) -> Result<Option<ViewQuery>>> Views for F {
 /// a `WITH` name that would hide, inside a view's query, a relation that
 /// query reads (`0A000`: the name would read the `WITH` query instead).
 pub fn inline_views(query: &mut Query, views: &dyn Views) -> Result<Vec<String>> {
-    refuse_windows_over_views(query, views)?;
+    // A view whose stored query cannot be read back is still a view here.
+    let is_view = |name: &str| !matches!(views.view(&[name.to_string()]), Ok(None));
+    refuse_windows_over_views(query, &is_view)?;
     let mut inliner = Inliner {
         views,
         scopes: Vec::new(),
@@ -61,22 +63,21 @@ pub fn inline_views(query: &mut Query, views: &dyn Views) -> Result<Vec<String>>
 }
 
 /// A window TVF names its stream as an argument, not as a relation: a view
-/// there cannot be replaced by a derived table.
-fn refuse_windows_over_views(query: &Query, views: &dyn Views) -> Result<()> {
+/// there (`is_view` of the name) cannot be replaced by a derived table, nor
+/// read as a batch (`0A000` either way).
+pub fn refuse_windows_over_views(query: &Query, is_view: &dyn Fn(&str) -> bool) -> Result<()> {
     let mut probe = query.clone();
     let Ok(windows) = extract_window_tvfs(&mut probe) else {
         // The planner reports a malformed window call itself.
         return Ok(());
     };
-    for window in windows {
-        if let Some(view) = views.view(std::slice::from_ref(&window.stream))? {
-            return Err(Error::unsupported(format!(
-                "a window reads a stream, and \"{}\" is a materialized view: window the streams its query reads, or create a stream of its query (CREATE STREAM name AS …) and window that",
-                view.name
-            )));
-        }
+    match windows.into_iter().find(|w| is_view(&w.stream)) {
+        Some(window) => Err(Error::unsupported(format!(
+            "a window reads a stream, and \"{}\" is a materialized view: window the streams its query reads, or create a stream of its query (CREATE STREAM name AS …) and window that",
+            window.stream
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 struct Inliner<'a> {

@@ -68,21 +68,27 @@ impl Ctx<'_> {
         }
     }
 
-    /// The physical plan `EXPLAIN` shows: a continuous query's, which reads
-    /// streams only. A materialized view it names is refused with `0A000`
-    /// (a SELECT reads a view's rows at once, as a batch query).
+    /// The physical plan `EXPLAIN` shows: a continuous query's, with the
+    /// materialized views it reads besides streams written out as their
+    /// queries. A query reading views and no stream is refused with
+    /// `0A000` (a SELECT reads a view's rows at once, as a batch query).
     pub async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
-        if let Some(view) = pg_catalog::relation_names(q)
-            .iter()
-            .find_map(|parts| self.view_named(parts))
-        {
-            return Err(Error::unsupported(format!(
-                "EXPLAIN shows the plan of a continuous query, and \"{}\" is a materialized view, whose rows a SELECT reads at once",
-                view.name
-            )));
-        }
         let catalog = MasterCatalog(&self.engine.master);
-        Planner::new(&catalog, self.planner_settings()).plan(q, sink).await
+        let planner = Planner::new(&catalog, self.planner_settings());
+        let views = self.views_named(q);
+        if let Some(view) = views.first() {
+            let is_view = |n: &str| views.iter().any(|v| v.name == n);
+            if !planner.reads_streams_besides(q, &is_view)? {
+                return Err(Error::unsupported(format!(
+                    "EXPLAIN shows the plan of a continuous query, and this one reads materialized view \"{}\" and no stream: a SELECT reads its rows at once",
+                    view.name
+                )));
+            }
+        }
+        match self.written_out(q)? {
+            Some(expanded) => planner.plan(&expanded, sink).await,
+            None => planner.plan(q, sink).await,
+        }
     }
 
     /// The physical plan of a pipeline's query (a sink's, a derived
@@ -91,18 +97,35 @@ impl Ctx<'_> {
     /// pipeline computes them itself, planned with this session's
     /// settings) — `None` when it reads no view.
     pub async fn plan_pipeline(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<(PlannedQuery, Option<Query>)> {
+        let catalog = MasterCatalog(&self.engine.master);
+        let planner = Planner::new(&catalog, self.planner_settings());
+        let expanded = self.written_out(q)?;
+        let planned = planner.plan(expanded.as_ref().unwrap_or(q), sink).await?;
+        Ok((planned, expanded))
+    }
+
+    /// `q` with the materialized views it reads written out as their
+    /// queries (`sluice_sql::views`), or `None` when it reads none.
+    fn written_out(&self, q: &Query) -> Result<Option<Query>> {
         let mut expanded = q.clone();
         let views = |parts: &[String]| -> Result<Option<sluice_sql::views::ViewQuery>> {
             self.view_named(parts).map(|def| view_query(&def)).transpose()
         };
         let inlined = sluice_sql::views::inline_views(&mut expanded, &views)?;
-        let catalog = MasterCatalog(&self.engine.master);
-        let planner = Planner::new(&catalog, self.planner_settings());
-        if inlined.is_empty() {
-            return Ok((planner.plan(q, sink).await?, None));
+        Ok((!inlined.is_empty()).then_some(expanded))
+    }
+
+    /// The materialized views `q` names, each once, in the order named.
+    fn views_named(&self, q: &Query) -> Vec<sluice_cluster::catalog::PipelineDef> {
+        let mut views: Vec<sluice_cluster::catalog::PipelineDef> = Vec::new();
+        for parts in pg_catalog::relation_names(q) {
+            if let Some(def) = self.view_named(&parts)
+                && !views.iter().any(|v| v.name == def.name)
+            {
+                views.push(def);
+            }
         }
-        let planned = planner.plan(&expanded, sink).await?;
-        Ok((planned, Some(expanded)))
+        views
     }
 
     /// The plan `EXPLAIN q` shows. As in Postgres, explaining needs what
@@ -126,7 +149,7 @@ impl Ctx<'_> {
         let (params, schema) = if let Some(views) = self.batch_views(q, &planner, Need::Schema).await? {
             batch::describe(q, self.catalog_snapshot().with_views(views)).await?
         } else {
-            planner.describe(q).await?
+            planner.describe(self.written_out(q)?.as_ref().unwrap_or(q)).await?
         };
         Ok((params, column_names::rename(q, &schema)))
     }
@@ -139,7 +162,10 @@ impl Ctx<'_> {
         let rows = if let Some(views) = self.batch_views(q, &planner, Need::Rows).await? {
             batch::run(q, self.catalog_snapshot().with_views(views)).await?
         } else {
-            let planned = planner.plan(q, sink_spec("client", BTreeMap::new())).await?;
+            let expanded = self.written_out(q)?;
+            let planned = planner
+                .plan(expanded.as_ref().unwrap_or(q), sink_spec("client", BTreeMap::new()))
+                .await?;
             let who = super::authorize::who(self.engine, self.user)?;
             super::authorize::check_reads(self.engine, &who, &planned.dag)?;
             query::start(&self.engine.master, &self.engine.data.clients, &planned)?
@@ -163,26 +189,27 @@ impl Ctx<'_> {
     /// `Some(views)` when `q` runs once as a batch query — it reads the
     /// catalog, materialized views (`views`: their rows as of their last
     /// barrier) or nothing — and `None` when it reads streams (a
-    /// continuous query). Reading a view needs what reading its query
-    /// needs (SELECT on every stream it reads, `42501` otherwise); on a
-    /// quorum follower a view's rows come from the leader; a view whose
-    /// pipeline has not published (on this server, or the leader) is
-    /// `55000`; a query
-    /// that reads a view and a stream is refused (`0A000`): it would be
-    /// neither answered at once nor continuous. With [`Need::Schema`]
-    /// (describing a statement) a view this server does not hold is no
-    /// rows of its columns, from the catalog: a follower asks the leader
-    /// for the rows once, when the statement runs.
+    /// continuous query, the views it reads besides written out as their
+    /// queries, see [`Ctx::plan_pipeline`]). Reading a view needs what
+    /// reading its query needs (SELECT on every stream it reads, `42501`
+    /// otherwise); on a quorum follower a view's rows come from the
+    /// leader; a view whose pipeline has not published (on this server,
+    /// or the leader) is `55000`. With [`Need::Schema`] (describing a
+    /// statement) a view this server does not hold is no rows of its
+    /// columns, from the catalog: a follower asks the leader for the rows
+    /// once, when the statement runs.
     async fn batch_views(&self, q: &Query, planner: &Planner<'_>, need: Need) -> Result<Option<ViewRows>> {
+        let defs = self.views_named(q);
+        // A window names its stream as an argument, not a relation.
+        sluice_sql::views::refuse_windows_over_views(q, &|n: &str| self.view_named(&[n.to_string()]).is_some())?;
+        let is_view = |n: &str| defs.iter().any(|v| v.name == n);
+        let catalog = self.reads_catalog(q);
+        if !catalog && planner.reads_streams_besides(q, &is_view)? {
+            return Ok(None);
+        }
         let mut views: ViewRows = Vec::new();
-        for parts in pg_catalog::relation_names(q) {
-            let Some(def) = self.view_named(&parts) else {
-                continue;
-            };
+        for def in defs {
             let name = &def.name;
-            if views.iter().any(|(n, _)| n == name) {
-                continue;
-            }
             let who = super::authorize::who(self.engine, self.user)?;
             super::authorize::check_reads(self.engine, &who, &def.dag)?;
             // On a quorum follower the rows are the leader's, where the
@@ -208,19 +235,7 @@ impl Ctx<'_> {
             };
             views.push((name.clone(), rows));
         }
-        if self.reads_catalog(q) {
-            return Ok(Some(views));
-        }
-        let is_view = |n: &str| views.iter().any(|(v, _)| v == n);
-        if !planner.reads_streams_besides(q, &is_view)? {
-            return Ok(Some(views));
-        }
-        match views.first() {
-            None => Ok(None),
-            Some((view, _)) => Err(Error::unsupported(format!(
-                "this query reads materialized view {view} and streams: a query reads either streams (a continuous query) or materialized views (answered at once), not both"
-            ))),
-        }
+        Ok(Some(views))
     }
 }
 
