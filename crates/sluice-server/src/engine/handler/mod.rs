@@ -75,6 +75,7 @@ impl Ctx<'_> {
     pub async fn plan(&self, q: &Query, sink: sluice_plan::SinkSpec) -> Result<PlannedQuery> {
         let catalog = MasterCatalog(&self.engine.master);
         let planner = Planner::new(&catalog, self.planner_settings());
+        sluice_sql::views::refuse_windows_over_views(q, &|n: &str| self.view_named(&[n.to_string()]).is_some())?;
         let views = self.views_named(q);
         if let Some(view) = views.first() {
             let is_view = |n: &str| views.iter().any(|v| v.name == n);
