@@ -402,16 +402,60 @@ mod tests {
     /// and applying the decoded commands to a second, empty master gives
     /// it the same catalog as the first (same definitions, pipeline ids,
     /// times and DAGs): what a master quorum replicating commands relies on.
+    /// Two masters, each with its catalog: statements planned on the
+    /// first, their commands applied to both.
+    pub(super) struct TwoMasters {
+        pub first: std::sync::Arc<crate::engine::Engine>,
+        pub second: std::sync::Arc<crate::engine::Engine>,
+        settings: Settings,
+        _dirs: [crate::engine::test_support::TempDir; 2],
+    }
+
+    impl TwoMasters {
+        pub fn new(label: &str) -> Self {
+            let (first, one) = engine(&format!("{label}-first"));
+            let (second, two) = engine(&format!("{label}-second"));
+            TwoMasters {
+                first,
+                second,
+                settings: Settings::default(),
+                _dirs: [one, two],
+            }
+        }
+
+        pub fn ctx(&self) -> Ctx<'_> {
+            Ctx {
+                engine: &self.first,
+                settings: &self.settings,
+                user: "sluice",
+            }
+        }
+
+        /// Plans `sql` on the first master, checks its command survives
+        /// serialisation, applies it to both and, as `apply` does for a new
+        /// pipeline, waits for its first deployment on both (PAUSE needs it
+        /// running). The command and what each master did with it.
+        pub async fn replay(&self, sql: &str) -> (CatalogCommand, Applied, Applied) {
+            let statement = parse_statements(sql).unwrap().pop().unwrap();
+            let cmd = command_for(self.ctx(), &statement)
+                .await
+                .unwrap()
+                .expect("DDL has a command");
+            let decoded: CatalogCommand = serde_json::from_str(&serde_json::to_string(&cmd).unwrap()).unwrap();
+            assert_eq!(decoded, cmd, "{sql}");
+            let name = cmd.name().to_string();
+            let here = self.first.master.apply(cmd.clone()).await.unwrap();
+            let there = self.second.master.apply(decoded).await.unwrap();
+            self.first.master.wait_started(&name).await;
+            self.second.master.wait_started(&name).await;
+            (cmd, here, there)
+        }
+    }
+
     #[tokio::test]
     async fn ddl_commands_serialise_and_replay_to_the_same_catalog() {
-        let (first, _dir1) = engine("ddl-first");
-        let (second, _dir2) = engine("ddl-second");
-        let settings = Settings::default();
-        let ctx = Ctx {
-            engine: &first,
-            settings: &settings,
-            user: "sluice",
-        };
+        let masters = TwoMasters::new("ddl");
+        let (first, second, ctx) = (masters.first.clone(), masters.second.clone(), masters.ctx());
         let script = [
             "CREATE STREAM clicks (user_id BIGINT, page TEXT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)",
             "CREATE STREAM IF NOT EXISTS clicks (x BIGINT)",
@@ -426,20 +470,9 @@ mod tests {
         ];
         let mut tags = Vec::new();
         for sql in script {
-            let statement = parse_statements(sql).unwrap().pop().unwrap();
-            let cmd = command_for(ctx, &statement).await.unwrap().expect("DDL has a command");
-            let text = serde_json::to_string(&cmd).unwrap();
-            let decoded: CatalogCommand = serde_json::from_str(&text).unwrap();
-            assert_eq!(decoded, cmd, "{sql}");
+            let (cmd, here, there) = masters.replay(sql).await;
             tags.push(tag(&cmd));
-            let name = cmd.name().to_string();
-            let here = first.master.apply(cmd).await.unwrap();
-            let there = second.master.apply(decoded).await.unwrap();
             assert_eq!(here, there, "{sql}");
-            // As `apply` does for a new sink: its first deployment is
-            // attempted before the next statement (PAUSE needs it running).
-            first.master.wait_started(&name).await;
-            second.master.wait_started(&name).await;
         }
         assert_eq!(
             tags,
@@ -508,9 +541,8 @@ mod tests {
 
 #[cfg(test)]
 mod views_over_views {
+    use super::tests::TwoMasters;
     use super::*;
-    use crate::engine::settings::Settings;
-    use crate::engine::test_support::engine;
     use sluice_sql::statement::parse_statements;
 
     /// A view built over a view stores the query it computes, with the view
@@ -519,14 +551,8 @@ mod views_over_views {
     /// first view's current definition, which is gone by then).
     #[tokio::test]
     async fn a_views_written_out_query_is_stored_replicated_and_built_on() {
-        let (first, _dir1) = engine("nested-first");
-        let (second, _dir2) = engine("nested-second");
-        let settings = Settings::default();
-        let ctx = Ctx {
-            engine: &first,
-            settings: &settings,
-            user: "sluice",
-        };
+        let masters = TwoMasters::new("nested");
+        let (first, second, ctx) = (masters.first.clone(), masters.second.clone(), masters.ctx());
         let script = [
             "CREATE STREAM clicks (user_id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)",
             "CREATE MATERIALIZED VIEW per_user AS SELECT user_id, count(*) AS n FROM clicks GROUP BY user_id",
@@ -535,15 +561,7 @@ mod views_over_views {
             "CREATE MATERIALIZED VIEW busiest AS SELECT max(n) AS n FROM busy",
         ];
         for sql in script {
-            let statement = parse_statements(sql).unwrap().pop().unwrap();
-            let cmd = command_for(ctx, &statement).await.unwrap().expect("DDL has a command");
-            let decoded: CatalogCommand = serde_json::from_str(&serde_json::to_string(&cmd).unwrap()).unwrap();
-            assert_eq!(decoded, cmd, "{sql}");
-            let name = cmd.name().to_string();
-            first.master.apply(cmd).await.unwrap();
-            second.master.apply(decoded).await.unwrap();
-            first.master.wait_started(&name).await;
-            second.master.wait_started(&name).await;
+            masters.replay(sql).await;
         }
         let per_user = "(SELECT user_id, count(*) AS n FROM clicks GROUP BY user_id) AS \"per_user\"";
         let busy = first.master.pipeline("busy").unwrap();
