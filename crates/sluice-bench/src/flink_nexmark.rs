@@ -396,7 +396,7 @@ pub async fn side_by_side(
             "flink_peak_rss_mib": flink_peak_rss_mib,
             "flink_jvm_wall_s": jvm_started.elapsed().as_secs_f64(),
         }));
-        crate::report::write_partial(out, &json!({ "events": events, "runs": runs, "queries": results }))?;
+        crate::partial::write_partial(out, &json!({ "events": events, "runs": runs, "queries": results }))?;
     }
     // Each query's engine share beside its raw ratio.
     let by_name: BTreeMap<String, Value> = results

@@ -19,6 +19,7 @@ mod flink;
 mod flink_nexmark;
 mod masters;
 mod nexmark;
+mod partial;
 mod report;
 mod server;
 mod sol;
@@ -271,7 +272,7 @@ async fn main() -> Result<()> {
         v["sql"] = json!(sql);
         queries.insert(q.clone(), v);
         results["nexmark"] = json!(queries);
-        report::write_partial(&out_dir, &results)?;
+        partial::write_partial(&out_dir, &results)?;
     }
 
     eprintln!("== latency at a fixed rate");
@@ -364,7 +365,7 @@ async fn main() -> Result<()> {
             json!({ "global_events": events, "events_per_s_paced": args.checkpoint_rate, "runs": runs }),
         );
         results["checkpoint_overhead"] = json!(overhead);
-        report::write_partial(&out_dir, &results)?;
+        partial::write_partial(&out_dir, &results)?;
     }
     results["checkpoint_overhead"] = Value::Object(overhead);
 

@@ -444,38 +444,21 @@ pub fn svg(r: &Value) -> String {
     s
 }
 
-/// The name of what an invocation measured so far ([`write_partial`]).
-pub const PARTIAL: &str = "partial.json";
-
 /// Writes the whole invocation's result (`latest.json`, `latest.md`,
-/// `throughput.svg`) and removes the partial files it replaces.
+/// `throughput.svg`) and removes the partial files it replaces
+/// ([`crate::partial`]).
 pub fn write(dir: &Path, r: &Value) -> Result<()> {
     std::fs::write(dir.join("latest.json"), serde_json::to_string_pretty(r)?)?;
     std::fs::write(dir.join("latest.md"), markdown(r))?;
     std::fs::write(dir.join("throughput.svg"), svg(r))?;
-    for partial in [dir.join(PARTIAL), dir.join("flink_nexmark").join(PARTIAL)] {
-        match std::fs::remove_file(&partial) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// What was measured so far, written (replaced) after each measured item,
-/// so that an invocation failing or stopped late keeps what it measured
-/// before: `dir/partial.json`. [`write`] removes it once the whole result
-/// is written.
-pub fn write_partial(dir: &Path, so_far: &Value) -> Result<()> {
-    let tmp = dir.join(format!("{PARTIAL}.tmp"));
-    std::fs::write(&tmp, serde_json::to_string_pretty(so_far)?)?;
-    std::fs::rename(&tmp, dir.join(PARTIAL))?;
-    Ok(())
+    crate::partial::remove(dir)?;
+    crate::partial::remove(&dir.join("flink_nexmark"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::partial::{PARTIAL, write_partial};
 
     /// What was measured so far stays on disk until the whole result
     /// replaces it.
