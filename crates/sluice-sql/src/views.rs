@@ -125,12 +125,25 @@ impl VisitorMut for Inliner<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        let names = query
-            .with
-            .iter()
-            .flat_map(|with| &with.cte_tables)
-            .map(|cte| normalize_ident(&cte.alias.name))
-            .collect();
+        let mut names = Vec::new();
+        if let Some(with) = query.with.as_mut() {
+            // A WITH query's body sees the WITH queries before it (all of
+            // them and itself under WITH RECURSIVE), not its own name nor
+            // later ones: `WITH v AS (SELECT … FROM v)` reads view v. The
+            // bodies are written out here, each in its own scope; the
+            // visit that follows finds nothing more to replace in them.
+            let all: Vec<String> = with.cte_tables.iter().map(|c| normalize_ident(&c.alias.name)).collect();
+            for (i, cte) in with.cte_tables.iter_mut().enumerate() {
+                let seen = if with.recursive { all.clone() } else { all[..i].to_vec() };
+                self.scopes.push(seen);
+                let _ = VisitMut::visit(cte.query.as_mut(), self);
+                self.scopes.pop();
+                if self.error.is_some() {
+                    return ControlFlow::Break(());
+                }
+            }
+            names = all;
+        }
         self.scopes.push(names);
         ControlFlow::Continue(())
     }
@@ -287,6 +300,20 @@ mod tests {
         let (_, names) =
             inlined("SELECT * FROM (WITH v1 AS (SELECT 1 AS k) SELECT * FROM v1) x JOIN v1 ON true").unwrap();
         assert_eq!(names, ["v1"]);
+        // A WITH query's body does not see its own name nor later ones (as
+        // in Postgres, without RECURSIVE): there v1 is the view.
+        let (sql, names) = inlined("WITH v1 AS (SELECT k FROM v1 WHERE n > 2) SELECT * FROM v1").unwrap();
+        assert_eq!(names, ["v1"]);
+        assert_eq!(
+            sql,
+            "WITH v1 AS (SELECT k FROM (SELECT k, count(*) AS n FROM s GROUP BY k) AS \"v1\" WHERE n > 2) SELECT * FROM v1"
+        );
+        let (sql, names) = inlined("WITH a AS (SELECT * FROM v1), v1 AS (SELECT 1 AS k) SELECT * FROM a, v1").unwrap();
+        assert_eq!(names, ["v1"]);
+        assert!(sql.starts_with("WITH a AS (SELECT * FROM (SELECT k, count(*)"), "{sql}");
+        assert!(sql.ends_with("SELECT * FROM a, v1"), "{sql}");
+        let (_, names) = inlined("WITH RECURSIVE v1 AS (SELECT 1 AS k) SELECT * FROM v1").unwrap();
+        assert!(names.is_empty());
     }
 
     #[test]
