@@ -27,15 +27,7 @@ pub struct ViewQuery {
 /// What [`inline_views`] looks views up with: the normalised parts of a
 /// relation name (`["v"]`, `["public", "v"]`) to the view they name, if
 /// any.
-pub trait Views {
-    fn view(&self, parts: &[String]) -> Result<Option<ViewQuery>>;
-}
-
-impl<F: Fn(&[String]) -> Result<Option<ViewQuery>>> Views for F {
-    fn view(&self, parts: &[String]) -> Result<Option<ViewQuery>> {
-        self(parts)
-    }
-}
+pub type Views<'a> = &'a dyn Fn(&[String]) -> Result<Option<ViewQuery>>;
 
 /// Replaces every relation of `query` that names a materialized view (and
 /// that no `WITH` query in scope hides) by the view's query, and returns
@@ -45,9 +37,9 @@ impl<F: Fn(&[String]) -> Result<Option<ViewQuery>>> Views for F {
 /// with its watermarks — `CREATE STREAM … AS` the view's query for one), and
 /// a `WITH` name that would hide, inside a view's query, a relation that
 /// query reads (`0A000`: the name would read the `WITH` query instead).
-pub fn inline_views(query: &mut Query, views: &dyn Views) -> Result<Vec<String>> {
+pub fn inline_views(query: &mut Query, views: Views<'_>) -> Result<Vec<String>> {
     // A view whose stored query cannot be read back is still a view here.
-    let is_view = |name: &str| !matches!(views.view(&[name.to_string()]), Ok(None));
+    let is_view = |name: &str| !matches!(views(&[name.to_string()]), Ok(None));
     refuse_windows_over_views(query, &is_view)?;
     let mut inliner = Inliner {
         views,
@@ -81,7 +73,7 @@ pub fn refuse_windows_over_views(query: &Query, is_view: &dyn Fn(&str) -> bool) 
 }
 
 struct Inliner<'a> {
-    views: &'a dyn Views,
+    views: Views<'a>,
     /// The `WITH` names of each enclosing query, innermost last.
     scopes: Vec<Vec<String>>,
     inlined: Vec<String>,
@@ -170,7 +162,7 @@ impl VisitorMut for Inliner<'_> {
         if self.hidden_by_with(&parts) {
             return ControlFlow::Continue(());
         }
-        let replaced = self.views.view(&parts).and_then(|view| match view {
+        let replaced = (self.views)(&parts).and_then(|view| match view {
             None => Ok(None),
             Some(view) => {
                 let name = view.name.clone();
@@ -202,8 +194,9 @@ fn name_parts(name: &ObjectName) -> Vec<String> {
         .collect()
 }
 
-/// Every relation `query` names, as normalised parts.
-fn relation_names(query: &Query) -> Vec<Vec<String>> {
+/// Every relation `query` names, each as its normalised parts
+/// (`["public", "v"]`, `["v"]`), in the order they appear.
+pub fn relation_names(query: &Query) -> Vec<Vec<String>> {
     struct Names(Vec<Vec<String>>);
     impl Visitor for Names {
         type Break = ();

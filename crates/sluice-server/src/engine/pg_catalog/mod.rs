@@ -35,8 +35,7 @@ use sluice_cluster::security::{
 };
 use sluice_connectors::views::PublishedView;
 use sluice_plan::catalog::StreamDef;
-use sqlparser::ast::{ObjectName, Query, Visit, Visitor};
-use std::ops::ControlFlow;
+use sqlparser::ast::Query;
 use std::sync::Arc;
 
 pub use tables::CATALOG_TABLE_NAMES;
@@ -367,31 +366,7 @@ pub fn reads_catalog(query: &Query, is_stream: impl Fn(&str) -> bool) -> bool {
     })
 }
 
-/// Every relation `query` names, each as its normalised parts
-/// (`["public", "v"]`, `["v"]`), in the order they appear.
-pub fn relation_names(query: &Query) -> Vec<Vec<String>> {
-    struct Names(Vec<ObjectName>);
-    impl Visitor for Names {
-        type Break = ();
-        fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<()> {
-            self.0.push(relation.clone());
-            ControlFlow::Continue(())
-        }
-    }
-    let mut names = Names(Vec::new());
-    let _ = query.visit(&mut names);
-    names
-        .0
-        .iter()
-        .map(|name| {
-            name.0
-                .iter()
-                .filter_map(|p| p.as_ident())
-                .map(sluice_sql::names::normalize_ident)
-                .collect()
-        })
-        .collect()
-}
+pub use sluice_sql::views::relation_names;
 
 /// Catalog tables that never have rows in Sluice (no policies, statistics
 /// objects, publications, inheritance, triggers, rules, constraints,
