@@ -36,9 +36,12 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, Rows, SortField};
 use async_trait::async_trait;
 use hashbrown::{HashMap, HashSet};
+use indexmap::IndexMap;
+use indexmap::map::raw_entry_v1::{RawEntryApiV1, RawEntryMut};
 use sluice_plan::{ChangeOp, TopNSpec};
 use sluice_types::{Error, Result, SqlCode};
 use std::collections::BTreeMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -49,6 +52,8 @@ const ROWS_KEY: &str = "rows";
 /// its copies, keyed by the partition columns.
 const HELD_KEY: &str = "held_rows";
 const COUNT_COLUMN: &str = "__count";
+/// Encoding buffers larger than this are freed after their batch.
+const SCRATCH_KEPT_MAX: usize = 64 << 20;
 
 /// A row after its order key: (order key, row), both row-encoded.
 type OrderedRow = (Box<[u8]>, Box<[u8]>);
@@ -61,18 +66,62 @@ struct Held {
     rows: BTreeMap<OrderedRow, u64>,
 }
 
-#[derive(Clone)]
+/// A kept row: its order key and then the row, row-encoded in one
+/// allocation, and its arrival number.
 struct Entry {
-    order: Box<[u8]>,
+    bytes: Box<[u8]>,
+    order_len: u32,
     seq: u64,
-    row: Box<[u8]>,
 }
 
-/// A partition's list, and when a row last reached it (processing time,
-/// ms: for `state_ttl`).
+impl Entry {
+    fn new(order: &[u8], row: &[u8], seq: u64) -> Entry {
+        let mut bytes = Vec::with_capacity(order.len() + row.len());
+        bytes.extend_from_slice(order);
+        bytes.extend_from_slice(row);
+        Entry {
+            bytes: bytes.into_boxed_slice(),
+            order_len: order.len() as u32,
+            seq,
+        }
+    }
+
+    fn order(&self) -> &[u8] {
+        &self.bytes[..self.order_len as usize]
+    }
+
+    fn row(&self) -> &[u8] {
+        &self.bytes[self.order_len as usize..]
+    }
+}
+
+/// A partition's list; when a row last reached it (processing time, ms:
+/// for `state_ttl`); the last batch that changed it; whether it changed
+/// since the last checkpoint.
 struct Partition {
     touched_ms: i64,
     list: Vec<Entry>,
+    batch: u64,
+    dirty: bool,
+}
+
+/// Buffers of row-encoded columns, reused batch after batch.
+struct Scratch {
+    keys: Option<Rows>,
+    orders: Rows,
+    rows: Rows,
+}
+
+/// What applying one batch did to the lists: the partitions it changed
+/// (by index, in the order it first changed them) and the entries it
+/// pushed out of full lists (with their partition's index, each
+/// partition's in descending order: each was its list's last).
+#[derive(Default)]
+struct Applied {
+    number: u64,
+    first_seq: u64,
+    touched: Vec<usize>,
+    evicted: Vec<(usize, Entry)>,
 }
 
 /// `ROW_NUMBER() … <= N` per partition.
@@ -84,7 +133,14 @@ pub struct TopNOperator {
     partition: Option<RowConverter>,
     order: RowConverter,
     rows: RowConverter,
-    partitions: HashMap<Box<[u8]>, Partition>,
+    /// The lists by partition key. An `IndexMap`: a batch names the
+    /// partitions it changed by index (no key copied or hashed again to
+    /// diff them), and the changes since the last checkpoint likewise
+    /// (`dirty`, turned into keys when a checkpoint or an expiry needs
+    /// them).
+    partitions: IndexMap<Box<[u8]>, Partition, hashbrown::DefaultHashBuilder>,
+    dirty: Vec<usize>,
+    batches: u64,
     /// Over a changelog: the input's op column, every partition's rows and
     /// how many are held (with copies).
     op_column: Option<usize>,
@@ -102,12 +158,41 @@ pub struct TopNOperator {
     /// Processing time of the batch being applied.
     now_ms: i64,
     next_seq: u64,
+    scratch: Option<Scratch>,
     input_schema: SchemaRef,
     output_schema: SchemaRef,
 }
 
+/// Over a changelog: a partition's key and its list's rows before a batch.
+type ListBefore = (Box<[u8]>, Vec<Box<[u8]>>);
+
 /// A changelog row: the op, the row's bytes, its number.
-type Change = (ChangeOp, Box<[u8]>, u64);
+type Change<'a> = (ChangeOp, &'a [u8], u64);
+
+/// The changelog of a list that was `old` and is `new` (rows with an
+/// identity: equal rows with the same number are the same row), position
+/// by position: `-U`/`+U` where the row at a position changed, `+I` at a
+/// new position, `-D` at one gone.
+fn diff_positions<'a>(
+    mut old: impl Iterator<Item = (&'a [u8], u64)>,
+    mut new: impl Iterator<Item = (&'a [u8], u64)>,
+    changes: &mut Vec<Change<'a>>,
+) {
+    let mut rn = 0;
+    loop {
+        rn += 1;
+        match (old.next(), new.next()) {
+            (None, None) => return,
+            (Some(o), Some(n)) if o.1 == n.1 && (std::ptr::eq(o.0, n.0) || o.0 == n.0) => {}
+            (Some(o), Some(n)) => {
+                changes.push((ChangeOp::UpdateBefore, o.0, rn));
+                changes.push((ChangeOp::UpdateAfter, n.0, rn));
+            }
+            (None, Some(n)) => changes.push((ChangeOp::Insert, n.0, rn)),
+            (Some(o), None) => changes.push((ChangeOp::Delete, o.0, rn)),
+        }
+    }
+}
 
 impl TopNOperator {
     pub fn new(spec: &TopNSpec, output_schema: SchemaRef) -> Result<Self> {
@@ -152,7 +237,9 @@ impl TopNOperator {
             partition,
             order,
             rows,
-            partitions: HashMap::new(),
+            partitions: IndexMap::default(),
+            dirty: Vec::new(),
+            batches: 0,
             op_column: spec.op_column,
             held: HashMap::new(),
             rows_held: 0,
@@ -162,6 +249,7 @@ impl TopNOperator {
             changed: ChangedKeys::default(),
             now_ms: sluice_types::now_ms(),
             next_seq: 0,
+            scratch: None,
             input_schema,
             output_schema,
         })
@@ -171,47 +259,79 @@ impl TopNOperator {
         columns.iter().map(|c| batch.column(*c).clone()).collect()
     }
 
-    /// Offers `entry` to the list of `key`. `before` gets the list as it was, the first time a batch changes it.
-    fn offer(
-        &mut self,
-        key: &[u8],
-        entry: Entry,
-        before: &mut Vec<(Box<[u8]>, Vec<Entry>)>,
-        touched: &mut HashSet<Box<[u8]>>,
-    ) -> Result<()> {
+    /// Offers the row `row` with order key `order` and number `seq` to
+    /// the list of `key`, noting in `applied` what it changed.
+    fn offer(&mut self, key: &[u8], order: &[u8], row: &[u8], seq: u64, applied: &mut Applied) -> Result<()> {
         let limit = self.limit;
-        if !self.partitions.contains_key(key) {
-            if self.partitions.len() >= self.partitions_max {
-                return Err(Error::user(
-                    SqlCode::ConfigurationLimitExceeded,
-                    format!(
-                        "top-N state limit reached: {} partitions in one instance (SET aggregate_groups_max)",
-                        self.partitions_max
-                    ),
-                ));
+        // One hash a row: looked up and, new, inserted with it.
+        let hash = self.partitions.hasher().hash_one(key);
+        let index = match self.partitions.raw_entry_mut_v1().from_key_hashed_nocheck(hash, key) {
+            RawEntryMut::Occupied(entry) => entry.index(),
+            RawEntryMut::Vacant(entry) => {
+                if entry.index() >= self.partitions_max {
+                    return Err(Error::user(
+                        SqlCode::ConfigurationLimitExceeded,
+                        format!(
+                            "top-N state limit reached: {} partitions in one instance (SET aggregate_groups_max)",
+                            self.partitions_max
+                        ),
+                    ));
+                }
+                let index = entry.index();
+                let partition = Partition {
+                    touched_ms: self.now_ms,
+                    list: Vec::with_capacity(limit.min(16)),
+                    batch: 0,
+                    dirty: false,
+                };
+                entry.insert_hashed_nocheck(hash, key.into(), partition);
+                index
             }
-            let list = Vec::with_capacity(limit.min(16));
-            let touched_ms = self.now_ms;
-            self.partitions.insert(key.into(), Partition { touched_ms, list });
-        }
-        let partition = self.partitions.get_mut(key).expect("inserted above");
+        };
+        let (_, partition) = self.partitions.get_index_mut(index).expect("looked up above");
         partition.touched_ms = self.now_ms;
         let list = &mut partition.list;
-        if list.len() == limit && list.last().is_some_and(|last| entry.order >= last.order) {
+        if list.len() == limit && list.last().is_some_and(|last| order >= last.order()) {
             return Ok(());
         }
-        if touched.insert(key.into()) {
-            before.push((key.into(), list.clone()));
+        if partition.batch != applied.number {
+            partition.batch = applied.number;
+            applied.touched.push(index);
         }
-        let at = list.partition_point(|e| e.order <= entry.order);
-        list.insert(at, entry);
+        if !partition.dirty && self.partition.is_some() {
+            partition.dirty = true;
+            self.dirty.push(index);
+        }
+        let at = list.partition_point(|e| e.order() <= order);
+        list.insert(at, Entry::new(order, row, seq));
         if list.len() > limit {
-            list.truncate(limit);
+            let last = list.pop().expect("longer than the limit");
+            applied.evicted.push((index, last));
         } else {
             self.stored_rows += 1;
         }
-        self.mark(key);
         Ok(())
+    }
+
+    /// A fresh [`Applied`] for the next batch.
+    fn start_batch(&mut self) -> Applied {
+        self.batches += 1;
+        Applied {
+            number: self.batches,
+            first_seq: self.next_seq,
+            ..Applied::default()
+        }
+    }
+
+    /// The lists changed since the last checkpoint become keys the next
+    /// one writes (before an index can change: an expiry's removal).
+    fn flush_dirty(&mut self) {
+        for index in self.dirty.drain(..) {
+            if let Some((key, partition)) = self.partitions.get_index_mut(index) {
+                partition.dirty = false;
+                self.changed.mark(key);
+            }
+        }
     }
 
     /// Partition `key` changed: the next checkpoint writes it again (or,
@@ -227,68 +347,100 @@ impl TopNOperator {
         if batch.num_rows() == 0 {
             return Ok(None);
         }
-        let keys = match &self.partition {
-            Some(c) => Some(c.convert_columns(&Self::columns(batch, &self.partition_columns))?),
-            None => None,
-        };
-        let orders = self.order.convert_columns(&Self::columns(batch, &self.order_columns))?;
-        let rows = self.rows.convert_columns(&Self::columns(batch, &self.data_columns))?;
+        // The row-encoded keys, orders and rows go into buffers kept from
+        // the batch before (megabytes a batch: allocated afresh, each
+        // batch page-faulted them in again).
+        let mut scratch = self.scratch.take().unwrap_or_else(|| Scratch {
+            keys: self.partition.as_ref().map(|c| c.empty_rows(0, 0)),
+            orders: self.order.empty_rows(0, 0),
+            rows: self.rows.empty_rows(0, 0),
+        });
+        if let (Some(c), Some(keys)) = (&self.partition, &mut scratch.keys) {
+            keys.clear();
+            c.append(keys, &Self::columns(batch, &self.partition_columns))?;
+        }
+        scratch.orders.clear();
+        self.order
+            .append(&mut scratch.orders, &Self::columns(batch, &self.order_columns))?;
+        scratch.rows.clear();
+        self.rows
+            .append(&mut scratch.rows, &Self::columns(batch, &self.data_columns))?;
+        let out = self.apply(batch, &scratch);
+        // Kept unless an outsized batch grew them (a bound on what idles).
+        let size = scratch.rows.size() + scratch.orders.size() + scratch.keys.as_ref().map_or(0, Rows::size);
+        if size <= SCRATCH_KEPT_MAX {
+            self.scratch = Some(scratch);
+        }
+        out
+    }
+
+    /// [`Self::update`] with the batch's keys, orders and rows encoded.
+    fn apply(&mut self, batch: &RecordBatch, scratch: &Scratch) -> Result<Option<RecordBatch>> {
+        let (keys, orders, rows) = (&scratch.keys, &scratch.orders, &scratch.rows);
         self.now_ms = sluice_types::now_ms();
-        let mut before = Vec::new();
-        let mut touched = HashSet::new();
         if let Some(op_column) = self.op_column {
+            let mut before = Vec::new();
+            let mut touched = HashSet::new();
             let ops = crate::group_aggregate::change_ops(batch, op_column)?;
             for (i, op) in ops.into_iter().enumerate() {
                 let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
                 if touched.insert(Box::<[u8]>::from(key)) {
-                    before.push((key.into(), self.top_of_held(key)));
+                    let rows: Vec<Box<[u8]>> = self.top_of_held(key).map(Box::from).collect();
+                    before.push((Box::<[u8]>::from(key), rows));
                 }
                 self.change_held(key, orders.row(i).data(), rows.row(i).data(), op.retracts())?;
             }
-            return self.diff(before).map(Some);
+            return self.diff_held(before).map(Some);
         }
+        let mut applied = self.start_batch();
         for i in 0..batch.num_rows() {
-            let entry = Entry {
-                order: orders.row(i).data().into(),
-                seq: self.next_seq,
-                row: rows.row(i).data().into(),
-            };
+            let seq = self.next_seq;
             self.next_seq += 1;
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
-            self.offer(key, entry, &mut before, &mut touched)?;
+            self.offer(key, orders.row(i).data(), rows.row(i).data(), seq, &mut applied)?;
         }
-        self.diff(before).map(Some)
+        self.diff_applied(applied).map(Some)
     }
 
-    /// A partition's list now: over a changelog its first `limit` held
-    /// rows, else its kept list (empty when it holds none).
-    fn list_of(&self, key: &[u8]) -> Vec<Entry> {
-        if self.op_column.is_some() {
-            return self.top_of_held(key);
+    /// The changelog of the lists a batch changed. A list before the batch
+    /// is the rows older than it still there, then those it pushed out,
+    /// ascending (each was greater than every row left).
+    fn diff_applied(&self, applied: Applied) -> Result<RecordBatch> {
+        let Applied {
+            first_seq,
+            touched,
+            mut evicted,
+            ..
+        } = applied;
+        evicted.retain(|(_, e)| e.seq < first_seq);
+        evicted.sort_by_key(|(index, _)| *index);
+        let mut changes = Vec::new();
+        for index in touched {
+            let list = &self.partitions[index].list;
+            let from = evicted.partition_point(|(i, _)| *i < index);
+            let to = evicted.partition_point(|(i, _)| *i <= index);
+            let old = list
+                .iter()
+                .filter(|e| e.seq < first_seq)
+                .chain(evicted[from..to].iter().rev().map(|(_, e)| e));
+            diff_positions(
+                old.map(|e| (e.row(), e.seq)),
+                list.iter().map(|e| (e.row(), e.seq)),
+                &mut changes,
+            );
         }
-        self.partitions.get(key).map(|p| p.list.clone()).unwrap_or_default()
+        self.changes_batch(&changes)
     }
 
     /// Over a changelog: the first `limit` rows `key` holds, copies
     /// repeated.
-    fn top_of_held(&self, key: &[u8]) -> Vec<Entry> {
-        let Some(held) = self.held.get(key) else {
-            return Vec::new();
-        };
-        held.rows
-            .iter()
-            .flat_map(|((order, row), n)| {
-                std::iter::repeat_n(
-                    Entry {
-                        order: order.clone(),
-                        seq: 0,
-                        row: row.clone(),
-                    },
-                    *n as usize,
-                )
-            })
+    fn top_of_held(&self, key: &[u8]) -> impl Iterator<Item = &[u8]> {
+        self.held
+            .get(key)
+            .into_iter()
+            .flat_map(|held| held.rows.iter())
+            .flat_map(|((_, row), n)| std::iter::repeat_n(row.as_ref(), *n as usize))
             .take(self.limit)
-            .collect()
     }
 
     /// Over a changelog: adds a row to `key`, or takes one copy back (a
@@ -338,26 +490,18 @@ impl TopNOperator {
         Ok(())
     }
 
-    /// The changelog between each touched partition's list before and now.
-    fn diff(&self, before: Vec<(Box<[u8]>, Vec<Entry>)>) -> Result<RecordBatch> {
+    /// Over a changelog: the changelog between each touched partition's
+    /// list before and now.
+    fn diff_held(&self, before: Vec<ListBefore>) -> Result<RecordBatch> {
         let mut changes: Vec<Change> = Vec::new();
-        for (key, old) in before {
-            let new = self.list_of(&key);
-            for position in 0..new.len().max(old.len()) {
-                let rn = position as u64 + 1;
-                match (old.get(position), new.get(position)) {
-                    (Some(o), Some(n)) if o.seq == n.seq && o.row == n.row => {}
-                    (Some(o), Some(n)) => {
-                        changes.push((ChangeOp::UpdateBefore, o.row.clone(), rn));
-                        changes.push((ChangeOp::UpdateAfter, n.row.clone(), rn));
-                    }
-                    (None, Some(n)) => changes.push((ChangeOp::Insert, n.row.clone(), rn)),
-                    (Some(o), None) => changes.push((ChangeOp::Delete, o.row.clone(), rn)),
-                    (None, None) => {}
-                }
-            }
+        for (key, old) in &before {
+            diff_positions(
+                old.iter().map(|r| (r.as_ref(), 0)),
+                self.top_of_held(key).map(|r| (r, 0)),
+                &mut changes,
+            );
         }
-        self.changes_batch(changes)
+        self.changes_batch(&changes)
     }
 
     /// `state_ttl`: deletes (`-D` of each row) every partition no row
@@ -367,30 +511,40 @@ impl TopNOperator {
             return Ok(None);
         };
         let cutoff = now_ms.saturating_sub(ttl);
-        let mut changes: Vec<Change> = Vec::new();
+        // Deleted rows: (row, its number).
+        let mut gone: Vec<(Box<[u8]>, u64)> = Vec::new();
         for key in crate::group_aggregate::idle_keys(&self.held, cutoff, |h| h.touched_ms) {
-            for (position, e) in self.top_of_held(&key).into_iter().enumerate() {
-                changes.push((ChangeOp::Delete, e.row, position as u64 + 1));
-            }
+            gone.extend((1..).zip(self.top_of_held(&key)).map(|(rn, row)| (Box::from(row), rn)));
             if let Some(h) = self.held.remove(&key) {
                 self.rows_held -= h.rows.values().sum::<u64>() as usize;
                 self.stored_rows -= h.rows.len();
             }
             self.mark(&key);
         }
-        for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
+        // Removing moves partitions' indices: the changed ones become keys
+        // first.
+        self.flush_dirty();
+        let idle: Vec<Box<[u8]>> = self
+            .partitions
+            .iter()
+            .filter(|(_, p)| p.touched_ms < cutoff)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in idle {
             self.mark(&key);
-            if let Some(p) = self.partitions.remove(&key) {
+            if let Some(p) = self.partitions.swap_remove(&key) {
                 self.stored_rows -= p.list.len();
-                for (position, e) in p.list.into_iter().enumerate() {
-                    changes.push((ChangeOp::Delete, e.row, position as u64 + 1));
-                }
+                gone.extend((1..).zip(p.list).map(|(rn, e)| (Box::from(e.row()), rn)));
             }
         }
-        self.changes_batch(changes).map(Some)
+        let changes: Vec<Change> = gone
+            .iter()
+            .map(|(row, rn)| (ChangeOp::Delete, row.as_ref(), *rn))
+            .collect();
+        self.changes_batch(&changes).map(Some)
     }
 
-    fn changes_batch(&self, changes: Vec<Change>) -> Result<RecordBatch> {
+    fn changes_batch(&self, changes: &[Change]) -> Result<RecordBatch> {
         if changes.is_empty() {
             return Ok(RecordBatch::new_empty(self.output_schema.clone()));
         }
@@ -426,7 +580,7 @@ impl TopNOperator {
         };
         let counts = lists.iter().map(|l| l.len() as u32).collect();
         let entries: Vec<&Entry> = lists.into_iter().flatten().collect();
-        let rows: Vec<&[u8]> = entries.iter().map(|e| e.row.as_ref()).collect();
+        let rows: Vec<&[u8]> = entries.iter().map(|e| e.row()).collect();
         let batch = self.numbered_rows(&rows, "__seq", entries.iter().map(|e| e.seq))?;
         Ok(batch.map(|b| (counts, b)))
     }
@@ -514,6 +668,7 @@ impl TopNOperator {
             return Ok(state);
         }
         let changelog = self.op_column.is_some();
+        self.flush_dirty();
         let mut changed = std::mem::take(&mut self.changed);
         let (partitions, held) = (&self.partitions, &self.held);
         let inc = changed.write(
@@ -567,16 +722,12 @@ impl TopNOperator {
         let (seqs, keys, orders, rows) = self.read_numbered(&batch)?;
         // Restored partitions count as just reached (`state_ttl`).
         self.now_ms = sluice_types::now_ms();
-        let (mut before, mut touched) = (Vec::new(), HashSet::new());
+        let mut applied = self.start_batch();
         for i in 0..batch.num_rows() {
-            let entry = Entry {
-                order: orders.row(i).data().into(),
-                seq: seqs.value(i),
-                row: rows.row(i).data().into(),
-            };
-            self.next_seq = self.next_seq.max(entry.seq + 1);
+            let seq = seqs.value(i);
+            self.next_seq = self.next_seq.max(seq + 1);
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
-            self.offer(key, entry, &mut before, &mut touched)?;
+            self.offer(key, orders.row(i).data(), rows.row(i).data(), seq, &mut applied)?;
         }
         Ok(())
     }
