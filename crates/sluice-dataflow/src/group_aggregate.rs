@@ -49,9 +49,10 @@ use arrow::row::RowConverter;
 use async_trait::async_trait;
 use datafusion::logical_expr::Accumulator;
 use datafusion::scalar::ScalarValue;
-use hashbrown::HashMap;
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use sluice_plan::{ChangeOp, GroupAggSpec};
 use sluice_types::{Error, Result, SqlCode};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -81,8 +82,11 @@ pub struct GroupAggregateOperator {
     op_column: Option<usize>,
     converter: Option<RowConverter>,
     aggregates: Vec<CompiledAggregate>,
-    /// Row-encoded key → group.
-    index: HashMap<Box<[u8]>, u32>,
+    /// Row-encoded key → group: (the key's hash, the group), the key kept
+    /// once, in its group (a map by key held every key twice and hashed a
+    /// new one twice).
+    index: HashTable<(u64, u32)>,
+    hasher: DefaultHashBuilder,
     /// Groups by number; a deleted group's slot is free for the next new one.
     groups: Vec<Option<Group>>,
     free: Vec<u32>,
@@ -148,7 +152,8 @@ impl GroupAggregateOperator {
             op_column: spec.op_column,
             converter,
             aggregates,
-            index: HashMap::new(),
+            index: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
             groups: Vec::new(),
             free: Vec::new(),
             groups_max: spec.groups_max,
@@ -231,7 +236,10 @@ impl GroupAggregateOperator {
 
     /// The group of `key` (row-encoded), added when new.
     fn group_of(&mut self, key: &[u8]) -> Result<u32> {
-        if let Some(g) = self.index.get(key) {
+        let hash = self.hasher.hash_one(key);
+        let groups = &self.groups;
+        let same = |(h, g): &(u64, u32)| *h == hash && groups[*g as usize].as_ref().is_some_and(|x| &*x.key == key);
+        if let Some((_, g)) = self.index.find(hash, same) {
             return Ok(*g);
         }
         if self.index.len() >= self.groups_max {
@@ -267,7 +275,7 @@ impl GroupAggregateOperator {
         if let Some(columns) = &mut self.columnar {
             columns.reset(g);
         }
-        self.index.insert(key.into(), g);
+        self.index.insert_unique(hash, (hash, g), |(h, _)| *h);
         self.dirty[g as usize] = true;
         Ok(g)
     }
@@ -289,7 +297,10 @@ impl GroupAggregateOperator {
 
     fn delete(&mut self, g: u32) {
         if let Some(group) = self.groups[g as usize].take() {
-            self.index.remove(&group.key);
+            let hash = self.hasher.hash_one(&*group.key);
+            if let Ok(entry) = self.index.find_entry(hash, |(h, x)| *h == hash && *x == g) {
+                entry.remove();
+            }
             self.free.push(g);
             self.ledger.forget(&g);
             self.dirty[g as usize] = false;

@@ -176,7 +176,10 @@ impl Columnar {
     /// `retracted[r]`).
     pub(super) fn apply(&mut self, groups: &[u32], retracted: Option<&[bool]>, arg: &ArrayRef) -> Result<()> {
         let back = |r: usize| retracted.is_some_and(|x| x[r]);
-        let valid = |r: usize| arg.is_valid(r);
+        // The null buffer once: `is_valid` through `dyn Array` a row was 8 %
+        // of q17's profile.
+        let nulls = arg.nulls();
+        let valid = |r: usize| nulls.is_none_or(|n| n.is_valid(r));
         match self.kind {
             Kind::Count => {
                 for (r, g) in groups.iter().enumerate() {
