@@ -757,12 +757,12 @@ impl Operator for GroupAggregateOperator {
 /// of the TTL, from 0.1 s to 1 min.
 /// `state_ttl`: the keys of `map` whose value no row reached (`touched`,
 /// processing time ms) since `cutoff`.
-pub(crate) fn idle_keys<V>(
-    map: &hashbrown::HashMap<Box<[u8]>, V>,
+pub(crate) fn idle_keys<'a, V: 'a>(
+    map: impl IntoIterator<Item = (&'a Box<[u8]>, &'a V)>,
     cutoff: i64,
     touched: impl Fn(&V) -> i64,
 ) -> Vec<Box<[u8]>> {
-    map.iter()
+    map.into_iter()
         .filter(|(_, v)| touched(v) < cutoff)
         .map(|(k, _)| k.clone())
         .collect()

@@ -524,13 +524,7 @@ impl TopNOperator {
         // Removing moves partitions' indices: the changed ones become keys
         // first.
         self.flush_dirty();
-        let idle: Vec<Box<[u8]>> = self
-            .partitions
-            .iter()
-            .filter(|(_, p)| p.touched_ms < cutoff)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in idle {
+        for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
             self.mark(&key);
             if let Some(p) = self.partitions.swap_remove(&key) {
                 self.stored_rows -= p.list.len();

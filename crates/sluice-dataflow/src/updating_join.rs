@@ -275,13 +275,7 @@ impl UpdatingJoinOperator {
     pub fn expire(&mut self, now_ms: i64) {
         let Some(ttl) = self.state_ttl_ms else { return };
         let cutoff = now_ms.saturating_sub(ttl);
-        let gone: Vec<Box<[u8]>> = self
-            .state
-            .iter()
-            .filter(|(_, k)| k.touched_ms < cutoff)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in gone {
+        for key in crate::group_aggregate::idle_keys(&self.state, cutoff, |k| k.touched_ms) {
             let k = self.state.remove(&key).expect("listed above");
             self.held -= (k.held[0] + k.held[1]) as usize;
             for side in 0..2 {
