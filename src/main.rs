@@ -235,8 +235,12 @@ fn avoid_transparent_huge_pages() {
 
 /// The runtime every statement and task runs on, with stacks sized for the
 /// statement limits ([`sluice_types::limits`]): tokio's default of 2 MiB
-/// overflowed on a 500-term `OR`, and an overflow aborts the process.
+/// overflowed on a 500-term `OR`, and an overflow aborts the process; and
+/// DataFusion's recursion protection told to keep a red zone deeper than
+/// its deepest single step.
 fn main() -> anyhow::Result<()> {
+    recursive::set_minimum_stack_size(sluice_types::limits::RECURSION_RED_ZONE_BYTES);
+    recursive::set_stack_allocation_size(sluice_types::limits::RECURSION_STACK_GROWTH_BYTES);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(sluice_types::limits::WORKER_STACK_BYTES)

@@ -26,9 +26,15 @@ enum Answer {
 
 /// Runs `sql`, panicking if the connection (not the statement) failed.
 async fn answer(client: &Client, sql: &str) -> Answer {
+    try_answer(client, sql).await.unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// Runs `sql`: what it came back with, or why the connection (not the
+/// statement) failed.
+async fn try_answer(client: &Client, sql: &str) -> Result<Answer, String> {
     let head: String = sql.chars().take(80).collect();
     match within(&head, LIMIT, client.simple_query(sql)).await {
-        Ok(messages) => Answer::Rows(
+        Ok(messages) => Ok(Answer::Rows(
             messages
                 .into_iter()
                 .filter_map(|m| match m {
@@ -36,10 +42,10 @@ async fn answer(client: &Client, sql: &str) -> Answer {
                     _ => None,
                 })
                 .collect(),
-        ),
+        )),
         Err(e) => match e.as_db_error() {
-            Some(db) => Answer::Failed(db.code().code().to_string()),
-            None => panic!("{head}…: the connection failed: {e}"),
+            Some(db) => Ok(Answer::Failed(db.code().code().to_string())),
+            None => Err(format!("{head}…: the connection failed: {e}")),
         },
     }
 }
@@ -461,6 +467,10 @@ fn random_deep_and_wide_statements_never_crash_the_server() {
                  'fields.seq.kind' = 'sequence', 'fields.seq.start' = '1', 'fields.seq.end' = '50')",
     ));
     let outcomes = std::cell::RefCell::new(std::collections::BTreeMap::<String, usize>::new());
+    // The statement the server died on: once it has, every later case
+    // (proptest's shrinking included) fails at once naming that statement,
+    // not whatever smaller input the shrinking tried against a dead server.
+    let died_on = std::cell::RefCell::new(None::<String>);
     let target = fuzz::fuzz(
         "SQL fuzz",
         16,
@@ -469,14 +479,24 @@ fn random_deep_and_wide_statements_never_crash_the_server() {
     );
     target.run(statement(), |statement| {
         let sql = statement.sql();
+        if let Some(first) = died_on.borrow().as_ref() {
+            return Err(TestCaseError::fail(format!("the server died earlier, on: {first}")));
+        }
+        let died = |why: String| {
+            let shown: String = sql.chars().take(4000).collect();
+            let first = format!("{shown} ({} bytes in all): {why}", sql.len());
+            eprintln!("the server died on: {first}");
+            *died_on.borrow_mut() = Some(first.clone());
+            TestCaseError::fail(first)
+        };
         rt.block_on(async {
-            let outcome = match answer(&client, &sql).await {
+            let outcome = match try_answer(&client, &sql).await.map_err(died)? {
                 Answer::Rows(_) => "answered".to_string(),
                 Answer::Failed(code) => code,
             };
             prop_assert_ne!(&outcome, "XX000", "an internal error for {}", sql);
             *outcomes.borrow_mut().entry(outcome).or_default() += 1;
-            if let Answer::Failed(code) = answer(&client, &format!("EXPLAIN {sql}")).await {
+            if let Answer::Failed(code) = try_answer(&client, &format!("EXPLAIN {sql}")).await.map_err(died)? {
                 prop_assert_ne!(code, "XX000", "an internal error explaining {}", sql);
             }
             assert_alive(&client, "a generated statement").await;

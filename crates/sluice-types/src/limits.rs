@@ -42,6 +42,22 @@ pub const PLAN_NODES_MAX: usize = 1_000;
 /// only what they use: the rest is address space.
 pub const WORKER_STACK_BYTES: usize = 16 << 20;
 
+/// Stack that must be left when a recursive pass of DataFusion's (the
+/// optimizer's rules, tree-node walks, expression simplification: the
+/// `recursive` crate's protection) takes one more step; with less, the
+/// step runs on a new stack of [`RECURSION_STACK_GROWTH_BYTES`]. The
+/// crate's default of 128 KiB is less than one step of some passes takes
+/// in a debug build: DataFusion's SQL planner and unparser keep 256 KiB
+/// of their own for that reason, and one level of the unparser is a
+/// 134 KB frame there. An overflow aborts the process, so the margin is
+/// generous: 1 MiB is several such steps and the leaf work under the last.
+pub const RECURSION_RED_ZONE_BYTES: usize = 1 << 20;
+
+/// Size of each stack DataFusion's recursion protection grows
+/// ([`RECURSION_RED_ZONE_BYTES`]): address space, only the pages used are
+/// touched.
+pub const RECURSION_STACK_GROWTH_BYTES: usize = WORKER_STACK_BYTES;
+
 /// sqlparser's recursion limit when expression text from a plan is parsed
 /// again (the runtime compiles expressions from SQL text, written with a
 /// pair of parentheses per operator): room for [`EXPRESSION_DEPTH_MAX`]
