@@ -123,6 +123,12 @@ struct Route {
     events: mpsc::UnboundedSender<PartEvent>,
     /// Remote workers with a part, and whether that part exited.
     parts: HashMap<WorkerId, bool>,
+    /// Whether `StartTasks` may have gone to the workers (set, under the
+    /// routes lock, before the first is sent; an adopted deployment runs
+    /// already). A worker lost before holds nothing of this deployment:
+    /// its part is settled at once, not kept vacating for an orphan's
+    /// grace.
+    started: bool,
     /// Slots each remote worker gives this deployment.
     slots: HashMap<WorkerId, u32>,
     metrics: HashMap<(OperatorId, u32), Arc<TaskMetrics>>,
@@ -771,6 +777,23 @@ impl Cluster {
             .map_err(|e| format!("its placement was not recorded by a majority of masters: {e}"))
     }
 
+    /// Deployment `key`'s parts may be started from now on (before the
+    /// first `StartTasks` is sent): its workers whose parts have not
+    /// exited, to start them on.
+    fn mark_started(&self, key: DeploymentKey) -> Vec<WorkerId> {
+        let mut routes = self.routes.lock().expect("routes lock");
+        let Some(route) = routes.get_mut(&key) else {
+            return Vec::new();
+        };
+        route.started = true;
+        route
+            .parts
+            .iter()
+            .filter(|(_, exited)| !**exited)
+            .map(|(w, _)| w.clone())
+            .collect()
+    }
+
     /// Deployment `key`'s parts on `workers` never started: each counts as
     /// exited (with `failure`, failed), so the owner settles.
     fn settle_unstarted(&self, key: DeploymentKey, workers: &[WorkerId], failure: Option<String>) {
@@ -894,24 +917,31 @@ impl Cluster {
                 .collect()
         };
         // The owners of its parts hear nothing more from it; they fail
-        // (their pipelines move) once its parts surely stopped.
-        let owners: Vec<(DeploymentKey, mpsc::UnboundedSender<PartEvent>)> = {
+        // (their pipelines move) once its parts surely stopped — at once
+        // where no StartTasks went out yet (the placement still being
+        // recorded): nothing of the deployment runs there.
+        let (owners, unstarted): (Vec<_>, Vec<_>) = {
             let mut routes = self.routes.lock().expect("routes lock");
             routes
                 .iter_mut()
                 .filter(|(_, route)| route.parts.get(id) == Some(&false))
                 .map(|(key, route)| {
                     route.parts.insert(id.clone(), true);
-                    (*key, route.events.clone())
+                    (*key, route.events.clone(), route.started)
                 })
-                .collect()
+                .partition(|(_, _, started)| *started)
         };
+        let owners: Vec<(DeploymentKey, mpsc::UnboundedSender<PartEvent>)> =
+            owners.into_iter().map(|(k, e, _)| (k, e)).collect();
         if let Some(until) = wait {
             for key in reported.iter().chain(owners.iter().map(|(k, _)| k)) {
                 self.vacate(*key, id, until);
             }
         }
-        self.fail_lost_parts(id, owners, wait.is_some(), format!("worker {id} was lost: {why}"));
+        let failure = format!("worker {id} was lost: {why}");
+        let unstarted = unstarted.into_iter().map(|(k, e, _)| (k, e)).collect();
+        self.fail_lost_parts(id, unstarted, false, failure.clone());
+        self.fail_lost_parts(id, owners, wait.is_some(), failure);
     }
 
     /// The owners of `worker`'s parts `owners` hear that they failed and
@@ -1372,6 +1402,7 @@ impl ClusterScheduler {
             Route {
                 events: owned.events.clone(),
                 parts: remote.iter().map(|w| (w.clone(), false)).collect(),
+                started: false,
                 slots,
                 metrics: metrics_of.clone(),
             },
@@ -1561,6 +1592,7 @@ impl ClusterScheduler {
             let mut route = Route {
                 events: owned.events.clone(),
                 parts: workers.iter().map(|w| (w.clone(), false)).collect(),
+                started: true,
                 slots,
                 metrics: metrics_of,
             };
@@ -1714,6 +1746,7 @@ async fn forward(
         // worker (a session query on the leader's own worker) has nothing
         // to record either: its parts die with this master.
         Launch::Start(launch) if cluster.quorum().is_none() || workers.is_empty() => {
+            cluster.mark_started(key);
             send_all(pb::master_command::Command::Start(launch.0));
         }
         Launch::Start(launch) => {
@@ -1726,19 +1759,7 @@ async fn forward(
                 Some(Ok(())) => {
                     // Not to a part the owner counts as exited already (its
                     // worker was lost while this waited).
-                    let live: Vec<WorkerId> = cluster
-                        .routes
-                        .lock()
-                        .expect("routes lock")
-                        .get(&key)
-                        .map(|r| {
-                            r.parts
-                                .iter()
-                                .filter(|(_, exited)| !**exited)
-                                .map(|(w, _)| w.clone())
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let live = cluster.mark_started(key);
                     for w in &live {
                         cluster.send(w, pb::master_command::Command::Start(start.clone()));
                     }
@@ -1944,6 +1965,61 @@ mod record_tests {
         cluster.close_adoption(generation);
         cluster.record().await.unwrap();
         assert_eq!(recorded(&node).get(&pipeline), None, "nothing of it runs: it goes");
+        node.shutdown();
+    }
+
+    /// A worker lost while a deployment's placement was still being
+    /// recorded never got its StartTasks: its part settles at once (the
+    /// pipeline moves now), while a part that may have started vacates
+    /// until the worker's orphans are surely gone.
+    #[tokio::test]
+    async fn a_part_lost_before_its_start_settles_at_once_a_started_one_vacates() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cluster, node) = leading_cluster(dir.path()).await;
+        let w1 = WorkerId("w1".into());
+        let (commands, _commands_rx) = mpsc::channel(4);
+        cluster.workers.lock().unwrap().insert(
+            w1.clone(),
+            WorkerConn {
+                data_address: "127.0.0.1:1".into(),
+                slots: 4,
+                labels: BTreeMap::new(),
+                last_heartbeat: Instant::now(),
+                draining: false,
+                process: Default::default(),
+                commands,
+                session: 1,
+            },
+        );
+        let mut owners = Vec::new();
+        for (pipeline, started) in [(1, false), (2, true)] {
+            let key = DeploymentKey {
+                pipeline: PipelineId(pipeline),
+                epoch: 1,
+            };
+            let (events, rx) = mpsc::unbounded_channel();
+            cluster.routes.lock().unwrap().insert(
+                key,
+                Route {
+                    events,
+                    parts: HashMap::from([(w1.clone(), false)]),
+                    started,
+                    slots: HashMap::new(),
+                    metrics: HashMap::new(),
+                },
+            );
+            owners.push((key, rx));
+        }
+        cluster.worker_lost(&w1, 1, "connection reset", true, false);
+        tokio::task::yield_now().await;
+        let [(unstarted, mut unstarted_rx), (started, mut started_rx)] = <[_; 2]>::try_from(owners).unwrap();
+        assert!(matches!(unstarted_rx.try_recv(), Ok(PartEvent::Failed { .. })));
+        assert!(matches!(unstarted_rx.try_recv(), Ok(PartEvent::Exited)));
+        assert!(started_rx.try_recv().is_err(), "a started part's owner waits");
+        let vacating = cluster.vacating.lock().unwrap();
+        assert!(!vacating.contains(unstarted, &w1), "nothing of it runs on w1");
+        assert!(vacating.contains(started, &w1), "it may run on as an orphan");
+        drop(vacating);
         node.shutdown();
     }
 }
