@@ -86,6 +86,10 @@ struct Args {
     /// pipeline running below its capacity.
     #[arg(long, default_value_t = 0)]
     checkpoint_rate: u64,
+    /// Runs of each checkpoint setting; the settings alternate (off, 10 s,
+    /// 1 s, off, …) so each shares the machine's noise with the others.
+    #[arg(long, default_value_t = 3)]
+    checkpoint_runs: usize,
     /// ALTER PIPELINE switches on a q5-shaped pipeline at half q5's
     /// measured rate, and a rescale 1 → 2 → 1 (0: skip).
     #[arg(long, default_value_t = 20)]
@@ -342,23 +346,30 @@ async fn main() -> Result<()> {
             let share = if tables == ["bid"] { 0.92 } else { 1.0 };
             (rate / share * args.checkpoint_seconds as f64) as u64
         };
+        const INTERVALS: [&str; 3] = ["off", "10s", "1s"];
+        let mut stats: [Vec<server::RunStats>; 3] = Default::default();
+        for run in 0..args.checkpoint_runs.max(1) {
+            for (i, interval) in INTERVALS.into_iter().enumerate() {
+                let setup = nexmark::StreamSetup {
+                    events_per_second: args.checkpoint_rate,
+                    ..nexmark::StreamSetup::unpaced(events, model)
+                };
+                let s = nexmark::throughput_checkpointed(&binary, &dir, q, p, setup, Some(interval)).await?;
+                let durations: Vec<f64> = s.checkpoints.iter().map(|c| f64_of(&c["duration_ms"])).collect();
+                let (d50, _, dmax) = nexmark::spread(&durations);
+                eprintln!(
+                    "  {q} checkpoints {interval}, run {}: {:.0} events/s over {:.0} s, {} checkpoints (duration median {d50:.0} ms, max {dmax:.0} ms)",
+                    run + 1,
+                    s.rows_per_s(),
+                    s.wall_s,
+                    s.checkpoints.len()
+                );
+                stats[i].push(s);
+            }
+        }
         let mut runs = serde_json::Map::new();
-        for interval in ["off", "10s", "1s"] {
-            let setup = nexmark::StreamSetup {
-                events_per_second: args.checkpoint_rate,
-                ..nexmark::StreamSetup::unpaced(events, model)
-            };
-            let s = nexmark::throughput_checkpointed(&binary, &dir, q, p, setup, Some(interval)).await?;
-            let v = nexmark::stats_json(&s);
-            let durations: Vec<f64> = s.checkpoints.iter().map(|c| f64_of(&c["duration_ms"])).collect();
-            let (d50, _, dmax) = nexmark::spread(&durations);
-            eprintln!(
-                "  {q} checkpoints {interval}: {:.0} events/s over {:.0} s, {} checkpoints (duration median {d50:.0} ms, max {dmax:.0} ms)",
-                s.rows_per_s(),
-                s.wall_s,
-                s.checkpoints.len()
-            );
-            runs.insert(interval.into(), v);
+        for (interval, s) in INTERVALS.into_iter().zip(&stats) {
+            runs.insert(interval.into(), nexmark::checkpoint_runs_json(s));
         }
         overhead.insert(
             q.clone(),

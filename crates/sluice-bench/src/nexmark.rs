@@ -183,6 +183,30 @@ pub fn runs_json(runs: &[RunStats]) -> Value {
     v
 }
 
+/// Several runs of one checkpoint setting: [`runs_json`], and every run's
+/// checkpoints pooled (`checkpoints_all`) with how many each run took
+/// (`checkpoints_taken`) and the bytes each wrote in all
+/// (`checkpoint_bytes_written`).
+pub fn checkpoint_runs_json(runs: &[RunStats]) -> Value {
+    let mut v = runs_json(runs);
+    v["checkpoints_all"] = json!(
+        runs.iter()
+            .flat_map(|r| r.checkpoints.iter().cloned())
+            .collect::<Vec<_>>()
+    );
+    v["checkpoints_taken"] = json!(runs.iter().map(|r| r.checkpoints.len()).collect::<Vec<_>>());
+    v["checkpoint_bytes_written"] = json!(
+        runs.iter()
+            .map(|r| r
+                .checkpoints
+                .iter()
+                .filter_map(|c| c["size_bytes"].as_f64())
+                .sum::<f64>())
+            .collect::<Vec<_>>()
+    );
+    v
+}
+
 /// Runs one query at full speed (checkpoints at the server's default).
 pub async fn throughput(
     binary: &Path,

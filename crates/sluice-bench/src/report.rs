@@ -182,11 +182,15 @@ pub fn markdown(r: &Value) -> String {
             .find(|r| *r > 0);
         let _ = writeln!(
             md,
-            "\nCheckpoint cost: each query over a run sized to last about a minute {}, with checkpoints off, every 10 s and every 1 s (one run each; size: the bytes each checkpoint wrote):\n",
+            "\nCheckpoint cost: each query over a run sized to last about a minute {}, with checkpoints off, every 10 s and every 1 s ({} run(s) of each, alternated; events/s: median (min–max) of the runs; duration and size: over every checkpoint of every run, size being the bytes each checkpoint wrote; written in all: per run, median):\n",
             match paced {
                 Some(r) => format!("paced at {} events/s", si(r as f64)),
                 None => "at its median rate".to_string(),
-            }
+            },
+            qs.values()
+                .filter_map(|c| c["runs"]["off"]["runs"].as_array().map(Vec::len))
+                .max()
+                .unwrap_or(1)
         );
         let _ = writeln!(
             md,
@@ -194,23 +198,44 @@ pub fn markdown(r: &Value) -> String {
         );
         let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (q, c) in qs {
-            let off = f(&c["runs"]["off"]["events_per_s"]);
+            let rate_of = |v: &Value| match v.get("events_per_s_median") {
+                Some(m) => f(m),
+                // A report of one run a setting (before repetitions).
+                None => f(&v["events_per_s"]),
+            };
+            let off = rate_of(&c["runs"]["off"]);
             for interval in ["off", "10s", "1s"] {
                 let v = &c["runs"][interval];
-                let cps: Vec<&Value> = v["checkpoints"].as_array().into_iter().flatten().collect();
+                let pooled = if v["checkpoints_all"].is_array() {
+                    &v["checkpoints_all"]
+                } else {
+                    &v["checkpoints"]
+                };
+                let cps: Vec<&Value> = pooled.as_array().into_iter().flatten().collect();
                 let durations: Vec<f64> = cps.iter().map(|c| f(&c["duration_ms"])).collect();
                 let sizes: Vec<f64> = cps.iter().map(|c| f(&c["size_bytes"])).collect();
                 let (d50, _, dmax) = crate::nexmark::spread(&durations);
                 let (s50, _, smax) = crate::nexmark::spread(&sizes);
-                let rate = f(&v["events_per_s"]);
+                let written: Vec<f64> = match v["checkpoint_bytes_written"].as_array() {
+                    Some(w) => w.iter().map(f).collect(),
+                    None => vec![sizes.iter().sum()],
+                };
+                let taken = match v["checkpoints_taken"].as_array() {
+                    Some(t) => t.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
+                    None => cps.len().to_string(),
+                };
+                let rate = rate_of(v);
+                let spread = match (v.get("events_per_s_min"), v.get("events_per_s_max")) {
+                    (Some(lo), Some(hi)) if f(lo) < f(hi) => format!(" ({}–{})", si(f(lo)), si(f(hi))),
+                    _ => String::new(),
+                };
                 let _ = writeln!(
                     md,
-                    "| {q} | {interval} | {} | {:+.0} % | {:.0} | {:.2} | {} | {} | {} | {} | {} | {:.0} MiB |",
+                    "| {q} | {interval} | {}{spread} | {:+.0} % | {:.0} | {:.2} | {taken} | {} | {} | {} | {} | {:.0} MiB |",
                     si(rate),
                     (rate / off.max(1e-9) - 1.0) * 100.0,
                     f(&v["wall_s"]),
                     f(&v["cores_used"]),
-                    cps.len(),
                     if cps.is_empty() {
                         "–".into()
                     } else {
@@ -224,7 +249,7 @@ pub fn markdown(r: &Value) -> String {
                     if cps.is_empty() {
                         "–".into()
                     } else {
-                        format!("{}B", si(sizes.iter().sum()))
+                        format!("{}B", si(crate::nexmark::spread(&written).0))
                     },
                     si(f(&v["state_rows_peak"])),
                     f(&v["peak_rss_mib"]),
