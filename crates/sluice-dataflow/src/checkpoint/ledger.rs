@@ -135,22 +135,33 @@ impl<K: Hash + Eq> Ledger<K> {
 pub struct ChangedKeys {
     dirty: HashSet<Box<[u8]>>,
     ledger: Ledger<Box<[u8]>>,
+    /// Whether a checkpoint was written. The first writes every key, so
+    /// until then changes are not kept: with checkpoints off none ever is,
+    /// and the set would have copied every key the state ever held (the
+    /// updating join's keys twice over, without bound).
+    tracking: bool,
 }
 
 impl ChangedKeys {
     /// `key` changed (rows came or went, it expired or was restored): the
     /// next checkpoint writes it again, or forgets it when it is gone.
     pub fn mark(&mut self, key: &[u8]) {
-        if !self.dirty.contains(key) {
+        if self.tracking && !self.dirty.contains(key) {
             self.dirty.insert(key.into());
         }
+    }
+
+    /// Keys marked since the last checkpoint, not yet written.
+    pub fn pending(&self) -> usize {
+        self.dirty.len()
     }
 
     /// What checkpoint `checkpoint` stores: the changed keys' rows, which
     /// `rows` gives (their columns, and each key's number of rows) and an
     /// all-true liveness column ends, and references to what earlier ones
     /// wrote; the keys gone (`holds` says which) are forgotten. Every key of `all` is written again after a
-    /// compaction (the rows written outgrew twice the `stored` rows).
+    /// compaction (the rows written outgrew twice the `stored` rows) and
+    /// by the first checkpoint.
     pub fn write(
         &mut self,
         checkpoint: u64,
@@ -159,8 +170,10 @@ impl ChangedKeys {
         holds: impl Fn(&[u8]) -> bool,
         rows: impl FnOnce(&[Box<[u8]>]) -> sluice_types::Result<Option<(Vec<u32>, Vec<arrow::array::ArrayRef>)>>,
     ) -> sluice_types::Result<Increment> {
-        if self.ledger.compact(stored) {
+        let compacted = self.ledger.compact(stored);
+        if compacted || !self.tracking {
             self.dirty.extend(all());
+            self.tracking = true;
         }
         let mut changed = Vec::new();
         for key in self.dirty.drain() {
@@ -262,5 +275,51 @@ mod tests {
         assert_eq!(l.held_rows(), 0);
         assert!(!l.is_written(&1700));
         assert!(l.write(2, None).held.is_empty());
+    }
+
+    /// Changes are kept only once a checkpoint was written (the first
+    /// writes every key, and with checkpoints off none is ever written);
+    /// after it, a checkpoint writes the keys changed and forgets those
+    /// gone.
+    #[test]
+    fn changed_keys_are_kept_from_the_first_checkpoint_on() {
+        let key = |k: u8| -> Box<[u8]> { vec![k].into() };
+        let mut held: std::collections::BTreeSet<u8> = (0..5).collect();
+        let mut c = ChangedKeys::default();
+        for k in 0..5 {
+            c.mark(&[k]);
+        }
+        assert_eq!(c.pending(), 0, "no checkpoint yet: nothing kept");
+        let write = |c: &mut ChangedKeys, held: &std::collections::BTreeSet<u8>, id| {
+            let mut written = Vec::new();
+            let inc = c
+                .write(
+                    id,
+                    held.len(),
+                    || held.iter().map(|k| key(*k)).collect(),
+                    |k| held.contains(&k[0]),
+                    |keys| {
+                        written = keys.iter().map(|k| k[0]).collect();
+                        written.sort();
+                        let n = keys.len();
+                        let a = Arc::new(Int64Array::from_iter_values(0..n as i64)) as arrow::array::ArrayRef;
+                        Ok(Some((vec![1; n], vec![a])))
+                    },
+                )
+                .unwrap();
+            (written, inc)
+        };
+        let (written, inc) = write(&mut c, &held, 1);
+        assert_eq!(written, vec![0, 1, 2, 3, 4], "the first checkpoint writes every key");
+        assert!(inc.held.is_empty());
+        c.mark(&[3]);
+        c.mark(&[3]);
+        held.remove(&4);
+        c.mark(&[4]);
+        assert_eq!(c.pending(), 2);
+        let (written, inc) = write(&mut c, &held, 2);
+        assert_eq!(written, vec![3], "then only the changed ones; 4 is gone");
+        assert_eq!(live(&inc), vec![(0, vec![true, true, true, false, false])]);
+        assert_eq!(c.pending(), 0);
     }
 }
