@@ -244,7 +244,7 @@ pub fn markdown(r: &Value) -> String {
                     if cps.is_empty() {
                         "–".into()
                     } else {
-                        format!("{} / {}B", si(s50), si(smax))
+                        format!("{}B / {}B", si(s50), si(smax))
                     },
                     if cps.is_empty() {
                         "–".into()
