@@ -152,7 +152,8 @@ impl ChangedKeys {
     }
 
     /// Keys marked since the last checkpoint, not yet written.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    fn pending(&self) -> usize {
         self.dirty.len()
     }
 
