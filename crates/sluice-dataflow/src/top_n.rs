@@ -6,9 +6,11 @@
 //! compare as the ORDER BY does (Arrow's row format with the keys' sort
 //! options) and its arrival number, which breaks ties (the row that came
 //! first ranks first). A row that would rank after a full list's last is
-//! dropped without touching the list. At the end of a batch each partition
-//! it changed compares its list with the list before, position by
-//! position: a position whose row changed emits `-U` (the row it held,
+//! dropped without touching the list. A batch's rows are taken by order
+//! key alone; those still in a list at its end are then row-encoded whole
+//! (most rows offered to a top-1 are dropped). At the end of a batch
+//! each partition it changed compares its list with the list before,
+//! position by position: a position whose row changed emits `-U` (the row it held,
 //! with its number) and `+U` (the new row), a new position `+I`. Lists
 //! never shrink (the input only adds rows).
 //!
@@ -29,8 +31,8 @@ use crate::checkpoint::TaskState;
 use crate::checkpoint::ledger::{ChangedKeys, live_rows};
 use crate::operator::{Operator, OperatorContext};
 use crate::window::fixed::finish_batch;
-use arrow::array::{ArrayRef, StringArray, UInt64Array};
-use arrow::compute::{SortOptions, sort_to_indices, take_record_batch};
+use arrow::array::{ArrayRef, StringArray, UInt32Array, UInt64Array};
+use arrow::compute::{SortOptions, sort_to_indices, take, take_record_batch};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, Rows, SortField};
@@ -363,9 +365,13 @@ impl TopNOperator {
         self.order
             .append(&mut scratch.orders, &Self::columns(batch, &self.order_columns))?;
         scratch.rows.clear();
-        self.rows
-            .append(&mut scratch.rows, &Self::columns(batch, &self.data_columns))?;
-        let out = self.apply(batch, &scratch);
+        let out = if self.op_column.is_some() {
+            self.rows
+                .append(&mut scratch.rows, &Self::columns(batch, &self.data_columns))?;
+            self.apply_changes(batch, &scratch)
+        } else {
+            self.apply_appends(batch, &mut scratch)
+        };
         // Kept unless an outsized batch grew them (a bound on what idles).
         let size = scratch.rows.size() + scratch.orders.size() + scratch.keys.as_ref().map_or(0, Rows::size);
         if size <= SCRATCH_KEPT_MAX {
@@ -374,30 +380,82 @@ impl TopNOperator {
         out
     }
 
-    /// [`Self::update`] with the batch's keys, orders and rows encoded.
-    fn apply(&mut self, batch: &RecordBatch, scratch: &Scratch) -> Result<Option<RecordBatch>> {
+    /// Over a changelog: [`Self::update`] with the batch's keys, orders
+    /// and rows encoded.
+    fn apply_changes(&mut self, batch: &RecordBatch, scratch: &Scratch) -> Result<Option<RecordBatch>> {
         let (keys, orders, rows) = (&scratch.keys, &scratch.orders, &scratch.rows);
         self.now_ms = sluice_types::now_ms();
-        if let Some(op_column) = self.op_column {
-            let mut before = Vec::new();
-            let mut touched = HashSet::new();
-            let ops = crate::group_aggregate::change_ops(batch, op_column)?;
-            for (i, op) in ops.into_iter().enumerate() {
-                let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
-                if touched.insert(Box::<[u8]>::from(key)) {
-                    let rows: Vec<Box<[u8]>> = self.top_of_held(key).map(Box::from).collect();
-                    before.push((Box::<[u8]>::from(key), rows));
-                }
-                self.change_held(key, orders.row(i).data(), rows.row(i).data(), op.retracts())?;
-            }
-            return self.diff_held(before).map(Some);
-        }
-        let mut applied = self.start_batch();
-        for i in 0..batch.num_rows() {
-            let seq = self.next_seq;
-            self.next_seq += 1;
+        let op_column = self
+            .op_column
+            .ok_or_else(|| Error::internal("a changelog top-N without an op column"))?;
+        let mut before = Vec::new();
+        let mut touched = HashSet::new();
+        let ops = crate::group_aggregate::change_ops(batch, op_column)?;
+        for (i, op) in ops.into_iter().enumerate() {
             let key: &[u8] = keys.as_ref().map_or(&[], |k| k.row(i).data());
-            self.offer(key, orders.row(i).data(), rows.row(i).data(), seq, &mut applied)?;
+            if touched.insert(Box::<[u8]>::from(key)) {
+                let rows: Vec<Box<[u8]>> = self.top_of_held(key).map(Box::from).collect();
+                before.push((Box::<[u8]>::from(key), rows));
+            }
+            self.change_held(key, orders.row(i).data(), rows.row(i).data(), op.retracts())?;
+        }
+        self.diff_held(before).map(Some)
+    }
+
+    /// Over an append-only input: [`Self::update`] with the batch's keys
+    /// and orders encoded. The lists take the rows by order key alone;
+    /// only the rows still in a list at the end of the batch are then
+    /// row-encoded whole (a top-1 over many rows a partition keeps few of
+    /// them: most of q9's joined rows, with their strings, were encoded
+    /// and dropped). A row's number is the batch's first plus its
+    /// position, so a kept entry names its row.
+    fn apply_appends(&mut self, batch: &RecordBatch, scratch: &mut Scratch) -> Result<Option<RecordBatch>> {
+        self.now_ms = sluice_types::now_ms();
+        let n = batch.num_rows();
+        let mut applied = self.start_batch();
+        let first_seq = applied.first_seq;
+        // A row past the partition limit fails the batch; the rows taken
+        // before it still get their bytes below (no entry is left empty).
+        let mut failed = None;
+        for i in 0..n {
+            let key: &[u8] = scratch.keys.as_ref().map_or(&[], |k| k.row(i).data());
+            let seq = first_seq + i as u64;
+            if let Err(e) = self.offer(key, scratch.orders.row(i).data(), &[], seq, &mut applied) {
+                failed = Some(e);
+                break;
+            }
+        }
+        self.next_seq = first_seq + n as u64;
+        // The entries the batch added and kept: (partition, position in
+        // its list, row of the batch).
+        let mut kept: Vec<(usize, usize, u32)> = Vec::new();
+        for &index in &applied.touched {
+            for (at, entry) in self.partitions[index].list.iter().enumerate() {
+                if entry.seq >= first_seq {
+                    kept.push((index, at, (entry.seq - first_seq) as u32));
+                }
+            }
+        }
+        let data = Self::columns(batch, &self.data_columns);
+        // Most rows kept: encoding them all costs less than picking them.
+        let all = kept.len() * 2 > n;
+        if all {
+            self.rows.append(&mut scratch.rows, &data)?;
+        } else if !kept.is_empty() {
+            let at = UInt32Array::from_iter_values(kept.iter().map(|(_, _, row)| *row));
+            let picked = data
+                .iter()
+                .map(|column| take(column.as_ref(), &at, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            self.rows.append(&mut scratch.rows, &picked)?;
+        }
+        for (k, (index, at, row)) in kept.iter().enumerate() {
+            let encoded = scratch.rows.row(if all { *row as usize } else { k });
+            let entry = &mut self.partitions[*index].list[*at];
+            *entry = Entry::new(entry.order(), encoded.data(), entry.seq);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         self.diff_applied(applied).map(Some)
     }
