@@ -311,8 +311,9 @@ pub struct OperatorState {
     pub operator: u64,
     pub kind: String,
     pub detail: String,
-    /// Most rows (window groups, join rows, top-N rows) its instances held
-    /// together at one sample.
+    /// Most entries (window groups, join rows, top-N partitions, aggregate
+    /// groups: the operators' `state_groups`) its instances held together
+    /// at one sample.
     pub rows_peak: u64,
     /// Its instances' latest snapshots together, bytes (0: no checkpoint).
     pub snapshot_bytes: u64,
