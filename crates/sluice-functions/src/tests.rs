@@ -116,6 +116,16 @@ async fn date_format_takes_java_patterns() {
     );
     let e = error(&format!("SELECT DATE_FORMAT({ts}, 'yyyy-QQ')")).await;
     assert!(e.contains("letter 'Q'"), "{e}");
+    // Instants past chrono's range (±262 000 years; a µs timestamp reaches
+    // ±292 000) are NULL, between rows that are not, in one array.
+    let rows = rows(
+        "SELECT DATE_FORMAT(to_timestamp_micros(column1), 'yyyy-MM-dd') FROM (VALUES          (0), (9223372036854775807), (1000), (-9223372036854775807), (86400000000))",
+    )
+    .await;
+    assert_eq!(
+        rows.concat(),
+        ["1970-01-01", "NULL", "1970-01-01", "NULL", "1970-01-02"]
+    );
 }
 
 #[test]
