@@ -10,9 +10,9 @@
 //! key alone; those still in a list at its end are then row-encoded whole
 //! (most rows offered to a top-1 are dropped). At the end of a batch
 //! each partition it changed compares its list with the list before,
-//! position by position: a position whose row changed emits `-U` (the row it held,
-//! with its number) and `+U` (the new row), a new position `+I`. Lists
-//! never shrink (the input only adds rows).
+//! position by position: a position whose row changed emits `-U` (the row
+//! it held, with its number) and `+U` (the new row), a new position `+I`.
+//! Lists never shrink (the input only adds rows).
 //!
 //! Over a changelog (`TopNSpec::op_column`) a top row may be taken back,
 //! and the next row must then move up: each partition keeps every row it
