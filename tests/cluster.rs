@@ -90,37 +90,100 @@ async fn a_query_spread_over_two_workers_is_exact() {
     assert_eq!(workers.len(), 2, "{cluster}");
 }
 
-/// A materialized view in a cluster: the generator and the aggregate run
-/// on the two workers, the view's sink on the master, whose SQL front end
-/// answers `SELECT … FROM view` from the rows it published. Once the
-/// bounded input ended the view holds every key's sums, computed here.
+/// A materialized view in a cluster: the generator, the aggregate and the
+/// view's sink run on the two workers, and the master answers `SELECT …
+/// FROM view` with the rows it asks the sink's worker for (`FetchView`).
+/// A view over a running input answers with a prefix of it, and goes on;
+/// once a bounded input ended the view holds every key's sums, computed
+/// here, and keeps them after both workers are gone: a finished view's
+/// rows are brought to the master before its worker forgets them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_materialized_view_over_two_workers_is_exact() {
-    let (server, _tmp) = cluster(2);
+    use common::views::{VIEW_QUERY, view_past};
+    let (mut server, _tmp) = cluster(2);
     let c = server.connect().await;
     exec(
         &c,
+        &format!(
+            "CREATE STREAM live (i BIGINT) WITH (connector = 'datagen', 'rows-per-second' = '500',
+                'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '1000000000');
+             CREATE MATERIALIZED VIEW vlive WITH ('checkpoint.interval' = '200ms') AS
+                {VIEW_QUERY} FROM live GROUP BY i % 7"
+        ),
+    )
+    .await;
+    let mut answers = 0;
+    let first = view_past(&server, "vlive", 100, &mut answers).await;
+    view_past(&server, "vlive", first + 200, &mut answers).await;
+    exec(
+        &c,
         "CREATE STREAM vnums (i BIGINT, k AS i % 7) WITH (
-            connector = 'datagen', 'number-of-rows' = '100000', 'rows-per-second' = '0',
+            connector = 'datagen', 'number-of-rows' = '100000', 'rows-per-second' = '40000',
             'fields.i.kind' = 'sequence', 'fields.i.start' = '0', 'fields.i.end' = '99999');
          SET parallelism = 2;
          CREATE MATERIALIZED VIEW vsums AS SELECT k, count(*) AS n, sum(i) AS s FROM vnums GROUP BY k",
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let rows = c.query("SELECT k, n, s FROM vsums ORDER BY k", &[]).await.unwrap();
-        let got: Vec<(i64, i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
-        if got == expected_sums(100_000, 7) {
-            break;
+    // Every task runs on a worker, none on the master's own (the bounded
+    // input is paced so that its pipeline is seen running).
+    let workers_of = |view: &'static str| {
+        let c = &c;
+        async move {
+            let rows = c.simple_query("SHOW PIPELINES").await.unwrap();
+            rows.into_iter()
+                .find_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(view) => {
+                        Some(r.get("workers").unwrap_or_default().to_string())
+                    }
+                    _ => None,
+                })
+                .unwrap()
         }
-        assert!(Instant::now() < deadline, "the view never held every row: {got:?}");
+    };
+    for view in ["vlive", "vsums"] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let workers = loop {
+            let workers = workers_of(view).await;
+            if !workers.is_empty() {
+                break workers;
+            }
+            assert!(Instant::now() < deadline, "{view} never ran");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(
+            workers.contains('w') && !workers.contains("master:"),
+            "{view} runs on {workers}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pipeline_state(&c, "vsums").await.as_deref() != Some("finished") {
+        assert!(Instant::now() < deadline, "vsums never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sums = || async {
+        let rows = c.query("SELECT k, n, s FROM vsums ORDER BY k", &[]).await.unwrap();
+        rows.iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect::<Vec<(i64, i64, i64)>>()
+    };
+    assert_eq!(sums().await, expected_sums(100_000, 7));
+    // The workers gone, the finished view answers from the master; the
+    // live one cannot, and says which worker it was on.
+    server.kill_worker(0);
+    server.kill_worker(0);
+    assert_eq!(sums().await, expected_sums(100_000, 7));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.query("SELECT k FROM vlive", &[]).await {
+            Err(e) => {
+                let code = e.code().map(|c| c.code().to_string());
+                assert!(matches!(code.as_deref(), Some("08006") | Some("55000")), "{e:?}");
+                break;
+            }
+            Ok(_) => assert!(Instant::now() < deadline, "vlive answered long after its workers died"),
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // The master runs only pinned tasks (here the view's sink): the
-    // generator and the aggregate ran on the workers.
-    let cluster = server.cluster_json();
-    assert_eq!(cluster["workers"].as_array().unwrap().len(), 2, "{cluster}");
 }
 
 /// A bounded pipeline that finished on the workers shows every row it

@@ -216,6 +216,18 @@ async fn create_windowed_counts(c: &tokio_postgres::Client, p: &str, out: &std::
     .unwrap();
 }
 
+/// Pipeline `name`'s `restarts` in SHOW PIPELINES on master `i`.
+async fn restarts(q: &Quorum, i: usize, name: &str) -> Option<String> {
+    let c = q.master(i).connect().await;
+    let messages = c.simple_query("SHOW PIPELINES").await.ok()?;
+    messages.into_iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => {
+            r.get("restarts").map(str::to_string)
+        }
+        _ => None,
+    })
+}
+
 /// Pipeline `name`'s `rows_in` on master `i` once it is at least `min`
 /// (a leader counts what the workers' heartbeats, one a second, say).
 async fn rows_in_at_least(q: &Quorum, i: usize, name: &str, min: u64, within: Duration) -> u64 {
@@ -387,19 +399,11 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
         after >= before,
         "the new leader counts {after} rows read, fewer than the {before} read before the kill: the pipeline restarted instead of being adopted"
     );
-    let c = q.master(second).connect().await;
-    let restarts = c
-        .simple_query("SHOW PIPELINES")
-        .await
-        .unwrap()
-        .into_iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some("moved") => {
-                r.get("restarts").map(str::to_string)
-            }
-            _ => None,
-        });
-    assert_eq!(restarts.as_deref(), Some("0"), "adopted without a restart");
+    assert_eq!(
+        restarts(&q, second, "moved").await.as_deref(),
+        Some("0"),
+        "adopted without a restart"
+    );
 
     // One master alone: no quorum. DDL is refused with 57P03 naming the
     // quorum; reads still work there.
@@ -732,13 +736,14 @@ async fn a_leader_killed_mid_checkpoint_hands_the_running_pipeline_to_the_next_w
     drop(workers);
 }
 
-/// A materialized view under a master quorum. Its sink runs on the
-/// leader's own worker, so its rows are the leader's. The leader killed
-/// with SIGKILL, the new leader restarts the view's pipeline from its
-/// newest checkpoint (whose id every master holds) and answers SELECT with
-/// that checkpoint's rows as soon as it is started, then goes on; a
-/// follower answers with the leader's rows. Every answer, on either
-/// leader or the follower, is the result of a prefix of the input.
+/// A materialized view under a master quorum. Its sink runs on the worker
+/// (with the rest of its pipeline); the leader asks the worker for its
+/// rows. The leader killed with SIGKILL, the new leader adopts the view's
+/// pipeline as it runs — no restart, its counters go on — and answers
+/// SELECT with the worker's rows, never older than those read before the
+/// kill, then newer ones; a follower answers with the rows the leader
+/// gives. Every answer, on either leader or the follower, is the result
+/// of a prefix of the input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_materialized_view_moves_with_the_leader_and_keeps_its_rows() {
     use common::views::{VIEW_QUERY, view_past};
@@ -759,13 +764,25 @@ async fn a_materialized_view_moves_with_the_leader_and_keeps_its_rows() {
     // Past 2 s of input: checkpoints were taken and recorded (every 1 s).
     let before = view_past(q.master(leader), "qv", 400, &mut answers).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    let read_before = rows_in_at_least(&q, leader, "qv", 1, Duration::from_secs(10)).await;
     q.masters[leader].take().unwrap().stop();
     let now = q.leader(Duration::from_secs(30)).await;
     assert_ne!(now, leader);
     let restored = view_past(q.master(now), "qv", i64::MIN, &mut answers).await;
     assert!(
         restored >= before,
-        "the new leader's first answer is the checkpoint's rows (i up to {restored}), not older than what was read before the kill (up to {before})"
+        "the new leader's first answer (i up to {restored}) is not older than what was read before the kill (up to {before})"
+    );
+    // Adopted, not restarted: a restart counts from 0 rows read.
+    let read_after = rows_in_at_least(&q, now, "qv", 1, Duration::from_secs(10)).await;
+    assert!(
+        read_after >= read_before,
+        "the new leader counts {read_after} rows read, fewer than the {read_before} before the kill: the view's pipeline restarted"
+    );
+    assert_eq!(
+        restarts(&q, now, "qv").await.as_deref(),
+        Some("0"),
+        "adopted without a restart"
     );
     let on_leader = view_past(q.master(now), "qv", restored + 200, &mut answers).await;
     // A follower holds the catalog, not the rows: it reads them from the

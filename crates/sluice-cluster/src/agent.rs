@@ -34,6 +34,7 @@
 //! have stopped.
 
 use crate::wire::{DeploymentKey, event_to_wire, metrics_to_wire, watermarks_from_wire, watermarks_to_wire};
+use sluice_connectors::views::Views;
 use sluice_dataflow::checkpoint::coordinator::{BarrierSignals, CoordinatorEvent};
 use sluice_dataflow::checkpoint::manifest::read_checkpoint;
 use sluice_dataflow::deploy::{ConnectorFactory, DeployConfig, Failure};
@@ -47,7 +48,7 @@ use sluice_plan::PhysicalDag;
 use sluice_proto::v1 as pb;
 use sluice_proto::{PROTOCOL_VERSION, version_mismatch};
 use sluice_quorum::fence::{Admission, Fence, SessionEnd as Ended, Timing};
-use sluice_types::{Error, OperatorId, PipelineId, Result, WorkerId};
+use sluice_types::{Error, OperatorId, PipelineId, Result, SqlCode, WorkerId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -128,6 +129,9 @@ type Reported = Vec<(u32, Option<i64>)>;
 pub struct Agent {
     config: AgentConfig,
     connectors: Arc<dyn ConnectorFactory>,
+    /// The rows the materialized views' sinks here published (the
+    /// connectors' store): `FetchView` is answered from it.
+    views: Arc<Views>,
     data: Arc<DataPlane>,
     deploy: DeployConfig,
 }
@@ -135,13 +139,14 @@ pub struct Agent {
 impl Agent {
     pub fn new(
         config: AgentConfig,
-        connectors: Arc<dyn ConnectorFactory>,
+        (connectors, views): (Arc<dyn ConnectorFactory>, Arc<Views>),
         data: Arc<DataPlane>,
         deploy: DeployConfig,
     ) -> Self {
         Agent {
             config,
             connectors,
+            views,
             data,
             deploy,
         }
@@ -160,6 +165,7 @@ impl Agent {
             orphan_deadline: Arc::default(),
             fence: Fence::new(),
             data: self.data.clone(),
+            views: self.views.clone(),
         };
         let outcome = loop {
             if self.config.shutdown.is_cancelled() {
@@ -411,7 +417,12 @@ impl Agent {
                         // deployment stopped: the data plane may still be
                         // sending what the part's last tasks wrote (a
                         // draining worker waits for that before it exits).
-                        if session.running.remove(&key).is_some() {
+                        if let Some(r) = session.running.remove(&key) {
+                            // An orphan nobody claimed: no master will ask
+                            // for its view's rows nor tell it to stop.
+                            if r.state.load(Ordering::SeqCst) == ABANDONED {
+                                forget_views(&self.views, &session.running, key);
+                            }
                             if session.closing.len() >= STOPPED_REMEMBERED_MAX {
                                 session.closing.clear();
                             }
@@ -473,6 +484,7 @@ struct Parts {
     /// The highest term followed, and the orphans' deadline and condition.
     fence: Fence<tokio::time::Instant>,
     data: Arc<DataPlane>,
+    views: Arc<Views>,
 }
 
 impl Parts {
@@ -543,6 +555,7 @@ impl Parts {
         for (key, r) in self.running.drain() {
             r.cancel.cancel();
             self.data.close_deployment(key.pipeline, key.epoch);
+            self.views.forget_of(key.pipeline);
         }
         *self.orphan_deadline.lock().expect("deadline lock") = None;
         self.fence.clear_orphans();
@@ -557,6 +570,8 @@ impl Parts {
                     if let Some(r) = self.running.remove(&key) {
                         r.cancel.cancel();
                         self.data.close_deployment(key.pipeline, key.epoch);
+                        // No master will take a view's rows from it now.
+                        forget_views(&self.views, &self.running, key);
                     }
                 }
                 PartEvent::Checkpoint(_) => {
@@ -749,6 +764,7 @@ impl Session<'_> {
             )));
         }
         use pb::master_command::Command;
+        let request_id = command.request_id;
         let key = |pipeline, epoch| DeploymentKey {
             pipeline: PipelineId(pipeline),
             epoch,
@@ -793,7 +809,11 @@ impl Session<'_> {
                     r.cancel.cancel();
                 }
                 self.agent.data.close_deployment(k.pipeline, k.epoch);
+                // The view's sink runs elsewhere next, or nowhere (a
+                // finished view's rows went to the master first).
+                forget_views(&self.agent.views, &self.running, k);
             }
+            Some(Command::FetchView(fetch)) => self.answer_view(request_id, fetch),
             Some(Command::Checkpoint(c)) => {
                 if let Some(r) = self.running.get_mut(&key(c.pipeline, c.epoch)) {
                     // Signals only rise (a new leader's coordinator starts
@@ -832,6 +852,54 @@ impl Session<'_> {
             Some(Command::Registered(_)) | Some(Command::Refused(_)) | None => {}
         }
         Ok(())
+    }
+
+    /// Answers the master's `FetchView` with the rows the view's sink here
+    /// (pipeline `fetch.pipeline`'s, not an earlier one of the same name)
+    /// last published; encoded off the session's loop.
+    fn answer_view(&self, request_id: u64, fetch: pb::FetchView) {
+        let request = fetch.request.unwrap_or_default();
+        let view = self.agent.views.get_of(&request.name, PipelineId(fetch.pipeline));
+        let me = self.agent.config.id.clone();
+        let up = self.up.clone();
+        tokio::spawn(async move {
+            let name = request.name;
+            let known = request.known_publication;
+            let reply = tokio::task::spawn_blocking(move || {
+                let missing = || {
+                    Error::user(
+                        SqlCode::ObjectNotInPrerequisiteState,
+                        format!("materialized view {name} has no rows on worker {me} (its sink has not published there)"),
+                    )
+                };
+                let too_big = |bytes| {
+                    format!(
+                        "materialized view {name}'s rows ({bytes} bytes) are more than a master takes from a worker ({} bytes)",
+                        crate::replication::LEADER_VIEW_BYTES_MAX
+                    )
+                };
+                crate::view_cache::reply(view.as_deref(), known, missing, too_big)
+            })
+            .await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(e) => pb::ViewRowsReply {
+                    sqlstate: Error::internal("").sqlstate().to_string(),
+                    message: format!("encoding a view's rows failed: {e}"),
+                    ..Default::default()
+                },
+            };
+            let event = pb::WorkerEvent {
+                protocol_version: PROTOCOL_VERSION,
+                event: Some(pb::worker_event::Event::ViewRows(pb::WorkerViewRows {
+                    request_id,
+                    reply: Some(reply),
+                })),
+            };
+            // The master gives up on its own after a while: a full queue
+            // drops the answer.
+            let _ = tokio::time::timeout(CONNECT_TIMEOUT, up.send(event)).await;
+        });
     }
 
     /// Starts this worker's part of a deployment.
@@ -941,6 +1009,18 @@ impl Session<'_> {
             },
         );
         Ok(())
+    }
+}
+
+/// Forgets the views' rows deployment `key`'s sink published here, unless
+/// another deployment of its pipeline runs here (whose sink may have
+/// published since).
+fn forget_views(views: &Views, running: &HashMap<DeploymentKey, Running>, key: DeploymentKey) {
+    if !running
+        .keys()
+        .any(|k| k.pipeline == key.pipeline && k.epoch != key.epoch)
+    {
+        views.forget_of(key.pipeline);
     }
 }
 

@@ -10,6 +10,8 @@
 //! [`crate::placement::MasterOwned`]). Worker reports are routed to the
 //! deployment by `(pipeline, epoch)`; the coordinator's barrier signals,
 //! a pause and a stop are forwarded to every worker of the deployment.
+//! A materialized view's sink runs on a worker, which answers the master's
+//! `FetchView` with its rows ([`Cluster::worker_view`]).
 //!
 //! A new leader of a master quorum adopts what the workers kept running
 //! ([`Cluster::open_adoption`]): workers whose session with the old leader
@@ -28,9 +30,10 @@
 use crate::placement::{Constraints, MasterOwned, Pinned, Strategy, WorkerSlots, place};
 use crate::scheduler::Scheduler;
 use crate::wire::{DeploymentKey, apply_metrics, event_from_wire};
+use sluice_connectors::views::PublishedView;
 use sluice_dataflow::checkpoint::coordinator::BarrierSignals;
 use sluice_dataflow::deploy::{
-    CheckpointPlan, DeployConfig, Failure, OwnerCheckpoint, PipelineRuntime, own, with_uids,
+    CheckpointPlan, DeployConfig, Failure, OwnerCheckpoint, PipelineRuntime, PipelineStatus, own, with_uids,
 };
 use sluice_dataflow::metrics::TaskMetrics;
 use sluice_dataflow::part::{
@@ -39,7 +42,7 @@ use sluice_dataflow::part::{
 use sluice_plan::PhysicalDag;
 use sluice_proto::v1 as pb;
 use sluice_proto::{PROTOCOL_VERSION, version_mismatch};
-use sluice_types::{OperatorId, PipelineId, Result, WorkerId};
+use sluice_types::{Error, OperatorId, PipelineId, Result, SqlCode, WorkerId};
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -281,8 +284,22 @@ pub struct Cluster {
     /// Held while a placement register is written, so that a removal
     /// decided on a snapshot cannot overwrite a newer placement.
     placement_writes: tokio::sync::Mutex<()>,
+    /// Views' rows asked of workers (`FetchView`) and not answered yet, by
+    /// request id (at most [`VIEW_REQUESTS_MAX`]).
+    view_requests: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<pb::ViewRowsReply>>>,
+    next_request: AtomicU64,
+    /// Copies of views' rows taken from workers, by view (the worker and
+    /// publication they are of): a read asks only whether they are current.
+    view_copies: Mutex<crate::view_cache::ViewCache>,
     me: std::sync::Weak<Cluster>,
 }
+
+/// Views' reads waiting for workers at once, at most; past it a read is
+/// refused with `53300` (each may bring up to
+/// [`crate::replication::LEADER_VIEW_BYTES_MAX`] bytes).
+pub const VIEW_REQUESTS_MAX: usize = 16;
+/// How long a worker has to answer a `FetchView`.
+const VIEW_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Decides whether this master may take workers' sessions: `None` yes,
 /// `Some((reason, leader's control address))` no.
@@ -296,6 +313,11 @@ impl Cluster {
             vacated: tokio::sync::Notify::new(),
             led_term: AtomicU64::new(0),
             placement_writes: tokio::sync::Mutex::new(()),
+            view_requests: Mutex::default(),
+            next_request: AtomicU64::new(1),
+            view_copies: Mutex::new(crate::view_cache::ViewCache::new(
+                crate::replication::LEADER_VIEW_BYTES_MAX,
+            )),
             master_id,
             control_address: Mutex::default(),
             checkpoint_dir,
@@ -656,6 +678,8 @@ impl Cluster {
     /// The gRPC service workers open their sessions with.
     pub fn service(self: &Arc<Self>) -> pb::master_server::MasterServer<Service> {
         pb::master_server::MasterServer::new(Service(self.clone()))
+            // A worker's answer to `FetchView` carries a view's rows.
+            .max_decoding_message_size(crate::replication::LEADER_VIEW_BYTES_MAX + (1 << 20))
     }
 
     pub fn master_id(&self) -> &str {
@@ -814,16 +838,118 @@ impl Cluster {
     }
 
     fn send(&self, worker: &WorkerId, command: pb::master_command::Command) {
+        self.send_request(worker, 0, command);
+    }
+
+    /// Sends `command` with `request_id` (non-zero: the worker answers
+    /// it); false when the worker has no session here or its queue is full.
+    fn send_request(&self, worker: &WorkerId, request_id: u64, command: pb::master_command::Command) -> bool {
         let workers = self.workers.lock().expect("workers lock");
         if let Some(w) = workers.get(worker) {
             let message = pb::MasterCommand {
                 protocol_version: PROTOCOL_VERSION,
-                request_id: 0,
+                request_id,
                 term: self.command_term(),
                 command: Some(command),
             };
             if w.commands.try_send(Ok(message)).is_err() {
                 tracing::warn!(%worker, "command queue full or session gone; the worker will be declared dead");
+                return false;
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Materialized view `name` (pipeline `id`, sink operator `sink`) as
+    /// the worker running its sink last published it, through the copies
+    /// this master keeps; `None` when the sink runs on this master's own
+    /// worker, the pipeline has no deployment here, or the worker has not
+    /// published it (a deployment starting, or one that just finished and
+    /// whose rows this master took, see [`Cluster::bring_finished_view`]).
+    pub async fn worker_view(&self, id: PipelineId, sink: OperatorId, name: &str) -> Result<Option<PublishedView>> {
+        let worker = {
+            let runtimes = self.runtimes.lock().expect("runtimes lock");
+            runtimes
+                .get(&id)
+                .and_then(|(_, r)| r.placement.worker_of(sink, 0).cloned())
+        };
+        let Some(worker) = worker.filter(|w| *w != self.local.id) else {
+            return Ok(None);
+        };
+        let ask = |known_publication| self.ask_view(&worker, id, name, known_publication);
+        let failed = |sqlstate: &str, message: String| match SqlCode::from_sqlstate(sqlstate) {
+            Some(code) => Error::user(code, message),
+            None => Error::external(format!("worker {worker}: {message}")),
+        };
+        match crate::view_cache::read_through(&self.view_copies, &worker.0, name, ask, failed).await {
+            Ok(view) => Ok(Some(view)),
+            Err(e) if e.sqlstate() == SqlCode::ObjectNotInPrerequisiteState.sqlstate() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Asks `worker` for view `name`'s rows (pipeline `id`'s, newer than
+    /// publication `known`) and waits for its answer.
+    async fn ask_view(&self, worker: &WorkerId, id: PipelineId, name: &str, known: u64) -> Result<pb::ViewRowsReply> {
+        let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        {
+            let mut requests = self.view_requests.lock().expect("view requests lock");
+            if requests.len() >= VIEW_REQUESTS_MAX {
+                return Err(Error::user(
+                    SqlCode::TooManyConnections,
+                    format!(
+                        "{VIEW_REQUESTS_MAX} reads of materialized views already wait for their workers; try again"
+                    ),
+                ));
+            }
+            requests.insert(request_id, tx);
+        }
+        let forget = || {
+            self.view_requests
+                .lock()
+                .expect("view requests lock")
+                .remove(&request_id);
+        };
+        let command = pb::master_command::Command::FetchView(pb::FetchView {
+            pipeline: id.0,
+            request: Some(pb::ViewRowsRequest {
+                version: PROTOCOL_VERSION,
+                name: name.to_string(),
+                known_publication: known,
+            }),
+        });
+        let unreachable = |why: &str| {
+            Error::user(
+                SqlCode::ConnectionFailure,
+                format!("materialized view {name}'s rows are on worker {worker}, which {why}"),
+            )
+        };
+        if !self.send_request(worker, request_id, command) {
+            forget();
+            return Err(unreachable("is not connected (or its command queue is full)"));
+        }
+        match tokio::time::timeout(VIEW_FETCH_TIMEOUT, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_)) => Err(unreachable("went away before it answered")),
+            Err(_) => {
+                forget();
+                Err(unreachable(&format!("did not answer within {VIEW_FETCH_TIMEOUT:?}")))
+            }
+        }
+    }
+
+    /// A finished deployment's view rows, on worker `worker` that ran its
+    /// sink: published in this master's own `Views` (under pipeline `id`)
+    /// before the worker is told the deployment stopped, when it forgets
+    /// them. A finished view's rows so stay readable.
+    async fn bring_finished_view(&self, id: PipelineId, sink: OperatorId, name: &str) {
+        match self.worker_view(id, sink, name).await {
+            Ok(Some(view)) => self.local.connectors.views.publish(name, id, view),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(pipeline = %id, view = name, error = %e, "a finished view's rows could not be brought to the master")
             }
         }
     }
@@ -1076,6 +1202,17 @@ impl Cluster {
             }
             Event::Drain(_) => return self.drain(worker),
             Event::SourceWatermarks(w) => return self.relay_watermarks(worker, w),
+            Event::ViewRows(v) => {
+                let waiting = self
+                    .view_requests
+                    .lock()
+                    .expect("view requests lock")
+                    .remove(&v.request_id);
+                if let Some(tx) = waiting {
+                    let _ = tx.send(v.reply.clone().unwrap_or_default());
+                }
+                return;
+            }
             _ => {}
         }
         match event_from_wire(&event) {
@@ -1364,7 +1501,7 @@ impl ClusterScheduler {
             &self.config,
             (self.strategy.as_ref(), &constraints),
             &workers,
-            (&local.id, &MasterOwned as &dyn Pinned),
+            (&local.id, &MasterOwned::of(dag) as &dyn Pinned),
         )?;
         let epoch = cluster.next_epoch.fetch_add(1, Ordering::Relaxed);
         let key = DeploymentKey { pipeline: id, epoch };
@@ -1495,6 +1632,7 @@ impl ClusterScheduler {
             placement,
             remote,
             Launch::Start(Box::new((start, recorded))),
+            view_sink(dag),
         ))
     }
 
@@ -1523,6 +1661,7 @@ impl ClusterScheduler {
         placement: Placement,
         workers: Vec<WorkerId>,
         launch: Launch,
+        view: Option<(String, OperatorId)>,
     ) -> Arc<PipelineRuntime> {
         let cluster = &self.cluster;
         let mut runtime = owned.runtime;
@@ -1535,6 +1674,7 @@ impl ClusterScheduler {
             runtime.clone(),
             (owned.cancel, owned.paused, owned.signals),
             launch,
+            view,
         ));
         cluster
             .runtimes
@@ -1631,8 +1771,19 @@ impl ClusterScheduler {
             }
         }
         tracing::info!(pipeline = %id, epoch = key.epoch, ?workers, trigger, completed, "deployment adopted: its tasks keep running");
-        self.run_owned(key, owned, placement, workers, Launch::Adopted)
+        self.run_owned(key, owned, placement, workers, Launch::Adopted, view_sink(dag))
     }
+}
+
+/// A materialized view's sink in `dag`: the view's name and the operator.
+pub(crate) fn view_sink(dag: &PhysicalDag) -> Option<(String, OperatorId)> {
+    dag.operators.iter().find_map(|o| match &o.kind {
+        sluice_plan::OperatorKind::Sink(s) if s.connector == "view" => s
+            .options
+            .get(sluice_connectors::connector::view::VIEW_NAME_OPTION)
+            .map(|name| (name.clone(), o.id)),
+        _ => None,
+    })
 }
 
 /// A part its owner will hear nothing more from: it failed (with
@@ -1695,6 +1846,7 @@ async fn forward(
     runtime: Arc<PipelineRuntime>,
     (cancel, mut paused, signals): OwnerControls,
     launch: Launch,
+    view: Option<(String, OperatorId)>,
 ) {
     let send_all = |command: pb::master_command::Command| {
         for w in &workers {
@@ -1792,9 +1944,16 @@ async fn forward(
             _ = changed(&mut completed) => send_all(checkpoint(&trigger, &stop_at, &completed)),
         }
     }
-    // The deployment ended: its last commit reaches the sinks, its parts
-    // are told to stop (a part still running after its owner settled —
-    // it cannot, but a stale command costs nothing).
+    // The deployment ended. A finished view's rows come here first: the
+    // worker that ran its sink forgets them when told to stop.
+    if let Some((name, sink)) = &view
+        && runtime.status() == PipelineStatus::Finished
+    {
+        cluster.bring_finished_view(key.pipeline, *sink, name).await;
+    }
+    // Its last commit reaches the sinks, its parts are told to stop (a
+    // part still running after its owner settled — it cannot, but a
+    // stale command costs nothing).
     send_all(checkpoint(&trigger, &stop_at, &completed));
     send_all(stop_command(key));
     cluster.routes.lock().expect("routes lock").remove(&key);
@@ -1831,6 +1990,14 @@ impl Scheduler for ClusterScheduler {
     fn release_stream(&self, stream: &str) {
         // Memory logs live in the master.
         self.cluster.local.connectors.memory.remove(stream);
+    }
+    fn worker_view<'a>(
+        &'a self,
+        id: PipelineId,
+        sink: OperatorId,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<PublishedView>>> {
+        Box::pin(self.cluster.worker_view(id, sink, name))
     }
 }
 
@@ -2020,6 +2187,34 @@ mod record_tests {
         assert!(!vacating.contains(unstarted, &w1), "nothing of it runs on w1");
         assert!(vacating.contains(started, &w1), "it may run on as an orphan");
         drop(vacating);
+        node.shutdown();
+    }
+
+    /// Reads of views waiting for workers are bounded: at the limit one
+    /// more is refused with 53300 and nothing is sent; below it a read of
+    /// a worker with no session fails at once with 08006 naming it, and
+    /// leaves no request behind.
+    #[tokio::test]
+    async fn view_reads_waiting_for_workers_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cluster, node) = leading_cluster(dir.path()).await;
+        let w1 = WorkerId("w1".into());
+        let mut held = Vec::new();
+        for id in 0..VIEW_REQUESTS_MAX as u64 - 1 {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            cluster.view_requests.lock().unwrap().insert(1_000_000 + id, tx);
+            held.push(rx);
+        }
+        let e = cluster.ask_view(&w1, PipelineId(1), "v", 0).await.unwrap_err();
+        assert_eq!(e.sqlstate(), "08006", "{e}");
+        assert!(e.to_string().contains("worker w1"), "{e}");
+        assert_eq!(cluster.view_requests.lock().unwrap().len(), VIEW_REQUESTS_MAX - 1);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        cluster.view_requests.lock().unwrap().insert(2_000_000, tx);
+        held.push(rx);
+        let e = cluster.ask_view(&w1, PipelineId(1), "v", 0).await.unwrap_err();
+        assert_eq!(e.sqlstate(), "53300", "{e}");
+        assert_eq!(cluster.view_requests.lock().unwrap().len(), VIEW_REQUESTS_MAX);
         node.shutdown();
     }
 }

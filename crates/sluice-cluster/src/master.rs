@@ -934,6 +934,26 @@ impl Master {
         }
     }
 
+    /// Materialized view `name`'s rows when its sink runs on a worker of
+    /// this master (a cluster's view that reads no memory stream): taken
+    /// from that worker, as it last published them. `None` when they are
+    /// this process's (the playground, a view over a memory stream, a
+    /// finished view whose rows were brought here) or the view's pipeline
+    /// runs nowhere here (a quorum follower asks the leader instead).
+    pub async fn worker_view(&self, name: &str) -> Result<Option<sluice_connectors::views::PublishedView>> {
+        let sink = {
+            let state = self.state.lock().expect("catalog lock");
+            state
+                .pipelines
+                .get(name)
+                .and_then(|p| crate::control::view_sink(&p.dag).map(|(_, op)| (p.id, op)))
+        };
+        match sink {
+            Some((id, op)) => self.scheduler.worker_view(id, op, name).await,
+            None => Ok(None),
+        }
+    }
+
     /// With a master quorum: views' reads on this master (as a follower)
     /// answered with rows taken from the leader, and from a copy of them
     /// still current.

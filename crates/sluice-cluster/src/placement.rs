@@ -63,15 +63,37 @@ pub trait Pinned {
     fn pinned(&self, op: &OperatorSpec) -> bool;
 }
 
-/// Session query results, memory streams and materialized views' rows
-/// live in the master.
-pub struct MasterOwned;
+/// What lives in the master: a session query's results (its client is
+/// there), memory streams (their logs are), and the rows of a
+/// materialized view that reads a memory stream (its pipeline cannot
+/// outlive the master's process anyway). Any other view's sink runs on a
+/// worker, like every other task, so the view's pipeline keeps running
+/// when a quorum's leader fails over; the masters ask that worker for its
+/// rows (`FetchView`).
+pub struct MasterOwned {
+    views: bool,
+}
+
+impl MasterOwned {
+    /// The master's tasks of `dag`.
+    pub fn of(dag: &PhysicalDag) -> Self {
+        let memory = dag
+            .operators
+            .iter()
+            .any(|o| matches!(&o.kind, OperatorKind::Source(s) if s.connector == "memory"));
+        MasterOwned { views: memory }
+    }
+}
 
 impl Pinned for MasterOwned {
     fn pinned(&self, op: &OperatorSpec) -> bool {
         match &op.kind {
             OperatorKind::Source(s) => s.connector == "memory",
-            OperatorKind::Sink(s) => matches!(s.connector.as_str(), "client" | "memory" | "view"),
+            OperatorKind::Sink(s) => match s.connector.as_str() {
+                "client" | "memory" => true,
+                "view" => self.views,
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -315,7 +337,7 @@ mod tests {
             &DeployConfig::default(),
             (strategy, c),
             workers,
-            (&WorkerId(MASTER.into()), &MasterOwned),
+            (&WorkerId(MASTER.into()), &MasterOwned::of(&dag(p))),
         )
     }
 
@@ -353,7 +375,7 @@ mod tests {
             &DeployConfig::default(),
             (&Spread, &Constraints::default()),
             &ws,
-            (&WorkerId(MASTER.into()), &MasterOwned),
+            (&WorkerId(MASTER.into()), &MasterOwned::of(&d)),
         )
         .unwrap();
         for i in 0..2 {
@@ -391,5 +413,36 @@ mod tests {
         assert!(run(&Spread, &Constraints::default(), &ws, 1).is_ok());
         let e = run(&Spread, &Constraints::default(), &[], 1).unwrap_err();
         assert!(e.to_string().contains("no worker is registered"), "{e}");
+    }
+
+    /// A materialized view's sink runs on a worker, unless the view reads a
+    /// memory stream (whose reader is the master's); a session's result
+    /// sink always runs on the master.
+    #[test]
+    fn a_views_sink_goes_to_a_worker_unless_it_reads_a_memory_stream() {
+        let ws = [worker("a", 4, &[])];
+        let with = |source: &str, sink: &str| {
+            let mut d = dag(1);
+            if let OperatorKind::Source(s) = &mut d.operators[0].kind {
+                s.connector = source.into();
+            }
+            if let OperatorKind::Sink(s) = &mut d.operators[1].kind {
+                s.connector = sink.into();
+            }
+            let p = place(
+                &d,
+                &DeployConfig::default(),
+                (&Spread, &Constraints::default()),
+                &ws,
+                (&WorkerId(MASTER.into()), &MasterOwned::of(&d)),
+            )
+            .unwrap();
+            let at = |op| p.worker_of(OperatorId(op), 0).unwrap().0.clone();
+            (at(0), at(1))
+        };
+        assert_eq!(with("datagen", "view"), ("a".into(), "a".into()));
+        assert_eq!(with("memory", "view"), (MASTER.into(), MASTER.into()));
+        assert_eq!(with("datagen", "client"), ("a".into(), MASTER.into()));
+        assert_eq!(with("datagen", "blackhole"), ("a".into(), "a".into()));
     }
 }

@@ -298,49 +298,24 @@ impl Replication for QuorumCatalog {
         let name = name.to_string();
         Box::pin(async move {
             let (leader, client, unreachable) = self.leader().await?;
-            let copies = || self.view_copies.lock().unwrap_or_else(|e| e.into_inner());
-            // A copy may go (another view's rows pushed it out) between
-            // asking and the answer: then the rows are asked for again.
-            for known in [true, false] {
-                let known_publication = if known { copies().known(&name, &leader) } else { 0 };
-                let reply = client
-                    .clone()
-                    // The rows, plus room for the reply's other fields.
-                    .max_decoding_message_size(LEADER_VIEW_BYTES_MAX + (1 << 20))
-                    .view_rows(ViewRowsRequest {
-                        version: sluice_proto::PROTOCOL_VERSION,
-                        name: name.clone(),
-                        known_publication,
-                    })
-                    .await
-                    .map_err(|e| unreachable(e.message().to_string()))?
-                    .into_inner();
-                if !reply.sqlstate.is_empty() {
-                    return Err(leader_error(&leader, &reply.sqlstate, reply.message));
+            let ask = |known_publication| {
+                let (client, name, unreachable) = (client.clone(), name.clone(), &unreachable);
+                async move {
+                    Ok(client
+                        // The rows, plus room for the reply's other fields.
+                        .max_decoding_message_size(LEADER_VIEW_BYTES_MAX + (1 << 20))
+                        .view_rows(ViewRowsRequest {
+                            version: sluice_proto::PROTOCOL_VERSION,
+                            name,
+                            known_publication,
+                        })
+                        .await
+                        .map_err(|e| unreachable(e.message().to_string()))?
+                        .into_inner())
                 }
-                if reply.unchanged {
-                    match copies().reuse(&name, &leader, reply.publication) {
-                        Some(view) => return Ok(view),
-                        None => continue,
-                    }
-                }
-                let (schema, rows) = decode_rows(&reply.ipc).map_err(|e| {
-                    Error::internal(format!(
-                        "the leader {leader} sent a view's rows that do not decode: {e}"
-                    ))
-                })?;
-                let view = PublishedView::new(
-                    schema,
-                    rows,
-                    reply.has_checkpoint.then_some(reply.checkpoint),
-                    reply.published_ms,
-                );
-                copies().took(&name, &leader, reply.publication, &view, reply.ipc.len());
-                return Ok(view);
-            }
-            Err(Error::internal(format!(
-                "the leader {leader} said view {name}'s rows are unchanged when none were held"
-            )))
+            };
+            let failed = |sqlstate: &str, message| leader_error(&leader, sqlstate, message);
+            crate::view_cache::read_through(&self.view_copies, &leader, &name, ask, failed).await
         })
     }
 
@@ -356,30 +331,6 @@ fn leader_error(leader: &str, sqlstate: &str, message: String) -> Error {
         Some(code) => Error::user(code, message),
         None => Error::external(format!("the leader {leader}: {message}")),
     }
-}
-
-/// A view's schema and rows as one Arrow IPC stream.
-fn encode_rows(view: &PublishedView) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &view.schema)?;
-    for rows in view.rows()? {
-        let rows = arrow::record_batch::RecordBatch::try_new(view.schema.clone(), rows.columns().to_vec())?;
-        writer.write(&rows)?;
-    }
-    writer.finish()?;
-    drop(writer);
-    Ok(out)
-}
-
-/// [`encode_rows`]'s stream back: the schema and the rows' batches.
-fn decode_rows(
-    ipc: &[u8],
-) -> std::result::Result<(arrow::datatypes::SchemaRef, Vec<arrow::record_batch::RecordBatch>), arrow::error::ArrowError>
-{
-    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)?;
-    let schema = reader.schema();
-    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok((schema, batches))
 }
 
 /// A request of another protocol version is refused, saying which.
@@ -450,42 +401,36 @@ impl Catalog for CatalogService {
                 "a view's rows were asked of this master, which does not lead (any more)",
             ))));
         }
-        let Some(view) = self.0.views.get(name) else {
-            return Ok(tonic::Response::new(failed(Error::user(
+        // The rows of the sink's last publication: in this process, or
+        // taken from the worker that runs the sink.
+        let from_worker = match self.0.master.get().and_then(Weak::upgrade) {
+            Some(master) => master.worker_view(name).await,
+            None => Ok(None),
+        };
+        let view = match from_worker {
+            Ok(Some(view)) => Some(Arc::new(view)),
+            Ok(None) => self.0.views.get(name),
+            Err(e) => return Ok(tonic::Response::new(failed(e))),
+        };
+        let missing = || {
+            Error::user(
                 SqlCode::ObjectNotInPrerequisiteState,
                 format!(
                     "materialized view {name} has no rows on the leader {me} yet: its pipeline has not started there (SHOW PIPELINES says why)"
                 ),
-            ))));
+            )
         };
-        if request.known_publication != 0 && request.known_publication == view.publication {
-            return Ok(tonic::Response::new(ViewRowsReply {
-                unchanged: true,
-                publication: view.publication,
-                has_checkpoint: view.checkpoint.is_some(),
-                checkpoint: view.checkpoint.unwrap_or_default(),
-                published_ms: view.published_ms,
-                ..Default::default()
-            }));
-        }
-        let ipc = encode_rows(&view).map_err(|e| tonic::Status::internal(e.to_string()))?;
-        if ipc.len() > LEADER_VIEW_BYTES_MAX {
-            return Ok(tonic::Response::new(failed(Error::user(
-                SqlCode::ProgramLimitExceeded,
-                format!(
-                    "materialized view {name}'s rows ({} bytes) are more than a follower takes from the leader ({LEADER_VIEW_BYTES_MAX} bytes): query it on the leader {me} (SHOW CLUSTER names it)",
-                    ipc.len()
-                ),
-            ))));
-        }
-        Ok(tonic::Response::new(ViewRowsReply {
-            ipc: ipc.into(),
-            publication: view.publication,
-            has_checkpoint: view.checkpoint.is_some(),
-            checkpoint: view.checkpoint.unwrap_or_default(),
-            published_ms: view.published_ms,
-            ..Default::default()
-        }))
+        let too_big = |bytes| {
+            format!(
+                "materialized view {name}'s rows ({bytes} bytes) are more than a follower takes from the leader ({LEADER_VIEW_BYTES_MAX} bytes): query it on the leader {me} (SHOW CLUSTER names it)"
+            )
+        };
+        Ok(tonic::Response::new(crate::view_cache::reply(
+            view.as_deref(),
+            request.known_publication,
+            missing,
+            too_big,
+        )))
     }
 }
 
@@ -493,49 +438,6 @@ impl Catalog for CatalogService {
 mod tests {
     use super::*;
 
-    /// A view's rows cross from the leader to a follower unchanged, an
-    /// empty view too.
-    #[test]
-    fn view_rows_decode_as_encoded() {
-        use arrow::array::{Int64Array, StringArray};
-        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
-            arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Int64, false),
-            arrow::datatypes::Field::new("s", arrow::datatypes::DataType::Utf8, true),
-        ]));
-        let rows = arrow::record_batch::RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])),
-                std::sync::Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])),
-            ],
-        )
-        .unwrap();
-        // Every row; none; and the rows a view's liveness bits keep (the
-        // sink's form: only the live rows cross).
-        let live = arrow::buffer::BooleanBuffer::from(vec![true, false, true]);
-        let cases = [
-            (vec![(rows.clone(), None)], vec![1, 2, 3]),
-            (vec![(rows.slice(0, 0), None)], vec![]),
-            (
-                vec![(rows.clone(), Some(live)), (rows.slice(1, 1), None)],
-                vec![1, 3, 2],
-            ),
-        ];
-        for (parts, want) in cases {
-            let view = PublishedView::from_parts(schema.clone(), parts, Some(4), 9);
-            let (got_schema, got) = decode_rows(&encode_rows(&view).unwrap()).unwrap();
-            assert_eq!(got_schema, schema);
-            let keys: Vec<i64> = got
-                .iter()
-                .flat_map(|b| {
-                    let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                    k.values().to_vec()
-                })
-                .collect();
-            assert_eq!(keys, want);
-            assert_eq!(view.num_rows(), want.len());
-        }
-    }
     use sluice_quorum::Stamp;
 
     fn catalog() -> CatalogState {

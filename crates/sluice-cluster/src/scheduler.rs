@@ -1,9 +1,11 @@
 //! Handing pipelines to workers.
 
 use crate::worker::Worker;
+use futures::future::BoxFuture;
+use sluice_connectors::views::PublishedView;
 use sluice_dataflow::deploy::{CheckpointPlan, PipelineRuntime};
 use sluice_plan::PhysicalDag;
-use sluice_types::{PipelineId, Result};
+use sluice_types::{OperatorId, PipelineId, Result};
 use std::sync::Arc;
 
 /// Places a pipeline's tasks on workers and starts them.
@@ -20,6 +22,19 @@ pub trait Scheduler: Send + Sync {
     /// Frees what the workers hold for a dropped stream (a memory stream's
     /// log). Called after the catalog forgot the stream.
     fn release_stream(&self, stream: &str);
+    /// Materialized view `name`'s rows (pipeline `id`, whose sink is
+    /// operator `sink`) when its sink runs in another process: as that
+    /// process last published them. `None` when the sink runs in this
+    /// process (its rows are in this process's `Views`), or nowhere here.
+    fn worker_view<'a>(
+        &'a self,
+        id: PipelineId,
+        sink: OperatorId,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PublishedView>>> {
+        let _ = (id, sink, name);
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// Everything on the one local worker (the playground).

@@ -1,14 +1,149 @@
-//! A follower's copies of the views' rows it took from the leader
-//! ([`crate::replication::QuorumCatalog`]): each with the leader and the
-//! publication it is of, so the next read of the view asks the leader only
-//! whether that publication is still current and, when it is, answers from
-//! the copy instead of taking the rows again. At most
+//! Views' rows taken from another process: a quorum follower's from the
+//! leader ([`crate::replication::QuorumCatalog`]), a master's from the
+//! worker running the view's sink (`FetchView`, [`crate::control`]).
+//! Both ask with a `ViewRowsRequest` and get a `ViewRowsReply` (an Arrow
+//! IPC stream, [`reply`] builds it), and keep copies ([`ViewCache`]):
+//! each with the process it came from and the publication it is of, so
+//! the next read of the view asks only whether that publication is still
+//! current and, when it is, answers from the copy instead of taking the
+//! rows again ([`read_through`]). At most
 //! [`crate::replication::LEADER_VIEW_BYTES_MAX`] bytes of rows (as the
-//! leader encoded them) are held in all; the copy used longest ago goes
+//! source encoded them) are held in all; the copy used longest ago goes
 //! first.
 
+use crate::replication::LEADER_VIEW_BYTES_MAX;
 use sluice_connectors::views::PublishedView;
+use sluice_proto::v1::ViewRowsReply;
+use sluice_types::{Error, Result, SqlCode};
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+/// The answer to a request for a view's rows, by the process holding
+/// `view` (`None`: not published here, `missing` says so) to one that
+/// holds publication `known` (0: none). A view whose rows pass
+/// [`LEADER_VIEW_BYTES_MAX`] is refused with `54000` (`too_big` names
+/// where to read it instead).
+pub fn reply(
+    view: Option<&PublishedView>,
+    known: u64,
+    missing: impl FnOnce() -> Error,
+    too_big: impl FnOnce(usize) -> String,
+) -> ViewRowsReply {
+    reply_within(view, known, LEADER_VIEW_BYTES_MAX, missing, too_big)
+}
+
+/// [`reply`] with the bound `bytes_max`.
+fn reply_within(
+    view: Option<&PublishedView>,
+    known: u64,
+    bytes_max: usize,
+    missing: impl FnOnce() -> Error,
+    too_big: impl FnOnce(usize) -> String,
+) -> ViewRowsReply {
+    let failed = |e: Error| ViewRowsReply {
+        sqlstate: e.sqlstate().to_string(),
+        message: e.to_string(),
+        ..Default::default()
+    };
+    let Some(view) = view else {
+        return failed(missing());
+    };
+    let of_view = ViewRowsReply {
+        publication: view.publication,
+        has_checkpoint: view.checkpoint.is_some(),
+        checkpoint: view.checkpoint.unwrap_or_default(),
+        published_ms: view.published_ms,
+        ..Default::default()
+    };
+    if known != 0 && known == view.publication {
+        return ViewRowsReply {
+            unchanged: true,
+            ..of_view
+        };
+    }
+    let ipc = match encode_rows(view) {
+        Ok(ipc) => ipc,
+        Err(e) => return failed(e),
+    };
+    if ipc.len() > bytes_max {
+        return failed(Error::user(SqlCode::ProgramLimitExceeded, too_big(ipc.len())));
+    }
+    ViewRowsReply {
+        ipc: ipc.into(),
+        ..of_view
+    }
+}
+
+/// View `name`'s rows from `source` (a leader, a worker): `ask(known)`
+/// sends the request naming the publication `copies` hold of it (0:
+/// none) and returns the reply; a reply saying that one is still current
+/// is answered from the copy, new rows are decoded and kept. A failure
+/// the source reported becomes `failed(sqlstate, message)`.
+pub async fn read_through<Fut>(
+    copies: &Mutex<ViewCache>,
+    source: &str,
+    name: &str,
+    ask: impl Fn(u64) -> Fut,
+    failed: impl Fn(&str, String) -> Error,
+) -> Result<PublishedView>
+where
+    Fut: Future<Output = Result<ViewRowsReply>>,
+{
+    let copies = || copies.lock().unwrap_or_else(|e| e.into_inner());
+    // A copy may go (another view's rows pushed it out) between asking
+    // and the answer: then the rows are asked for again.
+    for known in [true, false] {
+        let known_publication = if known { copies().known(name, source) } else { 0 };
+        let reply = ask(known_publication).await?;
+        if !reply.sqlstate.is_empty() {
+            return Err(failed(&reply.sqlstate, reply.message));
+        }
+        if reply.unchanged {
+            match copies().reuse(name, source, reply.publication) {
+                Some(view) => return Ok(view),
+                None => continue,
+            }
+        }
+        let (schema, rows) = decode_rows(&reply.ipc)
+            .map_err(|e| Error::internal(format!("{source} sent view {name}'s rows, which do not decode: {e}")))?;
+        let view = PublishedView::new(
+            schema,
+            rows,
+            reply.has_checkpoint.then_some(reply.checkpoint),
+            reply.published_ms,
+        );
+        copies().took(name, source, reply.publication, &view, reply.ipc.len());
+        return Ok(view);
+    }
+    Err(Error::internal(format!(
+        "{source} said view {name}'s rows are unchanged when none were held"
+    )))
+}
+
+/// A view's schema and rows as one Arrow IPC stream.
+pub(crate) fn encode_rows(view: &PublishedView) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &view.schema)?;
+    for rows in view.rows()? {
+        let rows = arrow::record_batch::RecordBatch::try_new(view.schema.clone(), rows.columns().to_vec())?;
+        writer.write(&rows)?;
+    }
+    writer.finish()?;
+    drop(writer);
+    Ok(out)
+}
+
+/// [`encode_rows`]'s stream back: the schema and the rows' batches.
+pub(crate) fn decode_rows(
+    ipc: &[u8],
+) -> std::result::Result<(arrow::datatypes::SchemaRef, Vec<arrow::record_batch::RecordBatch>), arrow::error::ArrowError>
+{
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(ipc), None)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok((schema, batches))
+}
 
 struct Copy {
     leader: String,
@@ -152,5 +287,103 @@ mod tests {
         c.took("e", "m1", 1, &view(1), 1001);
         assert_eq!(c.known("e", "m1"), 0);
         assert_eq!(c.bytes(), 1000);
+    }
+
+    /// A view's rows cross from one process to another unchanged, an
+    /// empty view too.
+    #[test]
+    fn view_rows_decode_as_encoded() {
+        use arrow::array::{Int64Array, StringArray};
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Int64, false),
+            arrow::datatypes::Field::new("s", arrow::datatypes::DataType::Utf8, true),
+        ]));
+        let rows = arrow::record_batch::RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])),
+                std::sync::Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])),
+            ],
+        )
+        .unwrap();
+        // Every row; none; and the rows a view's liveness bits keep (the
+        // sink's form: only the live rows cross).
+        let live = arrow::buffer::BooleanBuffer::from(vec![true, false, true]);
+        let cases = [
+            (vec![(rows.clone(), None)], vec![1, 2, 3]),
+            (vec![(rows.slice(0, 0), None)], vec![]),
+            (
+                vec![(rows.clone(), Some(live)), (rows.slice(1, 1), None)],
+                vec![1, 3, 2],
+            ),
+        ];
+        for (parts, want) in cases {
+            let view = PublishedView::from_parts(schema.clone(), parts, Some(4), 9);
+            let (got_schema, got) = decode_rows(&encode_rows(&view).unwrap()).unwrap();
+            assert_eq!(got_schema, schema);
+            let keys: Vec<i64> = got
+                .iter()
+                .flat_map(|b| {
+                    let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                    k.values().to_vec()
+                })
+                .collect();
+            assert_eq!(keys, want);
+            assert_eq!(view.num_rows(), want.len());
+        }
+    }
+
+    /// A reply carries the rows up to its bound (54000 past it), says
+    /// `unchanged` without rows for the publication the asker holds, and
+    /// reports a view not published here as the asker's `missing` error;
+    /// what it carries reads back through [`read_through`].
+    #[tokio::test]
+    async fn replies_are_bounded_and_read_through_a_copy() {
+        let v = view(1000);
+        let missing = || Error::user(SqlCode::ObjectNotInPrerequisiteState, "not here");
+        let big = |n| format!("{n} bytes");
+        let full = reply_within(Some(&v), 0, usize::MAX, missing, big);
+        let bytes = full.ipc.len();
+        assert!(full.sqlstate.is_empty() && bytes > 1000);
+        let at = reply_within(Some(&v), 0, bytes, missing, big);
+        assert_eq!(at.ipc.len(), bytes, "exactly at the bound it goes");
+        let past = reply_within(Some(&v), 0, bytes - 1, missing, big);
+        assert_eq!(past.sqlstate, "54000");
+        assert!(past.ipc.is_empty() && past.message.contains(&bytes.to_string()));
+        let same = reply_within(Some(&v), v.publication, usize::MAX, missing, big);
+        assert!(same.unchanged && same.ipc.is_empty());
+        assert_eq!(same.publication, v.publication);
+        let none = reply_within(None, 0, usize::MAX, missing, big);
+        assert_eq!(none.sqlstate, "55000");
+
+        // Through a copy: rows once, then "unchanged" answered from it.
+        let copies = Mutex::new(ViewCache::new(1 << 20));
+        let asked = Mutex::new(Vec::new());
+        let ask = |known| {
+            asked.lock().unwrap().push(known);
+            let r = reply(Some(&v), known, missing, big);
+            async move { Ok(r) }
+        };
+        let failed = |state: &str, message: String| Error::external(format!("{state}: {message}"));
+        for _ in 0..2 {
+            let got = read_through(&copies, "w1", "v", ask, failed).await.unwrap();
+            assert_eq!(got.num_rows(), 1000);
+        }
+        assert_eq!(*asked.lock().unwrap(), vec![0, v.publication]);
+        let counts = {
+            let c = copies.lock().unwrap();
+            (c.fetched, c.reused)
+        };
+        assert_eq!(counts, (1, 1));
+        let e = read_through(
+            &copies,
+            "w1",
+            "gone",
+            |_| async { Ok(reply(None, 0, missing, big)) },
+            failed,
+        )
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("55000"), "{e}");
     }
 }

@@ -8,16 +8,17 @@
 //! swaps one `Arc`; a reader holds the batch it took for as long as its
 //! query runs, and the sink goes on.
 //!
-//! The view sink runs on the master's own worker (it is pinned there like
-//! a session's result sink), so the master that plans `SELECT … FROM
-//! view` reads this store in its own process.
+//! In the playground, and for a view over a memory stream, the view sink
+//! runs in the master's process, which reads this store directly; in a
+//! cluster it runs on a worker, whose agent answers the master's
+//! `FetchView` from the store of the worker's process.
 
 use arrow::array::BooleanArray;
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use sluice_types::Result;
+use sluice_types::{PipelineId, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -122,28 +123,81 @@ impl PublishedView {
     }
 }
 
-/// Published views of this process, by view name.
+/// Published views of this process, by view name, each with the pipeline
+/// whose sink published it.
 #[derive(Debug, Default)]
 pub struct Views {
-    views: Mutex<HashMap<String, Arc<PublishedView>>>,
+    views: Mutex<HashMap<String, (PipelineId, Arc<PublishedView>)>>,
 }
 
 impl Views {
-    /// Replaces what `name` shows.
-    pub fn publish(&self, name: &str, view: PublishedView) {
+    /// Replaces what `name` shows: the rows pipeline `by`'s sink holds.
+    pub fn publish(&self, name: &str, by: PipelineId, view: PublishedView) {
         self.views
             .lock()
             .expect("views lock")
-            .insert(name.to_string(), Arc::new(view));
+            .insert(name.to_string(), (by, Arc::new(view)));
     }
 
     /// What `name` shows now, if its sink published in this process.
     pub fn get(&self, name: &str) -> Option<Arc<PublishedView>> {
-        self.views.lock().expect("views lock").get(name).cloned()
+        self.views.lock().expect("views lock").get(name).map(|(_, v)| v.clone())
+    }
+
+    /// What `name` shows now if pipeline `by` published it here (a worker
+    /// answers for the deployment its master asks about, never with rows
+    /// an earlier pipeline of the same name left).
+    pub fn get_of(&self, name: &str, by: PipelineId) -> Option<Arc<PublishedView>> {
+        self.views
+            .lock()
+            .expect("views lock")
+            .get(name)
+            .filter(|(p, _)| *p == by)
+            .map(|(_, v)| v.clone())
     }
 
     /// Forgets a dropped view's rows.
     pub fn forget(&self, name: &str) {
         self.views.lock().expect("views lock").remove(name);
+    }
+
+    /// Forgets the rows pipeline `by` published here (a worker told to
+    /// stop its part: the view's sink runs elsewhere next, or nowhere).
+    pub fn forget_of(&self, by: PipelineId) {
+        self.views.lock().expect("views lock").retain(|_, (p, _)| *p != by);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::Schema;
+
+    fn empty() -> PublishedView {
+        PublishedView::new(Arc::new(Schema::empty()), vec![], None, 0)
+    }
+
+    /// A worker answers for the pipeline asked about only, and forgets
+    /// only what that pipeline published.
+    #[test]
+    fn rows_are_answered_and_forgotten_by_the_pipeline_that_published_them() {
+        let views = Views::default();
+        views.publish("v", PipelineId(1), empty());
+        views.publish("w", PipelineId(2), empty());
+        assert!(views.get_of("v", PipelineId(1)).is_some());
+        assert!(
+            views.get_of("v", PipelineId(3)).is_none(),
+            "an earlier view of the name"
+        );
+        views.forget_of(PipelineId(3));
+        assert!(views.get("v").is_some() && views.get("w").is_some());
+        views.forget_of(PipelineId(1));
+        assert!(views.get("v").is_none());
+        assert!(views.get_of("w", PipelineId(2)).is_some());
+        // A newer pipeline of the same name replaces the rows.
+        views.publish("w", PipelineId(4), empty());
+        assert!(views.get_of("w", PipelineId(2)).is_none());
+        views.forget_of(PipelineId(2));
+        assert!(views.get_of("w", PipelineId(4)).is_some());
     }
 }

@@ -24,8 +24,11 @@
 /// times a broken session's orphans from the last one, and a quorum leader
 /// sends keepalives only under its lease and moves a lost worker's parts
 /// only once they surely stopped (`sluice_quorum::fence`): mixed with
-/// version 3, a task could run twice.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// version 3, a task could run twice. 5: a materialized view's sink runs
+/// on a worker, which answers `FetchView` with the rows it published (a
+/// version-4 worker would never answer, a version-4 master would read the
+/// view on its own worker and find nothing).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// `package sluice.v1`.
 pub mod v1 {

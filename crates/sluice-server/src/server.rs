@@ -451,6 +451,8 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> st
     let data = sluice_net::DataPlane::start(id.clone(), listener, Default::default())?;
     let address = advertised(data.local_addr(), config.advertise.clone(), "--listen")?;
     tracing::info!(worker = %id, data = %address, slots = config.slots, "worker starting");
+    let connectors = Connectors::default();
+    let views = connectors.views.clone();
     let agent = Agent::new(
         AgentConfig {
             id,
@@ -460,7 +462,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> st
             labels: config.labels.clone(),
             shutdown,
         },
-        Arc::new(Connectors::default()),
+        (Arc::new(connectors), views),
         data.clone(),
         DeployConfig::default(),
     );

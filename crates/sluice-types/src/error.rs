@@ -87,6 +87,9 @@ pub enum SqlCode {
     /// the leader), so the catalog cannot change now; retry later or
     /// through another master.
     CannotConnectNow,
+    /// `08006`: a process the statement needs did not answer (the worker
+    /// holding a materialized view's rows).
+    ConnectionFailure,
 }
 
 impl SqlCode {
@@ -129,11 +132,12 @@ impl SqlCode {
             SqlCode::ReservedName => "42939",
             SqlCode::TooManyConnections => "53300",
             SqlCode::CannotConnectNow => "57P03",
+            SqlCode::ConnectionFailure => "08006",
         }
     }
 
     /// Every code (to map a SQLSTATE back).
-    pub const ALL: [SqlCode; 36] = [
+    pub const ALL: [SqlCode; 37] = [
         SqlCode::Syntax,
         SqlCode::UndefinedTable,
         SqlCode::UndefinedColumn,
@@ -170,6 +174,7 @@ impl SqlCode {
         SqlCode::ReservedName,
         SqlCode::TooManyConnections,
         SqlCode::CannotConnectNow,
+        SqlCode::ConnectionFailure,
     ];
 
     /// The code of a five-character SQLSTATE Sluice reports.

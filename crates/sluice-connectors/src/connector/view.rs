@@ -33,7 +33,7 @@ use sluice_dataflow::checkpoint::incremental::{Held, Increment};
 use sluice_dataflow::deploy::InstanceContext;
 use sluice_dataflow::{Operator, OperatorContext};
 use sluice_plan::SinkSpec;
-use sluice_types::{Error, Result, SqlCode, Watermark, now_ms};
+use sluice_types::{Error, PipelineId, Result, SqlCode, Watermark, now_ms};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -100,20 +100,16 @@ impl Connector for View {
         connectors: &Connectors,
         spec: &SinkSpec,
         schema: &SchemaRef,
-        _ctx: &InstanceContext,
+        ctx: &InstanceContext,
     ) -> Result<Box<dyn Operator>> {
         let name = spec
             .options
             .get(VIEW_NAME_OPTION)
             .ok_or_else(|| Error::internal("a view sink without its view's name"))?;
         let rows_max = u64_option(&spec.options, ROWS_MAX_OPTION)?.unwrap_or(VIEW_ROWS_MAX_DEFAULT);
-        Ok(Box::new(ViewSink::new(
-            name,
-            schema,
-            spec.changelog,
-            rows_max,
-            connectors.views.clone(),
-        )?))
+        Ok(Box::new(
+            ViewSink::new(name, schema, spec.changelog, rows_max, connectors.views.clone())?.published_by(ctx.pipeline),
+        ))
     }
 }
 
@@ -201,6 +197,8 @@ pub struct ViewSink {
     /// Whether the rows changed since it last published.
     changed: bool,
     views: Arc<Views>,
+    /// The pipeline whose rows these are (tags each publication).
+    pipeline: PipelineId,
 }
 
 impl ViewSink {
@@ -231,7 +229,14 @@ impl ViewSink {
             rows_max,
             changed: true,
             views,
+            pipeline: PipelineId(0),
         })
+    }
+
+    /// Publishes as pipeline `pipeline`'s rows (see [`Views::get_of`]).
+    pub fn published_by(mut self, pipeline: PipelineId) -> Self {
+        self.pipeline = pipeline;
+        self
     }
 
     /// Applies a batch of the query's output, row by row in order (a row
@@ -498,6 +503,7 @@ impl ViewSink {
             .collect();
         self.views.publish(
             &self.name,
+            self.pipeline,
             PublishedView::from_parts(self.schema.clone(), parts, checkpoint, now_ms()),
         );
         self.changed = false;

@@ -213,9 +213,15 @@ impl Ctx<'_> {
             let name = &def.name;
             let who = super::authorize::who(self.engine, self.user)?;
             super::authorize::check_reads(self.engine, &who, &def.dag)?;
-            // On a quorum follower the rows are the leader's, where the
-            // view's sink runs.
-            let rows = match self.engine.data.views.get(name) {
+            // In a cluster the view's sink runs on a worker, which gives
+            // its rows; in the playground (or for a view over a memory
+            // stream) they are this process's; on a quorum follower the
+            // leader's, which runs the view's pipeline.
+            let on_worker = match need {
+                Need::Rows => self.engine.master.worker_view(name).await?,
+                Need::Schema => None,
+            };
+            let rows = match on_worker.map(Arc::new).or_else(|| self.engine.data.views.get(name)) {
                 Some(rows) => rows,
                 None if need == Need::Schema
                     && let Some(empty) = view_columns(&def) =>
