@@ -346,22 +346,48 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
             assert!(documented.get(key).is_some(), "masters[].{key} is not in openapi.json");
         }
     }
-    // Rows for a memory stream and continuous queries go to the leader: a
-    // follower refuses them rather than keep rows nobody reads.
+    // Rows for a memory stream go to the leader, where its log lives: an
+    // INSERT through a follower is evaluated there and appended on the
+    // leader. A continuous query runs on the leader only: a follower
+    // refuses it.
     let f = q.master(follower).connect().await;
-    f.batch_execute("CREATE STREAM mem (x BIGINT) WITH (connector = 'memory')")
+    f.batch_execute("CREATE STREAM mem (x BIGINT, s TEXT) WITH (connector = 'memory')")
         .await
         .unwrap();
     wait_for_stream(&q, follower, "mem").await;
-    for sql in ["INSERT INTO mem VALUES (1)", "SELECT x FROM mem"] {
-        let err = f.simple_query(sql).await.expect_err(sql);
-        let db = err.as_db_error().expect("a server error");
-        assert_eq!(db.code().code(), "57P03", "{sql}: {db:?}");
-        assert!(db.message().contains("leader"), "{}", db.message());
-    }
+    let err = f
+        .simple_query("SELECT x FROM mem")
+        .await
+        .expect_err("a continuous query");
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "57P03", "{db:?}");
+    assert!(db.message().contains("leader"), "{}", db.message());
+    let inserted = f
+        .execute("INSERT INTO mem VALUES (1, 'a'), (2.4, NULL), (3, 'c')", &[])
+        .await
+        .unwrap();
+    assert_eq!(inserted, 3);
+    // Refused on the follower as on the leader: nothing appended.
+    let err = f
+        .simple_query("INSERT INTO mem VALUES ('x', 'y')")
+        .await
+        .expect_err("a text for a BIGINT");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "22P02", "{err:?}");
     let l = q.master(first).connect().await;
     wait_for_stream(&q, first, "mem").await;
-    l.batch_execute("INSERT INTO mem VALUES (1)").await.unwrap();
+    l.batch_execute("INSERT INTO mem VALUES (4, 'd')").await.unwrap();
+    let rows = l.query("SELECT x, s FROM mem LIMIT 4", &[]).await.unwrap();
+    let got: Vec<(i64, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, Some("a".into())),
+            (2, None),
+            (3, Some("c".into())),
+            (4, Some("d".into()))
+        ],
+        "the follower's rows, then the leader's, in the leader's log"
+    );
     // A follower shows the pipeline from the replicated catalog but runs nothing.
     let f = q.master(follower).connect().await;
     assert!(

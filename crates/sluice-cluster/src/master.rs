@@ -961,9 +961,43 @@ impl Master {
         self.replication.as_ref().map(|r| r.view_reads())
     }
 
+    /// Memory stream `name`, which INSERT may append to: `42P01` when
+    /// there is no such stream, `0A000` when another connector or a
+    /// pipeline writes it.
+    pub fn insertable(&self, name: &str) -> Result<StreamDef> {
+        let def = self
+            .stream(name)
+            .ok_or_else(|| Error::not_found(ObjectKind::Stream, name))?;
+        if !sluice_connectors::registry::accepts_insert(&def.connector) || def.pipeline.is_some() {
+            return Err(Error::unsupported(format!(
+                "INSERT works on memory streams; \"{name}\" is written by its {} connector",
+                if def.pipeline.is_some() {
+                    "pipeline"
+                } else {
+                    def.connector.as_str()
+                }
+            )));
+        }
+        Ok(def)
+    }
+
+    /// With a master quorum, on a follower: appends `rows` (an INSERT's,
+    /// evaluated and checked here) to memory stream `stream` on the
+    /// leader, where its log lives; `None` on the leader or a single
+    /// master (the rows go to this process's log).
+    pub async fn insert_on_leader(
+        &self,
+        stream: &str,
+        rows: &[arrow::record_batch::RecordBatch],
+    ) -> Result<Option<u64>> {
+        match &self.replication {
+            Some(r) if !r.is_leader() => r.forward_insert(stream, rows).await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// With a master quorum, refuses (57P03) what only the leader can do —
-    /// run a session's query, take rows for a memory stream (its log lives
-    /// in the leader, where the pipelines reading it run) — on a follower.
+    /// run a session's query — on a follower.
     pub fn ensure_leader(&self, what: &str) -> Result<()> {
         match &self.replication {
             Some(r) if !r.is_leader() => Err(Error::user(

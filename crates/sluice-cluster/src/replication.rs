@@ -24,12 +24,14 @@
 use crate::catalog::{CatalogState, PipelineDef};
 use crate::command::{Applied, CatalogCommand};
 use crate::view_cache::ViewCache;
+use arrow::record_batch::RecordBatch;
 use futures::future::BoxFuture;
 use sluice_connectors::views::{PublishedView, Views};
+use sluice_connectors::{Connectors, MemoryLogs};
 use sluice_plan::catalog::StreamDef;
 use sluice_proto::v1::catalog_client::CatalogClient;
 use sluice_proto::v1::catalog_server::{Catalog, CatalogServer};
-use sluice_proto::v1::{CatalogApplied, CatalogApply, ViewRowsReply, ViewRowsRequest};
+use sluice_proto::v1::{CatalogApplied, CatalogApply, InsertRows, InsertedRows, ViewRowsReply, ViewRowsRequest};
 use sluice_quorum::{NodeError, QuorumError, QuorumNode, ReplicatedState};
 use sluice_types::{Error, Result, SqlCode};
 use std::collections::BTreeMap;
@@ -47,6 +49,10 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 /// A view's rows a follower takes from the leader at most (Arrow IPC
 /// bytes); a bigger view is read on the leader.
 pub const LEADER_VIEW_BYTES_MAX: usize = 256 << 20;
+/// An INSERT's rows a follower hands the leader at most (Arrow IPC bytes;
+/// gRPC's default bound on a request): a bigger INSERT is refused with
+/// `54000` before anything is appended.
+pub const INSERT_BYTES_MAX: usize = 4 << 20;
 
 /// How [`Master`](crate::Master) reaches the quorum. The master knows
 /// only this trait, so the single-master path has no quorum at all.
@@ -63,6 +69,9 @@ pub trait Replication: Send + Sync {
     /// its sink runs, last published them (from the copy taken before, when
     /// the leader says it is still current).
     fn leader_view(&self, name: &str) -> BoxFuture<'_, Result<PublishedView>>;
+    /// On a follower: appends an INSERT's rows to memory stream `stream`
+    /// on the leader; how many it appended.
+    fn forward_insert<'a>(&'a self, stream: &'a str, rows: &'a [RecordBatch]) -> BoxFuture<'a, Result<u64>>;
     /// On a follower: views' reads answered with rows taken from the
     /// leader, and from a copy.
     fn view_reads(&self) -> (u64, u64) {
@@ -180,16 +189,19 @@ pub struct QuorumCatalog {
     master: OnceLock<Weak<crate::Master>>,
     /// The views this master's sinks publish (served to followers).
     views: Arc<Views>,
+    /// Memory streams' logs (a forwarded INSERT appends here).
+    memory: Arc<MemoryLogs>,
     /// On a follower: the views' rows it took from the leader.
     view_copies: std::sync::Mutex<ViewCache>,
 }
 
 impl QuorumCatalog {
-    pub fn new(node: QuorumNode, views: Arc<Views>) -> Arc<Self> {
+    pub fn new(node: QuorumNode, connectors: &Connectors) -> Arc<Self> {
         Arc::new(QuorumCatalog {
             node,
             master: OnceLock::new(),
-            views,
+            views: connectors.views.clone(),
+            memory: connectors.memory.clone(),
             view_copies: std::sync::Mutex::new(ViewCache::new(LEADER_VIEW_BYTES_MAX)),
         })
     }
@@ -233,6 +245,8 @@ impl QuorumCatalog {
     /// The gRPC service followers forward commands to.
     pub fn service(self: &std::sync::Arc<Self>) -> CatalogServer<CatalogService> {
         CatalogServer::new(CatalogService(self.clone()))
+            // A forwarded INSERT's rows, plus room for the request's other fields.
+            .max_decoding_message_size(INSERT_BYTES_MAX + (1 << 20))
     }
 
     /// The catalog the replicated state holds.
@@ -289,6 +303,39 @@ impl Replication for QuorumCatalog {
                 } else {
                     Applied::Unchanged
                 });
+            }
+            Err(leader_error(&leader, &reply.sqlstate, reply.message))
+        })
+    }
+
+    fn forward_insert<'a>(&'a self, stream: &'a str, rows: &'a [RecordBatch]) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(async move {
+            let schema = match rows.first() {
+                Some(b) => b.schema(),
+                None => return Ok(0),
+            };
+            let ipc = crate::view_cache::encode_batches(&schema, rows)?;
+            if ipc.len() > INSERT_BYTES_MAX {
+                return Err(Error::user(
+                    SqlCode::ProgramLimitExceeded,
+                    format!(
+                        "INSERT of {} bytes of rows through a follower is over the {INSERT_BYTES_MAX} bytes it hands the leader; insert in batches or on the leader",
+                        ipc.len()
+                    ),
+                ));
+            }
+            let (leader, mut client, unreachable) = self.leader().await?;
+            let reply = client
+                .insert(InsertRows {
+                    version: sluice_proto::PROTOCOL_VERSION,
+                    stream: stream.to_string(),
+                    ipc: ipc.into(),
+                })
+                .await
+                .map_err(|e| unreachable(e.message().to_string()))?
+                .into_inner();
+            if reply.sqlstate.is_empty() {
+                return Ok(reply.rows);
             }
             Err(leader_error(&leader, &reply.sqlstate, reply.message))
         })
@@ -380,6 +427,59 @@ impl Catalog for CatalogService {
             return Err(tonic::Status::unavailable("this master is starting or stopping"));
         };
         Ok(tonic::Response::new(reply(master.apply(command).await)))
+    }
+
+    async fn insert(
+        &self,
+        request: tonic::Request<InsertRows>,
+    ) -> std::result::Result<tonic::Response<InsertedRows>, tonic::Status> {
+        let request = request.into_inner();
+        same_version(request.version)?;
+        let reply = |r: Result<u64>| match r {
+            Ok(rows) => InsertedRows {
+                rows,
+                ..Default::default()
+            },
+            Err(e) => InsertedRows {
+                sqlstate: e.sqlstate().to_string(),
+                message: e.to_string(),
+                rows: 0,
+            },
+        };
+        if !self.0.node.is_leader() {
+            return Ok(tonic::Response::new(reply(Err(no_quorum(
+                &self.0.node,
+                "an INSERT was forwarded to this master, which does not lead (any more)",
+            )))));
+        }
+        let Some(master) = self.0.master.get().and_then(Weak::upgrade) else {
+            return Err(tonic::Status::unavailable("this master is starting or stopping"));
+        };
+        let appended = (|| {
+            let def = master.insertable(&request.stream)?;
+            let (schema, rows) = crate::view_cache::decode_rows(&request.ipc)
+                .map_err(|e| Error::internal(format!("a forwarded INSERT's rows do not decode: {e}")))?;
+            // The follower conformed the rows to the stream's columns as
+            // its catalog had them; the leader's may have changed since
+            // (the stream dropped and created anew).
+            let types =
+                |s: &arrow::datatypes::Schema| s.fields().iter().map(|f| f.data_type().clone()).collect::<Vec<_>>();
+            if types(&schema) != types(&def.schema) {
+                return Err(Error::user(
+                    SqlCode::DatatypeMismatch,
+                    format!(
+                        "the INSERT's rows do not have the columns of stream \"{}\" on the leader (it changed meanwhile); run it again",
+                        def.name
+                    ),
+                ));
+            }
+            let rows = rows
+                .into_iter()
+                .map(|b| RecordBatch::try_new(def.schema.clone(), b.columns().to_vec()))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            self.0.memory.get_or_create(&def.name, &def.options)?.append(rows)
+        })();
+        Ok(tonic::Response::new(reply(appended)))
     }
 
     async fn view_rows(
@@ -490,5 +590,33 @@ mod tests {
         assert_eq!(w, [("stream/s1".to_string(), None)]);
         apply(&mut state, w, 2);
         assert_eq!(unflatten(&state).unwrap().streams.keys().collect::<Vec<_>>(), ["s2"]);
+    }
+
+    /// An INSERT forwarded to the leader is bounded: past
+    /// [`INSERT_BYTES_MAX`] bytes of rows it is refused with 54000 before
+    /// the leader is asked; within it, it goes to the leader (here none
+    /// is reachable: 57P03).
+    #[tokio::test]
+    async fn a_forwarded_insert_is_bounded() {
+        use arrow::array::StringArray;
+        let dir = tempfile::tempdir().unwrap();
+        let peers = BTreeMap::from([("m2".to_string(), "127.0.0.1:1".to_string())]);
+        let node = QuorumNode::start("m1".into(), peers, sluice_quorum::Config::default(), dir.path()).unwrap();
+        let q = QuorumCatalog::new(node.clone(), &Connectors::default());
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "s",
+            arrow::datatypes::DataType::Utf8,
+            true,
+        )]));
+        let rows = |bytes: usize| {
+            let text = "x".repeat(bytes);
+            vec![RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![text]))]).unwrap()]
+        };
+        let e = q.forward_insert("s", &rows(INSERT_BYTES_MAX)).await.unwrap_err();
+        assert_eq!(e.sqlstate(), "54000", "{e}");
+        let e = q.forward_insert("s", &rows(INSERT_BYTES_MAX - 4096)).await.unwrap_err();
+        assert_eq!(e.sqlstate(), "57P03", "{e}");
+        assert_eq!(q.forward_insert("s", &[]).await.unwrap(), 0, "nothing to append");
+        node.shutdown();
     }
 }

@@ -123,10 +123,18 @@ where
 
 /// A view's schema and rows as one Arrow IPC stream.
 pub(crate) fn encode_rows(view: &PublishedView) -> Result<Vec<u8>> {
+    encode_batches(&view.schema, &view.rows()?)
+}
+
+/// `batches` (their columns, as `schema`'s) as one Arrow IPC stream.
+pub(crate) fn encode_batches(
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[arrow::record_batch::RecordBatch],
+) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &view.schema)?;
-    for rows in view.rows()? {
-        let rows = arrow::record_batch::RecordBatch::try_new(view.schema.clone(), rows.columns().to_vec())?;
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, schema)?;
+    for rows in batches {
+        let rows = arrow::record_batch::RecordBatch::try_new(schema.clone(), rows.columns().to_vec())?;
         writer.write(&rows)?;
     }
     writer.finish()?;

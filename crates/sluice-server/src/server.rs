@@ -195,10 +195,7 @@ pub async fn start_master(config: MasterConfig) -> startup::Result<ServerHandle>
         )
         .map_err(|e| sluice_types::Error::external(e.to_string()))?;
         cluster.set_quorum(node.clone());
-        Some(sluice_cluster::replication::QuorumCatalog::new(
-            node,
-            connectors.views.clone(),
-        ))
+        Some(sluice_cluster::replication::QuorumCatalog::new(node, &connectors))
     };
     let router = tonic::transport::Server::builder()
         .add_service(cluster.service())

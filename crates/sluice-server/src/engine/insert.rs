@@ -11,7 +11,7 @@ use sluice_cluster::Master;
 use sluice_connectors::MemoryLogs;
 use sluice_sql::errors::plan_error;
 use sluice_sql::statement::normalize_name;
-use sluice_types::{Error, ObjectKind, Result, SqlCode};
+use sluice_types::{Error, Result, SqlCode};
 use sqlparser::ast::{Insert, Statement, TableObject};
 use std::sync::Arc;
 
@@ -30,25 +30,11 @@ fn too_many_rows(rows: &str) -> Error {
 
 /// Appends the rows of `insert` to its stream's log in `logs`; returns how many.
 pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Result<u64> {
-    // A follower's log would be read by nobody: rows go to the leader.
-    master.ensure_leader("INSERT runs")?;
     let TableObject::TableName(name) = &insert.table else {
         return Err(Error::unsupported("INSERT INTO a table function is not supported"));
     };
     let name = normalize_name(name);
-    let def = master
-        .stream(&name)
-        .ok_or_else(|| Error::not_found(ObjectKind::Stream, &name))?;
-    if !sluice_connectors::registry::accepts_insert(&def.connector) || def.pipeline.is_some() {
-        return Err(Error::unsupported(format!(
-            "INSERT works on memory streams; \"{name}\" is written by its {} connector",
-            if def.pipeline.is_some() {
-                "pipeline"
-            } else {
-                def.connector.as_str()
-            }
-        )));
-    }
+    let def = master.insertable(&name)?;
     if let Some(source) = &insert.source {
         let mut relations = Vec::new();
         let _ = sqlparser::ast::Visit::visit(source.as_ref(), &mut Relations(&mut relations));
@@ -98,6 +84,11 @@ pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Resu
             return Err(too_many_rows(&format!("more than {INSERT_ROWS_MAX}")));
         }
         rows.push(conform(&b, &def.schema)?);
+    }
+    // On a quorum follower the rows go to the leader, where the stream's
+    // log lives (a follower's log would be read by nobody).
+    if let Some(appended) = master.insert_on_leader(&def.name, &rows).await? {
+        return Ok(appended);
     }
     logs.get_or_create(&def.name, &def.options)?.append(rows)
 }
