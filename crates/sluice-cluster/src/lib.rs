@@ -46,6 +46,7 @@ pub mod recorded;
 pub mod replication;
 pub mod scheduler;
 pub mod security;
+pub mod session_query;
 pub mod status;
 pub mod supervisor;
 pub mod view_cache;

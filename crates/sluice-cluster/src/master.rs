@@ -996,6 +996,17 @@ impl Master {
         }
     }
 
+    /// With a master quorum, on a follower: runs a session's continuous
+    /// query on the leader (where pipelines run) and returns its result
+    /// batches as the leader streams them; `None` on the leader or a
+    /// single master (run it here: [`crate::session_query::run`]).
+    pub async fn forward_query(&self, dag: &PhysicalDag) -> Result<Option<crate::session_query::Batches>> {
+        match &self.replication {
+            Some(r) if !r.is_leader() => r.forward_query(dag).await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// With a master quorum, refuses (57P03) what only the leader can do —
     /// run a session's query — on a follower.
     pub fn ensure_leader(&self, what: &str) -> Result<()> {

@@ -23,15 +23,20 @@
 
 use crate::catalog::{CatalogState, PipelineDef};
 use crate::command::{Applied, CatalogCommand};
+use crate::session_query::Batches;
 use crate::view_cache::ViewCache;
 use arrow::record_batch::RecordBatch;
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use sluice_connectors::views::{PublishedView, Views};
-use sluice_connectors::{Connectors, MemoryLogs};
+use sluice_connectors::{ClientSinks, Connectors, MemoryLogs};
+use sluice_plan::PhysicalDag;
 use sluice_plan::catalog::StreamDef;
 use sluice_proto::v1::catalog_client::CatalogClient;
 use sluice_proto::v1::catalog_server::{Catalog, CatalogServer};
-use sluice_proto::v1::{CatalogApplied, CatalogApply, InsertRows, InsertedRows, ViewRowsReply, ViewRowsRequest};
+use sluice_proto::v1::{
+    CatalogApplied, CatalogApply, InsertRows, InsertedRows, QueryBatch, QueryRequest, ViewRowsReply, ViewRowsRequest,
+};
 use sluice_quorum::{NodeError, QuorumError, QuorumNode, ReplicatedState};
 use sluice_types::{Error, Result, SqlCode};
 use std::collections::BTreeMap;
@@ -53,6 +58,9 @@ pub const LEADER_VIEW_BYTES_MAX: usize = 256 << 20;
 /// gRPC's default bound on a request): a bigger INSERT is refused with
 /// `54000` before anything is appended.
 pub const INSERT_BYTES_MAX: usize = 4 << 20;
+/// A forwarded query's result rows in one message at most (a bigger batch
+/// goes in pieces).
+pub const QUERY_BATCH_BYTES_MAX: usize = 4 << 20;
 
 /// How [`Master`](crate::Master) reaches the quorum. The master knows
 /// only this trait, so the single-master path has no quorum at all.
@@ -72,6 +80,10 @@ pub trait Replication: Send + Sync {
     /// On a follower: appends an INSERT's rows to memory stream `stream`
     /// on the leader; how many it appended.
     fn forward_insert<'a>(&'a self, stream: &'a str, rows: &'a [RecordBatch]) -> BoxFuture<'a, Result<u64>>;
+    /// On a follower: runs a session's continuous query (`dag`, planned
+    /// and checked here) on the leader; its result batches as the leader
+    /// sends them (dropping them stops the query there).
+    fn forward_query<'a>(&'a self, dag: &'a PhysicalDag) -> BoxFuture<'a, Result<Batches>>;
     /// On a follower: views' reads answered with rows taken from the
     /// leader, and from a copy.
     fn view_reads(&self) -> (u64, u64) {
@@ -191,6 +203,8 @@ pub struct QuorumCatalog {
     views: Arc<Views>,
     /// Memory streams' logs (a forwarded INSERT appends here).
     memory: Arc<MemoryLogs>,
+    /// Result channels of session queries (a forwarded query's sink).
+    clients: Arc<ClientSinks>,
     /// On a follower: the views' rows it took from the leader.
     view_copies: std::sync::Mutex<ViewCache>,
 }
@@ -202,6 +216,7 @@ impl QuorumCatalog {
             master: OnceLock::new(),
             views: connectors.views.clone(),
             memory: connectors.memory.clone(),
+            clients: connectors.clients.clone(),
             view_copies: std::sync::Mutex::new(ViewCache::new(LEADER_VIEW_BYTES_MAX)),
         })
     }
@@ -341,6 +356,47 @@ impl Replication for QuorumCatalog {
         })
     }
 
+    fn forward_query<'a>(&'a self, dag: &'a PhysicalDag) -> BoxFuture<'a, Result<Batches>> {
+        Box::pin(async move {
+            let dag_json = serde_json::to_vec(dag).map_err(|e| Error::internal(e.to_string()))?;
+            let (leader, client, unreachable) = self.leader().await?;
+            let batches = client
+                // The call lasts as long as the query: no deadline.
+                .max_decoding_message_size(QUERY_BATCH_BYTES_MAX + (1 << 20))
+                .query(QueryRequest {
+                    version: sluice_proto::PROTOCOL_VERSION,
+                    dag_json: dag_json.into(),
+                })
+                .await
+                .map_err(|e| unreachable(e.message().to_string()))?
+                .into_inner();
+            let lost = format!("the leader {leader}");
+            let state: (tonic::Streaming<QueryBatch>, String, bool) = (batches, leader, false);
+            let batches = futures::stream::unfold(state, move |(mut batches, leader, done)| {
+                let lost = lost.clone();
+                async move {
+                    if done {
+                        return None;
+                    }
+                    let item = match batches.message().await {
+                        Ok(None) => return None,
+                        Err(e) => Err(Error::user(
+                            SqlCode::ConnectionFailure,
+                            format!("{lost}, which runs this query, went away: {}", e.message()),
+                        )),
+                        Ok(Some(b)) if !b.sqlstate.is_empty() => Err(leader_error(&leader, &b.sqlstate, b.message)),
+                        Ok(Some(b)) => crate::view_cache::decode_rows(&b.ipc)
+                            .map_err(|e| Error::internal(format!("{lost} sent result rows that do not decode: {e}")))
+                            .and_then(|(schema, rows)| Ok(arrow::compute::concat_batches(&schema, &rows)?)),
+                    };
+                    let done = item.is_err();
+                    Some((item, (batches, leader, done)))
+                }
+            });
+            Ok(futures::StreamExt::boxed(batches))
+        })
+    }
+
     fn leader_view(&self, name: &str) -> BoxFuture<'_, Result<PublishedView>> {
         let name = name.to_string();
         Box::pin(async move {
@@ -378,6 +434,19 @@ fn leader_error(leader: &str, sqlstate: &str, message: String) -> Error {
         Some(code) => Error::user(code, message),
         None => Error::external(format!("the leader {leader}: {message}")),
     }
+}
+
+/// `batch` as Arrow IPC streams of at most `bytes_max` bytes each (halved
+/// until a piece fits; a single row past it goes alone).
+fn encode_pieces(batch: &RecordBatch, bytes_max: usize) -> Result<Vec<Vec<u8>>> {
+    let ipc = crate::view_cache::encode_batches(&batch.schema(), std::slice::from_ref(batch))?;
+    if ipc.len() <= bytes_max || batch.num_rows() <= 1 {
+        return Ok(vec![ipc]);
+    }
+    let half = batch.num_rows() / 2;
+    let mut pieces = encode_pieces(&batch.slice(0, half), bytes_max)?;
+    pieces.extend(encode_pieces(&batch.slice(half, batch.num_rows() - half), bytes_max)?);
+    Ok(pieces)
 }
 
 /// A request of another protocol version is refused, saying which.
@@ -427,6 +496,66 @@ impl Catalog for CatalogService {
             return Err(tonic::Status::unavailable("this master is starting or stopping"));
         };
         Ok(tonic::Response::new(reply(master.apply(command).await)))
+    }
+
+    type QueryStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<QueryBatch, tonic::Status>> + Send + 'static>>;
+
+    async fn query(
+        &self,
+        request: tonic::Request<QueryRequest>,
+    ) -> std::result::Result<tonic::Response<Self::QueryStream>, tonic::Status> {
+        let request = request.into_inner();
+        same_version(request.version)?;
+        let failed = |e: Error| QueryBatch {
+            sqlstate: e.sqlstate().to_string(),
+            message: e.to_string(),
+            ..Default::default()
+        };
+        let started = (|| {
+            if !self.0.node.is_leader() {
+                return Err(no_quorum(
+                    &self.0.node,
+                    "a query was forwarded to this master, which does not lead (any more)",
+                ));
+            }
+            let Some(master) = self.0.master.get().and_then(Weak::upgrade) else {
+                return Err(Error::user(
+                    SqlCode::CannotConnectNow,
+                    "the leader is starting or stopping",
+                ));
+            };
+            let dag: PhysicalDag = serde_json::from_slice(&request.dag_json)
+                .map_err(|e| Error::internal(format!("a forwarded query's DAG did not decode: {e}")))?;
+            crate::session_query::run(&master, &self.0.clients, &dag)
+        })();
+        let batches = match started {
+            Ok(batches) => batches,
+            Err(e) => {
+                let once = futures::stream::iter([Ok(failed(e))]);
+                return Ok(tonic::Response::new(Box::pin(once)));
+            }
+        };
+        // Each batch in pieces of at most QUERY_BATCH_BYTES_MAX; a failure
+        // ends the stream. Dropped by tonic when the follower ends the
+        // call: the query stops.
+        let messages = batches.flat_map(move |item| {
+            let messages = match item {
+                Ok(batch) => match encode_pieces(&batch, QUERY_BATCH_BYTES_MAX) {
+                    Ok(pieces) => pieces
+                        .into_iter()
+                        .map(|ipc| QueryBatch {
+                            ipc: ipc.into(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    Err(e) => vec![failed(e)],
+                },
+                Err(e) => vec![failed(e)],
+            };
+            futures::stream::iter(messages.into_iter().map(Ok))
+        });
+        Ok(tonic::Response::new(Box::pin(messages)))
     }
 
     async fn insert(

@@ -28,7 +28,8 @@
 /// on a worker, which answers `FetchView` with the rows it published (a
 /// version-4 worker would never answer, a version-4 master would read the
 /// view on its own worker and find nothing), and a follower forwards an
-/// INSERT's rows to the leader (`Catalog.Insert`, unknown to version 4).
+/// INSERT's rows to the leader (`Catalog.Insert`) and runs a continuous
+/// query there (`Catalog.Query`), both unknown to version 4.
 pub const PROTOCOL_VERSION: u32 = 5;
 
 /// `package sluice.v1`.

@@ -5,77 +5,40 @@ use super::RowStream;
 use arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use sluice_cluster::Master;
+use sluice_cluster::{Master, session_query};
 use sluice_connectors::ClientSinks;
-use sluice_dataflow::deploy::{PipelineRuntime, PipelineStatus};
 use sluice_sql::PlannedQuery;
-use sluice_types::{Error, Result, SqlCode};
+use sluice_types::Result;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
-/// Result batches buffered between a query's sink and its client.
-pub const RESULT_BATCHES_MAX: usize = 4;
-
-/// Stops the pipeline when dropped.
-struct QueryGuard(Arc<PipelineRuntime>);
-
-impl Drop for QueryGuard {
-    fn drop(&mut self) {
-        self.0.stop();
-    }
-}
-
-struct QueryState {
-    rx: mpsc::Receiver<RecordBatch>,
-    remaining: Option<usize>,
-    guard: QueryGuard,
-    done: bool,
-}
-
-/// Starts `planned` and returns its rows as a stream. Its `client` sink
-/// finds the result channel registered in `clients` under the query's id.
-pub fn start(master: &Master, clients: &ClientSinks, planned: &PlannedQuery) -> Result<RowStream> {
-    let (tx, rx) = mpsc::channel(RESULT_BATCHES_MAX);
-    let id = master.new_query_id();
-    clients.register(id, tx);
-    let runtime = master.run_query(id, &planned.dag).inspect_err(|_| clients.forget(id))?;
-    let state = QueryState {
-        rx,
-        remaining: planned.limit,
-        guard: QueryGuard(runtime),
-        done: planned.limit == Some(0),
+/// Starts `planned` and returns its rows as a stream: on this master, or
+/// on a quorum follower on the leader, which streams them here
+/// ([`sluice_cluster::session_query`]). The stream ends at the query's
+/// LIMIT, when its input ends, or with its failure; dropping it stops the
+/// query.
+pub async fn start(master: &Master, clients: &ClientSinks, planned: &PlannedQuery) -> Result<RowStream> {
+    let batches = match master.forward_query(&planned.dag).await? {
+        Some(batches) => batches,
+        None => session_query::run(master, clients, &planned.dag)?,
     };
-    let batches = futures::stream::unfold(state, |mut s| async move {
-        if s.done {
+    let state = (batches, planned.limit, planned.limit == Some(0));
+    let batches = futures::stream::unfold(state, |(mut batches, mut remaining, done)| async move {
+        if done {
             return None;
         }
-        match s.rx.recv().await {
-            Some(mut batch) => {
-                if let Some(remaining) = s.remaining.as_mut() {
+        match batches.next().await? {
+            Ok(mut batch) => {
+                let mut done = false;
+                if let Some(remaining) = remaining.as_mut() {
                     if batch.num_rows() >= *remaining {
                         batch = batch.slice(0, *remaining);
-                        s.done = true;
+                        done = true;
                     }
                     *remaining -= batch.num_rows();
                 }
-                Some((Ok(batch), s))
+                Some((Ok(batch), (batches, remaining, done)))
             }
-            None => {
-                s.done = true;
-                let status = s.guard.0.wait().await;
-                match status {
-                    PipelineStatus::Failed {
-                        operator, error, code, ..
-                    } => Some((
-                        Err(Error::user(
-                            code.unwrap_or(SqlCode::DataException),
-                            format!("query failed in operator {operator}: {error}"),
-                        )),
-                        s,
-                    )),
-                    _ => None,
-                }
-            }
+            Err(e) => Some((Err(e), (batches, remaining, true))),
         }
     });
     Ok(RowStream {

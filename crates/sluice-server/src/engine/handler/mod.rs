@@ -169,7 +169,7 @@ impl Ctx<'_> {
                 .await?;
             let who = super::authorize::who(self.engine, self.user)?;
             super::authorize::check_reads(self.engine, &who, &planned.dag)?;
-            query::start(&self.engine.master, &self.engine.data.clients, &planned)?
+            query::start(&self.engine.master, &self.engine.data.clients, &planned).await?
         };
         Ok(column_names::rename_rows(q, rows))
     }
