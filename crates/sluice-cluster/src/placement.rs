@@ -341,6 +341,18 @@ mod tests {
         )
     }
 
+    /// `d` spread over `workers`, what lives in the master on it.
+    fn spread(d: &PhysicalDag, workers: &[WorkerSlots]) -> Placement {
+        place(
+            d,
+            &DeployConfig::default(),
+            (&Spread, &Constraints::default()),
+            workers,
+            (&WorkerId(MASTER.into()), &MasterOwned::of(d)),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn spread_puts_each_operators_instances_on_every_worker() {
         let ws = [worker("a", 4, &[]), worker("b", 4, &[])];
@@ -370,14 +382,7 @@ mod tests {
         // Pack would put both sources on a; the sinks follow their sources
         // even under spread.
         let ws = [worker("a", 4, &[]), worker("b", 4, &[])];
-        let p = place(
-            &d,
-            &DeployConfig::default(),
-            (&Spread, &Constraints::default()),
-            &ws,
-            (&WorkerId(MASTER.into()), &MasterOwned::of(&d)),
-        )
-        .unwrap();
+        let p = spread(&d, &ws);
         for i in 0..2 {
             assert_eq!(
                 p.worker_of(OperatorId(0), i),
@@ -429,14 +434,7 @@ mod tests {
             if let OperatorKind::Sink(s) = &mut d.operators[1].kind {
                 s.connector = sink.into();
             }
-            let p = place(
-                &d,
-                &DeployConfig::default(),
-                (&Spread, &Constraints::default()),
-                &ws,
-                (&WorkerId(MASTER.into()), &MasterOwned::of(&d)),
-            )
-            .unwrap();
+            let p = spread(&d, &ws);
             let at = |op| p.worker_of(OperatorId(op), 0).unwrap().0.clone();
             (at(0), at(1))
         };

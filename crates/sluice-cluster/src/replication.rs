@@ -463,6 +463,26 @@ fn same_version(version: u32) -> std::result::Result<(), tonic::Status> {
 /// The `Catalog` service: applies a forwarded command on the leader.
 pub struct CatalogService(std::sync::Arc<QuorumCatalog>);
 
+impl CatalogService {
+    /// This master, which `what` was forwarded to as the leader: `57P03`
+    /// when it does not lead (any more) — forwarded once at most, never
+    /// again — or is starting or stopping.
+    fn leading_master(&self, what: &str) -> Result<Arc<crate::Master>> {
+        if !self.0.node.is_leader() {
+            return Err(no_quorum(
+                &self.0.node,
+                &format!("{what} was forwarded to this master, which does not lead (any more)"),
+            ));
+        }
+        self.0.master.get().and_then(Weak::upgrade).ok_or_else(|| {
+            Error::user(
+                SqlCode::CannotConnectNow,
+                format!("{what} was forwarded to this master, which is starting or stopping"),
+            )
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl Catalog for CatalogService {
     async fn apply(
@@ -486,14 +506,9 @@ impl Catalog for CatalogService {
         };
         // Forwarded once at most: a master that is not the leader (any
         // more) says so instead of forwarding again.
-        if !self.0.node.is_leader() {
-            return Ok(tonic::Response::new(reply(Err(no_quorum(
-                &self.0.node,
-                "a command was forwarded to this master, which does not lead (any more)",
-            )))));
-        }
-        let Some(master) = self.0.master.get().and_then(Weak::upgrade) else {
-            return Err(tonic::Status::unavailable("this master is starting or stopping"));
+        let master = match self.leading_master("a command") {
+            Ok(master) => master,
+            Err(e) => return Ok(tonic::Response::new(reply(Err(e)))),
         };
         Ok(tonic::Response::new(reply(master.apply(command).await)))
     }
@@ -513,18 +528,7 @@ impl Catalog for CatalogService {
             ..Default::default()
         };
         let started = (|| {
-            if !self.0.node.is_leader() {
-                return Err(no_quorum(
-                    &self.0.node,
-                    "a query was forwarded to this master, which does not lead (any more)",
-                ));
-            }
-            let Some(master) = self.0.master.get().and_then(Weak::upgrade) else {
-                return Err(Error::user(
-                    SqlCode::CannotConnectNow,
-                    "the leader is starting or stopping",
-                ));
-            };
+            let master = self.leading_master("a query")?;
             let dag: PhysicalDag = serde_json::from_slice(&request.dag_json)
                 .map_err(|e| Error::internal(format!("a forwarded query's DAG did not decode: {e}")))?;
             crate::session_query::run(&master, &self.0.clients, &dag)
@@ -575,14 +579,9 @@ impl Catalog for CatalogService {
                 rows: 0,
             },
         };
-        if !self.0.node.is_leader() {
-            return Ok(tonic::Response::new(reply(Err(no_quorum(
-                &self.0.node,
-                "an INSERT was forwarded to this master, which does not lead (any more)",
-            )))));
-        }
-        let Some(master) = self.0.master.get().and_then(Weak::upgrade) else {
-            return Err(tonic::Status::unavailable("this master is starting or stopping"));
+        let master = match self.leading_master("an INSERT") {
+            Ok(master) => master,
+            Err(e) => return Ok(tonic::Response::new(reply(Err(e)))),
         };
         let appended = (|| {
             let def = master.insertable(&request.stream)?;
