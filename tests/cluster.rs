@@ -167,6 +167,29 @@ async fn a_materialized_view_over_two_workers_is_exact() {
             .collect::<Vec<(i64, i64, i64)>>()
     };
     assert_eq!(sums().await, expected_sums(100_000, 7));
+    // A view of ~26 MB of rows comes from its worker in pieces (at most
+    // 16 MiB each), put together in order: every row, every character.
+    exec(
+        &c,
+        "CREATE STREAM big (i BIGINT, s TEXT) WITH (
+            connector = 'datagen', 'number-of-rows' = '200000', 'rows-per-second' = '0',
+            'fields.i.kind' = 'sequence', 'fields.i.start' = '1', 'fields.i.end' = '200000',
+            'fields.s.length' = '120');
+         SET parallelism = 1;
+         CREATE MATERIALIZED VIEW vbig AS SELECT i, s FROM big",
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pipeline_state(&c, "vbig").await.as_deref() != Some("finished") {
+        assert!(Instant::now() < deadline, "vbig never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let row = c
+        .query_one("SELECT count(*), sum(i), sum(char_length(s)) FROM vbig", &[])
+        .await
+        .unwrap();
+    let got: (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(got, (200_000, 200_000 * 200_001 / 2, 200_000 * 120));
     // The workers gone, the finished view answers from the master; the
     // live one cannot, and says which worker it was on.
     server.kill_worker(0);

@@ -875,30 +875,52 @@ impl Session<'_> {
                 let too_big = |bytes| {
                     format!(
                         "materialized view {name}'s rows ({bytes} bytes) are more than a master takes from a worker ({} bytes)",
-                        crate::replication::LEADER_VIEW_BYTES_MAX
+                        crate::control::WORKER_VIEW_BYTES_MAX
                     )
                 };
-                crate::view_cache::reply(view.as_deref(), known, missing, too_big)
+                let bytes_max = crate::control::WORKER_VIEW_BYTES_MAX;
+                crate::view_cache::reply_within(view.as_deref(), known, bytes_max, missing, too_big)
             })
             .await;
-            let reply = match reply {
-                Ok(reply) => reply,
-                Err(e) => pb::ViewRowsReply {
-                    sqlstate: Error::internal("").sqlstate().to_string(),
-                    message: format!("encoding a view's rows failed: {e}"),
+            let reply = reply.unwrap_or_else(|e| {
+                let e = Error::internal(format!("encoding a view's rows failed: {e}"));
+                pb::ViewRowsReply {
+                    sqlstate: e.sqlstate().to_string(),
+                    message: e.to_string(),
                     ..Default::default()
-                },
-            };
-            let event = pb::WorkerEvent {
-                protocol_version: PROTOCOL_VERSION,
-                event: Some(pb::worker_event::Event::ViewRows(pb::WorkerViewRows {
-                    request_id,
-                    reply: Some(reply),
-                })),
-            };
-            // The master gives up on its own after a while: a full queue
-            // drops the answer.
-            let _ = tokio::time::timeout(CONNECT_TIMEOUT, up.send(event)).await;
+                }
+            });
+            // The rows in pieces, the first with the reply's other fields.
+            let ipc = reply.ipc.clone();
+            let piece = crate::control::VIEW_PIECE_BYTES;
+            let pieces = ipc.len().div_ceil(piece).max(1);
+            for i in 0..pieces {
+                let part = ipc.slice(i * piece..((i + 1) * piece).min(ipc.len()));
+                let reply = if i == 0 {
+                    pb::ViewRowsReply {
+                        ipc: part,
+                        ..reply.clone()
+                    }
+                } else {
+                    pb::ViewRowsReply {
+                        ipc: part,
+                        ..Default::default()
+                    }
+                };
+                let event = pb::WorkerEvent {
+                    protocol_version: PROTOCOL_VERSION,
+                    event: Some(pb::worker_event::Event::ViewRows(pb::WorkerViewRows {
+                        request_id,
+                        reply: Some(reply),
+                        more: i + 1 < pieces,
+                    })),
+                };
+                // The master gives up on its own after a while: a full
+                // queue drops the answer.
+                if tokio::time::timeout(CONNECT_TIMEOUT, up.send(event)).await.is_err() {
+                    return;
+                }
+            }
         });
     }
 

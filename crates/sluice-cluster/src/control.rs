@@ -286,7 +286,7 @@ pub struct Cluster {
     placement_writes: tokio::sync::Mutex<()>,
     /// Views' rows asked of workers (`FetchView`) and not answered yet, by
     /// request id (at most [`VIEW_REQUESTS_MAX`]).
-    view_requests: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<pb::ViewRowsReply>>>,
+    view_requests: Mutex<HashMap<u64, ViewRequest>>,
     next_request: AtomicU64,
     /// Copies of views' rows taken from workers, by view (the worker and
     /// publication they are of): a read asks only whether they are current.
@@ -298,8 +298,23 @@ pub struct Cluster {
 /// refused with `53300` (each may bring up to
 /// [`crate::replication::LEADER_VIEW_BYTES_MAX`] bytes).
 pub const VIEW_REQUESTS_MAX: usize = 16;
-/// How long a worker has to answer a `FetchView`.
-const VIEW_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a worker has to answer a `FetchView`, all its pieces.
+const VIEW_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// A view's rows a master takes from a worker at most (Arrow IPC bytes;
+/// the view's own `'rows.max'` bounds it first in practice): past it a
+/// read is refused with `54000`.
+pub const WORKER_VIEW_BYTES_MAX: usize = 4 << 30;
+/// The rows go up in pieces of at most this many bytes (a session's
+/// messages stay small beside its heartbeats).
+pub const VIEW_PIECE_BYTES: usize = 16 << 20;
+
+/// A `FetchView` waiting for its answer: where to hand it, and what came
+/// of it so far (the reply, its rows' bytes).
+struct ViewRequest {
+    tx: tokio::sync::oneshot::Sender<pb::ViewRowsReply>,
+    reply: Option<pb::ViewRowsReply>,
+    ipc: Vec<u8>,
+}
 
 /// Decides whether this master may take workers' sessions: `None` yes,
 /// `Some((reason, leader's control address))` no.
@@ -678,8 +693,8 @@ impl Cluster {
     /// The gRPC service workers open their sessions with.
     pub fn service(self: &Arc<Self>) -> pb::master_server::MasterServer<Service> {
         pb::master_server::MasterServer::new(Service(self.clone()))
-            // A worker's answer to `FetchView` carries a view's rows.
-            .max_decoding_message_size(crate::replication::LEADER_VIEW_BYTES_MAX + (1 << 20))
+            // A worker's answer to `FetchView` carries a piece of a view's rows.
+            .max_decoding_message_size(VIEW_PIECE_BYTES + (1 << 20))
     }
 
     pub fn master_id(&self) -> &str {
@@ -904,7 +919,14 @@ impl Cluster {
                     ),
                 ));
             }
-            requests.insert(request_id, tx);
+            requests.insert(
+                request_id,
+                ViewRequest {
+                    tx,
+                    reply: None,
+                    ipc: Vec::new(),
+                },
+            );
         }
         let forget = || {
             self.view_requests
@@ -938,6 +960,42 @@ impl Cluster {
                 Err(unreachable(&format!("did not answer within {VIEW_FETCH_TIMEOUT:?}")))
             }
         }
+    }
+
+    /// A piece of a worker's answer to a `FetchView`: kept until the last,
+    /// then handed to the read waiting for it. An answer past
+    /// [`WORKER_VIEW_BYTES_MAX`] fails the read.
+    fn view_rows_came(&self, worker: &WorkerId, rows: &pb::WorkerViewRows) {
+        let mut requests = self.view_requests.lock().expect("view requests lock");
+        let Some(request) = requests.get_mut(&rows.request_id) else {
+            return;
+        };
+        let mut part = rows.reply.clone().unwrap_or_default();
+        request.ipc.extend_from_slice(&part.ipc);
+        if request.reply.is_none() {
+            part.ipc = Default::default();
+            request.reply = Some(part);
+        }
+        let over = request.ipc.len() > WORKER_VIEW_BYTES_MAX;
+        if rows.more && !over {
+            return;
+        }
+        let request = requests.remove(&rows.request_id).expect("found above");
+        let mut reply = request.reply.unwrap_or_default();
+        if over {
+            let e = Error::user(
+                SqlCode::ProgramLimitExceeded,
+                format!("worker {worker} sent more than {WORKER_VIEW_BYTES_MAX} bytes of a view's rows"),
+            );
+            reply = pb::ViewRowsReply {
+                sqlstate: e.sqlstate().to_string(),
+                message: e.to_string(),
+                ..Default::default()
+            };
+        } else {
+            reply.ipc = request.ipc.into();
+        }
+        let _ = request.tx.send(reply);
     }
 
     /// A finished deployment's view rows, on worker `worker` that ran its
@@ -1202,17 +1260,7 @@ impl Cluster {
             }
             Event::Drain(_) => return self.drain(worker),
             Event::SourceWatermarks(w) => return self.relay_watermarks(worker, w),
-            Event::ViewRows(v) => {
-                let waiting = self
-                    .view_requests
-                    .lock()
-                    .expect("view requests lock")
-                    .remove(&v.request_id);
-                if let Some(tx) = waiting {
-                    let _ = tx.send(v.reply.clone().unwrap_or_default());
-                }
-                return;
-            }
+            Event::ViewRows(v) => return self.view_rows_came(worker, v),
             _ => {}
         }
         match event_from_wire(&event) {
@@ -2194,6 +2242,47 @@ mod record_tests {
     /// more is refused with 53300 and nothing is sent; below it a read of
     /// a worker with no session fails at once with 08006 naming it, and
     /// leaves no request behind.
+    /// A read waiting for its worker under `id`.
+    fn hold(cluster: &Cluster, id: u64) -> tokio::sync::oneshot::Receiver<pb::ViewRowsReply> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let request = ViewRequest {
+            tx,
+            reply: None,
+            ipc: Vec::new(),
+        };
+        cluster.view_requests.lock().unwrap().insert(id, request);
+        rx
+    }
+
+    /// A worker's answer in pieces is put together: the first piece's
+    /// fields, every piece's rows in order; only the last hands it over.
+    #[tokio::test]
+    async fn a_views_rows_come_in_pieces() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cluster, node) = leading_cluster(dir.path()).await;
+        let w1 = WorkerId("w1".into());
+        let mut rx = hold(&cluster, 7);
+        let piece = |ipc: &'static [u8], first: bool, more: bool| pb::WorkerViewRows {
+            request_id: 7,
+            reply: Some(pb::ViewRowsReply {
+                ipc: ipc.to_vec().into(),
+                publication: if first { 42 } else { 0 },
+                ..Default::default()
+            }),
+            more,
+        };
+        cluster.view_rows_came(&w1, &piece(b"ab", true, true));
+        cluster.view_rows_came(&w1, &piece(b"cd", false, true));
+        assert!(rx.try_recv().is_err(), "not before the last piece");
+        cluster.view_rows_came(&w1, &piece(b"e", false, false));
+        let reply = rx.try_recv().unwrap();
+        assert_eq!((&reply.ipc[..], reply.publication), (&b"abcde"[..], 42));
+        assert!(cluster.view_requests.lock().unwrap().is_empty());
+        // A piece for a read that gave up is dropped.
+        cluster.view_rows_came(&w1, &piece(b"x", true, false));
+        node.shutdown();
+    }
+
     #[tokio::test]
     async fn view_reads_waiting_for_workers_are_bounded() {
         let dir = tempfile::tempdir().unwrap();
@@ -2201,17 +2290,13 @@ mod record_tests {
         let w1 = WorkerId("w1".into());
         let mut held = Vec::new();
         for id in 0..VIEW_REQUESTS_MAX as u64 - 1 {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            cluster.view_requests.lock().unwrap().insert(1_000_000 + id, tx);
-            held.push(rx);
+            held.push(hold(&cluster, 1_000_000 + id));
         }
         let e = cluster.ask_view(&w1, PipelineId(1), "v", 0).await.unwrap_err();
         assert_eq!(e.sqlstate(), "08006", "{e}");
         assert!(e.to_string().contains("worker w1"), "{e}");
         assert_eq!(cluster.view_requests.lock().unwrap().len(), VIEW_REQUESTS_MAX - 1);
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        cluster.view_requests.lock().unwrap().insert(2_000_000, tx);
-        held.push(rx);
+        held.push(hold(&cluster, 2_000_000));
         let e = cluster.ask_view(&w1, PipelineId(1), "v", 0).await.unwrap_err();
         assert_eq!(e.sqlstate(), "53300", "{e}");
         assert_eq!(cluster.view_requests.lock().unwrap().len(), VIEW_REQUESTS_MAX);

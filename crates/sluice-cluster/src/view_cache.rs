@@ -34,7 +34,7 @@ pub fn reply(
 }
 
 /// [`reply`] with the bound `bytes_max`.
-fn reply_within(
+pub(crate) fn reply_within(
     view: Option<&PublishedView>,
     known: u64,
     bytes_max: usize,
