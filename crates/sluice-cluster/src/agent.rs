@@ -875,10 +875,10 @@ impl Session<'_> {
                 let too_big = |bytes| {
                     format!(
                         "materialized view {name}'s rows ({bytes} bytes) are more than a master takes from a worker ({} bytes)",
-                        crate::control::WORKER_VIEW_BYTES_MAX
+                        crate::view_cache::WORKER_VIEW_BYTES_MAX
                     )
                 };
-                let bytes_max = crate::control::WORKER_VIEW_BYTES_MAX;
+                let bytes_max = crate::view_cache::WORKER_VIEW_BYTES_MAX;
                 crate::view_cache::reply_within(view.as_deref(), known, bytes_max, missing, too_big)
             })
             .await;
@@ -892,7 +892,7 @@ impl Session<'_> {
             });
             // The rows in pieces, the first with the reply's other fields.
             let ipc = reply.ipc.clone();
-            let piece = crate::control::VIEW_PIECE_BYTES;
+            let piece = crate::view_cache::VIEW_PIECE_BYTES;
             let pieces = ipc.len().div_ceil(piece).max(1);
             for i in 0..pieces {
                 let part = ipc.slice(i * piece..((i + 1) * piece).min(ipc.len()));

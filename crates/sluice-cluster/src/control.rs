@@ -29,6 +29,7 @@
 
 use crate::placement::{Constraints, MasterOwned, Pinned, Strategy, WorkerSlots, place};
 use crate::scheduler::Scheduler;
+use crate::view_cache::{VIEW_PIECE_BYTES, WORKER_VIEW_BYTES_MAX};
 use crate::wire::{DeploymentKey, apply_metrics, event_from_wire};
 use sluice_connectors::views::PublishedView;
 use sluice_dataflow::checkpoint::coordinator::BarrierSignals;
@@ -300,13 +301,6 @@ pub struct Cluster {
 pub const VIEW_REQUESTS_MAX: usize = 16;
 /// How long a worker has to answer a `FetchView`, all its pieces.
 const VIEW_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
-/// A view's rows a master takes from a worker at most (Arrow IPC bytes;
-/// the view's own `'rows.max'` bounds it first in practice): past it a
-/// read is refused with `54000`.
-pub const WORKER_VIEW_BYTES_MAX: usize = 4 << 30;
-/// The rows go up in pieces of at most this many bytes (a session's
-/// messages stay small beside its heartbeats).
-pub const VIEW_PIECE_BYTES: usize = 16 << 20;
 
 /// A `FetchView` waiting for its answer: where to hand it, and what came
 /// of it so far (the reply, its rows' bytes).
@@ -331,7 +325,7 @@ impl Cluster {
             view_requests: Mutex::default(),
             next_request: AtomicU64::new(1),
             view_copies: Mutex::new(crate::view_cache::ViewCache::new(
-                crate::replication::LEADER_VIEW_BYTES_MAX,
+                crate::view_cache::LEADER_VIEW_BYTES_MAX,
             )),
             master_id,
             control_address: Mutex::default(),

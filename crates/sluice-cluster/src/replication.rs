@@ -51,9 +51,7 @@ const CHECKPOINT: &str = "checkpoint/";
 /// A forwarded command waits this long for the leader (an ALTER stops a
 /// pipeline at a barrier first, which may take a while).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
-/// A view's rows a follower takes from the leader at most (Arrow IPC
-/// bytes); a bigger view is read on the leader.
-pub const LEADER_VIEW_BYTES_MAX: usize = 256 << 20;
+pub use crate::view_cache::LEADER_VIEW_BYTES_MAX;
 /// An INSERT's rows a follower hands the leader at most (Arrow IPC bytes;
 /// gRPC's default bound on a request): a bigger INSERT is refused with
 /// `54000` before anything is appended.

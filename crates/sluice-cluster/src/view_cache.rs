@@ -7,17 +7,27 @@
 //! the next read of the view asks only whether that publication is still
 //! current and, when it is, answers from the copy instead of taking the
 //! rows again ([`read_through`]). At most
-//! [`crate::replication::LEADER_VIEW_BYTES_MAX`] bytes of rows (as the
+//! [`LEADER_VIEW_BYTES_MAX`] bytes of rows (as the
 //! source encoded them) are held in all; the copy used longest ago goes
 //! first.
 
-use crate::replication::LEADER_VIEW_BYTES_MAX;
 use sluice_connectors::views::PublishedView;
 use sluice_proto::v1::ViewRowsReply;
 use sluice_types::{Error, Result, SqlCode};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
+
+/// A view's rows a follower takes from the leader at most (Arrow IPC
+/// bytes); a bigger view is read on the leader.
+pub const LEADER_VIEW_BYTES_MAX: usize = 256 << 20;
+/// A view's rows a master takes from a worker at most (Arrow IPC bytes;
+/// the view's own `'rows.max'` bounds it first in practice): past it a
+/// read is refused with `54000`.
+pub const WORKER_VIEW_BYTES_MAX: usize = 4 << 30;
+/// The rows go up in pieces of at most this many bytes (a session's
+/// messages stay small beside its heartbeats).
+pub const VIEW_PIECE_BYTES: usize = 16 << 20;
 
 /// The answer to a request for a view's rows, by the process holding
 /// `view` (`None`: not published here, `missing` says so) to one that
