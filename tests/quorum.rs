@@ -396,6 +396,38 @@ async fn three_masters_replicate_ddl_fail_over_and_refuse_without_a_majority() {
         .await
         .expect_err("division by zero on the leader");
     assert_eq!(err.as_db_error().unwrap().code().code(), "22012", "{err:?}");
+    // A query through the follower runs on the leader while its client
+    // waits, and stops there when the client cancels it.
+    let on_leader = |n: u64| {
+        let url = format!("http://127.0.0.1:{}/metrics", q.master(first).http_port);
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+                let now = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("sluice_session_queries "))
+                    .and_then(|v| v.parse::<u64>().ok());
+                if now == Some(n) {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the leader runs {now:?} session queries, not {n}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    on_leader(0).await;
+    let g = q.master(follower).connect().await;
+    let cancel = g.cancel_token();
+    let waiting = tokio::spawn(async move { g.simple_query("SELECT x FROM mem").await.map(|_| ()) });
+    on_leader(1).await;
+    cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    let err = waiting.await.unwrap().expect_err("cancelled");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "57014", "{err:?}");
+    on_leader(0).await;
     // A follower shows the pipeline from the replicated catalog but runs nothing.
     let f = q.master(follower).connect().await;
     assert!(

@@ -77,12 +77,24 @@ pub struct Master {
     /// Pipelines an ALTER is changing: one change at a time per pipeline.
     altering: Mutex<std::collections::HashSet<String>>,
     next_query_id: AtomicU64,
+    /// Session queries this master runs now, for its clients or a
+    /// follower's ([`crate::session_query`]).
+    session_queries: Arc<AtomicU64>,
     /// Where checkpoints go unless a pipeline says otherwise: a directory
     /// (every worker's, in a cluster) or `hdfs://host:port/dir`.
     checkpoint_location: String,
     /// With a master quorum: where changes go and commands are forwarded
     /// (`crate::replication`); `None` for a single master.
     replication: Option<Arc<dyn crate::replication::Replication>>,
+}
+
+/// A session query counted in [`Master::session_queries`] while it lives.
+pub(crate) struct RunningQuery(Arc<AtomicU64>);
+
+impl Drop for RunningQuery {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The pipelines that read `stream`, but `except`.
@@ -133,6 +145,7 @@ impl Master {
             running: Mutex::new(HashMap::new()),
             altering: Mutex::default(),
             next_query_id: AtomicU64::new(SESSION_QUERY_ID_BASE),
+            session_queries: Arc::default(),
             replication: None,
         };
         let pipelines: Vec<PipelineDef> = master.lock().pipelines.values().cloned().collect();
@@ -164,6 +177,7 @@ impl Master {
             running: Mutex::new(HashMap::new()),
             altering: Mutex::default(),
             next_query_id: AtomicU64::new(SESSION_QUERY_ID_BASE),
+            session_queries: Arc::default(),
             replication: Some(replication),
         })
     }
@@ -915,6 +929,17 @@ impl Master {
     /// [`Master::run_query`] deploys it.
     pub fn new_query_id(&self) -> PipelineId {
         PipelineId(self.next_query_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Session queries this master runs now (a gauge of `/metrics`).
+    pub fn session_queries(&self) -> u64 {
+        self.session_queries.load(Ordering::Relaxed)
+    }
+
+    /// Counts a session query as running until the token is dropped.
+    pub(crate) fn session_query_running(&self) -> RunningQuery {
+        self.session_queries.fetch_add(1, Ordering::Relaxed);
+        RunningQuery(self.session_queries.clone())
     }
 
     /// Runs a session's query as pipeline `id`.

@@ -7,6 +7,7 @@
 //! ([`crate::replication::Replication::forward_query`]).
 
 use crate::Master;
+use crate::master::RunningQuery;
 use arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -23,12 +24,15 @@ pub const RESULT_BATCHES_MAX: usize = 4;
 /// A query's result batches; a failure of its pipeline is the last item.
 pub type Batches = BoxStream<'static, Result<RecordBatch>>;
 
-/// Stops the pipeline when dropped.
-struct QueryGuard(Arc<PipelineRuntime>);
+/// Stops the pipeline when dropped (and counts it as running until then).
+struct QueryGuard {
+    runtime: Arc<PipelineRuntime>,
+    _running: RunningQuery,
+}
 
 impl Drop for QueryGuard {
     fn drop(&mut self) {
-        self.0.stop();
+        self.runtime.stop();
     }
 }
 
@@ -39,14 +43,18 @@ pub fn run(master: &Master, clients: &ClientSinks, dag: &PhysicalDag) -> Result<
     let id = master.new_query_id();
     clients.register(id, tx);
     let runtime = master.run_query(id, dag).inspect_err(|_| clients.forget(id))?;
-    let state = (rx, QueryGuard(runtime), false);
+    let guard = QueryGuard {
+        runtime,
+        _running: master.session_query_running(),
+    };
+    let state = (rx, guard, false);
     let batches = futures::stream::unfold(state, |(mut rx, guard, done)| async move {
         if done {
             return None;
         }
         match rx.recv().await {
             Some(batch) => Some((Ok(batch), (rx, guard, false))),
-            None => match guard.0.wait().await {
+            None => match guard.runtime.wait().await {
                 PipelineStatus::Failed {
                     operator, error, code, ..
                 } => Some((

@@ -78,6 +78,15 @@ pub fn render(master: &Master, cluster: Option<&Cluster>) -> String {
     family(
         &mut out,
         (
+            "sluice_session_queries",
+            "gauge",
+            "Continuous session queries this master runs now, for its own clients or, on a quorum's leader, a follower's.",
+        ),
+        &[(String::new(), master.session_queries() as f64)],
+    );
+    family(
+        &mut out,
+        (
             "sluice_pipeline_rows_in_total",
             "counter",
             "Rows read by a pipeline's sources.",
