@@ -220,9 +220,23 @@ impl QuorumCatalog {
     }
 
     /// A client of the leader's `Catalog` service, with the leader's id
-    /// and an error naming it for what goes wrong on the way.
+    /// and an error naming it for what goes wrong on the way; its calls
+    /// time out after [`FORWARD_TIMEOUT`].
     async fn leader(
         &self,
+    ) -> Result<(
+        String,
+        CatalogClient<tonic::transport::Channel>,
+        impl Fn(String) -> Error + '_,
+    )> {
+        self.leader_within(Some(FORWARD_TIMEOUT)).await
+    }
+
+    /// [`Self::leader`] whose calls time out after `timeout` (`None`:
+    /// never, for a query that streams rows as long as it runs).
+    async fn leader_within(
+        &self,
+        timeout: Option<Duration>,
     ) -> Result<(
         String,
         CatalogClient<tonic::transport::Channel>,
@@ -237,10 +251,18 @@ impl QuorumCatalog {
         };
         let named = format!("the leader {leader} ({address})");
         let unreachable = move |e: String| no_quorum(&self.node, &format!("{named}: {e}"));
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .map_err(|e| unreachable(e.to_string()))?
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(FORWARD_TIMEOUT);
+            .connect_timeout(Duration::from_secs(2));
+        endpoint = match timeout {
+            Some(timeout) => endpoint.timeout(timeout),
+            // Without a deadline, HTTP/2 pings notice a leader that died
+            // or froze (the query then ends with 08006).
+            None => endpoint
+                .http2_keep_alive_interval(Duration::from_secs(1))
+                .keep_alive_timeout(Duration::from_secs(3))
+                .keep_alive_while_idle(true),
+        };
         let channel = endpoint.connect().await.map_err(|e| unreachable(e.to_string()))?;
         Ok((leader, CatalogClient::new(channel), unreachable))
     }
@@ -357,7 +379,7 @@ impl Replication for QuorumCatalog {
     fn forward_query<'a>(&'a self, dag: &'a PhysicalDag) -> BoxFuture<'a, Result<Batches>> {
         Box::pin(async move {
             let dag_json = serde_json::to_vec(dag).map_err(|e| Error::internal(e.to_string()))?;
-            let (leader, client, unreachable) = self.leader().await?;
+            let (leader, client, unreachable) = self.leader_within(None).await?;
             let batches = client
                 // The call lasts as long as the query: no deadline.
                 .max_decoding_message_size(QUERY_BATCH_BYTES_MAX + (1 << 20))
