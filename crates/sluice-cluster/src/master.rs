@@ -88,15 +88,6 @@ pub struct Master {
     replication: Option<Arc<dyn crate::replication::Replication>>,
 }
 
-/// A session query counted in [`Master::session_queries`] while it lives.
-pub(crate) struct RunningQuery(Arc<AtomicU64>);
-
-impl Drop for RunningQuery {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// The pipelines that read `stream`, but `except`.
 fn readers_of<'a>(state: &'a CatalogState, stream: &str, except: Option<&str>) -> Vec<&'a str> {
     state
@@ -936,10 +927,21 @@ impl Master {
         self.session_queries.load(Ordering::Relaxed)
     }
 
-    /// Counts a session query as running until the token is dropped.
-    pub(crate) fn session_query_running(&self) -> RunningQuery {
-        self.session_queries.fetch_add(1, Ordering::Relaxed);
-        RunningQuery(self.session_queries.clone())
+    /// Starts `dag` as a session query on this master (the leader) and
+    /// returns its result batches as they come
+    /// ([`crate::session_query::batches`]): its `client` sink finds the
+    /// result channel registered in `clients` under the query's id.
+    pub fn run_session_query(
+        &self,
+        clients: &sluice_connectors::ClientSinks,
+        dag: &PhysicalDag,
+    ) -> Result<crate::session_query::Batches> {
+        use crate::session_query::{RESULT_BATCHES_MAX, RunningQuery, batches};
+        let (tx, rx) = tokio::sync::mpsc::channel(RESULT_BATCHES_MAX);
+        let id = self.new_query_id();
+        clients.register(id, tx);
+        let runtime = self.run_query(id, dag).inspect_err(|_| clients.forget(id))?;
+        Ok(batches(runtime, rx, RunningQuery::new(self.session_queries.clone())))
     }
 
     /// Runs a session's query as pipeline `id`.
@@ -1024,7 +1026,7 @@ impl Master {
     /// With a master quorum, on a follower: runs a session's continuous
     /// query on the leader (where pipelines run) and returns its result
     /// batches as the leader streams them; `None` on the leader or a
-    /// single master (run it here: [`crate::session_query::run`]).
+    /// single master (run it here: [`Master::run_session_query`]).
     pub async fn forward_query(&self, dag: &PhysicalDag) -> Result<Option<crate::session_query::Batches>> {
         match &self.replication {
             Some(r) if !r.is_leader() => r.forward_query(dag).await.map(Some),

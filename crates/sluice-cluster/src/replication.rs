@@ -551,7 +551,7 @@ impl Catalog for CatalogService {
             let master = self.leading_master("a query")?;
             let dag: PhysicalDag = serde_json::from_slice(&request.dag_json)
                 .map_err(|e| Error::internal(format!("a forwarded query's DAG did not decode: {e}")))?;
-            crate::session_query::run(&master, &self.0.clients, &dag)
+            master.run_session_query(&self.0.clients, &dag)
         })();
         let batches = match started {
             Ok(batches) => batches,

@@ -1,21 +1,18 @@
-//! A session's continuous query, run by the master that leads: its
-//! pipeline ends in a `client` sink that hands result batches to a channel
-//! registered under the query's id ([`ClientSinks`]), read here as a
-//! stream. Dropping the stream stops the pipeline (LIMIT reached, cancel,
-//! a client gone). On a quorum follower the query runs on the leader,
-//! which streams the batches to the follower
-//! ([`crate::replication::Replication::forward_query`]).
+//! A session's continuous query, run by the master that leads
+//! (`Master::run_session_query`): its pipeline ends in a `client` sink
+//! that hands result batches to a channel registered under the query's id
+//! (`ClientSinks`), read here as a stream. Dropping the stream stops the
+//! pipeline (LIMIT reached, cancel, a client gone). On a quorum follower
+//! the query runs on the leader, which streams the batches to the
+//! follower (`Replication::forward_query`).
 
-use crate::Master;
-use crate::master::RunningQuery;
 use arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use sluice_connectors::ClientSinks;
 use sluice_dataflow::deploy::{PipelineRuntime, PipelineStatus};
-use sluice_plan::PhysicalDag;
 use sluice_types::{Error, Result, SqlCode};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
 
 /// Result batches buffered between a query's sink and its reader.
@@ -36,16 +33,30 @@ impl Drop for QueryGuard {
     }
 }
 
-/// Starts `dag` as a session query on this master and returns its result
-/// batches as they come (they end when its input ends).
-pub fn run(master: &Master, clients: &ClientSinks, dag: &PhysicalDag) -> Result<Batches> {
-    let (tx, rx) = mpsc::channel(RESULT_BATCHES_MAX);
-    let id = master.new_query_id();
-    clients.register(id, tx);
-    let runtime = master.run_query(id, dag).inspect_err(|_| clients.forget(id))?;
+/// Counts a session query as running (in the counter it was made with)
+/// until dropped.
+pub struct RunningQuery(Arc<AtomicU64>);
+
+impl RunningQuery {
+    pub fn new(counter: Arc<AtomicU64>) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        RunningQuery(counter)
+    }
+}
+
+impl Drop for RunningQuery {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The result batches of the session query `runtime` runs, as its sink
+/// hands them to `rx` (they end when its input ends); dropping them stops
+/// it, and `running` with it.
+pub fn batches(runtime: Arc<PipelineRuntime>, rx: mpsc::Receiver<RecordBatch>, running: RunningQuery) -> Batches {
     let guard = QueryGuard {
         runtime,
-        _running: master.session_query_running(),
+        _running: running,
     };
     let state = (rx, guard, false);
     let batches = futures::stream::unfold(state, |(mut rx, guard, done)| async move {
@@ -68,5 +79,5 @@ pub fn run(master: &Master, clients: &ClientSinks, dag: &PhysicalDag) -> Result<
             },
         }
     });
-    Ok(batches.boxed())
+    batches.boxed()
 }

@@ -5,7 +5,7 @@ use super::RowStream;
 use arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use sluice_cluster::{Master, session_query};
+use sluice_cluster::Master;
 use sluice_connectors::ClientSinks;
 use sluice_sql::PlannedQuery;
 use sluice_types::Result;
@@ -13,13 +13,13 @@ use std::sync::Arc;
 
 /// Starts `planned` and returns its rows as a stream: on this master, or
 /// on a quorum follower on the leader, which streams them here
-/// ([`sluice_cluster::session_query`]). The stream ends at the query's
+/// (`sluice_cluster::session_query`). The stream ends at the query's
 /// LIMIT, when its input ends, or with its failure; dropping it stops the
 /// query.
 pub async fn start(master: &Master, clients: &ClientSinks, planned: &PlannedQuery) -> Result<RowStream> {
     let batches = match master.forward_query(&planned.dag).await? {
         Some(batches) => batches,
-        None => session_query::run(master, clients, &planned.dag)?,
+        None => master.run_session_query(clients, &planned.dag)?,
     };
     let state = (batches, planned.limit, planned.limit == Some(0));
     let batches = futures::stream::unfold(state, |(mut batches, mut remaining, done)| async move {
