@@ -916,6 +916,164 @@ async fn a_materialized_view_moves_with_the_leader_and_keeps_its_rows() {
     drop(workers);
 }
 
+/// Pipeline `name`'s `workers` in SHOW PIPELINES on master `i` ("" until
+/// it runs).
+async fn workers_of(q: &Quorum, i: usize, name: &str) -> String {
+    let c = q.master(i).connect().await;
+    let messages = c.simple_query("SHOW PIPELINES").await.unwrap();
+    messages
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get("name") == Some(name) => {
+                r.get("workers").map(str::to_string)
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// `INSERT INTO {stream} VALUES (from), …, (to)` through master `i`,
+/// again while the master says to retry (57P03: the worker holding the
+/// log has not reconnected to a new leader yet).
+async fn insert_range(q: &Quorum, i: usize, stream: &str, (from, to): (i64, i64)) {
+    let values: Vec<String> = (from..=to).map(|v| format!("({v})")).collect();
+    let sql = format!("INSERT INTO {stream} VALUES {}", values.join(","));
+    let c = q.master(i).connect().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match c.batch_execute(&sql).await {
+            Ok(()) => return,
+            Err(e) if e.code().map(|c| c.code()) == Some("57P03") && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("INSERT {from}..={to} through {}: {e:?}", q.ids[i]),
+        }
+    }
+}
+
+/// `SELECT n, s FROM {name}` on master `i` once it is `want`.
+async fn until(q: &Quorum, i: usize, name: &str, want: (String, String)) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = q.master(i).connect().await;
+        let got = c.simple_query(&format!("SELECT n, s FROM {name}")).await.map(|rows| {
+            rows.into_iter().find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some((r.get(0)?.to_string(), r.get(1)?.to_string())),
+                _ => None,
+            })
+        });
+        if got.as_ref().is_ok_and(|g| g.as_ref() == Some(&want)) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let pipelines = c.simple_query("SHOW PIPELINES").await.unwrap();
+            let rows: Vec<String> = pipelines
+                .iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                        (0..r.len())
+                            .map(|i| r.get(i).unwrap_or("").to_string())
+                            .collect::<Vec<_>>()
+                            .join(" | "),
+                    ),
+                    _ => None,
+                })
+                .collect();
+            panic!("{name}: {got:?}, not {want:?}; SHOW PIPELINES: {rows:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// With a quorum a memory stream's log lives on a worker, beside its
+/// readers: kill -9 of the leader takes neither the log nor the pipelines
+/// reading it. Rows inserted through the old leader, a follower and the
+/// new leader are each counted once by a view over the stream (and by a
+/// derived stream's pipeline writing a second log), whose pipelines were
+/// adopted, not restarted. With the log in the leader, as before, the
+/// pipelines run on the leader's own worker and restart from their
+/// checkpoints on the new leader, reading a new, empty log (and the test
+/// fails: they are on `master:`, and counted restarts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelines_over_a_memory_stream_keep_running_and_its_rows_through_a_leader_kill() {
+    let mut q = Quorum::start();
+    let leader = q.leader(Duration::from_secs(15)).await;
+    let mut workers = TestServer::workers_only(q.dir.path());
+    workers.add_worker_to("w1", 16, &q.all_listen());
+    // A memory stream's log needs a worker to live on.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while q.master(leader).cluster_json()["workers"]
+        .as_array()
+        .is_none_or(|w| w.is_empty())
+    {
+        assert!(Instant::now() < deadline, "w1 never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let c = q.master(leader).connect().await;
+    c.batch_execute(
+        "CREATE STREAM qm (i BIGINT) WITH (connector = 'memory');
+         CREATE STREAM qm_odd AS SELECT i FROM qm WHERE i % 2 = 1;
+         CREATE MATERIALIZED VIEW qm_all WITH ('checkpoint.interval' = '500ms') AS
+            SELECT count(*) AS n, sum(i) AS s FROM qm;
+         CREATE MATERIALIZED VIEW qm_odds WITH ('checkpoint.interval' = '500ms') AS
+            SELECT count(*) AS n, sum(i) AS s FROM qm_odd",
+    )
+    .await
+    .unwrap();
+    for name in ["qm_odd", "qm_all", "qm_odds"] {
+        wait_running(&q, leader, name, Duration::from_secs(20)).await;
+        let on = workers_of(&q, leader, name).await;
+        assert!(on.contains("w1") && !on.contains("master:"), "{name} runs on {on}");
+    }
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    insert_range(&q, leader, "qm", (1, 100)).await;
+    insert_range(&q, follower, "qm", (101, 200)).await;
+    // n and sum(i) over i = 1..=to, and over its odd i.
+    let all = |to: i64| ((to).to_string(), (to * (to + 1) / 2).to_string());
+    let odds = |to: i64| {
+        let n = (to + 1) / 2;
+        (n.to_string(), (n * n).to_string())
+    };
+    until(&q, leader, "qm_all", all(200)).await;
+    until(&q, leader, "qm_odds", odds(200)).await;
+    // Past a checkpoint or two of each.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    q.masters[leader].take().unwrap().stop();
+    let now = q.leader(Duration::from_secs(30)).await;
+    assert_ne!(now, leader);
+    insert_range(&q, now, "qm", (201, 300)).await;
+    let follower = (0..3).find(|i| *i != now && q.masters[*i].is_some()).unwrap();
+    insert_range(&q, follower, "qm", (301, 400)).await;
+    until(&q, now, "qm_all", all(400)).await;
+    until(&q, now, "qm_odds", odds(400)).await;
+    for name in ["qm_odd", "qm_all", "qm_odds"] {
+        assert_eq!(
+            restarts(&q, now, name).await.as_deref(),
+            Some("0"),
+            "{name} adopted without a restart"
+        );
+    }
+    // A dropped stream's log goes (on the worker holding it): one created
+    // again under its name starts empty.
+    let c = q.master(now).connect().await;
+    c.batch_execute("CREATE STREAM qm_x (i BIGINT) WITH (connector = 'memory')")
+        .await
+        .unwrap();
+    insert_range(&q, now, "qm_x", (5, 5)).await;
+    c.batch_execute(
+        "DROP STREAM qm_x;
+         CREATE STREAM qm_x (i BIGINT) WITH (connector = 'memory');
+         CREATE MATERIALIZED VIEW qm_xs WITH ('checkpoint.interval' = '500ms') AS
+            SELECT count(*) AS n, sum(i) AS s FROM qm_x",
+    )
+    .await
+    .unwrap();
+    insert_range(&q, now, "qm_x", (7, 7)).await;
+    until(&q, now, "qm_xs", ("1".to_string(), "7".to_string())).await;
+    drop(workers);
+}
+
 /// The leader cut off from the other masters and the worker by the network
 /// (each master and the worker on its own host, network namespaces;
 /// blackhole routes drop every packet between the cut master and the

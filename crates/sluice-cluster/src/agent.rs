@@ -34,6 +34,7 @@
 //! have stopped.
 
 use crate::wire::{DeploymentKey, event_to_wire, metrics_to_wire, watermarks_from_wire, watermarks_to_wire};
+use sluice_connectors::MemoryLogs;
 use sluice_connectors::views::Views;
 use sluice_dataflow::checkpoint::coordinator::{BarrierSignals, CoordinatorEvent};
 use sluice_dataflow::checkpoint::manifest::read_checkpoint;
@@ -132,6 +133,9 @@ pub struct Agent {
     /// The rows the materialized views' sinks here published (the
     /// connectors' store): `FetchView` is answered from it.
     views: Arc<Views>,
+    /// The memory streams' logs that live here (with a master quorum,
+    /// each log lives on one worker): `AppendMemory` appends to them.
+    memory: Arc<MemoryLogs>,
     data: Arc<DataPlane>,
     deploy: DeployConfig,
 }
@@ -139,7 +143,7 @@ pub struct Agent {
 impl Agent {
     pub fn new(
         config: AgentConfig,
-        (connectors, views): (Arc<dyn ConnectorFactory>, Arc<Views>),
+        (connectors, views, memory): (Arc<dyn ConnectorFactory>, Arc<Views>, Arc<MemoryLogs>),
         data: Arc<DataPlane>,
         deploy: DeployConfig,
     ) -> Self {
@@ -147,6 +151,7 @@ impl Agent {
             config,
             connectors,
             views,
+            memory,
             data,
             deploy,
         }
@@ -228,7 +233,9 @@ impl Agent {
             .connect()
             .await
             .map_err(|e| SessionError::Connect(e.to_string()))?;
-        let mut client = pb::master_client::MasterClient::new(channel);
+        // Commands are small but for an INSERT's rows (`AppendMemory`).
+        let mut client = pb::master_client::MasterClient::new(channel)
+            .max_decoding_message_size(crate::view_cache::INSERT_BYTES_MAX + (1 << 20));
         let (up, up_rx) = mpsc::channel::<pb::WorkerEvent>(SESSION_QUEUE_MAX);
         let event = |e| pb::WorkerEvent {
             protocol_version: PROTOCOL_VERSION,
@@ -814,6 +821,8 @@ impl Session<'_> {
                 forget_views(&self.agent.views, &self.running, k);
             }
             Some(Command::FetchView(fetch)) => self.answer_view(request_id, fetch),
+            Some(Command::AppendMemory(append)) => self.append_memory(request_id, append).await,
+            Some(Command::DropMemory(drop)) => self.agent.memory.remove(&drop.stream),
             Some(Command::Checkpoint(c)) => {
                 if let Some(r) = self.running.get_mut(&key(c.pipeline, c.epoch)) {
                     // Signals only rise (a new leader's coordinator starts
@@ -922,6 +931,29 @@ impl Session<'_> {
                 }
             }
         });
+    }
+
+    /// Appends an INSERT's rows to a memory stream's log here and tells
+    /// the master how it went (a `CommandResult` with its request id).
+    async fn append_memory(&self, request_id: u64, append: pb::AppendMemory) {
+        let options: std::collections::BTreeMap<String, String> = append.options.into_iter().collect();
+        let appended = crate::view_cache::decode_rows(&append.ipc)
+            .map_err(|e| Error::internal(format!("an INSERT's rows do not decode: {e}")))
+            .and_then(|(_, rows)| self.agent.memory.get_or_create(&append.stream, &options)?.append(rows));
+        let (error, sqlstate) = match appended {
+            Ok(_) => (String::new(), String::new()),
+            Err(e) => (e.to_string(), e.sqlstate().to_string()),
+        };
+        let event = pb::WorkerEvent {
+            protocol_version: PROTOCOL_VERSION,
+            event: Some(pb::worker_event::Event::Result(pb::CommandResult {
+                request_id,
+                error,
+                sqlstate,
+            })),
+        };
+        // The master gives up on its own after a while.
+        let _ = tokio::time::timeout(CONNECT_TIMEOUT, self.up.send(event)).await;
     }
 
     /// Starts this worker's part of a deployment.

@@ -54,6 +54,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+mod memory_logs;
+
 /// Commands queued for one worker, at most.
 pub const COMMAND_QUEUE_MAX: usize = 1024;
 /// Heartbeat interval the master asks workers for.
@@ -160,6 +162,8 @@ struct Adoption {
     /// waiting for good). Bounded: a deployment stays here for the moment
     /// between [`Cluster::adoptable`] and [`ClusterScheduler::adopt`].
     taken: HashMap<DeploymentKey, Vec<(WorkerId, Option<PartEvent>)>>,
+    /// When this master last opened adoption (took the lead).
+    opened_at: Option<Instant>,
 }
 
 /// One deployment as its workers reported it.
@@ -292,6 +296,9 @@ pub struct Cluster {
     /// Copies of views' rows taken from workers, by view (the worker and
     /// publication they are of): a read asks only whether they are current.
     view_copies: Mutex<crate::view_cache::ViewCache>,
+    /// With a master quorum: where memory streams' logs live, and the
+    /// appends sent there ([`memory_logs`]).
+    memory: memory_logs::MemoryHomes,
     me: std::sync::Weak<Cluster>,
 }
 
@@ -327,6 +334,7 @@ impl Cluster {
             view_copies: Mutex::new(crate::view_cache::ViewCache::new(
                 crate::view_cache::LEADER_VIEW_BYTES_MAX,
             )),
+            memory: Default::default(),
             master_id,
             control_address: Mutex::default(),
             checkpoint_dir,
@@ -406,7 +414,12 @@ impl Cluster {
         a.reports.clear();
         a.taken.clear();
         a.recorded = recorded;
-        a.generation
+        a.opened_at = Some(Instant::now());
+        let generation = a.generation;
+        drop(a);
+        // Where logs live is read from the replicated state again.
+        self.memory.forget_homes();
+        generation
     }
 
     /// True when waiting longer changes nothing for any pipeline of
@@ -798,15 +811,18 @@ impl Cluster {
         &self,
         key: DeploymentKey,
         recorded: &crate::recorded::RecordedPlacement,
+        homes: &[(String, WorkerId)],
     ) -> std::result::Result<(), String> {
         self.until_vacated(|k, _| k.pipeline == key.pipeline && *k != key).await;
         let Some(node) = self.quorum() else { return Ok(()) };
         let json = serde_json::to_string(recorded).map_err(|e| e.to_string())?;
         let register = format!("{}{}", crate::recorded::PLACEMENT, key.pipeline.0);
+        let mut writes = vec![(register, Some(json))];
+        writes.extend(self.home_registers(homes));
         let _writing = self.placement_writes.lock().await;
-        node.propose(vec![(register, Some(json))])
+        node.propose(writes)
             .await
-            .map(|_| ())
+            .map(|_| self.homes_recorded(homes))
             .map_err(|e| format!("its placement was not recorded by a majority of masters: {e}"))
     }
 
@@ -1255,6 +1271,7 @@ impl Cluster {
             Event::Drain(_) => return self.drain(worker),
             Event::SourceWatermarks(w) => return self.relay_watermarks(worker, w),
             Event::ViewRows(v) => return self.view_rows_came(worker, v),
+            Event::Result(r) => return self.memory.appended(r),
             _ => {}
         }
         match event_from_wire(&event) {
@@ -1538,12 +1555,31 @@ impl ClusterScheduler {
         };
         let constraints = Constraints::parse(dag_placement(dag))?;
         let local = &cluster.local;
+        // With a quorum, memory streams' logs live on workers: a log placed
+        // now is recorded with the placement, before anything runs there.
+        let mut homes: Vec<(String, WorkerId)> = Vec::new();
+        let mut unplaced = None;
+        let pinned = MasterOwned::of(dag, &local.id, |stream| match cluster.memory_home(stream) {
+            Ok(home) => home.map(|(home, unrecorded)| {
+                if unrecorded {
+                    homes.push((stream.to_string(), home.clone()));
+                }
+                home
+            }),
+            Err(e) => {
+                unplaced.get_or_insert(e);
+                None
+            }
+        });
+        if let Some(e) = unplaced {
+            return Err(e);
+        }
         let placement = place(
             dag,
             &self.config,
             (self.strategy.as_ref(), &constraints),
             &workers,
-            (&local.id, &MasterOwned::of(dag) as &dyn Pinned),
+            (&local.id, &pinned as &dyn Pinned),
         )?;
         let epoch = cluster.next_epoch.fetch_add(1, Ordering::Relaxed);
         let key = DeploymentKey { pipeline: id, epoch };
@@ -1673,7 +1709,11 @@ impl ClusterScheduler {
             owned,
             placement,
             remote,
-            Launch::Start(Box::new((start, recorded))),
+            Launch::Start(Box::new(Start {
+                command: start,
+                placement: recorded,
+                homes,
+            })),
             view_sink(dag),
         ))
     }
@@ -1875,7 +1915,15 @@ enum Launch {
     /// Placed anew: started once no part of the pipeline may still run
     /// elsewhere and, with a quorum, the placement is held by a majority
     /// of masters (so the next leader knows whom to wait for).
-    Start(Box<(pb::StartTasks, crate::recorded::RecordedPlacement)>),
+    Start(Box<Start>),
+}
+
+/// A deployment placed anew: what its workers are told, what is recorded
+/// before (its placement, and the memory streams' logs placed with it).
+struct Start {
+    command: pb::StartTasks,
+    placement: crate::recorded::RecordedPlacement,
+    homes: Vec<(String, WorkerId)>,
 }
 
 /// Forwards the owner's signals to the deployment's workers until every
@@ -1941,12 +1989,16 @@ async fn forward(
         // to record either: its parts die with this master.
         Launch::Start(launch) if cluster.quorum().is_none() || workers.is_empty() => {
             cluster.mark_started(key);
-            send_all(pb::master_command::Command::Start(launch.0));
+            send_all(pb::master_command::Command::Start(launch.command));
         }
         Launch::Start(launch) => {
-            let (start, recorded) = *launch;
+            let Start {
+                command: start,
+                placement: recorded,
+                homes,
+            } = *launch;
             let ready = tokio::select! {
-                r = cluster.prepare_start(key, &recorded) => Some(r),
+                r = cluster.prepare_start(key, &recorded, &homes) => Some(r),
                 _ = cancel.cancelled() => None,
             };
             match ready {
@@ -2030,8 +2082,17 @@ impl Scheduler for ClusterScheduler {
     }
 
     fn release_stream(&self, stream: &str) {
-        // Memory logs live in the master.
+        // In the master, or with a quorum on a worker.
         self.cluster.local.connectors.memory.remove(stream);
+        self.cluster.drop_memory(stream);
+    }
+    fn append_memory<'a>(
+        &'a self,
+        stream: &'a str,
+        options: &'a BTreeMap<String, String>,
+        rows: &'a [arrow::record_batch::RecordBatch],
+    ) -> futures::future::BoxFuture<'a, Result<Option<u64>>> {
+        Box::pin(self.cluster.append_memory(stream, options, rows))
     }
     fn worker_view<'a>(
         &'a self,
@@ -2111,7 +2172,7 @@ mod record_tests {
     use super::*;
 
     /// A master's cluster, leading a quorum of one (in `dir`).
-    async fn leading_cluster(dir: &std::path::Path) -> (Arc<Cluster>, sluice_quorum::QuorumNode) {
+    pub(super) async fn leading_cluster(dir: &std::path::Path) -> (Arc<Cluster>, sluice_quorum::QuorumNode) {
         let local = WorkerId(format!("{MASTER_WORKER_PREFIX}m1"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let transport = sluice_net::DataPlane::start(local.clone(), listener, Default::default()).unwrap();

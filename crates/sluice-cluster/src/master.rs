@@ -1023,6 +1023,22 @@ impl Master {
         }
     }
 
+    /// On the leader or a single master: appends an INSERT's `rows` (for
+    /// stream `def`, checked by [`Master::insertable`]) to the stream's
+    /// log — on the worker holding it with a quorum, else in `local` (this
+    /// process's logs); how many.
+    pub async fn append(
+        &self,
+        def: &StreamDef,
+        rows: Vec<arrow::record_batch::RecordBatch>,
+        local: &sluice_connectors::MemoryLogs,
+    ) -> Result<u64> {
+        if let Some(appended) = self.scheduler.append_memory(&def.name, &def.options, &rows).await? {
+            return Ok(appended);
+        }
+        local.get_or_create(&def.name, &def.options)?.append(rows)
+    }
+
     /// With a master quorum, on a follower: runs a session's continuous
     /// query on the leader (where pipelines run) and returns its result
     /// batches as the leader streams them; `None` on the leader or a

@@ -12,9 +12,10 @@
 //! - [`Pack`]: fill a worker's slots before the next — fewer data-plane
 //!   hops, fewer workers to keep up.
 //!
-//! Tasks that must run on the master's own worker ([`Pinned`]: a session
-//! query's result sink, a memory stream's reader — their state lives in
-//! the master) go there whatever the strategy and take no worker slot.
+//! Tasks that must run where their state lives ([`Pinned`]: a session
+//! query's result sink on the master's own worker, taking no slot; a
+//! memory stream's readers and writer where its log is) go there whatever
+//! the strategy.
 //! A deployment that cannot be placed fails with SQLSTATE 53000 saying
 //! what was missing.
 
@@ -58,43 +59,84 @@ impl Constraints {
     }
 }
 
-/// Tasks that run on the master's worker.
+/// Tasks that run on one worker whatever the strategy.
 pub trait Pinned {
-    fn pinned(&self, op: &OperatorSpec) -> bool;
+    /// The worker `op`'s instances must run on, if any.
+    fn pinned(&self, op: &OperatorSpec) -> Option<WorkerId>;
 }
 
-/// What lives in the master: a session query's results (its client is
-/// there), memory streams (their logs are), and the rows of a
-/// materialized view that reads a memory stream (its pipeline cannot
-/// outlive the master's process anyway). Any other view's sink runs on a
-/// worker, like every other task, so the view's pipeline keeps running
-/// when a quorum's leader fails over; the masters ask that worker for its
-/// rows (`FetchView`).
+/// What runs where its state lives: a session query's results on the
+/// master (its client is there); a memory stream's readers and writer
+/// where the stream's log lives — the master's own worker, or with a
+/// master quorum one worker per stream, so that the pipelines reading it
+/// outlive a leader; and the rows of a materialized view that reads a
+/// memory stream whose log is in the master (its pipeline cannot outlive
+/// the master's process anyway). Any other view's sink runs on a worker,
+/// like every other task, so the view's pipeline keeps running when a
+/// quorum's leader fails over; the masters ask that worker for its rows
+/// (`FetchView`).
 pub struct MasterOwned {
+    master: WorkerId,
+    /// Where each memory stream of the DAG has its log.
+    logs: HashMap<String, WorkerId>,
     views: bool,
 }
 
 impl MasterOwned {
-    /// The master's tasks of `dag`.
-    pub fn of(dag: &PhysicalDag) -> Self {
-        let memory = dag
-            .operators
-            .iter()
-            .any(|o| matches!(&o.kind, OperatorKind::Source(s) if s.connector == "memory"));
-        MasterOwned { views: memory }
+    /// The pinned tasks of `dag`: what lives in the master on `master`,
+    /// memory stream `s`'s readers and writer on `home(s)` (`None`: the
+    /// master).
+    pub fn of(dag: &PhysicalDag, master: &WorkerId, mut home: impl FnMut(&str) -> Option<WorkerId>) -> Self {
+        let logs: HashMap<String, WorkerId> = memory_streams(dag)
+            .into_iter()
+            .map(|s| {
+                let at = home(&s).unwrap_or_else(|| master.clone());
+                (s, at)
+            })
+            .collect();
+        let views = dag.operators.iter().any(|o| match &o.kind {
+            OperatorKind::Source(s) if s.connector == "memory" => logs.get(&s.stream) == Some(master),
+            _ => false,
+        });
+        MasterOwned {
+            master: master.clone(),
+            logs,
+            views,
+        }
     }
 }
 
+/// The memory streams `dag` reads or writes (a derived stream's log), in
+/// the DAG's order, each once.
+pub fn memory_streams(dag: &PhysicalDag) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for op in &dag.operators {
+        let stream = match &op.kind {
+            OperatorKind::Source(s) if s.connector == "memory" => Some(&s.stream),
+            OperatorKind::Sink(s) if s.connector == "memory" => s.options.get("stream"),
+            _ => None,
+        };
+        if let Some(s) = stream
+            && !out.contains(s)
+        {
+            out.push(s.clone());
+        }
+    }
+    out
+}
+
 impl Pinned for MasterOwned {
-    fn pinned(&self, op: &OperatorSpec) -> bool {
+    fn pinned(&self, op: &OperatorSpec) -> Option<WorkerId> {
+        let log = |stream: Option<&String>| Some(stream.and_then(|s| self.logs.get(s)).unwrap_or(&self.master).clone());
         match &op.kind {
-            OperatorKind::Source(s) => s.connector == "memory",
+            OperatorKind::Source(s) if s.connector == "memory" => log(Some(&s.stream)),
             OperatorKind::Sink(s) => match s.connector.as_str() {
-                "client" | "memory" => true,
-                "view" => self.views,
-                _ => false,
+                "memory" => log(s.options.get("stream")),
+                "client" => Some(self.master.clone()),
+                "view" if self.views => Some(self.master.clone()),
+                _ => None,
             },
-            _ => false,
+            _ => None,
         }
     }
 }
@@ -168,8 +210,9 @@ pub fn strategy(name: &str) -> Result<Box<dyn Strategy>> {
     }
 }
 
-/// Places every task of `dag`: pinned ones on `master`, the others by
-/// `strategy` on `workers` that match `constraints`.
+/// Places every task of `dag`: pinned ones where [`Pinned`] says, the
+/// others by `strategy` on `workers` that match `constraints` (`master`
+/// stands in while the placement fails).
 pub fn place(
     dag: &PhysicalDag,
     config: &DeployConfig,
@@ -183,8 +226,13 @@ pub fn place(
     let mut placed: HashMap<(OperatorId, u32), WorkerId> = HashMap::new();
     let mut failure: Option<Error> = None;
     let placement = Placement::new(dag, config, |op, instance| {
-        if pinned.pinned(op) {
-            return master.clone();
+        if let Some(at) = pinned.pinned(op) {
+            // On a worker (a memory stream's log there) it takes a slot
+            // when one is free, and runs there regardless.
+            if let Some(used) = load.get_mut(&at) {
+                *used += 1;
+            }
+            return at;
         }
         let free: Vec<&WorkerSlots> = eligible
             .iter()
@@ -337,7 +385,10 @@ mod tests {
             &DeployConfig::default(),
             (strategy, c),
             workers,
-            (&WorkerId(MASTER.into()), &MasterOwned::of(&dag(p))),
+            (
+                &WorkerId(MASTER.into()),
+                &MasterOwned::of(&dag(p), &WorkerId(MASTER.into()), |_| None),
+            ),
         )
     }
 
@@ -348,7 +399,10 @@ mod tests {
             &DeployConfig::default(),
             (&Spread, &Constraints::default()),
             workers,
-            (&WorkerId(MASTER.into()), &MasterOwned::of(d)),
+            (
+                &WorkerId(MASTER.into()),
+                &MasterOwned::of(d, &WorkerId(MASTER.into()), |_| None),
+            ),
         )
         .unwrap()
     }
@@ -442,5 +496,66 @@ mod tests {
         assert_eq!(with("memory", "view"), (MASTER.into(), MASTER.into()));
         assert_eq!(with("datagen", "client"), ("a".into(), MASTER.into()));
         assert_eq!(with("datagen", "blackhole"), ("a".into(), "a".into()));
+    }
+
+    /// With a quorum a memory stream's log lives on a worker: its reader
+    /// and a derived stream's writer go where their log is, a view over it
+    /// to a worker like any sink, and they count in that worker's load.
+    #[test]
+    fn a_memory_streams_reader_and_writer_go_where_its_log_lives() {
+        let ws = [worker("a", 4, &[]), worker("b", 4, &[])];
+        let master = WorkerId(MASTER.into());
+        let mut d = dag(1);
+        if let OperatorKind::Source(s) = &mut d.operators[0].kind {
+            s.connector = "memory".into();
+        }
+        if let OperatorKind::Sink(s) = &mut d.operators[1].kind {
+            s.connector = "memory".into();
+            s.options.insert("stream".into(), "t".into());
+        }
+        assert_eq!(memory_streams(&d), ["s", "t"]);
+        let homes = |s: &str| Some(WorkerId(if s == "s" { "b" } else { "a" }.into()));
+        let placed = |d: &PhysicalDag, ws: &[WorkerSlots]| {
+            let pinned = MasterOwned::of(d, &master, homes);
+            let p = place(
+                d,
+                &DeployConfig::default(),
+                (&Spread, &Constraints::default()),
+                ws,
+                (&master, &pinned),
+            );
+            p.map(|p| {
+                (0..2)
+                    .map(|op| p.worker_of(OperatorId(op), 0).unwrap().0.clone())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(placed(&d, &ws).unwrap(), ["b", "a"]);
+        // Logs in the master (no quorum): both there, as before.
+        let pinned = MasterOwned::of(&d, &master, |_| None);
+        let p = place(
+            &d,
+            &DeployConfig::default(),
+            (&Spread, &Constraints::default()),
+            &ws,
+            (&master, &pinned),
+        )
+        .unwrap();
+        assert_eq!(p.workers(), std::slice::from_ref(&master));
+        // A view over a memory stream whose log is on b: its sink on a
+        // worker, not pinned to the master.
+        if let OperatorKind::Sink(s) = &mut d.operators[1].kind {
+            s.connector = "view".into();
+        }
+        let at = placed(&d, &ws).unwrap();
+        assert_eq!(at[0], "b");
+        assert_ne!(at[1], MASTER);
+        // The reader takes b's last free slot: the view's sink goes to a.
+        let mut full = ws.clone();
+        full[1].used = 3;
+        assert_eq!(placed(&d, &full).unwrap(), ["b", "a"]);
+        // ... and runs on b even when b has none free.
+        full[1].used = 4;
+        assert_eq!(placed(&d, &full).unwrap(), ["b", "a"]);
     }
 }

@@ -6,6 +6,8 @@
 //! changed ([`crate::control::Cluster::record`]), a worker gone being a
 //! tombstone; a placement as its deployment starts, before its parts do,
 //! and it goes once nothing of its pipeline may run.
+//! `memory/<stream>` names the worker holding a memory stream's log,
+//! written before anything is appended there or reads it there.
 //!
 //! Followers list the recorded workers (SHOW CLUSTER, `/api/v1/cluster`),
 //! and a new leader knows from the placements which workers it waits for
@@ -18,6 +20,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub const WORKER: &str = "worker/";
 pub const PLACEMENT: &str = "placement/";
+pub const MEMORY: &str = "memory/";
+
+/// The register naming the worker that holds memory stream `stream`'s log.
+pub fn memory_register(stream: &str) -> String {
+    format!("{MEMORY}{stream}")
+}
+
+/// The worker `state` says holds memory stream `stream`'s log.
+pub fn memory_home(state: &ReplicatedState, stream: &str) -> Option<WorkerId> {
+    state.get(&memory_register(stream)).map(|w| WorkerId(w.to_string()))
+}
 
 /// A worker as the leader recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -51,11 +51,7 @@ const CHECKPOINT: &str = "checkpoint/";
 /// A forwarded command waits this long for the leader (an ALTER stops a
 /// pipeline at a barrier first, which may take a while).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
-pub use crate::view_cache::LEADER_VIEW_BYTES_MAX;
-/// An INSERT's rows a follower hands the leader at most (Arrow IPC bytes;
-/// gRPC's default bound on a request): a bigger INSERT is refused with
-/// `54000` before anything is appended.
-pub const INSERT_BYTES_MAX: usize = 4 << 20;
+pub use crate::view_cache::{INSERT_BYTES_MAX, LEADER_VIEW_BYTES_MAX};
 /// A forwarded query's result rows in one message at most (a bigger batch
 /// goes in pieces).
 pub const QUERY_BATCH_BYTES_MAX: usize = 4 << 20;
@@ -345,20 +341,9 @@ impl Replication for QuorumCatalog {
 
     fn forward_insert<'a>(&'a self, stream: &'a str, rows: &'a [RecordBatch]) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            let schema = match rows.first() {
-                Some(b) => b.schema(),
-                None => return Ok(0),
+            let Some(ipc) = crate::view_cache::insert_rows(rows, "the quorum's leader")? else {
+                return Ok(0);
             };
-            let ipc = crate::view_cache::encode_batches(&schema, rows)?;
-            if ipc.len() > INSERT_BYTES_MAX {
-                return Err(Error::user(
-                    SqlCode::ProgramLimitExceeded,
-                    format!(
-                        "INSERT of {} bytes of rows through a follower is over the {INSERT_BYTES_MAX} bytes it hands the leader; insert in batches or on the leader",
-                        ipc.len()
-                    ),
-                ));
-            }
             let (leader, mut client, unreachable) = self.leader().await?;
             let reply = client
                 .insert(InsertRows {
@@ -603,7 +588,7 @@ impl Catalog for CatalogService {
             Ok(master) => master,
             Err(e) => return Ok(tonic::Response::new(reply(Err(e)))),
         };
-        let appended = (|| {
+        let checked = (|| {
             let def = master.insertable(&request.stream)?;
             let (schema, rows) = crate::view_cache::decode_rows(&request.ipc)
                 .map_err(|e| Error::internal(format!("a forwarded INSERT's rows do not decode: {e}")))?;
@@ -625,8 +610,12 @@ impl Catalog for CatalogService {
                 .into_iter()
                 .map(|b| RecordBatch::try_new(def.schema.clone(), b.columns().to_vec()))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
-            self.0.memory.get_or_create(&def.name, &def.options)?.append(rows)
+            Ok((def, rows))
         })();
+        let appended = match checked {
+            Ok((def, rows)) => master.append(&def, rows, &self.0.memory).await,
+            Err(e) => Err(e),
+        };
         Ok(tonic::Response::new(reply(appended)))
     }
 

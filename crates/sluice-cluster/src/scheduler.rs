@@ -22,6 +22,19 @@ pub trait Scheduler: Send + Sync {
     /// Frees what the workers hold for a dropped stream (a memory stream's
     /// log). Called after the catalog forgot the stream.
     fn release_stream(&self, stream: &str);
+    /// Appends an INSERT's `rows` to memory stream `stream`'s log (created
+    /// with `options`) where it lives in another process (with a master
+    /// quorum: on a worker); how many. `None` when it lives in this
+    /// process: append there.
+    fn append_memory<'a>(
+        &'a self,
+        stream: &'a str,
+        options: &'a std::collections::BTreeMap<String, String>,
+        rows: &'a [arrow::record_batch::RecordBatch],
+    ) -> BoxFuture<'a, Result<Option<u64>>> {
+        let _ = (stream, options, rows);
+        Box::pin(async { Ok(None) })
+    }
     /// Materialized view `name`'s rows (pipeline `id`, whose sink is
     /// operator `sink`) when its sink runs in another process: as that
     /// process last published them. `None` when the sink runs in this

@@ -28,6 +28,11 @@ pub const WORKER_VIEW_BYTES_MAX: usize = 4 << 30;
 /// The rows go up in pieces of at most this many bytes (a session's
 /// messages stay small beside its heartbeats).
 pub const VIEW_PIECE_BYTES: usize = 16 << 20;
+/// An INSERT's rows one process hands another at most (Arrow IPC bytes;
+/// gRPC's default bound on a message): a follower to the leader, the
+/// leader to the worker holding the stream's log. A bigger INSERT is
+/// refused with `54000` before anything is appended.
+pub const INSERT_BYTES_MAX: usize = 4 << 20;
 
 /// The answer to a request for a view's rows, by the process holding
 /// `view` (`None`: not published here, `missing` says so) to one that
@@ -150,6 +155,26 @@ pub(crate) fn encode_batches(
     writer.finish()?;
     drop(writer);
     Ok(out)
+}
+
+/// An INSERT's rows as one Arrow IPC stream to hand `to` (the leader, the
+/// worker holding the log); `None` for no rows. Past [`INSERT_BYTES_MAX`]
+/// it is refused with `54000`.
+pub(crate) fn insert_rows(rows: &[arrow::record_batch::RecordBatch], to: &str) -> Result<Option<Vec<u8>>> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let ipc = encode_batches(&first.schema(), rows)?;
+    if ipc.len() > INSERT_BYTES_MAX {
+        return Err(sluice_types::Error::user(
+            sluice_types::SqlCode::ProgramLimitExceeded,
+            format!(
+                "INSERT of {} bytes of rows is over the {INSERT_BYTES_MAX} bytes this master hands {to}; insert in smaller batches",
+                ipc.len()
+            ),
+        ));
+    }
+    Ok(Some(ipc))
 }
 
 /// [`encode_rows`]'s stream back: the schema and the rows' batches.

@@ -30,7 +30,7 @@
 /// view on its own worker and find nothing), and a follower forwards an
 /// INSERT's rows to the leader (`Catalog.Insert`) and runs a continuous
 /// query there (`Catalog.Query`), both unknown to version 4.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// `package sluice.v1`.
 pub mod v1 {

@@ -449,7 +449,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> st
     let address = advertised(data.local_addr(), config.advertise.clone(), "--listen")?;
     tracing::info!(worker = %id, data = %address, slots = config.slots, "worker starting");
     let connectors = Connectors::default();
-    let views = connectors.views.clone();
+    let (views, memory) = (connectors.views.clone(), connectors.memory.clone());
     let agent = Agent::new(
         AgentConfig {
             id,
@@ -459,7 +459,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> st
             labels: config.labels.clone(),
             shutdown,
         },
-        (Arc::new(connectors), views),
+        (Arc::new(connectors), views, memory),
         data.clone(),
         DeployConfig::default(),
     );

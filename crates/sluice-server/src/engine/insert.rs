@@ -85,12 +85,12 @@ pub async fn insert(master: &Master, logs: &MemoryLogs, insert: &Insert) -> Resu
         }
         rows.push(conform(&b, &def.schema)?);
     }
-    // On a quorum follower the rows go to the leader, where the stream's
-    // log lives (a follower's log would be read by nobody).
+    // On a quorum follower the rows go to the leader, which knows where
+    // the stream's log lives (a follower's would be read by nobody).
     if let Some(appended) = master.insert_on_leader(&def.name, &rows).await? {
         return Ok(appended);
     }
-    logs.get_or_create(&def.name, &def.options)?.append(rows)
+    master.append(&def, rows, logs).await
 }
 
 /// Postgres' assignment rules for literal VALUES, where DataFusion's casts
