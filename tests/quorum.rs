@@ -986,8 +986,8 @@ async fn until(q: &Quorum, i: usize, name: &str, want: (String, String)) {
 }
 
 /// With a quorum a memory stream's log lives on a worker, beside its
-/// readers: kill -9 of the leader takes neither the log nor the pipelines
-/// reading it. Rows inserted through the old leader, a follower and the
+/// readers (three masters, two workers, a log on each): kill -9 of the
+/// leader takes neither the logs nor the pipelines reading them. Rows inserted through the old leader, a follower and the
 /// new leader are each counted once by a view over the stream (and by a
 /// derived stream's pipeline writing a second log), whose pipelines were
 /// adopted, not restarted. With the log in the leader, as before, the
@@ -1000,13 +1000,14 @@ async fn pipelines_over_a_memory_stream_keep_running_and_its_rows_through_a_lead
     let leader = q.leader(Duration::from_secs(15)).await;
     let mut workers = TestServer::workers_only(q.dir.path());
     workers.add_worker_to("w1", 16, &q.all_listen());
+    workers.add_worker_to("w2", 16, &q.all_listen());
     // A memory stream's log needs a worker to live on.
     let deadline = Instant::now() + Duration::from_secs(20);
     while q.master(leader).cluster_json()["workers"]
         .as_array()
-        .is_none_or(|w| w.is_empty())
+        .is_none_or(|w| w.len() < 2)
     {
-        assert!(Instant::now() < deadline, "w1 never registered");
+        assert!(Instant::now() < deadline, "w1 and w2 never registered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let c = q.master(leader).connect().await;
@@ -1023,8 +1024,13 @@ async fn pipelines_over_a_memory_stream_keep_running_and_its_rows_through_a_lead
     for name in ["qm_odd", "qm_all", "qm_odds"] {
         wait_running(&q, leader, name, Duration::from_secs(20)).await;
         let on = workers_of(&q, leader, name).await;
-        assert!(on.contains("w1") && !on.contains("master:"), "{name} runs on {on}");
+        assert!(on.contains('w') && !on.contains("master:"), "{name} runs on {on}");
     }
+    // Each log on the worker holding fewer: qm's on w1 (the first, by
+    // id), qm_odd's on w2, so qm_odd's pipeline reads on one and writes
+    // on the other.
+    let on = workers_of(&q, leader, "qm_odd").await;
+    assert!(on.contains("w1") && on.contains("w2"), "qm_odd runs on {on}");
     let follower = (0..3).find(|i| *i != leader).unwrap();
     insert_range(&q, leader, "qm", (1, 100)).await;
     insert_range(&q, follower, "qm", (101, 200)).await;
