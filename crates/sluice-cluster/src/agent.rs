@@ -952,8 +952,12 @@ impl Session<'_> {
                 sqlstate,
             })),
         };
-        // The master gives up on its own after a while.
-        let _ = tokio::time::timeout(CONNECT_TIMEOUT, self.up.send(event)).await;
+        // Off the session's loop (its other commands go on); the master
+        // gives up on its own after a while.
+        let up = self.up.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(CONNECT_TIMEOUT, up.send(event)).await;
+        });
     }
 
     /// Starts this worker's part of a deployment.

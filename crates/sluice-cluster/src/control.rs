@@ -820,6 +820,12 @@ impl Cluster {
         let mut writes = vec![(register, Some(json))];
         writes.extend(self.home_registers(homes));
         let _writing = self.placement_writes.lock().await;
+        // A log placed with this deployment may have moved meanwhile (its
+        // worker lost, an INSERT placing it anew): recording the old home
+        // would overwrite the new. The deployment is placed again instead.
+        if !self.homes_current(homes) {
+            return Err("a memory stream's log it reads or writes moved meanwhile".into());
+        }
         node.propose(writes)
             .await
             .map(|_| self.homes_recorded(homes))
@@ -1066,6 +1072,8 @@ impl Cluster {
             match workers.get(id) {
                 Some(w) if w.session == session => {
                     let w = workers.remove(id).expect("present");
+                    // INSERTs waiting for it fail now, not at their timeout.
+                    self.memory.worker_gone(id);
                     if release {
                         let _ = w.commands.try_send(Ok(pb::MasterCommand {
                             protocol_version: PROTOCOL_VERSION,

@@ -228,10 +228,13 @@ pub fn place(
     let placement = Placement::new(dag, config, |op, instance| {
         if let Some(at) = pinned.pinned(op) {
             // On a worker (a memory stream's log there) it takes a slot
-            // when one is free, and runs there regardless.
+            // when one is free, and runs there regardless; its forward
+            // downstream follows it as any task's does.
             if let Some(used) = load.get_mut(&at) {
                 *used += 1;
+                *per_op.entry(op.id).or_default().entry(at.clone()).or_default() += 1;
             }
+            placed.insert((op.id, instance), at.clone());
             return at;
         }
         let free: Vec<&WorkerSlots> = eligible
@@ -557,5 +560,8 @@ mod tests {
         // ... and runs on b even when b has none free.
         full[1].used = 4;
         assert_eq!(placed(&d, &full).unwrap(), ["b", "a"]);
+        // Behind a forward edge the sink follows its reader to b.
+        d.edges[0].partitioning = Partitioning::Forward;
+        assert_eq!(placed(&d, &ws).unwrap(), ["b", "b"]);
     }
 }

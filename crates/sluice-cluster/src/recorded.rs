@@ -27,6 +27,14 @@ pub fn memory_register(stream: &str) -> String {
     format!("{MEMORY}{stream}")
 }
 
+/// Every memory stream's log `state` records, with the worker holding it.
+pub fn memory_homes(state: &ReplicatedState) -> BTreeMap<String, WorkerId> {
+    state
+        .scan(MEMORY)
+        .map(|(k, v)| (k[MEMORY.len()..].to_string(), WorkerId(v.to_string())))
+        .collect()
+}
+
 /// The worker `state` says holds memory stream `stream`'s log.
 pub fn memory_home(state: &ReplicatedState, stream: &str) -> Option<WorkerId> {
     state.get(&memory_register(stream)).map(|w| WorkerId(w.to_string()))

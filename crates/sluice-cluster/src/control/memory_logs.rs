@@ -11,7 +11,7 @@
 //! registered workers holding the fewest logs, recorded in
 //! the replicated state (`memory/<stream>`, see [`crate::recorded`])
 //! before anything is appended there or reads it there, and kept while
-//! that worker lives. Placement pins the stream's readers and its derived
+//! that worker is registered and not draining. Placement pins the stream's readers and its derived
 //! stream's writer to the home ([`crate::placement::MasterOwned`]); an
 //! INSERT's rows go there as an `AppendMemory` command down the worker's
 //! session, answered by a `CommandResult`.
@@ -21,11 +21,11 @@
 //! its readers, restarted from their checkpoints, find a log of another
 //! incarnation and read by their startup mode.
 
-use super::{Cluster, MASTER_WORKER_PREFIX};
+use super::Cluster;
 use arrow::record_batch::RecordBatch;
 use sluice_proto::v1 as pb;
 use sluice_types::{Error, Result, SqlCode, WorkerId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -46,29 +46,52 @@ struct Home {
     recorded: bool,
 }
 
+/// The homes this master knows.
+#[derive(Default)]
+struct Homes {
+    by_stream: HashMap<String, Home>,
+    /// Streams dropped here since: the next use places the log anew (and
+    /// tells every worker to drop what it holds), whatever was recorded.
+    dropped: HashSet<String>,
+}
+
+/// An INSERT waiting for the worker holding its log.
+struct Append {
+    worker: WorkerId,
+    tx: tokio::sync::oneshot::Sender<pb::CommandResult>,
+}
+
 /// The homes this master knows and the appends it waits on.
 #[derive(Default)]
 pub(super) struct MemoryHomes {
-    homes: Mutex<HashMap<String, Home>>,
-    appends: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<pb::CommandResult>>>,
+    homes: Mutex<Homes>,
+    appends: Mutex<HashMap<u64, Append>>,
 }
 
 impl MemoryHomes {
     /// Forgets what it knew (a new term: the replicated state says).
     pub(super) fn forget_homes(&self) {
-        self.homes.lock().expect("homes lock").clear();
+        *self.homes.lock().expect("homes lock") = Homes::default();
     }
 
     /// A worker's answer to an `AppendMemory`.
     pub(super) fn appended(&self, result: &pb::CommandResult) {
         let waiting = self.appends.lock().expect("appends lock").remove(&result.request_id);
-        if let Some(tx) = waiting {
-            let _ = tx.send(result.clone());
+        if let Some(append) = waiting {
+            let _ = append.tx.send(result.clone());
         }
     }
 
+    /// Worker `id` is gone: the INSERTs waiting for it fail now.
+    pub(super) fn worker_gone(&self, id: &WorkerId) {
+        self.appends
+            .lock()
+            .expect("appends lock")
+            .retain(|_, a| a.worker != *id);
+    }
+
     fn mark_recorded(&self, stream: &str, worker: &WorkerId) {
-        if let Some(h) = self.homes.lock().expect("homes lock").get_mut(stream)
+        if let Some(h) = self.homes.lock().expect("homes lock").by_stream.get_mut(stream)
             && h.worker == *worker
         {
             h.recorded = true;
@@ -78,8 +101,12 @@ impl MemoryHomes {
     /// Forgets `stream`'s home unless it changed since (a record failed).
     fn forget(&self, stream: &str, worker: &WorkerId) {
         let mut homes = self.homes.lock().expect("homes lock");
-        if homes.get(stream).is_some_and(|h| h.worker == *worker && !h.recorded) {
-            homes.remove(stream);
+        if homes
+            .by_stream
+            .get(stream)
+            .is_some_and(|h| h.worker == *worker && !h.recorded)
+        {
+            homes.by_stream.remove(stream);
         }
     }
 }
@@ -89,29 +116,62 @@ impl Cluster {
     /// log, and whether it still has to be recorded (before anything uses
     /// it). The known home while its worker is registered and not
     /// draining; else a new one, the worker holding the fewest logs, whose
-    /// choice tells every worker (the new home too) to drop a log of that
-    /// name it may hold. `53000` when no worker is registered. `None` without a
-    /// quorum: logs live in the master.
+    /// choice tells every registered worker (the new home too) to drop a
+    /// log of that name it may hold. `57P03` while the recorded home may
+    /// still register with this new leader (see
+    /// [`Cluster::reconnect_window`]); `53000` when no worker is
+    /// registered. `None` without a quorum: logs live in the master.
     pub(super) fn memory_home(&self, stream: &str) -> Result<Option<(WorkerId, bool)>> {
         let Some(node) = self.quorum() else { return Ok(None) };
-        let holders: Vec<WorkerId> = {
+        let registered: Vec<(WorkerId, bool)> = {
             let workers = self.workers.lock().expect("workers lock");
-            workers
-                .iter()
-                .filter(|(_, w)| !w.draining)
-                .map(|(id, _)| id.clone())
-                .collect()
+            workers.iter().map(|(id, w)| (id.clone(), w.draining)).collect()
         };
+        let holders: Vec<WorkerId> = registered
+            .iter()
+            .filter(|(_, draining)| !draining)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let state = node.state();
         let mut homes = self.memory.homes.lock().expect("homes lock");
-        let known = homes.get(stream).cloned().or_else(|| {
-            crate::recorded::memory_home(&node.state(), stream).map(|worker| Home { worker, recorded: true })
+        let dropped = homes.dropped.contains(stream);
+        let known = homes.by_stream.get(stream).cloned().or_else(|| {
+            (!dropped)
+                .then(|| crate::recorded::memory_home(&state, stream))
+                .flatten()
+                .map(|worker| Home { worker, recorded: true })
         });
-        if let Some(home) = known.filter(|h| holders.contains(&h.worker)) {
-            homes.insert(stream.to_string(), home.clone());
-            return Ok(Some((home.worker, !home.recorded)));
+        if let Some(home) = &known {
+            if holders.contains(&home.worker) {
+                homes.by_stream.insert(stream.to_string(), home.clone());
+                return Ok(Some((home.worker.clone(), !home.recorded)));
+            }
+            let absent = !registered.iter().any(|(id, _)| *id == home.worker);
+            if home.recorded && absent && self.reconnect_window(&node) {
+                return Err(Error::user(
+                    SqlCode::CannotConnectNow,
+                    format!(
+                        "memory stream {stream}'s log is on worker {}, which has not reconnected to this leader yet; try again in a few seconds",
+                        home.worker
+                    ),
+                ));
+            }
         }
-        let held = |w: &WorkerId| homes.values().filter(|h| h.worker == *w).count();
-        let Some(worker) = holders.iter().min_by_key(|w| (held(w), (*w).clone())).cloned() else {
+        // Logs each worker holds: those recorded, and those placed here
+        // since.
+        let mut held: HashMap<WorkerId, usize> = HashMap::new();
+        let mut placed = crate::recorded::memory_homes(&state);
+        for (s, h) in &homes.by_stream {
+            placed.insert(s.clone(), h.worker.clone());
+        }
+        for w in placed.values() {
+            *held.entry(w.clone()).or_default() += 1;
+        }
+        let fewest = holders
+            .iter()
+            .min_by_key(|w| (held.get(*w).copied().unwrap_or(0), (*w).clone()))
+            .cloned();
+        let Some(worker) = fewest else {
             return Err(Error::user(
                 SqlCode::InsufficientResources,
                 format!(
@@ -119,17 +179,19 @@ impl Cluster {
                 ),
             ));
         };
-        homes.insert(
+        homes.dropped.remove(stream);
+        homes.by_stream.insert(
             stream.to_string(),
             Home {
                 worker: worker.clone(),
                 recorded: false,
             },
         );
-        drop(homes);
         // The new home too: a log it kept from an earlier time as the
-        // stream's home (it was cut off meanwhile) is stale. Its commands
-        // are ordered: the drop comes before any append or reader.
+        // stream's home (it was cut off meanwhile) is stale. Each worker's
+        // commands are ordered, and these are queued before this home is
+        // known to anyone else (the homes lock is held): the drop comes
+        // before any append or reader.
         for other in &holders {
             self.send(
                 other,
@@ -138,8 +200,27 @@ impl Cluster {
                 }),
             );
         }
+        drop(homes);
         tracing::info!(stream, %worker, "memory stream's log placed");
         Ok(Some((worker, true)))
+    }
+
+    /// Whether a worker the old leader knew may still register with this
+    /// master: it has not taken over yet in its term (the lead loop opens
+    /// the adoption a moment after the election), or took over less than
+    /// two worker timeouts ago (workers find a new leader within one).
+    fn reconnect_window(&self, node: &sluice_quorum::QuorumNode) -> bool {
+        let a = self.adoption.lock().expect("adoption lock");
+        a.term != node.term() || a.opened_at.is_none_or(|t| t.elapsed() < self.worker_timeout * 2)
+    }
+
+    /// Whether the homes `streams` were placed on are still theirs here
+    /// (checked before they are recorded with a deployment's placement).
+    pub(super) fn homes_current(&self, streams: &[(String, WorkerId)]) -> bool {
+        let homes = self.memory.homes.lock().expect("homes lock");
+        streams
+            .iter()
+            .all(|(s, w)| homes.by_stream.get(s).is_some_and(|h| h.worker == *w))
     }
 
     /// The recorded homes of `streams` (chosen for a deployment) written
@@ -158,26 +239,6 @@ impl Cluster {
         }
     }
 
-    /// The recorded home of `stream` when its worker has not registered
-    /// with this master yet, though it may: this master has not taken over
-    /// yet, or took over less than two worker timeouts ago (workers find a
-    /// new leader within one).
-    fn home_reconnecting(&self, stream: &str) -> Option<WorkerId> {
-        let node = self.quorum()?;
-        let recent = {
-            let a = self.adoption.lock().expect("adoption lock");
-            // Not taken over yet in this term (the lead loop opens the
-            // adoption a moment after the election), or just now.
-            a.term != node.term() || a.opened_at.is_none_or(|t| t.elapsed() < self.worker_timeout * 2)
-        };
-        if !recent {
-            return None;
-        }
-        let home = crate::recorded::memory_home(&node.state(), stream)?;
-        let registered = self.workers.lock().expect("workers lock").contains_key(&home);
-        (!registered && !home.0.starts_with(MASTER_WORKER_PREFIX)).then_some(home)
-    }
-
     /// With a master quorum: appends an INSERT's `rows` to memory stream
     /// `stream`'s log (created with `options`) on the worker holding it,
     /// all or none, and returns how many; `None` when the log is in this
@@ -189,14 +250,6 @@ impl Cluster {
         rows: &[RecordBatch],
     ) -> Result<Option<u64>> {
         let Some(node) = self.quorum() else { return Ok(None) };
-        if let Some(home) = self.home_reconnecting(stream) {
-            return Err(Error::user(
-                SqlCode::CannotConnectNow,
-                format!(
-                    "memory stream {stream}'s log is on worker {home}, which has not reconnected to this leader yet; try again in a few seconds"
-                ),
-            ));
-        }
         let Some((home, unrecorded)) = self.memory_home(stream)? else {
             return Ok(None);
         };
@@ -229,7 +282,13 @@ impl Cluster {
                     ),
                 ));
             }
-            appends.insert(request_id, tx);
+            appends.insert(
+                request_id,
+                Append {
+                    worker: home.clone(),
+                    tx,
+                },
+            );
         }
         let forget = || {
             self.memory.appends.lock().expect("appends lock").remove(&request_id);
@@ -271,14 +330,21 @@ impl Cluster {
         }
     }
 
-    /// A dropped stream: every worker forgets a log of its name, and this
-    /// master where it lived (the register stays, naming the worker a
-    /// stream of that name created again starts on).
+    /// A dropped stream: every registered worker forgets a log of its
+    /// name, and this master where it lived; its next use places it anew.
+    /// (The register stays, overwritten then; a new leader that never saw
+    /// the drop reads it.)
     pub(super) fn drop_memory(&self, stream: &str) {
         if self.quorum().is_none() {
             return;
         }
-        self.memory.homes.lock().expect("homes lock").remove(stream);
+        {
+            let mut homes = self.memory.homes.lock().expect("homes lock");
+            homes.by_stream.remove(stream);
+            // Created again, the stream is placed anew, every worker told
+            // to drop a log of its name (one cut off now keeps this one).
+            homes.dropped.insert(stream.to_string());
+        }
         let workers: Vec<WorkerId> = self.workers.lock().expect("workers lock").keys().cloned().collect();
         for w in &workers {
             self.send(
@@ -397,10 +463,60 @@ mod tests {
         // A new term reads the home from the replicated state.
         cluster.memory.forget_homes();
         assert_eq!(cluster.memory_home("s").unwrap(), Some((WorkerId("w1".into()), false)));
-        // w1 gone: s moves to w2, to be recorded again.
+        // w1 gone: within a new leader's first two worker timeouts it may
+        // still come back (57P03, try again); after, s moves to w2, to be
+        // recorded again.
         cluster.workers.lock().unwrap().remove(&WorkerId("w1".into()));
         drop(w1);
+        let e = cluster.memory_home("s").unwrap_err();
+        assert_eq!(e.sqlstate(), "57P03", "{e}");
+        cluster.adoption.lock().unwrap().opened_at = Some(Instant::now() - Duration::from_secs(60));
         assert_eq!(cluster.memory_home("s").unwrap(), Some((WorkerId("w2".into()), true)));
+        while w2.try_recv().is_ok() {}
+        // Dropped, s is placed anew at its next use though its worker
+        // lives, and every worker (its new home too) drops what it held.
+        cluster.memory.mark_recorded("s", &WorkerId("w2".into()));
+        cluster.drop_memory("s");
+        assert!(dropped(next(&mut w2), "s"));
+        assert_eq!(cluster.memory_home("s").unwrap(), Some((WorkerId("w2".into()), true)));
+        assert!(dropped(next(&mut w2), "s"), "the new home drops a stale log first");
+        node.shutdown();
+    }
+
+    /// A deployment placed on a home that moved before it was recorded
+    /// does not record the old one; an INSERT waiting for a worker that is
+    /// lost fails at once.
+    #[tokio::test]
+    async fn a_moved_home_is_not_recorded_back_and_a_lost_worker_fails_its_inserts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cluster, node) = leading_cluster(dir.path()).await;
+        cluster.open_adoption();
+        let _w1 = register(&cluster, "w1");
+        let (w1, w2) = (WorkerId("w1".into()), WorkerId("w2".into()));
+        assert_eq!(cluster.memory_home("s").unwrap(), Some((w1.clone(), true)));
+        let placed = [("s".to_string(), w1.clone())];
+        assert!(cluster.homes_current(&placed));
+        // Meanwhile w1 went and an INSERT placed s on w2.
+        cluster.memory.homes.lock().unwrap().by_stream.insert(
+            "s".into(),
+            Home {
+                worker: w2.clone(),
+                recorded: true,
+            },
+        );
+        assert!(!cluster.homes_current(&placed));
+        // An INSERT waiting for w1 when it is lost.
+        let c = cluster.clone();
+        let appending = tokio::spawn(async move { c.append_memory("t", &BTreeMap::new(), &rows(1)).await });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cluster.memory.appends.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "the append was never sent");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cluster.memory.worker_gone(&w1);
+        let e = appending.await.unwrap().unwrap_err();
+        assert_eq!(e.sqlstate(), "08006", "{e}");
+        assert!(e.to_string().contains("went away"), "{e}");
         node.shutdown();
     }
 
@@ -418,7 +534,13 @@ mod tests {
         let mut held = Vec::new();
         for id in 0..APPENDS_MAX as u64 - 1 {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            cluster.memory.appends.lock().unwrap().insert(1_000_000 + id, tx);
+            let worker = WorkerId("w1".into());
+            cluster
+                .memory
+                .appends
+                .lock()
+                .unwrap()
+                .insert(1_000_000 + id, Append { worker, tx });
             held.push(rx);
         }
         // One below the bound: sent, and answered.
