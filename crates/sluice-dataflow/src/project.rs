@@ -297,6 +297,15 @@ mod tests {
         assert_eq!((c.value(0), c.value(1)), ("B", "C"));
     }
 
+    fn ints(out: &RecordBatch, column: usize) -> Vec<i64> {
+        out.column(column)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .values()
+            .to_vec()
+    }
+
     fn strings(a: &ArrayRef) -> Vec<Option<String>> {
         let a = cast(a, &DataType::Utf8).unwrap();
         let a = a.as_any().downcast_ref::<StringArray>().unwrap();
@@ -402,14 +411,7 @@ mod tests {
         assert!(shared[0].contains("!=") && !shared[0].contains('/'), "{shared:?}");
         let batch = RecordBatch::try_new(input, vec![Arc::new(Int64Array::from(vec![0, 5, 0, 2]))]).unwrap();
         let out = op.apply(&batch).unwrap();
-        let ints = |i: usize| {
-            out.column(i)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap()
-                .values()
-                .to_vec()
-        };
+        let ints = |i: usize| ints(&out, i);
         assert_eq!(ints(0), [-1, 2, -1, 5]);
         assert_eq!(ints(1), [-2, 3, -2, 6]);
         assert_ne!(strings(out.column(2)), strings(out.column(3)));
@@ -436,14 +438,7 @@ mod tests {
         assert_eq!((op.before.len(), op.after.len()), (1, 1));
         let batch = RecordBatch::try_new(input, vec![Arc::new(Int64Array::from(vec![1, 2, 3]))]).unwrap();
         let out = op.apply(&batch).unwrap();
-        let ints = |i: usize| {
-            out.column(i)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap()
-                .values()
-                .to_vec()
-        };
+        let ints = |i: usize| ints(&out, i);
         assert_eq!(ints(0), [4, 6]);
         assert_eq!(ints(1), [50, 70]);
         assert_eq!(ints(2), [500, 700]);
