@@ -294,6 +294,9 @@ impl ScalarUDFImpl for RegexpExtract {
         let group = arrays.get(2).map(|g| g.as_primitive::<Int64Type>());
         let mut cache: HashMap<&str, Option<Regex>> = HashMap::new();
         let mut out = StringBuilder::with_capacity(s.len(), 0);
+        // The groups' positions, reused from row to row (no allocation a
+        // row); made again when the pattern changes.
+        let mut locations: Option<(String, regex::CaptureLocations)> = None;
         for row in 0..s.len() {
             if s.is_null(row) || p.is_null(row) || group.is_some_and(|g| g.is_null(row)) {
                 out.append_null();
@@ -310,12 +313,19 @@ impl ScalarUDFImpl for RegexpExtract {
                     cache.entry(pattern).or_insert_with(|| compile(pattern)).as_ref()
                 }
             };
-            let found = usize::try_from(index).ok().and_then(|i| {
-                regex
-                    .and_then(|r| r.captures(s.value(row)))
-                    .and_then(|c| c.get(i))
-                    .map(|m| m.as_str())
-            });
+            let text = s.value(row);
+            let found = match (usize::try_from(index), regex) {
+                (Ok(i), Some(r)) => {
+                    if locations.as_ref().is_none_or(|(p, _)| p != r.as_str()) {
+                        locations = Some((r.as_str().to_string(), r.capture_locations()));
+                    }
+                    let (_, locs) = locations.as_mut().expect("made above");
+                    r.captures_read(locs, text)
+                        .and_then(|_| locs.get(i))
+                        .map(|(start, end)| &text[start..end])
+                }
+                _ => None,
+            };
             out.append_option(found);
         }
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
