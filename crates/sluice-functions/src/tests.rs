@@ -244,6 +244,34 @@ async fn date_format_reuses_a_text_only_within_its_unit() {
 }
 
 #[tokio::test]
+async fn date_format_is_null_beyond_the_years_it_can_show() {
+    // chrono shows years up to ±262 142; microseconds since 1970 reach
+    // ±292 277 years. A day's first row out of range, then one in range on
+    // the same side, and a row in range before and after.
+    let max = chrono::DateTime::<chrono::Utc>::MAX_UTC.timestamp_micros();
+    let min = chrono::DateTime::<chrono::Utc>::MIN_UTC.timestamp_micros();
+    let sql = format!(
+        "SELECT DATE_FORMAT(to_timestamp_micros(column1), 'yyyy-MM-dd') FROM (VALUES (0), ({}), ({max}), ({}), ({min}), ({}), (86400000000))",
+        max + 1,
+        i64::MAX,
+        min - 1
+    );
+    let got: Vec<String> = rows(&sql).await.into_iter().map(|mut r| r.remove(0)).collect();
+    assert_eq!(
+        got,
+        [
+            "1970-01-01",
+            "NULL",
+            "+262142-12-31",
+            "NULL",
+            "-262143-01-01",
+            "NULL",
+            "1970-01-02"
+        ]
+    );
+}
+
+#[tokio::test]
 async fn split_bucket_puts_equal_values_in_one_bucket_of_the_range() {
     // 2000 values, each twice, in batches of different sizes (a VALUES list
     // per value and a generated series): equal values share a bucket,

@@ -10,7 +10,8 @@
 //! bidders, four over auctions), which reach the operator as `x` under
 //! different `CASE`s, and a row's value is then one lookup for all of
 //! them, not one per aggregate (perf of q16 had the hash sets' inserts at
-//! half of the server's CPU), and is held once.
+//! half of the server's CPU), and is held once. The map keeps neighbouring
+//! values together ([`seen`]).
 //!
 //! perf of Nexmark q17 (an auction's bids per day: 900 k groups, a batch
 //! touching most of its groups once or twice) showed the per-group
@@ -27,9 +28,11 @@ use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, ListArray
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, UInt64Type};
 use datafusion::scalar::ScalarValue;
-use hashbrown::HashMap;
 use sluice_types::{Error, Result};
 use std::sync::Arc;
+
+mod seen;
+use seen::Seen;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -175,6 +178,28 @@ impl Columnar {
     /// Adds row `r` of `arg` to group `groups[r]` (retracts it when
     /// `retracted[r]`).
     pub(super) fn apply(&mut self, groups: &[u32], retracted: Option<&[bool]>, arg: &ArrayRef) -> Result<()> {
+        // A batch of one group (an aggregate without keys, a key with few
+        // values) adds its column up at once, without a row's read and
+        // write of the group's count depending on the row before.
+        let one_group = groups
+            .first()
+            .filter(|g| groups.iter().all(|h| h == *g))
+            .map(|g| *g as usize);
+        match (self.kind, one_group, retracted) {
+            (Kind::Count, Some(g), None) => self.n[g] += (arg.len() - arg.null_count()) as i64,
+            (Kind::Sum | Kind::Avg, Some(g), None) if !self.float => {
+                let v = ints(arg)?;
+                self.n[g] += (v.len() - v.null_count()) as i64;
+                // Wrapping, as a row at a time.
+                self.int[g] = self.int[g].wrapping_add(arrow::compute::sum(v).unwrap_or(0));
+            }
+            _ => self.apply_rows(groups, retracted, arg)?,
+        }
+        Ok(())
+    }
+
+    /// [`Columnar::apply`] a row at a time.
+    fn apply_rows(&mut self, groups: &[u32], retracted: Option<&[bool]>, arg: &ArrayRef) -> Result<()> {
         let back = |r: usize| retracted.is_some_and(|x| x[r]);
         // The null buffer once: `is_valid` through `dyn Array` a row was 8 %
         // of q17's profile.
@@ -182,10 +207,11 @@ impl Columnar {
         let valid = |r: usize| nulls.is_none_or(|n| n.is_valid(r));
         match self.kind {
             Kind::Count => {
+                // Without a branch a row: a FILTER's nulls are as
+                // unpredictable as its condition.
                 for (r, g) in groups.iter().enumerate() {
-                    if valid(r) {
-                        self.n[*g as usize] += if back(r) { -1 } else { 1 };
-                    }
+                    let one = i64::from(valid(r));
+                    self.n[*g as usize] += if back(r) { -one } else { one };
                 }
             }
             Kind::CountDistinct => return Err(Error::internal("distinct counts are applied by Columns")),
@@ -372,7 +398,7 @@ pub(super) struct Columns {
     distinct: Vec<usize>,
     /// Per group slot: each value any distinct count saw → the bits of the
     /// distinct counts that saw it.
-    seen: Vec<HashMap<i64, u32>>,
+    seen: Vec<Seen>,
 }
 
 impl Columns {
@@ -396,9 +422,9 @@ impl Columns {
         }
         let g = g as usize;
         if g >= self.seen.len() {
-            self.seen.resize_with(g + 1, HashMap::new);
+            self.seen.resize_with(g + 1, Seen::default);
         }
-        self.seen[g] = HashMap::new();
+        self.seen[g] = Seen::default();
     }
 
     /// Adds (retracts) each row in its group: `arguments[a]` are
@@ -431,26 +457,24 @@ impl Columns {
                     .and_then(ints)
             })
             .collect::<Result<Vec<_>>>()?;
+        // Each value of a row once, with the bits of the distinct counts
+        // that have it. Flink users write one count a FILTER, `x` under
+        // different `CASE`s: a count whose values are, on every row of the
+        // batch, null or its root's is a member of that root, and a row is
+        // then one lookup a root with its members' bits read from their
+        // null buffers, not a comparison of every pair of values a row
+        // (with branches the filters make unpredictable).
+        let roots = roots(&args);
+        let bit = |j: usize, r: usize| -> u32 { u32::from(args[j].is_valid(r)) << j };
         for (r, g) in groups.iter().enumerate() {
             let g = *g as usize;
-            // Each value of the row once, with the bits of the distinct
-            // counts that have it (usually one value: x under FILTERs).
-            let mut done = 0u32;
-            for (i, x) in args.iter().enumerate() {
-                if done & (1 << i) != 0 || x.is_null(r) {
+            for (root, members) in &roots {
+                let bits = members.iter().fold(bit(*root, r), |bits, j| bits | bit(*j, r));
+                if bits == 0 {
                     continue;
                 }
-                let v = x.value(r);
-                let mut bits = 1u32 << i;
-                for (j, y) in args.iter().enumerate().skip(i + 1) {
-                    if y.is_valid(r) && y.value(r) == v {
-                        bits |= 1 << j;
-                    }
-                }
-                done |= bits;
-                let seen = self.seen[g].entry(v).or_insert(0);
-                let mut new = bits & !*seen;
-                *seen |= bits;
+                // A member's value is its root's, so the root has one.
+                let mut new = self.seen[g].insert(args[*root].value(r), bits);
                 while new != 0 {
                     let b = new.trailing_zeros() as usize;
                     self.aggregates[self.distinct[b]].n[g] += 1;
@@ -496,7 +520,7 @@ impl Columns {
                 self.seen[*g as usize]
                     .iter()
                     .filter(|(_, bits)| *bits & (1 << bit) != 0)
-                    .map(|(v, _)| *v),
+                    .map(|(v, _)| v),
             );
             lengths.push(values.len() - before);
         }
@@ -521,15 +545,46 @@ impl Columns {
         if lists.is_valid(row) {
             let values = lists.value(row);
             for v in ints(&values)?.iter().flatten() {
-                let seen = self.seen[g as usize].entry(v).or_insert(0);
-                if *seen & (1 << bit) == 0 {
-                    *seen |= 1 << bit;
+                if self.seen[g as usize].insert(v, 1 << bit) != 0 {
                     self.aggregates[a].n[g as usize] += 1;
                 }
             }
         }
         Ok(())
     }
+}
+
+/// The distinct counts' arguments as roots, each with its members: the
+/// counts after it whose every value in the batch is null or the root's
+/// (a count that is no earlier root's member is a root).
+fn roots(args: &[&arrow::array::PrimitiveArray<Int64Type>]) -> Vec<(usize, Vec<usize>)> {
+    let mut roots: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (j, y) in args.iter().enumerate() {
+        let member_of = roots.iter().position(|(i, _)| is_member(y, args[*i]));
+        match member_of {
+            Some(k) => roots[k].1.push(j),
+            None => roots.push((j, Vec::new())),
+        }
+    }
+    roots
+}
+
+/// Whether each of `y`'s values is null or `x`'s, compared a word of
+/// rows at a time (a branch a row was half of q15's aggregate).
+fn is_member(y: &arrow::array::PrimitiveArray<Int64Type>, x: &arrow::array::PrimitiveArray<Int64Type>) -> bool {
+    let Ok(equal) = arrow::compute::kernels::cmp::eq(x, y) else {
+        return false;
+    };
+    // Equal values where `x` has one (a null's slot holds any value).
+    let same = match x.nulls() {
+        Some(valid) => valid.inner() & equal.values(),
+        None => equal.values().clone(),
+    };
+    let missed = match y.nulls() {
+        Some(valid) => valid.inner() & &!&same,
+        None => !&same,
+    };
+    missed.count_set_bits() == 0
 }
 
 fn ints(a: &ArrayRef) -> Result<&arrow::array::PrimitiveArray<Int64Type>> {
@@ -540,4 +595,27 @@ fn ints(a: &ArrayRef) -> Result<&arrow::array::PrimitiveArray<Int64Type>> {
 fn floats(a: &ArrayRef) -> Result<&arrow::array::PrimitiveArray<Float64Type>> {
     a.as_primitive_opt::<Float64Type>()
         .ok_or_else(|| Error::internal(format!("aggregate: expected DOUBLE, got {}", a.data_type())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_whose_values_are_null_or_an_earlier_counts_is_its_member() {
+        let x = Int64Array::from(vec![Some(1), Some(2), None, Some(4)]);
+        // x under a FILTER.
+        let filtered = Int64Array::from(vec![None, Some(2), None, Some(4)]);
+        // Another column that once equals x.
+        let other = Int64Array::from(vec![Some(1), Some(7), Some(3), None]);
+        // Valid where x is null: not x's member, though equal where both are.
+        let wider = Int64Array::from(vec![Some(1), None, Some(3), Some(4)]);
+        // Differs from x on one row.
+        let differs = Int64Array::from(vec![Some(1), Some(2), None, Some(5)]);
+        let args = [&x, &filtered, &other, &wider, &differs, &filtered];
+        assert_eq!(
+            roots(&args),
+            vec![(0, vec![1, 5]), (2, vec![]), (3, vec![]), (4, vec![])]
+        );
+    }
 }
