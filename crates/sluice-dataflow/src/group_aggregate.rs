@@ -37,6 +37,7 @@ use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
 use crate::checkpoint::incremental::snapshot_rows;
 use crate::checkpoint::ledger::Ledger;
+use crate::neighbours::NeighbourHash;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::window::fixed::finish_batch;
@@ -49,7 +50,7 @@ use arrow::row::RowConverter;
 use async_trait::async_trait;
 use datafusion::logical_expr::Accumulator;
 use datafusion::scalar::ScalarValue;
-use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use hashbrown::{HashMap, HashTable};
 use sluice_plan::{ChangeOp, GroupAggSpec};
 use sluice_types::{Error, Result, SqlCode};
 use std::hash::BuildHasher;
@@ -86,10 +87,8 @@ pub struct GroupAggregateOperator {
     /// once, in its group (a map by key held every key twice and hashed a
     /// new one twice).
     index: HashTable<(u64, u32)>,
-    hasher: DefaultHashBuilder,
-    /// The byte of a row-encoded key holding its first column's lowest 8
-    /// bits, when that column is an integer: [`Self::key_hash`].
-    neighbours_at: Option<usize>,
+    /// Neighbouring integer ids to neighbouring slots ([`crate::neighbours`]).
+    hasher: NeighbourHash,
     /// Groups by number; a deleted group's slot is free for the next new one.
     groups: Vec<Option<Group>>,
     free: Vec<u32>,
@@ -156,15 +155,11 @@ impl GroupAggregateOperator {
             converter,
             aggregates,
             index: HashTable::new(),
-            hasher: DefaultHashBuilder::default(),
-            // A validity byte, then the value's `width` bytes big-endian:
-            // its lowest at `width`.
-            neighbours_at: spec
-                .key_columns
-                .first()
-                .map(|c| spec.input_schema.field(*c).data_type())
-                .filter(|t| t.is_integer())
-                .and_then(|t| t.primitive_width()),
+            hasher: NeighbourHash::for_first_column(
+                spec.key_columns
+                    .first()
+                    .map(|c| spec.input_schema.field(*c).data_type()),
+            ),
             groups: Vec::new(),
             free: Vec::new(),
             groups_max: spec.groups_max,
@@ -245,34 +240,9 @@ impl GroupAggregateOperator {
         }
     }
 
-    /// The hash of a row-encoded key. Keys whose first column is an
-    /// integer and whose other columns are equal, with that integer in one
-    /// block of 16 (ids handed out in sequence: Nexmark q17's auctions of a
-    /// day), hash alike but for their lowest 4 bits, from the integer's: a
-    /// hash table puts them in neighbouring slots. The ids a stream names at
-    /// a moment are mostly recent ones, and a hash scattering them over a
-    /// table of millions of groups had `group_of` at 17 % of q17's profile,
-    /// most of it two cache-missing loads. The 4 bits are also mixed into the
-    /// top 7 (hashbrown's tag), so neighbours' tags differ.
-    fn key_hash(&self, key: &[u8]) -> u64 {
-        match self.neighbours_at.filter(|at| *at < key.len()) {
-            Some(at) => {
-                use std::hash::Hasher;
-                let low = key[at];
-                let mut h = self.hasher.build_hasher();
-                h.write(&key[..at]);
-                h.write_u8(low & 0xf0);
-                h.write(&key[at + 1..]);
-                let nibble = u64::from(low & 0x0f);
-                ((h.finish() & !0x0f) | nibble) ^ (nibble << 57)
-            }
-            None => self.hasher.hash_one(key),
-        }
-    }
-
     /// The group of `key` (row-encoded), added when new.
     fn group_of(&mut self, key: &[u8]) -> Result<u32> {
-        let hash = self.key_hash(key);
+        let hash = self.hasher.hash_one(key);
         let groups = &self.groups;
         let same = |(h, g): &(u64, u32)| *h == hash && groups[*g as usize].as_ref().is_some_and(|x| &*x.key == key);
         if let Some((_, g)) = self.index.find(hash, same) {
@@ -333,7 +303,7 @@ impl GroupAggregateOperator {
 
     fn delete(&mut self, g: u32) {
         if let Some(group) = self.groups[g as usize].take() {
-            let hash = self.key_hash(&group.key);
+            let hash = self.hasher.hash_one(&*group.key);
             if let Ok(entry) = self.index.find_entry(hash, |(h, x)| *h == hash && *x == g) {
                 entry.remove();
             }

@@ -43,6 +43,7 @@ pub mod group_aggregate;
 pub mod join;
 pub mod message;
 pub mod metrics;
+mod neighbours;
 pub mod operator;
 pub mod over_aggregate;
 pub mod part;

@@ -29,6 +29,7 @@
 
 use crate::checkpoint::TaskState;
 use crate::checkpoint::ledger::{ChangedKeys, live_rows};
+use crate::neighbours::NeighbourHash;
 use crate::operator::{Operator, OperatorContext};
 use crate::window::fixed::finish_batch;
 use arrow::array::{ArrayRef, StringArray, UInt32Array, UInt64Array};
@@ -140,7 +141,7 @@ pub struct TopNOperator {
     /// diff them), and the changes since the last checkpoint likewise
     /// (`dirty`, turned into keys when a checkpoint or an expiry needs
     /// them).
-    partitions: IndexMap<Box<[u8]>, Partition, hashbrown::DefaultHashBuilder>,
+    partitions: IndexMap<Box<[u8]>, Partition, NeighbourHash>,
     dirty: Vec<usize>,
     batches: u64,
     /// Over a changelog: the input's op column, every partition's rows and
@@ -239,7 +240,11 @@ impl TopNOperator {
             partition,
             order,
             rows,
-            partitions: IndexMap::default(),
+            partitions: IndexMap::with_hasher(NeighbourHash::for_first_column(
+                spec.partition_columns
+                    .first()
+                    .map(|c| spec.input_schema.field(*c).data_type()),
+            )),
             dirty: Vec::new(),
             batches: 0,
             op_column: spec.op_column,

@@ -149,46 +149,6 @@ fn expected(all: &[(i64, Option<i64>)]) -> BTreeMap<i64, Values> {
 }
 
 #[test]
-fn neighbouring_integer_keys_hash_to_neighbouring_slots() {
-    let op = operator(10);
-    let converter = op.converter.as_ref().unwrap();
-    let encode = |k: i64| -> Vec<u8> {
-        let rows = converter
-            .convert_columns(&[Arc::new(Int64Array::from(vec![k])) as arrow::array::ArrayRef])
-            .unwrap();
-        rows.row(0).as_ref().to_vec()
-    };
-    assert_eq!(op.neighbours_at, Some(8));
-    let hashes: Vec<u64> = (1008..1040).map(|k| op.key_hash(&encode(k))).collect();
-    // One block of 16 (1008–1023): alike but for the lowest 4 bits (the
-    // key's) and the tag's (their mix).
-    let middle = |h: u64| h & !0x0f & !(0x0f << 57);
-    for (i, h) in hashes[..16].iter().enumerate() {
-        assert_eq!(h & 0x0f, i as u64);
-        assert_eq!(middle(*h), middle(hashes[0]));
-    }
-    assert_eq!(hashes[..16].iter().collect::<std::collections::HashSet<_>>().len(), 16);
-    // The next block hashes elsewhere; negative keys too.
-    assert_ne!(middle(hashes[16]), middle(hashes[0]));
-    assert_eq!(middle(op.key_hash(&encode(-16))), middle(op.key_hash(&encode(-1))));
-    assert_ne!(middle(op.key_hash(&encode(-17))), middle(op.key_hash(&encode(-16))));
-    // A text first key is hashed whole.
-    let spec = GroupAggSpec {
-        input_schema: Arc::new(Schema::new(vec![Field::new("_k0", DataType::Utf8, false)])),
-        key_columns: vec![0],
-        aggregates: vec![call("count", vec![], false)],
-        ..spec(10)
-    };
-    let out = Arc::new(Schema::new(vec![
-        Field::new("op", DataType::Utf8, false),
-        Field::new("_k0", DataType::Utf8, false),
-        Field::new("_a0", DataType::Int64, true),
-    ]));
-    let text = GroupAggregateOperator::new(&spec, out).unwrap();
-    assert_eq!(text.neighbours_at, None);
-}
-
-#[test]
 fn the_changelog_folds_into_the_aggregates_of_all_rows() {
     let batches: Vec<Vec<(i64, Option<i64>)>> = vec![
         vec![(1, Some(5)), (2, Some(7)), (1, Some(3))],
