@@ -177,14 +177,17 @@ impl Columnar {
 
     /// Adds row `r` of `arg` to group `groups[r]` (retracts it when
     /// `retracted[r]`).
-    pub(super) fn apply(&mut self, groups: &[u32], retracted: Option<&[bool]>, arg: &ArrayRef) -> Result<()> {
-        // A batch of one group (an aggregate without keys, a key with few
-        // values) adds its column up at once, without a row's read and
-        // write of the group's count depending on the row before.
-        let one_group = groups
-            .first()
-            .filter(|g| groups.iter().all(|h| h == *g))
-            .map(|g| *g as usize);
+    /// `one_group`: the batch's only group, when it has one. Such a batch
+    /// (an aggregate without keys, a key with few values) adds its column
+    /// up at once, without a row's read and write of the group's count
+    /// depending on the row before.
+    pub(super) fn apply(
+        &mut self,
+        groups: &[u32],
+        one_group: Option<usize>,
+        retracted: Option<&[bool]>,
+        arg: &ArrayRef,
+    ) -> Result<()> {
         match (self.kind, one_group, retracted) {
             (Kind::Count, Some(g), None) => self.n[g] += (arg.len() - arg.null_count()) as i64,
             (Kind::Sum | Kind::Avg, Some(g), None) if !self.float => {
@@ -435,6 +438,11 @@ impl Columns {
         retracted: Option<&[bool]>,
         arguments: &[Vec<ArrayRef>],
     ) -> Result<()> {
+        // Found once a batch, for every aggregate.
+        let one_group = groups
+            .first()
+            .filter(|g| groups.iter().all(|h| h == *g))
+            .map(|g| *g as usize);
         for (a, c) in self.aggregates.iter_mut().enumerate() {
             if c.kind == Kind::CountDistinct {
                 continue;
@@ -442,7 +450,7 @@ impl Columns {
             let arg = arguments[a]
                 .first()
                 .ok_or_else(|| Error::internal("a columnar aggregate without an argument"))?;
-            c.apply(groups, retracted, arg)?;
+            c.apply(groups, one_group, retracted, arg)?;
         }
         if self.distinct.is_empty() {
             return Ok(());
