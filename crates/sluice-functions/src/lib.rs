@@ -1,7 +1,8 @@
 //! Scalar functions Flink SQL users type that DataFusion does not have,
 //! as DataFusion UDFs with Flink's semantics: `MOD`, `HOUR`,
 //! `DATE_FORMAT` (Java date patterns), `REGEXP_EXTRACT` and `SPLIT_INDEX`;
-//! and the planner's own `split_bucket` ([`split_bucket`]).
+//! DataFusion's `split_part` with a faster path for one-byte delimiters
+//! ([`split`]); and the planner's own `split_bucket` ([`split_bucket`]).
 //!
 //! One list ([`udfs`]) registered by [`register`] in every context that
 //! plans or evaluates an expression — the streaming planner, the operators
@@ -30,7 +31,9 @@ macro_rules! udf_struct {
 }
 
 mod date_format;
+mod split;
 mod split_bucket;
+pub use split::split_index;
 pub use split_bucket::{BUCKETS_MAX as SPLIT_BUCKETS_MAX, split_bucket};
 
 use arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
@@ -55,14 +58,16 @@ pub fn udfs() -> Vec<ScalarUDF> {
         ScalarUDF::from(Hour::default()),
         ScalarUDF::from(date_format::DateFormat::default()),
         ScalarUDF::from(RegexpExtract::default()),
-        ScalarUDF::from(SplitIndex::default()),
+        ScalarUDF::from(split::SplitIndex::default()),
+        ScalarUDF::from(split::SplitPart::default()),
         ScalarUDF::from(split_bucket::SplitBucket::default()),
     ]
 }
 
 /// Registers every function of this crate in `ctx` (replacing DataFusion's
 /// `date_format`, an alias of `to_char` with strftime patterns: Flink's
-/// users write Java patterns).
+/// users write Java patterns; and its `split_part` by the same function
+/// with a faster path).
 pub fn register(ctx: &SessionContext) {
     for f in udfs() {
         ctx.register_udf(f);
@@ -327,68 +332,6 @@ impl ScalarUDFImpl for RegexpExtract {
                 _ => None,
             };
             out.append_option(found);
-        }
-        Ok(ColumnarValue::Array(Arc::new(out.finish())))
-    }
-}
-
-udf_struct!(
-    /// `SPLIT_INDEX(s, separator, i)`: the `i`-th (from 0) piece of `s` split
-    /// at every `separator` (a text, not a pattern; empty pieces kept), as
-    /// Flink's. NULL when any argument is NULL, `i` is negative or past the
-    /// last piece, or `s` is empty; an empty separator splits at whitespace.
-    SplitIndex
-);
-
-/// Piece `index` of `s` split at `separator`.
-pub fn split_index<'a>(s: &'a str, separator: &str, index: i64) -> Option<&'a str> {
-    let index = usize::try_from(index).ok()?;
-    if s.is_empty() {
-        return None;
-    }
-    if separator.is_empty() {
-        return s.split_whitespace().nth(index);
-    }
-    s.split(separator).nth(index)
-}
-
-impl ScalarUDFImpl for SplitIndex {
-    fn name(&self) -> &str {
-        "split_index"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
-        match args {
-            [s, sep, i] if is_text(s) && is_text(sep) && is_integer(i) => {
-                Ok(vec![DataType::Utf8, DataType::Utf8, DataType::Int64])
-            }
-            [_, _, _] => plan_err!(
-                "SPLIT_INDEX takes (text, separator text, index integer), not ({})",
-                args.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-            ),
-            _ => plan_err!("SPLIT_INDEX takes three arguments, not {}", args.len()),
-        }
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let arrays = arrays(&args)?;
-        let (s, sep) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
-        let index = arrays[2].as_primitive::<Int64Type>();
-        let mut out = StringBuilder::with_capacity(s.len(), 0);
-        for row in 0..s.len() {
-            if s.is_null(row) || sep.is_null(row) || index.is_null(row) {
-                out.append_null();
-            } else {
-                out.append_option(split_index(s.value(row), sep.value(row), index.value(row)));
-            }
         }
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }

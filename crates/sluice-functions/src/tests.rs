@@ -300,3 +300,124 @@ async fn split_bucket_puts_equal_values_in_one_bucket_of_the_range() {
         assert!(e.contains("buckets must be from 1 to 65536"), "{bad}: {e}");
     }
 }
+
+/// Texts for the splitting tests: pieces of letters, two- and three-byte
+/// characters and separators, of every length up to 40 (words of eight
+/// bytes and their remainders), from a fixed seed.
+fn texts_to_split(count: usize) -> Vec<String> {
+    let alphabet = ['a', 'b', '/', ',', 'é', '日', '/', 'z', '&', '/'];
+    let mut seed: u64 = 0x5e11;
+    (0..count)
+        .map(|i| {
+            let len = i % 41;
+            (0..len)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    alphabet[((seed >> 33) % alphabet.len() as u64) as usize]
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// [`super::split::nth_piece`] (eight bytes a step) finds the piece the
+/// standard library's `split(..).nth(..)` does, for every piece and one
+/// past the last, at separators in and across words.
+#[test]
+fn nth_piece_is_the_standard_split() {
+    let mut texts = texts_to_split(2000);
+    texts.extend(
+        [
+            "",
+            "/",
+            "//",
+            "////////",
+            "///////a/",
+            "abcdefg/",
+            "abcdefgh/",
+            "abcdefghijklmnop/q",
+        ]
+        .map(String::from),
+    );
+    for s in &texts {
+        for sep in [b'/', b',', b'&', b'x'] {
+            for n in 0..12 {
+                assert_eq!(
+                    super::split::nth_piece(s, sep, n),
+                    s.split(sep as char).nth(n),
+                    "piece {n} of {s:?} at {:?}",
+                    sep as char
+                );
+            }
+        }
+    }
+}
+
+/// `split_part` as registered here answers as DataFusion's own over a
+/// column with NULLs: the fast path (a one-byte delimiter, a positive
+/// position) and the cases it hands to DataFusion (from the end, a longer
+/// or multi-byte delimiter, an empty one, a position column).
+#[tokio::test]
+async fn split_part_answers_as_datafusions() {
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::record_batch::RecordBatch;
+    use datafusion::datasource::MemTable;
+    use std::sync::Arc;
+    let texts = texts_to_split(500);
+    let s = StringArray::from_iter(
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i % 7 != 3).then_some(t.as_str())),
+    );
+    let k = Int64Array::from_iter_values(
+        (0..texts.len() as i64)
+            .map(|i| i % 9 - 4)
+            .map(|i| if i == 0 { 2 } else { i }),
+    );
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("s", DataType::Utf8, true),
+        Field::new("k", DataType::Int64, false),
+    ]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(s), Arc::new(k)]).unwrap();
+    let ours = ctx();
+    let theirs = SessionContext::new();
+    for c in [&ours, &theirs] {
+        let table = MemTable::try_new(schema.clone(), vec![vec![batch.clone()]]).unwrap();
+        c.register_table("t", Arc::new(table)).unwrap();
+    }
+    let mut calls: Vec<String> = (1..9).map(|n| format!("split_part(s, '/', {n})")).collect();
+    calls.extend(
+        [
+            "split_part(s, ',', 2)",
+            "split_part(s, '/', -1)",
+            "split_part(s, '/', -3)",
+            "split_part(s, '//', 2)",
+            "split_part(s, 'é', 2)",
+            "split_part(s, '', 1)",
+            "split_part(s, '/', k)",
+            "split_part(s, NULL, 1)",
+        ]
+        .map(String::from),
+    );
+    let sql = format!("SELECT {} FROM t", calls.join(", "));
+    let run = |c: SessionContext| {
+        let sql = sql.clone();
+        async move {
+            let batches = c.sql(&sql).await.unwrap().collect().await.unwrap();
+            arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+        }
+    };
+    let (a, b) = (run(ours).await, run(theirs).await);
+    assert_eq!(a.num_rows(), texts.len());
+    for (i, call) in calls.iter().enumerate() {
+        assert_eq!(a.column(i).as_ref(), b.column(i).as_ref(), "{call}");
+    }
+    let first = a.column(1);
+    assert!(
+        first.null_count() > 0
+            && (0..first.len()).any(|r| !first.is_null(r) && array_value_to_string(first, r).unwrap().len() > 1),
+        "the texts have pieces and NULLs"
+    );
+}
