@@ -172,18 +172,26 @@ impl ChangedKeys {
         rows: impl FnOnce(&[Box<[u8]>]) -> sluice_types::Result<Option<(Vec<u32>, Vec<arrow::array::ArrayRef>)>>,
     ) -> sluice_types::Result<Increment> {
         let compacted = self.ledger.compact(stored);
-        if compacted || !self.tracking {
-            self.dirty.extend(all());
+        let changed = if compacted || !self.tracking {
+            // Every key is written, and the ledger holds none (it was
+            // just emptied, or nothing was written yet): the marks are
+            // moot, and the keys go to the batch as `all` gives them
+            // (putting millions through the set first was most of a big
+            // state's first checkpoint).
+            self.dirty = HashSet::new();
             self.tracking = true;
-        }
-        let mut changed = Vec::new();
-        for key in self.dirty.drain() {
-            if holds(&key) {
-                changed.push(key);
-            } else {
-                self.ledger.forget(&key);
+            all()
+        } else {
+            let mut changed = Vec::with_capacity(self.dirty.len());
+            for key in self.dirty.drain() {
+                if holds(&key) {
+                    changed.push(key);
+                } else {
+                    self.ledger.forget(&key);
+                }
             }
-        }
+            changed
+        };
         let new = match rows(&changed)? {
             Some((counts, columns)) => Some((
                 changed.into_iter().zip(counts).collect(),
