@@ -171,15 +171,23 @@ impl Link {
 async fn run(shared: Weak<Shared>, link: Arc<Link>, address: String, frames: mpsc::Receiver<DataFrame>) {
     let error = exchange(&shared, &link, &address, frames).await;
     if let Some(shared) = shared.upgrade() {
-        link.fail(&shared, error);
+        // Among the failed links before the failure is reported: whoever
+        // closes the deployment on the report (a supervisor) must find the
+        // link to close its channels. Reported first, a close in between
+        // saw the link in neither list and left its senders waiting.
         let mut links = shared.links.lock().expect("links lock");
         if links.get(&link.peer).is_some_and(|l| Arc::ptr_eq(l, &link)) {
             links.remove(&link.peer);
         }
         drop(links);
         if link.channel_count() > 0 {
-            shared.failed_links.lock().expect("failed links lock").push(link);
+            shared
+                .failed_links
+                .lock()
+                .expect("failed links lock")
+                .push(link.clone());
         }
+        link.fail(&shared, error);
     }
 }
 
