@@ -653,7 +653,9 @@ impl GroupAggregateOperator {
         };
         let inc = self.ledger.write(
             checkpoint,
-            new.map(|b| (changed.into_iter().map(|g| (g, 1)).collect(), b)),
+            new.map(|b| (changed.into_iter().map(|g| (g, 1)).collect(), b))
+                .into_iter()
+                .collect(),
         );
         state.put_incremental(GROUPS_KEY, (0..n_keys).collect(), live_column, inc)?;
         Ok(state)

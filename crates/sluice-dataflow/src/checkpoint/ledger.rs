@@ -87,12 +87,12 @@ impl<K: Hash + Eq> Ledger<K> {
     }
 
     /// What checkpoint `checkpoint` stores: a reference to every batch
-    /// earlier ones wrote that holds a live row, then `new` — a batch of
-    /// the keys given with their numbers of rows, in its order (their
+    /// earlier ones wrote that holds a live row, then `new` — batches of
+    /// the keys given with their numbers of rows, each in its order (their
     /// earlier rows forgotten first), recorded as written by it.
-    pub fn write(&mut self, checkpoint: u64, new: Option<(Vec<(K, u32)>, RecordBatch)>) -> Increment {
+    pub fn write(&mut self, checkpoint: u64, new: Vec<(Vec<(K, u32)>, RecordBatch)>) -> Increment {
         let mut inc = Increment::default();
-        if let Some((keys, _)) = &new {
+        for (keys, _) in &new {
             for (key, _) in keys {
                 self.forget(key);
             }
@@ -104,26 +104,25 @@ impl<K: Hash + Eq> Ledger<K> {
                 live: b.live.iter().copied().collect(),
             });
         }
-        let Some((keys, batch)) = new else {
-            return inc;
-        };
-        let number = self.next_number;
-        self.next_number += 1;
-        let mut first = 0u32;
-        for (key, rows) in keys {
-            self.at.insert(key, (number, first, rows));
-            first += rows;
+        for (keys, batch) in new {
+            let number = self.next_number;
+            self.next_number += 1;
+            let mut first = 0u32;
+            for (key, rows) in keys {
+                self.at.insert(key, (number, first, rows));
+                first += rows;
+            }
+            debug_assert_eq!(first as usize, batch.num_rows(), "the keys' rows are the batch's");
+            self.batches.insert(
+                number,
+                Written {
+                    checkpoint,
+                    live: vec![true; first as usize],
+                    live_count: first as usize,
+                },
+            );
+            inc.new.push((number, batch));
         }
-        debug_assert_eq!(first as usize, batch.num_rows(), "the keys' rows are the batch's");
-        self.batches.insert(
-            number,
-            Written {
-                checkpoint,
-                live: vec![true; first as usize],
-                live_count: first as usize,
-            },
-        );
-        inc.new.push((number, batch));
         inc
     }
 }
@@ -160,16 +159,20 @@ impl ChangedKeys {
     /// What checkpoint `checkpoint` stores: the changed keys' rows, which
     /// `rows` gives (their columns, and each key's number of rows) and an
     /// all-true liveness column ends, and references to what earlier ones
-    /// wrote; the keys gone (`holds` says which) are forgotten. Every key of `all` is written again after a
-    /// compaction (the rows written outgrew twice the `stored` rows) and
-    /// by the first checkpoint.
+    /// wrote; the keys gone (`holds` says which) are forgotten. Every key
+    /// of `all` is written again after a compaction (the rows written
+    /// outgrew twice the `stored` rows) and by the first checkpoint.
+    /// `rows` is asked for [`SNAPSHOT_KEYS`] keys at a time, each answer a
+    /// batch of its own: a state's first checkpoint decodes millions of
+    /// keys, and one batch of them needed its bookkeeping (every row's
+    /// place, a vector a row) all at once.
     pub fn write(
         &mut self,
         checkpoint: u64,
         stored: usize,
         all: impl FnOnce() -> Vec<Box<[u8]>>,
         holds: impl Fn(&[u8]) -> bool,
-        rows: impl FnOnce(&[Box<[u8]>]) -> sluice_types::Result<Option<(Vec<u32>, Vec<arrow::array::ArrayRef>)>>,
+        mut rows: impl FnMut(&[Box<[u8]>]) -> sluice_types::Result<Option<(Vec<u32>, Vec<arrow::array::ArrayRef>)>>,
     ) -> sluice_types::Result<Increment> {
         let compacted = self.ledger.compact(stored);
         let changed = if compacted || !self.tracking {
@@ -192,16 +195,24 @@ impl ChangedKeys {
             }
             changed
         };
-        let new = match rows(&changed)? {
-            Some((counts, columns)) => Some((
-                changed.into_iter().zip(counts).collect(),
-                super::incremental::snapshot_rows(columns, true)?,
-            )),
-            None => None,
-        };
+        let mut new = Vec::with_capacity(changed.len().div_ceil(SNAPSHOT_KEYS));
+        let mut changed = changed.into_iter();
+        loop {
+            let keys: Vec<Box<[u8]>> = changed.by_ref().take(SNAPSHOT_KEYS).collect();
+            if keys.is_empty() {
+                break;
+            }
+            if let Some((counts, columns)) = rows(&keys)? {
+                let batch = super::incremental::snapshot_rows(columns, true)?;
+                new.push((keys.into_iter().zip(counts).collect(), batch));
+            }
+        }
         Ok(self.ledger.write(checkpoint, new))
     }
 }
+
+/// Keys whose rows [`ChangedKeys::write`] asks for at a time.
+pub const SNAPSHOT_KEYS: usize = 1 << 16;
 
 /// The rows of a snapshot batch `width` columns wide that live: all of a
 /// full snapshot's, those its liveness column (one more, last) says of
@@ -244,24 +255,24 @@ mod tests {
     fn a_key_written_again_or_gone_leaves_dead_rows_and_an_empty_batch_goes() {
         let mut l: Ledger<&str> = Ledger::default();
         // Checkpoint 1: a (2 rows), b (1), c (1).
-        let inc = l.write(1, Some((vec![("a", 2), ("b", 1), ("c", 1)], batch(4))));
+        let inc = l.write(1, vec![(vec![("a", 2), ("b", 1), ("c", 1)], batch(4))]);
         assert!(inc.held.is_empty());
         assert_eq!(inc.new[0].0, 0);
         // Checkpoint 2: a changed (3 rows now), c gone.
         l.forget(&"c");
-        let inc = l.write(2, Some((vec![("a", 3)], batch(3))));
+        let inc = l.write(2, vec![(vec![("a", 3)], batch(3))]);
         assert_eq!(live(&inc), vec![(0, vec![false, false, true, false])]);
         assert_eq!(inc.new[0].0, 1);
         assert_eq!(l.held_rows(), 7);
         // Checkpoint 3: nothing changed: references only.
-        let inc = l.write(3, None);
+        let inc = l.write(3, Vec::new());
         assert_eq!(
             live(&inc),
             vec![(0, vec![false, false, true, false]), (1, vec![true; 3])]
         );
         // b goes: batch 0 holds nothing live and is forgotten.
         l.forget(&"b");
-        let inc = l.write(4, None);
+        let inc = l.write(4, Vec::new());
         assert_eq!(live(&inc), vec![(1, vec![true; 3])]);
         assert!(l.is_written(&"a") && !l.is_written(&"b"));
     }
@@ -270,7 +281,7 @@ mod tests {
     fn rows_held_past_twice_the_live_ones_and_the_slack_are_forgotten() {
         let mut l: Ledger<u32> = Ledger::default();
         let n = 2000u32;
-        l.write(1, Some(((0..n).map(|k| (k, 1)).collect(), batch(n as usize))));
+        l.write(1, vec![((0..n).map(|k| (k, 1)).collect(), batch(n as usize))]);
         for k in 0..1500 {
             l.forget(&k);
         }
@@ -283,7 +294,63 @@ mod tests {
         assert!(l.compact(400));
         assert_eq!(l.held_rows(), 0);
         assert!(!l.is_written(&1700));
-        assert!(l.write(2, None).held.is_empty());
+        assert!(l.write(2, Vec::new()).held.is_empty());
+    }
+
+    /// The first checkpoint of many keys asks for their rows
+    /// [`SNAPSHOT_KEYS`] keys at a time and writes a batch per answer; a
+    /// key changed later is then dead in its own batch only.
+    #[test]
+    fn many_keys_are_written_in_batches_of_snapshot_keys() {
+        let n = 2 * SNAPSHOT_KEYS + 5;
+        let keys: Vec<Box<[u8]>> = (0..n as u32).map(|k| k.to_be_bytes().to_vec().into()).collect();
+        let value = |k: &[u8]| u32::from_be_bytes(k.try_into().unwrap()) as i64;
+        let asked = std::cell::RefCell::new(Vec::new());
+        // Two rows a key, each its key's number.
+        let rows = |ks: &[Box<[u8]>]| {
+            asked.borrow_mut().push(ks.len());
+            let a = Int64Array::from_iter_values(ks.iter().flat_map(|k| [value(k), value(k)]));
+            Ok(Some((vec![2; ks.len()], vec![Arc::new(a) as arrow::array::ArrayRef])))
+        };
+        let mut c = ChangedKeys::default();
+        let inc = c.write(1, 2 * n, || keys.clone(), |_| true, rows).unwrap();
+        assert_eq!(*asked.borrow(), [SNAPSHOT_KEYS, SNAPSHOT_KEYS, 5]);
+        assert_eq!(inc.new.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [0, 1, 2]);
+        let written: Vec<i64> = inc
+            .new
+            .iter()
+            .flat_map(|(_, b)| {
+                assert_eq!(b.num_columns(), 2, "the rows and the liveness");
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        let expected: Vec<i64> = (0..n as i64).flat_map(|k| [k, k]).collect();
+        assert_eq!(written, expected);
+
+        let k = SNAPSHOT_KEYS + 3;
+        c.mark(&keys[k]);
+        asked.borrow_mut().clear();
+        let inc = c.write(2, 2 * n, Vec::new, |_| true, rows).unwrap();
+        assert_eq!(*asked.borrow(), [1]);
+        assert_eq!(inc.new.len(), 1);
+        assert_eq!(inc.new[0].0, 3);
+        let dead: Vec<(u64, usize)> = inc
+            .held
+            .iter()
+            .flat_map(|h| {
+                h.live
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| !l)
+                    .map(|(r, _)| (h.number, r))
+            })
+            .collect();
+        assert_eq!(dead, [(1, 6), (1, 7)], "key {k}'s two rows in the second batch");
     }
 
     /// Changes are kept only once a checkpoint was written (the first

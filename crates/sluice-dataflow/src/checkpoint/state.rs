@@ -1,7 +1,7 @@
 //! A task's snapshot ([`TaskState`]) and its versioned, checksummed
 //! encoding.
 //!
-//! File layout (all integers little-endian), format version 3:
+//! File layout (all integers little-endian), format version 4:
 //!
 //! ```text
 //! "SLST" | format_version u32 | entries u32 |
@@ -14,9 +14,11 @@
 //! through a buffer of [`CHUNK_BYTES`] ([`TaskState::write_to`]): a join's
 //! state is hundreds of MB, and building it whole in memory first touched
 //! that much fresh memory on every checkpoint. Version 1 (one `u64` length
-//! before each value) and version 2 (no keyed values) are still read.
+//! before each value), version 2 (no keyed values) and version 3 (a batch
+//! value in one IPC batch) are still read.
 //!
-//! A batch value is an Arrow IPC stream holding one record batch; a
+//! A batch value is an Arrow IPC stream holding one record batch, written
+//! in slices of at most [`IPC_BATCH_ROWS`] rows (read back as one); a
 //! batches value an Arrow IPC stream holding any number (one schema); a
 //! keyed batches value ([`super::keyed`]) the same with one more, last
 //! column, [`KEY_GROUP_COLUMN`] (UInt16): each row's key group, computed
@@ -33,7 +35,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 /// Version of the task state file format written.
-pub const STATE_FORMAT_VERSION: u32 = 3;
+pub const STATE_FORMAT_VERSION: u32 = 4;
 /// The first format: one length-prefixed value per entry.
 const FORMAT_V1: u32 = 1;
 /// Chunked values, no keyed values (before key groups).
@@ -285,9 +287,15 @@ impl TaskState {
             let value = match kind {
                 0 => StateValue::Bytes(value.into_owned()),
                 1 => {
-                    let mut reader = StreamReader::try_new(std::io::Cursor::new(&value[..]), None)?;
-                    let batch = reader.next().ok_or_else(|| corrupt("empty batch entry"))??;
-                    StateValue::Batch(batch)
+                    // One IPC batch up to version 3; from version 4 a large
+                    // batch is written in slices.
+                    let reader = StreamReader::try_new(std::io::Cursor::new(&value[..]), None)?;
+                    let schema = reader.schema();
+                    let slices = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+                    if slices.is_empty() {
+                        return Err(corrupt("empty batch entry"));
+                    }
+                    StateValue::Batch(arrow::compute::concat_batches(&schema, &slices)?)
                 }
                 2 => {
                     let reader = StreamReader::try_new(std::io::Cursor::new(&value[..]), None)?;
@@ -320,18 +328,19 @@ impl TaskState {
     }
 }
 
-/// Appends an Arrow IPC stream of `batches` (at least one, one schema).
-/// Rows of one IPC batch in a state file at most when small batches are
-/// gathered (a join holds tens of thousands of batches of a few hundred
-/// rows: written one by one, each costs an IPC header and compresses badly).
+/// Rows of one IPC batch in a state file at most: small batches are
+/// gathered up to it (a join holds tens of thousands of batches of a few
+/// hundred rows: written one by one, each costs an IPC header and
+/// compresses badly), and a larger one is written in slices of it (the
+/// IPC writer holds a batch's compressed buffers until it writes them).
 const IPC_BATCH_ROWS: usize = 1 << 16;
 
 /// Writes `batches` as one Arrow IPC stream, LZ4-compressed (a join's
 /// 10 M rows: 330 MB raw, a third of that compressed; the bytes written
 /// to disk, not the encoding, are what slowed the pipeline while a
-/// checkpoint was written). Runs of small batches are gathered into
-/// batches of up to [`IPC_BATCH_ROWS`] rows first (on the checkpoint
-/// thread; rows, their order and values are unchanged).
+/// checkpoint was written), in IPC batches of at most [`IPC_BATCH_ROWS`]
+/// rows: runs of small batches gathered, large ones sliced (on the
+/// checkpoint thread; rows, their order and values are unchanged).
 /// With `key_groups`, each batch gets its rows' key groups as a last
 /// column ([`KEY_GROUP_COLUMN`]), one batch at a time.
 type GroupsOf<'a> = &'a dyn Fn(usize, &RecordBatch) -> Result<UInt16Array>;
@@ -364,13 +373,24 @@ fn write_ipc(out: &mut dyn Write, batches: &[RecordBatch], key_groups: Option<Gr
             }
             None => b.clone(),
         };
-        if rows + b.num_rows() > IPC_BATCH_ROWS && !run.is_empty() {
-            w.write(&arrow::compute::concat_batches(&schema, &run)?)?;
-            run.clear();
-            rows = 0;
+        // A large batch goes in slices (no copy), so the IPC writer's
+        // compressed buffers and scratch hold one slice at a time, not the
+        // batch (a top-N's first checkpoint: 8.8 M rows, over 1 GB).
+        let mut at = 0;
+        loop {
+            let piece = b.slice(at, (b.num_rows() - at).min(IPC_BATCH_ROWS));
+            at += piece.num_rows();
+            if rows + piece.num_rows() > IPC_BATCH_ROWS && !run.is_empty() {
+                w.write(&arrow::compute::concat_batches(&schema, &run)?)?;
+                run.clear();
+                rows = 0;
+            }
+            rows += piece.num_rows();
+            run.push(piece);
+            if at >= b.num_rows() {
+                break;
+            }
         }
-        rows += b.num_rows();
-        run.push(b);
     }
     if !run.is_empty() {
         w.write(&arrow::compute::concat_batches(&schema, &run)?)?;
@@ -693,5 +713,73 @@ mod gather_tests {
             })
             .collect();
         assert_eq!(values, (0..150_000).map(|i| i % 1000).collect::<Vec<i64>>());
+    }
+
+    /// Rows of a batch whose strings and numbers follow from the row's
+    /// number, with a NULL every seventh row.
+    fn numbered(schema: &Arc<Schema>, from: usize, rows: usize) -> RecordBatch {
+        let n = Int64Array::from_iter_values((from..from + rows).map(|i| i as i64));
+        let s = arrow::array::StringArray::from_iter(
+            (from..from + rows).map(|i| (!i.is_multiple_of(7)).then(|| format!("row-{i}-{}", "x".repeat(i % 13)))),
+        );
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(n), Arc::new(s)]).unwrap()
+    }
+
+    fn check_numbered(batches: &[RecordBatch], rows: usize) {
+        let mut next = 0usize;
+        for b in batches {
+            let n = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            let s = b
+                .column(1)
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .unwrap();
+            for r in 0..b.num_rows() {
+                assert_eq!(n.value(r), next as i64);
+                let expected = (!next.is_multiple_of(7)).then(|| format!("row-{next}-{}", "x".repeat(next % 13)));
+                assert_eq!(s.is_valid(r).then(|| s.value(r).to_string()), expected, "row {next}");
+                next += 1;
+            }
+        }
+        assert_eq!(next, rows);
+    }
+
+    /// A batch larger than an IPC batch is written in slices — the file
+    /// holds IPC batches of at most [`IPC_BATCH_ROWS`] rows — and every
+    /// kind of value reads back its rows, in order: a batch value as one
+    /// batch again, a batches or keyed value as the slices.
+    #[test]
+    fn a_large_batch_is_written_in_slices_and_read_back_whole() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let rows = 3 * IPC_BATCH_ROWS + 1234;
+        // Sliced itself, as a batch cut from a larger one may be.
+        let big = numbered(&schema, 0, rows + 10).slice(0, rows);
+        let small = numbered(&schema, rows, 100);
+        let mut s = TaskState {
+            key_groups: 128,
+            ..Default::default()
+        };
+        s.put_batch("one", big.clone());
+        s.put_batches("many", vec![big.clone(), small]);
+        s.put_keyed("keyed", vec![big.clone()], vec![0]);
+        let back = TaskState::decode(&s.encode().unwrap()).unwrap();
+
+        let one = back.batch("one").unwrap();
+        assert_eq!(one.num_rows(), rows);
+        check_numbered(std::slice::from_ref(one), rows);
+
+        // The last slice and the small batch after it are gathered.
+        let many = back.batches("many").unwrap();
+        let sizes: Vec<usize> = many.iter().map(RecordBatch::num_rows).collect();
+        let r = IPC_BATCH_ROWS;
+        assert_eq!(sizes, [r, r, r, 1334]);
+        check_numbered(many, rows + 100);
+
+        let keyed = back.rows("keyed");
+        assert!(keyed.iter().all(|b| b.num_rows() <= IPC_BATCH_ROWS));
+        check_numbered(&keyed, rows);
     }
 }

@@ -401,7 +401,7 @@ impl SessionWindowOperator {
             None => 2 + n + self.state_widths()?.iter().sum::<usize>(),
         };
         let new = new.map(|(counts, batch)| (held.into_iter().zip(counts).collect(), batch));
-        let inc = self.ledger.write(checkpoint, new);
+        let inc = self.ledger.write(checkpoint, new.into_iter().collect());
         state.put_incremental(SESSIONS_KEY, (2..2 + n).collect(), live_column, inc)?;
         Ok(state)
     }
