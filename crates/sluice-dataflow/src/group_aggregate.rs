@@ -155,11 +155,7 @@ impl GroupAggregateOperator {
             converter,
             aggregates,
             index: HashTable::new(),
-            hasher: NeighbourHash::for_first_column(
-                spec.key_columns
-                    .first()
-                    .map(|c| spec.input_schema.field(*c).data_type()),
-            ),
+            hasher: NeighbourHash::for_key(&spec.input_schema, &spec.key_columns),
             groups: Vec::new(),
             free: Vec::new(),
             groups_max: spec.groups_max,

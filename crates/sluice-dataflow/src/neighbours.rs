@@ -40,6 +40,11 @@ impl NeighbourHash {
             at: first.filter(|t| t.is_integer()).and_then(|t| t.primitive_width()),
         }
     }
+
+    /// For keys row-encoded from `key_columns` of `schema`.
+    pub(crate) fn for_key(schema: &arrow::datatypes::Schema, key_columns: &[usize]) -> Self {
+        Self::for_first_column(key_columns.first().map(|c| schema.field(*c).data_type()))
+    }
 }
 
 impl BuildHasher for NeighbourHash {

@@ -240,11 +240,7 @@ impl TopNOperator {
             partition,
             order,
             rows,
-            partitions: IndexMap::with_hasher(NeighbourHash::for_first_column(
-                spec.partition_columns
-                    .first()
-                    .map(|c| spec.input_schema.field(*c).data_type()),
-            )),
+            partitions: IndexMap::with_hasher(NeighbourHash::for_key(&spec.input_schema, &spec.partition_columns)),
             dirty: Vec::new(),
             batches: 0,
             op_column: spec.op_column,
