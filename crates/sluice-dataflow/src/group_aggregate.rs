@@ -46,7 +46,7 @@ use arrow::compute::kernels::cmp::not_distinct;
 use arrow::compute::{concat, filter_record_batch, take};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use arrow::row::RowConverter;
+use arrow::row::{RowConverter, Rows};
 use async_trait::async_trait;
 use datafusion::logical_expr::Accumulator;
 use datafusion::scalar::ScalarValue;
@@ -282,6 +282,22 @@ impl GroupAggregateOperator {
         Ok(g)
     }
 
+    /// The group of row `row` of a batch whose keys are `rows` (none: the
+    /// one group), `last` the previous row's and its group: a row with the
+    /// same key as the row before it (a stream's rows come in runs of a
+    /// key: q15's day) takes its group without hashing. Within a batch no
+    /// group goes, so the previous row's group is still its key's.
+    fn group_of_row(&mut self, rows: Option<&Rows>, row: usize, last: &mut Option<(usize, u32)>) -> Result<u32> {
+        let g = match (rows, *last) {
+            (None, Some((_, g))) => g,
+            (None, None) => self.group_of(&[])?,
+            (Some(rows), Some((r, g))) if rows.row(r).data() == rows.row(row).data() => g,
+            (Some(rows), _) => self.group_of(rows.row(row).data())?,
+        };
+        *last = Some((row, g));
+        Ok(g)
+    }
+
     fn group(&mut self, g: u32) -> &mut Group {
         self.groups[g as usize].as_mut().expect("a live group")
     }
@@ -335,11 +351,9 @@ impl GroupAggregateOperator {
         let mut slots = Vec::with_capacity(n);
         let mut touched: Vec<u32> = Vec::new();
         let mut place: HashMap<u32, usize> = HashMap::new();
+        let mut last = None;
         for row in 0..n {
-            let g = match &key_rows {
-                Some(rows) => self.group_of(rows.row(row).data())?,
-                None => self.group_of(&[])?,
-            };
+            let g = self.group_of_row(key_rows.as_ref(), row, &mut last)?;
             let at = *place.entry(g).or_insert_with(|| {
                 touched.push(g);
                 touched.len() - 1
@@ -402,11 +416,9 @@ impl GroupAggregateOperator {
         let mut touched: Vec<u32> = Vec::new();
         let mut first_rows: Vec<u32> = Vec::new();
         let mut shown: Vec<bool> = Vec::new();
+        let mut last = None;
         for row in 0..n {
-            let g = match &key_rows {
-                Some(rows) => self.group_of(rows.row(row).data())?,
-                None => self.group_of(&[])?,
-            };
+            let g = self.group_of_row(key_rows.as_ref(), row, &mut last)?;
             if self.stamps[g as usize] != stamp {
                 self.stamps[g as usize] = stamp;
                 self.dirty[g as usize] = true;

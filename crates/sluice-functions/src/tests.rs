@@ -271,6 +271,22 @@ async fn date_format_is_null_beyond_the_years_it_can_show() {
     );
 }
 
+/// A pattern from a column is read a row at a time (a constant one is
+/// compiled once): each row in its own pattern, the text of the row before
+/// not reused across patterns, NULL for a NULL pattern, and a constant
+/// NULL pattern NULL throughout.
+#[tokio::test]
+async fn date_format_takes_a_pattern_a_row() {
+    let sql = "SELECT DATE_FORMAT(to_timestamp_micros(column1), column2) FROM (VALUES \
+               (0, 'yyyy'), (0, 'HH:mm'), (60000000, 'HH:mm'), (60000000, NULL), (86400000000, 'yyyy-MM-dd'), \
+               (86400000000, 'yyyy'))";
+    let got: Vec<String> = rows(sql).await.into_iter().map(|mut r| r.remove(0)).collect();
+    assert_eq!(got, ["1970", "00:00", "00:01", "NULL", "1970-01-02", "1970"]);
+    let sql = "SELECT DATE_FORMAT(to_timestamp_micros(column1), CAST(NULL AS VARCHAR)) FROM (VALUES (0), (1))";
+    let got: Vec<String> = rows(sql).await.into_iter().map(|mut r| r.remove(0)).collect();
+    assert_eq!(got, ["NULL", "NULL"]);
+}
+
 #[tokio::test]
 async fn split_bucket_puts_equal_values_in_one_bucket_of_the_range() {
     // 2000 values, each twice, in batches of different sizes (a VALUES list
