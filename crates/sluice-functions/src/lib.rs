@@ -31,6 +31,7 @@ macro_rules! udf_struct {
 }
 
 mod date_format;
+mod replace;
 mod split;
 mod split_bucket;
 pub use split::split_index;
@@ -60,14 +61,15 @@ pub fn udfs() -> Vec<ScalarUDF> {
         ScalarUDF::from(RegexpExtract::default()),
         ScalarUDF::from(split::SplitIndex::default()),
         ScalarUDF::from(split::SplitPart::default()),
+        ScalarUDF::from(replace::Replace::default()),
         ScalarUDF::from(split_bucket::SplitBucket::default()),
     ]
 }
 
 /// Registers every function of this crate in `ctx` (replacing DataFusion's
 /// `date_format`, an alias of `to_char` with strftime patterns: Flink's
-/// users write Java patterns; and its `split_part` by the same function
-/// with a faster path).
+/// users write Java patterns; and its `split_part` and `replace` by the
+/// same functions with a faster path).
 pub fn register(ctx: &SessionContext) {
     for f in udfs() {
         ctx.register_udf(f);

@@ -15,24 +15,28 @@ use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use std::sync::Arc;
 
+/// The top bit of each byte of `word` (eight bytes, little-endian) that
+/// equals `byte`, exactly: no carry crosses a byte.
+pub(crate) fn bytes_equal(word: &[u8], byte: u8) -> u64 {
+    const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let x = u64::from_le_bytes(word.try_into().expect("eight bytes")) ^ u64::from_ne_bytes([byte; 8]);
+    // A byte of x is 0 where `word` had `byte`.
+    !(((x & LOW) + LOW) | x | LOW)
+}
+
 /// Piece `n` (from 0) of `s` split at every `separator`, an ASCII byte
 /// (empty pieces count), or `None` past the last piece. Splitting UTF-8 at
 /// an ASCII byte cuts no character, so every piece is text.
 pub(crate) fn nth_piece(s: &str, separator: u8, n: usize) -> Option<&str> {
     debug_assert!(separator.is_ascii(), "a separator byte within a character");
-    const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
     let bytes = s.as_bytes();
-    let pattern = u64::from_ne_bytes([separator; 8]);
     // Separators still to pass, and where the current piece starts.
     let mut left = n;
     let mut start = 0;
     let mut words = bytes.chunks_exact(8);
     let mut at = 0;
     for word in &mut words {
-        let x = u64::from_le_bytes(word.try_into().expect("eight bytes")) ^ pattern;
-        // The top bit of each byte that equals the separator (x's byte is
-        // 0), exactly: no carry crosses a byte.
-        let mut found = !(((x & LOW) + LOW) | x | LOW);
+        let mut found = bytes_equal(word, separator);
         // How many: a byte's bit moved to its lowest and the bytes summed
         // into the top byte (one multiply; `count_ones` is a loop of
         // shifts on x86-64's baseline, without `popcnt`).

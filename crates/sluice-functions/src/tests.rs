@@ -369,12 +369,11 @@ fn nth_piece_is_the_standard_split() {
     }
 }
 
-/// `split_part` as registered here answers as DataFusion's own over a
-/// column with NULLs: the fast path (a one-byte delimiter, a positive
-/// position) and the cases it hands to DataFusion (from the end, a longer
-/// or multi-byte delimiter, an empty one, a position column).
-#[tokio::test]
-async fn split_part_answers_as_datafusions() {
+/// Runs `calls` over a table `t` of 500 texts (`s`, with NULLs) and an
+/// integer column `k` in a context with this crate's functions and in
+/// DataFusion's own, asserts that every column is the same, and returns
+/// ours.
+async fn answers_as_datafusions(calls: &[String]) -> arrow::record_batch::RecordBatch {
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use arrow::record_batch::RecordBatch;
@@ -403,6 +402,28 @@ async fn split_part_answers_as_datafusions() {
         let table = MemTable::try_new(schema.clone(), vec![vec![batch.clone()]]).unwrap();
         c.register_table("t", Arc::new(table)).unwrap();
     }
+    let sql = format!("SELECT {} FROM t", calls.join(", "));
+    let run = |c: SessionContext| {
+        let sql = sql.clone();
+        async move {
+            let batches = c.sql(&sql).await.unwrap().collect().await.unwrap();
+            arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+        }
+    };
+    let (a, b) = (run(ours).await, run(theirs).await);
+    assert_eq!(a.num_rows(), texts.len());
+    for (i, call) in calls.iter().enumerate() {
+        assert_eq!(a.column(i).as_ref(), b.column(i).as_ref(), "{call}");
+    }
+    a
+}
+
+/// `split_part` as registered here answers as DataFusion's own over a
+/// column with NULLs: the fast path (a one-byte delimiter, a positive
+/// position) and the cases it hands to DataFusion (from the end, a longer
+/// or multi-byte delimiter, an empty one, a position column).
+#[tokio::test]
+async fn split_part_answers_as_datafusions() {
     let mut calls: Vec<String> = (1..9).map(|n| format!("split_part(s, '/', {n})")).collect();
     calls.extend(
         [
@@ -417,23 +438,59 @@ async fn split_part_answers_as_datafusions() {
         ]
         .map(String::from),
     );
-    let sql = format!("SELECT {} FROM t", calls.join(", "));
-    let run = |c: SessionContext| {
-        let sql = sql.clone();
-        async move {
-            let batches = c.sql(&sql).await.unwrap().collect().await.unwrap();
-            arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
-        }
-    };
-    let (a, b) = (run(ours).await, run(theirs).await);
-    assert_eq!(a.num_rows(), texts.len());
-    for (i, call) in calls.iter().enumerate() {
-        assert_eq!(a.column(i).as_ref(), b.column(i).as_ref(), "{call}");
-    }
+    let a = answers_as_datafusions(&calls).await;
     let first = a.column(1);
     assert!(
         first.null_count() > 0
             && (0..first.len()).any(|r| !first.is_null(r) && array_value_to_string(first, r).unwrap().len() > 1),
         "the texts have pieces and NULLs"
+    );
+}
+
+/// [`super::replace::write_replaced`] (eight bytes a step) replaces as the
+/// standard library's `str::replace` does, at bytes in and across words,
+/// by nothing, by one byte, by more, by a multi-byte character.
+#[test]
+fn write_replaced_is_the_standard_replace() {
+    let mut texts = texts_to_split(2000);
+    texts.extend(["", "/", "////////", "///////a/", "abcdefgh/", "/abcdefghijklmnop/q/"].map(String::from));
+    let mut out = String::new();
+    for s in &texts {
+        for from in [b'/', b',', b'a', b'x'] {
+            for to in ["", "-", "XY", "é"] {
+                out.clear();
+                super::replace::write_replaced(s, from, to, &mut out).unwrap();
+                assert_eq!(out, s.replace(from as char, to), "{s:?}: {:?} by {to:?}", from as char);
+            }
+        }
+    }
+}
+
+/// `replace` as registered here answers as DataFusion's own over a column
+/// with NULLs: the fast path (a constant one-byte `from`, a constant `to`)
+/// and the cases it hands to DataFusion (a longer or multi-byte `from`, an
+/// empty one, a NULL argument, a column `from`).
+#[tokio::test]
+async fn replace_answers_as_datafusions() {
+    let calls = [
+        "replace(s, '/', '')",
+        "replace(s, 'a', 'é')",
+        "replace(s, '/', '//')",
+        "replace(s, ',', '-')",
+        "replace(s, 'é', 'e')",
+        "replace(s, '//', '/')",
+        "replace(s, '', 'x')",
+        "replace(s, '/', NULL)",
+        "replace(s, NULL, 'x')",
+        "replace(s, s, 'x')",
+        "character_length(s) - character_length(replace(s, 'a', ''))",
+    ]
+    .map(String::from);
+    let a = answers_as_datafusions(&calls).await;
+    let first = a.column(0);
+    assert!(
+        first.null_count() > 0
+            && (0..first.len()).any(|r| !first.is_null(r) && !array_value_to_string(first, r).unwrap().is_empty()),
+        "the texts have values and NULLs"
     );
 }
