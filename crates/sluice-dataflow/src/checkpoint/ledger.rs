@@ -211,8 +211,10 @@ impl ChangedKeys {
     }
 }
 
-/// Keys whose rows [`ChangedKeys::write`] asks for at a time.
-pub const SNAPSHOT_KEYS: usize = 1 << 16;
+/// Keys whose rows [`ChangedKeys::write`] asks for at a time. Seven in
+/// tests, so the operators' checkpoint tests (the restore equivalence runs
+/// of `checkpoint::testing`) write and read several batches a checkpoint.
+pub const SNAPSHOT_KEYS: usize = if cfg!(test) { 7 } else { 1 << 16 };
 
 /// The rows of a snapshot batch `width` columns wide that live: all of a
 /// full snapshot's, those its liveness column (one more, last) says of
