@@ -13,7 +13,7 @@ use super::ids::{
 use super::random::EventRng;
 use super::rows::{EventContext, TableRows};
 use super::schedule::EventClock;
-use super::strings::{append_extra, push_string};
+use super::strings::{FillerColumn, push_string};
 
 /// The `extra` column's number in the schema (its generation can be skipped).
 pub(super) const AUCTION_EXTRA: usize = 9;
@@ -38,7 +38,7 @@ pub(super) struct AuctionRows {
     expires: TimestampMillisecondBuilder,
     seller: Int64Builder,
     category: Int64Builder,
-    extra: StringBuilder,
+    extra: FillerColumn,
 }
 
 /// An auction's length, ms: uniform in `1..=2h` where `h` is the event time
@@ -62,7 +62,7 @@ impl TableRows for AuctionRows {
             expires: TimestampMillisecondBuilder::with_capacity(rows),
             seller: Int64Builder::with_capacity(rows),
             category: Int64Builder::with_capacity(rows),
-            extra: StringBuilder::with_capacity(rows, if context.reads(AUCTION_EXTRA) { rows * 400 } else { 0 }),
+            extra: FillerColumn::with_capacity(rows, if context.reads(AUCTION_EXTRA) { rows * 400 } else { 0 }),
         }
     }
 
@@ -91,12 +91,10 @@ impl TableRows for AuctionRows {
         size += scratch.len() + 5 * 8;
 
         self.reserve.append_value(initial_bid + rng.next_price());
-        append_extra(
+        self.extra.append(
             context.reads(AUCTION_EXTRA).then_some(&mut rng),
             size,
             AUCTION_SIZE_AVERAGE,
-            &mut context.letters,
-            &mut self.extra,
         );
     }
 

@@ -10,7 +10,7 @@ use super::channels::{CHANNELS, HOT_CHANNEL_ODDS, HOT_CHANNELS};
 use super::ids::{next_bid_auction_id, next_bidder_id};
 use super::random::EventRng;
 use super::rows::{EventContext, TableRows};
-use super::strings::append_extra;
+use super::strings::FillerColumn;
 
 /// Average size of a bid event in bytes; `extra` pads up to it.
 const BID_SIZE_AVERAGE: usize = 100;
@@ -29,7 +29,7 @@ pub(super) struct BidRows {
     channel: StringBuilder,
     url: StringBuilder,
     date_time: TimestampMillisecondBuilder,
-    extra: StringBuilder,
+    extra: FillerColumn,
 }
 
 impl TableRows for BidRows {
@@ -45,7 +45,7 @@ impl TableRows for BidRows {
             channel: StringBuilder::with_capacity(rows, bytes(urls, 10)),
             url: StringBuilder::with_capacity(rows, bytes(urls, 72)),
             date_time: TimestampMillisecondBuilder::with_capacity(rows),
-            extra: StringBuilder::with_capacity(rows, bytes(context.reads(BID_EXTRA), 72)),
+            extra: FillerColumn::with_capacity(rows, bytes(context.reads(BID_EXTRA), 72)),
         }
     }
 
@@ -73,12 +73,10 @@ impl TableRows for BidRows {
             self.url.append_value("");
         }
         self.date_time.append_value(context.clock.time_ms(n));
-        append_extra(
+        self.extra.append(
             context.reads(BID_EXTRA).then_some(&mut rng),
             BID_SIZE_FIXED,
             BID_SIZE_AVERAGE,
-            &mut context.letters,
-            &mut self.extra,
         );
     }
 

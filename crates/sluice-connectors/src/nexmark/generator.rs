@@ -75,7 +75,6 @@ impl NexmarkGenerator {
                 seed: config.seed,
                 clock: EventClock::new(config.base_time_ms, config.events_per_second_for_timestamps),
                 scratch: String::new(),
-                letters: Vec::new(),
                 channels: ChannelUrls::new(config.seed),
                 unread: 0,
             },

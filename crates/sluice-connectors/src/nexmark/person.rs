@@ -9,7 +9,7 @@ use arrow::record_batch::RecordBatch;
 use super::ids::{FIRST_PERSON_ID, last_base0_person_id};
 use super::random::EventRng;
 use super::rows::{EventContext, TableRows};
-use super::strings::{append_extra, push_four_digits, push_string};
+use super::strings::{FillerColumn, push_four_digits, push_string};
 
 /// Few states and cities, so that queries grouping by them find results.
 const US_STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
@@ -47,7 +47,7 @@ pub(super) struct PersonRows {
     city: StringBuilder,
     state: StringBuilder,
     date_time: TimestampMillisecondBuilder,
-    extra: StringBuilder,
+    extra: FillerColumn,
 }
 
 impl TableRows for PersonRows {
@@ -60,7 +60,7 @@ impl TableRows for PersonRows {
             city: StringBuilder::with_capacity(rows, rows * 8),
             state: StringBuilder::with_capacity(rows, rows * 2),
             date_time: TimestampMillisecondBuilder::with_capacity(rows),
-            extra: StringBuilder::with_capacity(rows, if context.reads(PERSON_EXTRA) { rows * 150 } else { 0 }),
+            extra: FillerColumn::with_capacity(rows, if context.reads(PERSON_EXTRA) { rows * 150 } else { 0 }),
         }
     }
 
@@ -101,12 +101,10 @@ impl TableRows for PersonRows {
         size += city.len() + state.len();
 
         self.date_time.append_value(context.clock.time_ms(n));
-        append_extra(
+        self.extra.append(
             context.reads(PERSON_EXTRA).then_some(&mut rng),
             size,
             PERSON_SIZE_AVERAGE,
-            &mut context.letters,
-            &mut self.extra,
         );
     }
 

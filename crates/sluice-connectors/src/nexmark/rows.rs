@@ -13,8 +13,6 @@ pub(super) struct EventContext {
     pub(super) clock: EventClock,
     /// Reused buffer for composing string values.
     pub(super) scratch: String,
-    /// Reused buffer for filler letters.
-    pub(super) letters: Vec<u8>,
     pub(super) channels: ChannelUrls,
     /// Bit `c` set: no operator reads column `c`, so a string column is
     /// left empty instead of composed (its random draws are still made, so
