@@ -323,10 +323,9 @@ mod tests {
             .iter()
             .flat_map(|(_, b)| {
                 assert_eq!(b.num_columns(), 2, "the rows and the liveness");
+                use arrow::array::AsArray;
                 b.column(0)
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .unwrap()
+                    .as_primitive::<arrow::datatypes::Int64Type>()
                     .values()
                     .to_vec()
             })
