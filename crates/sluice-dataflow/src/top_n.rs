@@ -25,10 +25,14 @@
 //! partitions changed since the previous one (a list that took a row, a
 //! held row added or taken back, a partition expired or restored) and
 //! references the batches earlier ones wrote, with a liveness bit a row.
-//! Without, the one partition is written whole.
+//! A list's partition keeps where its rows were written
+//! ([`Place`]) and whether it changed since, so the operator holds no
+//! copy of its keys for that (a dedup over millions of pairs held one a
+//! pair, more memory than the pairs' lists at q18's). Without partition
+//! columns, the one partition is written whole.
 
 use crate::checkpoint::TaskState;
-use crate::checkpoint::ledger::{ChangedKeys, live_rows};
+use crate::checkpoint::ledger::{Batches, ChangedKeys, Place, SNAPSHOT_KEYS, live_rows};
 use crate::neighbours::NeighbourHash;
 use crate::operator::{Operator, OperatorContext};
 use crate::window::fixed::finish_batch;
@@ -100,12 +104,14 @@ impl Entry {
 
 /// A partition's list; when a row last reached it (processing time, ms:
 /// for `state_ttl`); the last batch that changed it; whether it changed
-/// since the last checkpoint.
+/// since the last checkpoint; where a checkpoint wrote its rows (while
+/// they are the list's).
 struct Partition {
     touched_ms: i64,
     list: Vec<Entry>,
     batch: u64,
     dirty: bool,
+    written: Option<Place>,
 }
 
 /// Buffers of row-encoded columns, reused batch after batch.
@@ -139,10 +145,14 @@ pub struct TopNOperator {
     /// The lists by partition key. An `IndexMap`: a batch names the
     /// partitions it changed by index (no key copied or hashed again to
     /// diff them), and the changes since the last checkpoint likewise
-    /// (`dirty`, turned into keys when a checkpoint or an expiry needs
-    /// them).
+    /// (`dirty`; listed again when an expiry moves indices).
     partitions: IndexMap<Box<[u8]>, Partition, NeighbourHash>,
     dirty: Vec<usize>,
+    /// With partition columns: the batches checkpoints wrote of the
+    /// lists, and whether one was written (until then no change is
+    /// noted: the first writes every list).
+    written: Batches,
+    tracking: bool,
     batches: u64,
     /// Over a changelog: the input's op column, every partition's rows and
     /// how many are held (with copies).
@@ -155,8 +165,8 @@ pub struct TopNOperator {
     /// Rows a checkpoint writes: list entries, or over a changelog
     /// distinct held rows (copies are a count).
     stored_rows: usize,
-    /// With partition columns: the partitions changed since the last
-    /// checkpoint, and what earlier ones wrote.
+    /// Over a changelog with partition columns: the partitions changed
+    /// since the last checkpoint, and what earlier ones wrote.
     changed: ChangedKeys,
     /// Processing time of the batch being applied.
     now_ms: i64,
@@ -242,6 +252,8 @@ impl TopNOperator {
             rows,
             partitions: IndexMap::with_hasher(NeighbourHash::for_key(&spec.input_schema, &spec.partition_columns)),
             dirty: Vec::new(),
+            written: Batches::default(),
+            tracking: false,
             batches: 0,
             op_column: spec.op_column,
             held: HashMap::new(),
@@ -286,6 +298,7 @@ impl TopNOperator {
                     list: Vec::with_capacity(limit.min(16)),
                     batch: 0,
                     dirty: false,
+                    written: None,
                 };
                 entry.insert_hashed_nocheck(hash, key.into(), partition);
                 index
@@ -301,7 +314,7 @@ impl TopNOperator {
             partition.batch = applied.number;
             applied.touched.push(index);
         }
-        if !partition.dirty && self.partition.is_some() {
+        if !partition.dirty && self.tracking {
             partition.dirty = true;
             self.dirty.push(index);
         }
@@ -323,17 +336,6 @@ impl TopNOperator {
             number: self.batches,
             first_seq: self.next_seq,
             ..Applied::default()
-        }
-    }
-
-    /// The lists changed since the last checkpoint become keys the next
-    /// one writes (before an index can change: an expiry's removal).
-    fn flush_dirty(&mut self) {
-        for index in self.dirty.drain(..) {
-            if let Some((key, partition)) = self.partitions.get_index_mut(index) {
-                partition.dirty = false;
-                self.changed.mark(key);
-            }
         }
     }
 
@@ -580,15 +582,24 @@ impl TopNOperator {
             }
             self.mark(&key);
         }
-        // Removing moves partitions' indices: the changed ones become keys
-        // first.
-        self.flush_dirty();
+        let mut removed = false;
         for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
-            self.mark(&key);
             if let Some(p) = self.partitions.swap_remove(&key) {
+                removed = true;
+                if let Some(place) = p.written {
+                    self.written.forget(place);
+                }
                 self.stored_rows -= p.list.len();
                 gone.extend((1..).zip(p.list).map(|(rn, e)| (Box::from(e.row()), rn)));
             }
+        }
+        if removed {
+            // Removing moved the last partitions into the gaps: the changed
+            // ones are listed again by their indices now.
+            self.dirty = (self.partitions.values().enumerate())
+                .filter(|(_, p)| p.dirty)
+                .map(|(index, _)| index)
+                .collect();
         }
         let changes: Vec<Change> = gone
             .iter()
@@ -624,11 +635,12 @@ impl TopNOperator {
         }
     }
 
-    /// Every kept row of the partitions `keys` (all of them without) with
-    /// its arrival number, as one batch, and how many rows each has.
-    fn snapshot_batch(&self, keys: Option<&[Box<[u8]>]>) -> Result<Option<(Vec<u32>, RecordBatch)>> {
-        let lists: Vec<&Vec<Entry>> = match keys {
-            Some(keys) => keys.iter().map(|k| &self.partitions[k].list).collect(),
+    /// Every kept row of the partitions at `indices` (all of them
+    /// without) with its arrival number, as one batch, and how many rows
+    /// each has.
+    fn snapshot_batch(&self, indices: Option<&[usize]>) -> Result<Option<(Vec<u32>, RecordBatch)>> {
+        let lists: Vec<&Vec<Entry>> = match indices {
+            Some(indices) => indices.iter().map(|i| &self.partitions[*i].list).collect(),
             None => self.partitions.values().map(|p| &p.list).collect(),
         };
         let counts = lists.iter().map(|l| l.len() as u32).collect();
@@ -720,35 +732,72 @@ impl TopNOperator {
             }
             return Ok(state);
         }
-        let changelog = self.op_column.is_some();
-        self.flush_dirty();
-        let mut changed = std::mem::take(&mut self.changed);
-        let (partitions, held) = (&self.partitions, &self.held);
-        let inc = changed.write(
-            checkpoint,
-            self.stored_rows,
-            || match changelog {
-                true => held.keys().cloned().collect(),
-                false => partitions.keys().cloned().collect(),
-            },
-            |k| match changelog {
-                true => held.contains_key(k),
-                false => partitions.contains_key(k),
-            },
-            |keys| {
-                let new = match changelog {
-                    true => self.snapshot_held(Some(keys))?,
-                    false => self.snapshot_batch(Some(keys))?,
-                };
-                Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
-            },
-        );
-        self.changed = changed;
-        let inc = inc?;
+        let inc = if self.op_column.is_some() {
+            let mut changed = std::mem::take(&mut self.changed);
+            let held = &self.held;
+            let inc = changed.write(
+                checkpoint,
+                self.stored_rows,
+                || held.keys().cloned().collect(),
+                |k| held.contains_key(k),
+                |keys| {
+                    let new = self.snapshot_held(Some(keys))?;
+                    Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
+                },
+            );
+            self.changed = changed;
+            inc?
+        } else {
+            self.write_lists(checkpoint)?
+        };
         // The data columns, the number, then the liveness.
         let live_column = self.input_schema.fields().len() + 1;
         state.put_incremental(key, self.partition_columns.clone(), live_column, inc)?;
         Ok(state)
+    }
+
+    /// With partition columns, over an append-only input: a checkpoint's
+    /// lists — those changed since the last one (their earlier rows
+    /// dead), or every list at the first and after a compaction — in
+    /// batches of [`SNAPSHOT_KEYS`] partitions, each list's place kept in
+    /// its partition.
+    fn write_lists(&mut self, checkpoint: u64) -> Result<crate::checkpoint::incremental::Increment> {
+        let every = self.written.compact(self.stored_rows) || !self.tracking;
+        self.tracking = true;
+        let indices: Vec<usize> = if every {
+            self.dirty.clear();
+            for p in self.partitions.values_mut() {
+                p.dirty = false;
+                p.written = None;
+            }
+            (0..self.partitions.len()).collect()
+        } else {
+            let dirty = std::mem::take(&mut self.dirty);
+            for &index in &dirty {
+                let p = &mut self.partitions[index];
+                p.dirty = false;
+                if let Some(place) = p.written.take() {
+                    self.written.forget(place);
+                }
+            }
+            dirty
+        };
+        let mut new = Vec::with_capacity(indices.len().div_ceil(SNAPSHOT_KEYS));
+        let mut written = Vec::with_capacity(new.capacity());
+        for chunk in indices.chunks(SNAPSHOT_KEYS) {
+            if let Some((counts, batch)) = self.snapshot_batch(Some(chunk))? {
+                let batch = crate::checkpoint::incremental::snapshot_rows(batch.columns().to_vec(), true)?;
+                new.push((counts, batch));
+                written.push(chunk);
+            }
+        }
+        let (inc, places) = self.written.write(checkpoint, new);
+        for (chunk, places) in written.into_iter().zip(places) {
+            for (&index, place) in chunk.iter().zip(places) {
+                self.partitions[index].written = Some(place);
+            }
+        }
+        Ok(inc)
     }
 
     /// Over a changelog: holds [`Self::snapshot_held`]'s rows again.

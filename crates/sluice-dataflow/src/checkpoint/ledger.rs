@@ -10,12 +10,17 @@
 //! every batch once they pass twice the live rows plus [`COMPACT_SLACK`],
 //! and the checkpoint then writes every key again, so a restore reads at
 //! most about three rows a live one.
+//!
+//! A [`Ledger`] maps each key to its [`Place`], so it holds a copy of
+//! every written key. An operator that can keep a key's place beside the
+//! key's state uses [`Batches`], the ledger without its map, instead.
 
 use super::incremental::{Held, Increment};
 use arrow::record_batch::RecordBatch;
 use hashbrown::{HashMap, HashSet};
 use std::collections::BTreeMap;
 use std::hash::Hash;
+use std::num::NonZeroU32;
 
 /// Rows earlier batches may hold beyond twice the live rows before every
 /// key is written again.
@@ -29,44 +34,46 @@ struct Written {
     live_count: usize,
 }
 
-/// The batches a task's checkpoints wrote of one incremental value, and
-/// where each key's rows are in them.
-pub struct Ledger<K> {
-    /// Key → (batch number, its first row there, its rows).
-    at: HashMap<K, (u64, u32, u32)>,
+/// Where a key's rows are in the batches checkpoints wrote: the batch's
+/// number (plus one: an `Option<Place>` is no larger, 12 bytes, which
+/// counts in a state of millions of partitions), its first row there,
+/// its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    number: NonZeroU32,
+    first: u32,
+    rows: u32,
+}
+
+impl Place {
+    fn number(&self) -> u64 {
+        u64::from(self.number.get()) - 1
+    }
+}
+
+/// The batches a task's checkpoints wrote of one incremental value, with a
+/// liveness bit a row: what a [`Ledger`] keeps but where each key's rows
+/// are. An operator that keeps each key's [`Place`] beside the key's state
+/// (a top-N's partition) uses it alone, and holds no copy of its keys.
+#[derive(Default)]
+pub struct Batches {
     batches: BTreeMap<u64, Written>,
     next_number: u64,
 }
 
-impl<K> Default for Ledger<K> {
-    fn default() -> Self {
-        Ledger {
-            at: HashMap::new(),
-            batches: BTreeMap::new(),
-            next_number: 0,
-        }
-    }
-}
-
-impl<K: Hash + Eq> Ledger<K> {
-    /// `key`'s written rows are dead from now on (it changed, or went).
-    pub fn forget(&mut self, key: &K) {
-        let Some((number, first, rows)) = self.at.remove(key) else {
-            return;
-        };
+impl Batches {
+    /// The rows at `place` are dead from now on (their key changed, or
+    /// went). A place is forgotten once: its owner lets go of it.
+    pub fn forget(&mut self, place: Place) {
+        let number = place.number();
         let batch = self.batches.get_mut(&number).expect("a written key's batch is held");
-        for live in &mut batch.live[first as usize..(first + rows) as usize] {
+        for live in &mut batch.live[place.first as usize..(place.first + place.rows) as usize] {
             *live = false;
         }
-        batch.live_count -= rows as usize;
+        batch.live_count -= place.rows as usize;
         if batch.live_count == 0 {
             self.batches.remove(&number);
         }
-    }
-
-    /// Whether a checkpoint wrote `key`'s rows (and they still live).
-    pub fn is_written(&self, key: &K) -> bool {
-        self.at.contains_key(key)
     }
 
     /// The rows held in written batches, live or not.
@@ -76,27 +83,23 @@ impl<K: Hash + Eq> Ledger<K> {
 
     /// Forgets every batch when the rows they hold pass twice `live_rows`
     /// (the state's rows now) plus [`COMPACT_SLACK`]; returns whether it
-    /// did (then no key is written: the checkpoint writes them all).
+    /// did. Then every place given before is void, and the checkpoint
+    /// writes every key again.
     pub fn compact(&mut self, live_rows: usize) -> bool {
         if self.held_rows() <= 2 * live_rows + COMPACT_SLACK {
             return false;
         }
-        self.at.clear();
         self.batches.clear();
         true
     }
 
     /// What checkpoint `checkpoint` stores: a reference to every batch
     /// earlier ones wrote that holds a live row, then `new` — batches of
-    /// the keys given with their numbers of rows, each in its order (their
-    /// earlier rows forgotten first), recorded as written by it.
-    pub fn write(&mut self, checkpoint: u64, new: Vec<(Vec<(K, u32)>, RecordBatch)>) -> Increment {
+    /// keys' rows, each with its keys' numbers of rows in order (the
+    /// places of those keys' earlier rows forgotten before) — and, a
+    /// batch of `new` a list, each key's place.
+    pub fn write(&mut self, checkpoint: u64, new: Vec<(Vec<u32>, RecordBatch)>) -> (Increment, Vec<Vec<Place>>) {
         let mut inc = Increment::default();
-        for (keys, _) in &new {
-            for (key, _) in keys {
-                self.forget(key);
-            }
-        }
         for (number, b) in &self.batches {
             inc.held.push(Held {
                 checkpoint: b.checkpoint,
@@ -104,14 +107,31 @@ impl<K: Hash + Eq> Ledger<K> {
                 live: b.live.iter().copied().collect(),
             });
         }
-        for (keys, batch) in new {
+        let mut places = Vec::with_capacity(new.len());
+        for (counts, batch) in new {
             let number = self.next_number;
             self.next_number += 1;
+            // A batch a checkpoint (65 536 keys each): 2^32 of them are
+            // 136 years of checkpoints a second.
+            let tag = u32::try_from(number + 1)
+                .ok()
+                .and_then(NonZeroU32::new)
+                .expect("fewer than 2^32 batches an operator");
             let mut first = 0u32;
-            for (key, rows) in keys {
-                self.at.insert(key, (number, first, rows));
-                first += rows;
-            }
+            places.push(
+                counts
+                    .into_iter()
+                    .map(|rows| {
+                        let place = Place {
+                            number: tag,
+                            first,
+                            rows,
+                        };
+                        first += rows;
+                        place
+                    })
+                    .collect(),
+            );
             debug_assert_eq!(first as usize, batch.num_rows(), "the keys' rows are the batch's");
             self.batches.insert(
                 number,
@@ -122,6 +142,78 @@ impl<K: Hash + Eq> Ledger<K> {
                 },
             );
             inc.new.push((number, batch));
+        }
+        (inc, places)
+    }
+}
+
+/// The batches a task's checkpoints wrote of one incremental value, and
+/// where each key's rows are in them.
+pub struct Ledger<K> {
+    at: HashMap<K, Place>,
+    batches: Batches,
+}
+
+impl<K> Default for Ledger<K> {
+    fn default() -> Self {
+        Ledger {
+            at: HashMap::new(),
+            batches: Batches::default(),
+        }
+    }
+}
+
+impl<K: Hash + Eq> Ledger<K> {
+    /// `key`'s written rows are dead from now on (it changed, or went).
+    pub fn forget(&mut self, key: &K) {
+        if let Some(place) = self.at.remove(key) {
+            self.batches.forget(place);
+        }
+    }
+
+    /// Whether a checkpoint wrote `key`'s rows (and they still live).
+    pub fn is_written(&self, key: &K) -> bool {
+        self.at.contains_key(key)
+    }
+
+    /// The rows held in written batches, live or not.
+    pub fn held_rows(&self) -> usize {
+        self.batches.held_rows()
+    }
+
+    /// Forgets every batch when the rows they hold pass twice `live_rows`
+    /// (the state's rows now) plus [`COMPACT_SLACK`]; returns whether it
+    /// did (then no key is written: the checkpoint writes them all).
+    pub fn compact(&mut self, live_rows: usize) -> bool {
+        if !self.batches.compact(live_rows) {
+            return false;
+        }
+        self.at.clear();
+        true
+    }
+
+    /// What checkpoint `checkpoint` stores: a reference to every batch
+    /// earlier ones wrote that holds a live row, then `new` — batches of
+    /// the keys given with their numbers of rows, each in its order (their
+    /// earlier rows forgotten first), recorded as written by it.
+    pub fn write(&mut self, checkpoint: u64, new: Vec<(Vec<(K, u32)>, RecordBatch)>) -> Increment {
+        for (keys, _) in &new {
+            for (key, _) in keys {
+                self.forget(key);
+            }
+        }
+        let mut keys = Vec::with_capacity(new.len());
+        let new = new
+            .into_iter()
+            .map(|(batch_keys, batch)| {
+                let (batch_keys, counts): (Vec<K>, Vec<u32>) = batch_keys.into_iter().unzip();
+                keys.push(batch_keys);
+                (counts, batch)
+            })
+            .collect();
+        let (inc, places) = self.batches.write(checkpoint, new);
+        for (batch_keys, places) in keys.into_iter().zip(places) {
+            self.at.extend(batch_keys.into_iter().zip(places));
         }
         inc
     }
@@ -297,6 +389,33 @@ mod tests {
         assert_eq!(l.held_rows(), 0);
         assert!(!l.is_written(&1700));
         assert!(l.write(2, Vec::new()).held.is_empty());
+    }
+
+    /// Places given by [`Batches::write`] name each key's rows: forgetting
+    /// one kills those rows only, a batch with none live goes, and a
+    /// compaction forgets every batch.
+    #[test]
+    fn a_forgotten_place_kills_its_rows_only() {
+        let mut b = Batches::default();
+        let (inc, places) = b.write(1, vec![(vec![2, 1, 3], batch(6)), (vec![1], batch(1))]);
+        assert_eq!(inc.new.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [0, 1]);
+        let at = |p: Place| (p.number(), p.first, p.rows);
+        assert_eq!(at(places[0][2]), (0, 3, 3));
+        assert_eq!(at(places[1][0]), (1, 0, 1));
+        assert_eq!(std::mem::size_of::<Option<Place>>(), 12);
+        b.forget(places[0][1]);
+        b.forget(places[1][0]);
+        let (inc, none) = b.write(2, Vec::new());
+        assert!(none.is_empty());
+        assert_eq!(live(&inc), vec![(0, vec![true, true, false, true, true, true])]);
+        assert_eq!(b.held_rows(), 6);
+        // 6 held rows, 5 live: no compaction; with none live (the state
+        // emptied some other way) past the slack, all go.
+        assert!(!b.compact(5));
+        let (_, more) = b.write(3, vec![(vec![COMPACT_SLACK as u32], batch(COMPACT_SLACK))]);
+        assert_eq!(more[0][0].number(), 2, "numbers are never reused");
+        assert!(b.compact(0));
+        assert_eq!(b.held_rows(), 0);
     }
 
     /// The first checkpoint of many keys asks for their rows

@@ -473,3 +473,57 @@ async fn a_partition_expired_after_a_checkpoint_is_gone_from_the_next() {
     );
     checkpoints.finish().await;
 }
+
+/// An expiry fills a removed partition's index with the last partition's;
+/// a partition changed since the last checkpoint and moved so is still
+/// written by the next (its change noted by index, listed again after the
+/// move), and what was written of the removed one is dead.
+#[tokio::test]
+async fn a_changed_partition_moved_by_an_expiry_is_written_by_the_next_checkpoint() {
+    use crate::checkpoint::testing::CheckpointLoop;
+    use crate::checkpoint::{LocalStateStore, StateStore};
+    let spec = TopNSpec {
+        state_ttl_ms: Some(60_000),
+        ..spec(2, true, 10)
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
+    let mut checkpoints = CheckpointLoop::new(store, 2);
+    let mut op = TopNOperator::new(&spec, output_schema()).unwrap();
+    op.update(&rows(&[(1, Some(5), 1), (2, Some(3), 2), (3, Some(4), 3)]))
+        .unwrap();
+    let id = checkpoints.start();
+    checkpoints.complete(id, op.snapshot(id).await.unwrap()).await.unwrap();
+    // Partition 3 (the last index) takes a row; partition 1 (the first)
+    // expires, and 3 moves into its index.
+    op.update(&rows(&[(3, Some(8), 4)])).unwrap();
+    let now = sluice_types::now_ms();
+    for k in [2, 3] {
+        op.partitions.get_mut(&op.key_of(k)).unwrap().touched_ms = now + 100_000;
+    }
+    let expired = changelog(&op.expire(now + 120_000).unwrap().unwrap());
+    assert_eq!(expired, [("-D".to_string(), (1, 1), 1)]);
+    assert_eq!(op.partitions.get_index_of(&op.key_of(3)), Some(0), "moved");
+    let id = checkpoints.start();
+    let (entry, state) = checkpoints
+        .complete_and_read(id, op.snapshot(id).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(entry.references.len(), 1, "partition 2's rows are referenced");
+    let mut restored = TopNOperator::new(&spec, output_schema()).unwrap();
+    restored.restore(Some((id, state))).await.unwrap();
+    assert_eq!(restored.partitions.len(), 2, "partition 1 is not restored");
+    // Partition 3 holds rows 4 and 3: a row between them takes rank 2.
+    let next = rows(&[(3, Some(6), 5), (2, Some(1), 6)]);
+    let out = changelog(&restored.update(&next).unwrap().unwrap());
+    assert_eq!(
+        out,
+        [
+            ("-U".to_string(), (3, 2), 3),
+            ("+U".to_string(), (3, 2), 5),
+            ("+I".to_string(), (2, 2), 6),
+        ]
+    );
+    assert_eq!(out, changelog(&op.update(&next).unwrap().unwrap()), "as the operator");
+    checkpoints.finish().await;
+}
