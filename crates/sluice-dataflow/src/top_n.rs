@@ -66,11 +66,13 @@ const SCRATCH_KEPT_MAX: usize = 64 << 20;
 type OrderedRow = (Box<[u8]>, Box<[u8]>);
 
 /// Over a changelog: a partition's rows by (order key, row) with their
-/// copies, and when a row last reached it.
+/// copies, when a row last reached it, and where a checkpoint wrote them
+/// (while they are the partition's).
 #[derive(Default)]
 struct Held {
     touched_ms: i64,
     rows: BTreeMap<OrderedRow, u64>,
+    written: Option<Place>,
 }
 
 /// A kept row: its order key and then the row, row-encoded in one
@@ -522,7 +524,9 @@ impl TopNOperator {
             }
             held.touched_ms = self.now_ms;
             if held.rows.is_empty() {
+                let written = held.written;
                 self.held.remove(key);
+                self.changed.forget(written);
             }
             self.mark(key);
             return Ok(());
@@ -579,6 +583,7 @@ impl TopNOperator {
             if let Some(h) = self.held.remove(&key) {
                 self.rows_held -= h.rows.values().sum::<u64>() as usize;
                 self.stored_rows -= h.rows.len();
+                self.changed.forget(h.written);
             }
             self.mark(&key);
         }
@@ -734,19 +739,24 @@ impl TopNOperator {
         }
         let inc = if self.op_column.is_some() {
             let mut changed = std::mem::take(&mut self.changed);
-            let held = &self.held;
-            let inc = changed.write(
-                checkpoint,
+            let keys = changed.to_write(
                 self.stored_rows,
-                || held.keys().cloned().collect(),
-                |k| held.contains_key(k),
-                |keys| {
-                    let new = self.snapshot_held(Some(keys))?;
-                    Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
-                },
+                &mut self.held,
+                |held| held.keys().cloned().collect(),
+                |held, k| held.get_mut(k).map(|h| h.written.take()),
             );
+            let written = changed.write(checkpoint, keys, |keys| {
+                let new = self.snapshot_held(Some(keys))?;
+                Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
+            });
             self.changed = changed;
-            inc?
+            let (inc, places) = written?;
+            for (key, place) in places {
+                if let Some(h) = self.held.get_mut(&key) {
+                    h.written = Some(place);
+                }
+            }
+            inc
         } else {
             self.write_lists(checkpoint)?
         };

@@ -30,10 +30,11 @@
 //! ([`crate::checkpoint::ledger::ChangedKeys`]): a checkpoint writes the
 //! rows a side holds for each join key whose rows on that side changed
 //! since the previous one, and references the batches earlier ones wrote,
-//! with a liveness bit a row.
+//! with a liveness bit a row. A key keeps where each side's rows were
+//! written, and forgets it when that side's rows go.
 
 use crate::checkpoint::TaskState;
-use crate::checkpoint::ledger::{ChangedKeys, live_rows};
+use crate::checkpoint::ledger::{ChangedKeys, Place, live_rows};
 use crate::operator::{Operator, OperatorContext};
 use crate::window::fixed::finish_batch;
 use arrow::array::{Array, ArrayRef, StringArray, UInt32Array, UInt64Array};
@@ -62,6 +63,9 @@ struct KeyRows {
     held: [u64; 2],
     /// When a row last reached the key (processing time, ms).
     touched_ms: i64,
+    /// Per side: where a checkpoint wrote its rows (while they are the
+    /// key's).
+    written: [Option<Place>; 2],
 }
 
 /// The value of `key` in `map`, inserted as the default when absent.
@@ -246,6 +250,9 @@ impl UpdatingJoinOperator {
                 entry.held[side] -= 1;
                 self.held -= 1;
                 self.changed[side].mark(key);
+                if entry.held[side] == 0 {
+                    self.changed[side].forget(entry.written[side].take());
+                }
                 entry.touched_ms = now_ms;
                 for (theirs, n) in &entry.rows[other] {
                     for _ in 0..*n {
@@ -281,8 +288,8 @@ impl UpdatingJoinOperator {
             for side in 0..2 {
                 if !k.rows[side].is_empty() {
                     self.distinct[side] -= k.rows[side].len();
-                    self.changed[side].mark(&key);
                 }
+                self.changed[side].forget(k.written[side]);
             }
         }
     }
@@ -342,22 +349,33 @@ impl UpdatingJoinOperator {
     /// the module doc): the held columns, the count, the liveness.
     fn snapshot_side(&mut self, side: usize, checkpoint: u64, state: &mut TaskState) -> Result<()> {
         let mut changed = std::mem::take(&mut self.changed[side]);
-        let keys = &self.state;
-        let inc = changed.write(
-            checkpoint,
+        let keys = changed.to_write(
             self.distinct[side],
-            || {
-                keys.iter()
+            &mut self.state,
+            |state| {
+                state
+                    .iter()
                     .filter(|(_, k)| !k.rows[side].is_empty())
                     .map(|(key, _)| key.clone())
                     .collect()
             },
-            |key| keys.get(key).is_some_and(|k| !k.rows[side].is_empty()),
-            |changed| self.snapshot_columns(side, changed),
+            |state, key| {
+                state
+                    .get_mut(key)
+                    .filter(|k| !k.rows[side].is_empty())
+                    .map(|k| k.written[side].take())
+            },
         );
+        let written = changed.write(checkpoint, keys, |keys| self.snapshot_columns(side, keys));
         self.changed[side] = changed;
+        let (inc, places) = written?;
+        for (key, place) in places {
+            if let Some(k) = self.state.get_mut(&key) {
+                k.written[side] = Some(place);
+            }
+        }
         let live_column = self.data_columns[side].len() + 1;
-        state.put_incremental(SIDE_NAMES[side], self.snapshot_keys(side)?, live_column, inc?)
+        state.put_incremental(SIDE_NAMES[side], self.snapshot_keys(side)?, live_column, inc)
     }
 
     /// The snapshot's key columns of side `side`: where its keys are among

@@ -59,6 +59,10 @@ impl Place {
 pub struct Batches {
     batches: BTreeMap<u64, Written>,
     next_number: u64,
+    /// Batches numbered below it went with a compaction: a place in them
+    /// is void (its key is written again by the checkpoint that
+    /// compacted, and its owner may not have been given the new place yet).
+    void_below: u64,
 }
 
 impl Batches {
@@ -66,6 +70,9 @@ impl Batches {
     /// went). A place is forgotten once: its owner lets go of it.
     pub fn forget(&mut self, place: Place) {
         let number = place.number();
+        if number < self.void_below || place.rows == 0 {
+            return;
+        }
         let batch = self.batches.get_mut(&number).expect("a written key's batch is held");
         for live in &mut batch.live[place.first as usize..(place.first + place.rows) as usize] {
             *live = false;
@@ -90,6 +97,7 @@ impl Batches {
             return false;
         }
         self.batches.clear();
+        self.void_below = self.next_number;
         true
     }
 
@@ -219,13 +227,20 @@ impl<K: Hash + Eq> Ledger<K> {
     }
 }
 
-/// State kept by row-encoded key (a top-N's partition, an OVER
-/// aggregate's, a join key), written incrementally: the keys changed since
-/// the previous checkpoint and the [`Ledger`] of what earlier ones wrote.
+/// A written key and where its rows are.
+pub type KeyPlace = (Box<[u8]>, Place);
+
+/// State kept by row-encoded key (a top-N's partition over a changelog, an
+/// OVER aggregate's, a join key), written incrementally: the keys changed
+/// since the previous checkpoint and the [`Batches`] earlier ones wrote.
+/// Where a key's rows were written (its [`Place`]) the operator keeps with
+/// the key's state, and forgets here when the key goes
+/// ([`ChangedKeys::forget`]): a map from keys to places would hold a copy
+/// of every written key for as long as it lives.
 #[derive(Default)]
 pub struct ChangedKeys {
     dirty: HashSet<Box<[u8]>>,
-    ledger: Ledger<Box<[u8]>>,
+    batches: Batches,
     /// Whether a checkpoint was written. The first writes every key, so
     /// until then changes are not kept: with checkpoints off none ever is,
     /// and the set would have copied every key the state ever held (the
@@ -235,10 +250,18 @@ pub struct ChangedKeys {
 
 impl ChangedKeys {
     /// `key` changed (rows came or went, it expired or was restored): the
-    /// next checkpoint writes it again, or forgets it when it is gone.
+    /// next checkpoint writes it again.
     pub fn mark(&mut self, key: &[u8]) {
         if self.tracking && !self.dirty.contains(key) {
             self.dirty.insert(key.into());
+        }
+    }
+
+    /// The rows a checkpoint wrote at `place` are dead: their key went (or
+    /// its rows did, on a join's side). Its owner lets go of the place.
+    pub fn forget(&mut self, place: Option<Place>) {
+        if let Some(place) = place {
+            self.batches.forget(place);
         }
     }
 
@@ -248,58 +271,74 @@ impl ChangedKeys {
         self.dirty.len()
     }
 
-    /// What checkpoint `checkpoint` stores: the changed keys' rows, which
-    /// `rows` gives (their columns, and each key's number of rows) and an
-    /// all-true liveness column ends, and references to what earlier ones
-    /// wrote; the keys gone (`holds` says which) are forgotten. Every key
-    /// of `all` is written again after a compaction (the rows written
-    /// outgrew twice the `stored` rows) and by the first checkpoint.
-    /// `rows` is asked for [`SNAPSHOT_KEYS`] keys at a time, each answer a
-    /// batch of its own: a state's first checkpoint decodes millions of
-    /// keys, and one batch of them needed its bookkeeping (every row's
-    /// place, a vector a row) all at once.
+    /// The keys the next checkpoint writes: those marked since the last
+    /// one that `state` still holds — `taken` takes such a key's place
+    /// from it (its earlier rows die here), `None` for a key gone — or,
+    /// at the first checkpoint and after a compaction (the rows written
+    /// outgrew twice the `stored` rows), every key `all` lists; the
+    /// places given before are void then.
+    pub fn to_write<S: ?Sized>(
+        &mut self,
+        stored: usize,
+        state: &mut S,
+        all: impl FnOnce(&S) -> Vec<Box<[u8]>>,
+        mut taken: impl FnMut(&mut S, &[u8]) -> Option<Option<Place>>,
+    ) -> Vec<Box<[u8]>> {
+        if self.batches.compact(stored) || !self.tracking {
+            // The marks are moot, and the keys go to the batch as `all`
+            // gives them (putting millions through the set first was most
+            // of a big state's first checkpoint).
+            self.dirty = HashSet::new();
+            self.tracking = true;
+            return all(state);
+        }
+        let mut keys = Vec::with_capacity(self.dirty.len());
+        for key in self.dirty.drain() {
+            if let Some(place) = taken(state, &key) {
+                if let Some(place) = place {
+                    self.batches.forget(place);
+                }
+                keys.push(key);
+            }
+        }
+        keys
+    }
+
+    /// What checkpoint `checkpoint` stores: the rows of `keys` (from
+    /// [`Self::to_write`]), which `rows` gives (their columns, and each
+    /// key's number of rows) and an all-true liveness column ends, and
+    /// references to what earlier ones wrote; and each written key's
+    /// place, which its owner keeps. `rows` is asked for
+    /// [`SNAPSHOT_KEYS`] keys at a time, each answer a batch of its own: a
+    /// state's first checkpoint decodes millions of keys, and one batch of
+    /// them needed its bookkeeping (every row's place, a vector a row) all
+    /// at once.
     pub fn write(
         &mut self,
         checkpoint: u64,
-        stored: usize,
-        all: impl FnOnce() -> Vec<Box<[u8]>>,
-        holds: impl Fn(&[u8]) -> bool,
+        keys: Vec<Box<[u8]>>,
         mut rows: impl FnMut(&[Box<[u8]>]) -> sluice_types::Result<Option<(Vec<u32>, Vec<arrow::array::ArrayRef>)>>,
-    ) -> sluice_types::Result<Increment> {
-        let compacted = self.ledger.compact(stored);
-        let changed = if compacted || !self.tracking {
-            // Every key is written, and the ledger holds none (it was
-            // just emptied, or nothing was written yet): the marks are
-            // moot, and the keys go to the batch as `all` gives them
-            // (putting millions through the set first was most of a big
-            // state's first checkpoint).
-            self.dirty = HashSet::new();
-            self.tracking = true;
-            all()
-        } else {
-            let mut changed = Vec::with_capacity(self.dirty.len());
-            for key in self.dirty.drain() {
-                if holds(&key) {
-                    changed.push(key);
-                } else {
-                    self.ledger.forget(&key);
-                }
-            }
-            changed
-        };
-        let mut new = Vec::with_capacity(changed.len().div_ceil(SNAPSHOT_KEYS));
-        let mut changed = changed.into_iter();
+    ) -> sluice_types::Result<(Increment, Vec<KeyPlace>)> {
+        let mut new = Vec::with_capacity(keys.len().div_ceil(SNAPSHOT_KEYS));
+        let mut written = Vec::with_capacity(new.capacity());
+        let mut keys = keys.into_iter();
         loop {
-            let keys: Vec<Box<[u8]>> = changed.by_ref().take(SNAPSHOT_KEYS).collect();
-            if keys.is_empty() {
+            let chunk: Vec<Box<[u8]>> = keys.by_ref().take(SNAPSHOT_KEYS).collect();
+            if chunk.is_empty() {
                 break;
             }
-            if let Some((counts, columns)) = rows(&keys)? {
-                let batch = super::incremental::snapshot_rows(columns, true)?;
-                new.push((keys.into_iter().zip(counts).collect(), batch));
+            if let Some((counts, columns)) = rows(&chunk)? {
+                new.push((counts, super::incremental::snapshot_rows(columns, true)?));
+                written.push(chunk);
             }
         }
-        Ok(self.ledger.write(checkpoint, new))
+        let (inc, places) = self.batches.write(checkpoint, new);
+        let places = written
+            .into_iter()
+            .zip(places)
+            .flat_map(|(chunk, places)| chunk.into_iter().zip(places))
+            .collect();
+        Ok((inc, places))
     }
 }
 
@@ -418,6 +457,13 @@ mod tests {
         assert_eq!(b.held_rows(), 0);
     }
 
+    /// An operator's state in these tests: each key's place.
+    type Places = std::collections::BTreeMap<Box<[u8]>, Option<Place>>;
+
+    fn take_place(state: &mut Places, key: &[u8]) -> Option<Option<Place>> {
+        state.get_mut(key).map(Option::take)
+    }
+
     /// The first checkpoint of many keys asks for their rows
     /// [`SNAPSHOT_KEYS`] keys at a time and writes a batch per answer; a
     /// key changed later is then dead in its own batch only.
@@ -425,6 +471,7 @@ mod tests {
     fn many_keys_are_written_in_batches_of_snapshot_keys() {
         let n = 2 * SNAPSHOT_KEYS + 5;
         let keys: Vec<Box<[u8]>> = (0..n as u32).map(|k| k.to_be_bytes().to_vec().into()).collect();
+        let mut state: Places = keys.iter().map(|k| (k.clone(), None)).collect();
         let value = |k: &[u8]| u32::from_be_bytes(k.try_into().unwrap()) as i64;
         let asked = std::cell::RefCell::new(Vec::new());
         // Two rows a key, each its key's number.
@@ -434,9 +481,12 @@ mod tests {
             Ok(Some((vec![2; ks.len()], vec![Arc::new(a) as arrow::array::ArrayRef])))
         };
         let mut c = ChangedKeys::default();
-        let inc = c.write(1, 2 * n, || keys.clone(), |_| true, rows).unwrap();
+        let all = c.to_write(2 * n, &mut state, |_| keys.clone(), take_place);
+        let (inc, places) = c.write(1, all, rows).unwrap();
         assert_eq!(*asked.borrow(), [SNAPSHOT_KEYS, SNAPSHOT_KEYS, 5]);
         assert_eq!(inc.new.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(places.len(), n);
+        state.extend(places.into_iter().map(|(k, p)| (k, Some(p))));
         let written: Vec<i64> = inc
             .new
             .iter()
@@ -455,10 +505,13 @@ mod tests {
         let k = SNAPSHOT_KEYS + 3;
         c.mark(&keys[k]);
         asked.borrow_mut().clear();
-        let inc = c.write(2, 2 * n, Vec::new, |_| true, rows).unwrap();
+        let changed = c.to_write(2 * n, &mut state, |_| unreachable!("not every key"), take_place);
+        assert_eq!(changed, [keys[k].clone()]);
+        let (inc, places) = c.write(2, changed, rows).unwrap();
         assert_eq!(*asked.borrow(), [1]);
         assert_eq!(inc.new.len(), 1);
         assert_eq!(inc.new[0].0, 3);
+        assert_eq!(places[0].1.number(), 3);
         let dead: Vec<(u64, usize)> = inc
             .held
             .iter()
@@ -474,52 +527,74 @@ mod tests {
     }
 
     /// Changes are kept only once a checkpoint was written (the first
-    /// writes every key, and with checkpoints off none is ever written);
-    /// after it, a checkpoint writes the keys changed and forgets those
-    /// gone.
+    /// writes every key, and with checkpoints off none ever is written);
+    /// after it, a checkpoint writes the keys changed, and the rows of a
+    /// key gone (its place forgotten as it went) are dead.
     #[test]
     fn changed_keys_are_kept_from_the_first_checkpoint_on() {
         let key = |k: u8| -> Box<[u8]> { vec![k].into() };
-        let mut held: std::collections::BTreeSet<u8> = (0..5).collect();
+        let mut state: Places = (0..5).map(|k| (key(k), None)).collect();
         let mut c = ChangedKeys::default();
         for k in 0..5 {
             c.mark(&[k]);
         }
         assert_eq!(c.pending(), 0, "no checkpoint yet: nothing kept");
-        let write = |c: &mut ChangedKeys, held: &std::collections::BTreeSet<u8>, id| {
-            let mut written = Vec::new();
-            let inc = c
-                .write(
-                    id,
-                    held.len(),
-                    || held.iter().map(|k| key(*k)).collect(),
-                    |k| held.contains(&k[0]),
-                    |keys| {
-                        // In the order written (a hash set's).
-                        written = keys.iter().map(|k| k[0]).collect();
-                        let n = keys.len();
-                        let a = Arc::new(Int64Array::from_iter_values(0..n as i64)) as arrow::array::ArrayRef;
-                        Ok(Some((vec![1; n], vec![a])))
-                    },
-                )
+        let write = |c: &mut ChangedKeys, state: &mut Places, id| {
+            let keys = c.to_write(
+                state.len(),
+                state,
+                |s| {
+                    // In an order of its own, as a hash map's.
+                    let mut keys: Vec<Box<[u8]>> = s.keys().cloned().collect();
+                    keys.reverse();
+                    keys
+                },
+                take_place,
+            );
+            let written: Vec<u8> = keys.iter().map(|k| k[0]).collect();
+            let (inc, places) = c
+                .write(id, keys, |keys| {
+                    let n = keys.len();
+                    let a = Arc::new(Int64Array::from_iter_values(0..n as i64)) as arrow::array::ArrayRef;
+                    Ok(Some((vec![1; n], vec![a])))
+                })
                 .unwrap();
+            state.extend(places.into_iter().map(|(k, p)| (k, Some(p))));
             (written, inc)
         };
-        let (first, inc) = write(&mut c, &held, 1);
-        let mut sorted = first.clone();
-        sorted.sort();
-        assert_eq!(sorted, vec![0, 1, 2, 3, 4], "the first checkpoint writes every key");
+        let (first, inc) = write(&mut c, &mut state, 1);
+        assert_eq!(first, vec![4, 3, 2, 1, 0], "the first checkpoint writes every key");
         assert!(inc.held.is_empty());
         c.mark(&[3]);
         c.mark(&[3]);
-        held.remove(&4);
+        let gone = state.remove(&key(4)).flatten();
+        c.forget(gone);
         c.mark(&[4]);
         assert_eq!(c.pending(), 2);
-        let (written, inc) = write(&mut c, &held, 2);
+        let (written, inc) = write(&mut c, &mut state, 2);
         assert_eq!(written, vec![3], "then only the changed ones; 4 is gone");
-        // In the first batch, 3's row (written again) and 4's (gone) are dead.
-        let expected: Vec<bool> = first.iter().map(|k| *k < 3).collect();
-        assert_eq!(live(&inc), vec![(0, expected)]);
+        // In the first batch, 4's row (gone) and 3's (written again) are dead.
+        assert_eq!(live(&inc), vec![(0, vec![false, false, true, true, true])]);
         assert_eq!(c.pending(), 0);
+    }
+
+    /// A compaction voids every place given before: the checkpoint that
+    /// compacts writes every key again, and forgetting an old place (a key
+    /// gone before its new place reached it) is harmless.
+    #[test]
+    fn places_given_before_a_compaction_are_void() {
+        let mut b = Batches::default();
+        let (_, old) = b.write(1, vec![(vec![1; 2000], batch(2000))]);
+        for p in &old[0][..1500] {
+            b.forget(*p);
+        }
+        assert!(b.compact(400));
+        let (_, new) = b.write(2, vec![(vec![1; 400], batch(400))]);
+        b.forget(old[0][1900]);
+        b.forget(new[0][0]);
+        let (inc, _) = b.write(3, Vec::new());
+        let mut expected = vec![true; 400];
+        expected[0] = false;
+        assert_eq!(live(&inc), vec![(1, expected)]);
     }
 }

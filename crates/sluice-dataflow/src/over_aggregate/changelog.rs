@@ -28,7 +28,7 @@
 
 use super::{Running, aggregate, partition_converter, partition_keys, row_args};
 use crate::checkpoint::TaskState;
-use crate::checkpoint::ledger::{ChangedKeys, live_rows};
+use crate::checkpoint::ledger::{ChangedKeys, Place, live_rows};
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::timestamps_ms;
@@ -72,6 +72,8 @@ struct Partition {
     rows: Vec<Held>,
     /// When a row last reached it (processing time, ms: `state_ttl`).
     touched_ms: i64,
+    /// Where a checkpoint wrote its rows (while they are its rows).
+    written: Option<Place>,
 }
 
 /// A change out: its op, the row, its aggregates.
@@ -253,7 +255,9 @@ impl OverChangelogOperator {
             p.rows.remove(at);
         }
         if p.rows.is_empty() {
+            let written = p.written;
             self.partitions.remove(key);
+            self.changed.forget(written);
         }
         Ok(())
     }
@@ -300,9 +304,7 @@ impl OverChangelogOperator {
         let mut changes = Vec::new();
         for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
             let p = self.partitions.remove(&key).expect("listed above");
-            if self.partition.is_some() {
-                self.changed.mark(&key);
-            }
+            self.changed.forget(p.written);
             let aggs = self.frames.outputs(&p.rows, 0..p.rows.len())?;
             self.held -= p.rows.len();
             for (h, aggs) in p.rows.into_iter().zip(aggs) {
@@ -372,18 +374,23 @@ impl OverChangelogOperator {
             return Ok(state);
         }
         let mut changed = std::mem::take(&mut self.changed);
-        let partitions = &self.partitions;
-        let inc = changed.write(
-            checkpoint,
+        let keys = changed.to_write(
             self.held,
-            || partitions.keys().cloned().collect(),
-            |k| partitions.contains_key(k),
-            |keys| self.snapshot_columns(Some(keys)),
+            &mut self.partitions,
+            |partitions| partitions.keys().cloned().collect(),
+            |partitions, k| partitions.get_mut(k).map(|p| p.written.take()),
         );
+        let written = changed.write(checkpoint, keys, |keys| self.snapshot_columns(Some(keys)));
         self.changed = changed;
+        let (inc, places) = written?;
+        for (key, place) in places {
+            if let Some(p) = self.partitions.get_mut(&key) {
+                p.written = Some(place);
+            }
+        }
         // The data columns, then the liveness.
         let live_column = self.data_schema.fields().len();
-        state.put_incremental(ROWS_KEY, self.spec.partition_columns.clone(), live_column, inc?)?;
+        state.put_incremental(ROWS_KEY, self.spec.partition_columns.clone(), live_column, inc)?;
         Ok(state)
     }
 
