@@ -36,7 +36,7 @@
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
 use crate::checkpoint::incremental::snapshot_rows;
-use crate::checkpoint::ledger::Ledger;
+use crate::checkpoint::ledger::{Batches, Place};
 use crate::neighbours::NeighbourHash;
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
@@ -106,8 +106,11 @@ pub struct GroupAggregateOperator {
     /// Per group slot: whether its group changed since a checkpoint
     /// last wrote it.
     dirty: Vec<bool>,
-    /// Where checkpoints wrote the groups, by slot.
-    ledger: Ledger<u32>,
+    /// What checkpoints wrote of the groups, and per group slot where
+    /// its group's row is (12 bytes a slot; a map by slot was about three
+    /// times that).
+    written: Batches,
+    places: Vec<Option<Place>>,
 }
 
 /// The changelog rows of one batch, built column by column.
@@ -166,7 +169,8 @@ impl GroupAggregateOperator {
             stamps: Vec::new(),
             batches: 0,
             dirty: Vec::new(),
-            ledger: Ledger::default(),
+            written: Batches::default(),
+            places: Vec::new(),
         };
         // Refuse an aggregate that cannot retract before any row arrives.
         let accumulators = op.accumulators()?;
@@ -271,6 +275,7 @@ impl GroupAggregateOperator {
                 self.groups.push(Some(group));
                 self.stamps.push(0);
                 self.dirty.push(false);
+                self.places.push(None);
                 self.groups.len() as u32 - 1
             }
         };
@@ -320,7 +325,9 @@ impl GroupAggregateOperator {
                 entry.remove();
             }
             self.free.push(g);
-            self.ledger.forget(&g);
+            if let Some(place) = self.places[g as usize].take() {
+                self.written.forget(place);
+            }
             self.dirty[g as usize] = false;
         }
     }
@@ -637,7 +644,7 @@ impl GroupAggregateOperator {
             return Ok(state);
         }
         let live = self.live_groups();
-        if self.ledger.compact(live.len()) {
+        if self.written.compact(live.len()) {
             for g in &live {
                 self.dirty[*g as usize] = true;
             }
@@ -647,6 +654,9 @@ impl GroupAggregateOperator {
         let new = self.snapshot_batch(&changed, true)?;
         for g in &changed {
             self.dirty[*g as usize] = false;
+            if let Some(place) = self.places[*g as usize].take() {
+                self.written.forget(place);
+            }
         }
         let live_column = match &new {
             Some(batch) => batch.num_columns() - 1,
@@ -659,12 +669,13 @@ impl GroupAggregateOperator {
                         .sum::<Result<usize>>()?
             }
         };
-        let inc = self.ledger.write(
+        let (inc, places) = self.written.write(
             checkpoint,
-            new.map(|b| (changed.into_iter().map(|g| (g, 1)).collect(), b))
-                .into_iter()
-                .collect(),
+            new.map(|b| (vec![1; changed.len()], b)).into_iter().collect(),
         );
+        for (g, place) in changed.iter().zip(places.into_iter().flatten()) {
+            self.places[*g as usize] = Some(place);
+        }
         state.put_incremental(GROUPS_KEY, (0..n_keys).collect(), live_column, inc)?;
         Ok(state)
     }

@@ -6,20 +6,19 @@
 //! ([`TaskState::put_incremental`](super::TaskState::put_incremental)): a
 //! key's rows live in the batch that wrote it last, and a key gone in none.
 //! A batch with no live row is forgotten. Rows held in earlier batches can
-//! outgrow the state as keys change or go; [`Ledger::compact`] forgets
+//! outgrow the state as keys change or go; [`Batches::compact`] forgets
 //! every batch once they pass twice the live rows plus [`COMPACT_SLACK`],
 //! and the checkpoint then writes every key again, so a restore reads at
 //! most about three rows a live one.
 //!
-//! A [`Ledger`] maps each key to its [`Place`], so it holds a copy of
-//! every written key. An operator that can keep a key's place beside the
-//! key's state uses [`Batches`], the ledger without its map, instead.
+//! Where a key's rows are (its [`Place`]) the operator keeps in the key's
+//! own state, and forgets here when the key's rows change or go: a map
+//! from keys to places would hold a copy of every written key.
 
 use super::incremental::{Held, Increment};
 use arrow::record_batch::RecordBatch;
-use hashbrown::{HashMap, HashSet};
+use hashbrown::HashSet;
 use std::collections::BTreeMap;
-use std::hash::Hash;
 use std::num::NonZeroU32;
 
 /// Rows earlier batches may hold beyond twice the live rows before every
@@ -52,9 +51,8 @@ impl Place {
 }
 
 /// The batches a task's checkpoints wrote of one incremental value, with a
-/// liveness bit a row: what a [`Ledger`] keeps but where each key's rows
-/// are. An operator that keeps each key's [`Place`] beside the key's state
-/// (a top-N's partition) uses it alone, and holds no copy of its keys.
+/// liveness bit a row. Where each key's rows are, its [`Place`], the
+/// operator keeps beside the key's state.
 #[derive(Default)]
 pub struct Batches {
     batches: BTreeMap<u64, Written>,
@@ -155,78 +153,6 @@ impl Batches {
     }
 }
 
-/// The batches a task's checkpoints wrote of one incremental value, and
-/// where each key's rows are in them.
-pub struct Ledger<K> {
-    at: HashMap<K, Place>,
-    batches: Batches,
-}
-
-impl<K> Default for Ledger<K> {
-    fn default() -> Self {
-        Ledger {
-            at: HashMap::new(),
-            batches: Batches::default(),
-        }
-    }
-}
-
-impl<K: Hash + Eq> Ledger<K> {
-    /// `key`'s written rows are dead from now on (it changed, or went).
-    pub fn forget(&mut self, key: &K) {
-        if let Some(place) = self.at.remove(key) {
-            self.batches.forget(place);
-        }
-    }
-
-    /// Whether a checkpoint wrote `key`'s rows (and they still live).
-    pub fn is_written(&self, key: &K) -> bool {
-        self.at.contains_key(key)
-    }
-
-    /// The rows held in written batches, live or not.
-    pub fn held_rows(&self) -> usize {
-        self.batches.held_rows()
-    }
-
-    /// Forgets every batch when the rows they hold pass twice `live_rows`
-    /// (the state's rows now) plus [`COMPACT_SLACK`]; returns whether it
-    /// did (then no key is written: the checkpoint writes them all).
-    pub fn compact(&mut self, live_rows: usize) -> bool {
-        if !self.batches.compact(live_rows) {
-            return false;
-        }
-        self.at.clear();
-        true
-    }
-
-    /// What checkpoint `checkpoint` stores: a reference to every batch
-    /// earlier ones wrote that holds a live row, then `new` — batches of
-    /// the keys given with their numbers of rows, each in its order (their
-    /// earlier rows forgotten first), recorded as written by it.
-    pub fn write(&mut self, checkpoint: u64, new: Vec<(Vec<(K, u32)>, RecordBatch)>) -> Increment {
-        for (keys, _) in &new {
-            for (key, _) in keys {
-                self.forget(key);
-            }
-        }
-        let mut keys = Vec::with_capacity(new.len());
-        let new = new
-            .into_iter()
-            .map(|(batch_keys, batch)| {
-                let (batch_keys, counts): (Vec<K>, Vec<u32>) = batch_keys.into_iter().unzip();
-                keys.push(batch_keys);
-                (counts, batch)
-            })
-            .collect();
-        let (inc, places) = self.batches.write(checkpoint, new);
-        for (batch_keys, places) in keys.into_iter().zip(places) {
-            self.at.extend(batch_keys.into_iter().zip(places));
-        }
-        inc
-    }
-}
-
 /// A written key and where its rows are.
 pub type KeyPlace = (Box<[u8]>, Place);
 
@@ -267,7 +193,7 @@ impl ChangedKeys {
 
     /// Keys marked since the last checkpoint, not yet written.
     #[cfg(test)]
-    fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.dirty.len()
     }
 
@@ -386,48 +312,50 @@ mod tests {
 
     #[test]
     fn a_key_written_again_or_gone_leaves_dead_rows_and_an_empty_batch_goes() {
-        let mut l: Ledger<&str> = Ledger::default();
+        let mut l = Batches::default();
         // Checkpoint 1: a (2 rows), b (1), c (1).
-        let inc = l.write(1, vec![(vec![("a", 2), ("b", 1), ("c", 1)], batch(4))]);
+        let (inc, first) = l.write(1, vec![(vec![2, 1, 1], batch(4))]);
+        let [a, b, c] = first[0][..] else {
+            panic!("three places")
+        };
         assert!(inc.held.is_empty());
         assert_eq!(inc.new[0].0, 0);
         // Checkpoint 2: a changed (3 rows now), c gone.
-        l.forget(&"c");
-        let inc = l.write(2, vec![(vec![("a", 3)], batch(3))]);
+        l.forget(c);
+        l.forget(a);
+        let (inc, _) = l.write(2, vec![(vec![3], batch(3))]);
         assert_eq!(live(&inc), vec![(0, vec![false, false, true, false])]);
         assert_eq!(inc.new[0].0, 1);
         assert_eq!(l.held_rows(), 7);
         // Checkpoint 3: nothing changed: references only.
-        let inc = l.write(3, Vec::new());
+        let (inc, _) = l.write(3, Vec::new());
         assert_eq!(
             live(&inc),
             vec![(0, vec![false, false, true, false]), (1, vec![true; 3])]
         );
         // b goes: batch 0 holds nothing live and is forgotten.
-        l.forget(&"b");
-        let inc = l.write(4, Vec::new());
+        l.forget(b);
+        let (inc, _) = l.write(4, Vec::new());
         assert_eq!(live(&inc), vec![(1, vec![true; 3])]);
-        assert!(l.is_written(&"a") && !l.is_written(&"b"));
     }
 
     #[test]
     fn rows_held_past_twice_the_live_ones_and_the_slack_are_forgotten() {
-        let mut l: Ledger<u32> = Ledger::default();
-        let n = 2000u32;
-        l.write(1, vec![((0..n).map(|k| (k, 1)).collect(), batch(n as usize))]);
-        for k in 0..1500 {
-            l.forget(&k);
+        let mut l = Batches::default();
+        let n = 2000;
+        let (_, places) = l.write(1, vec![(vec![1; n], batch(n))]);
+        for p in &places[0][..1500] {
+            l.forget(*p);
         }
         // 2 000 rows held, 500 live: within 2 × 500 + 1 024.
         assert!(!l.compact(500));
-        for k in 1500..1600 {
-            l.forget(&k);
+        for p in &places[0][1500..1600] {
+            l.forget(*p);
         }
         // 400 live: 2 000 > 1 824.
         assert!(l.compact(400));
         assert_eq!(l.held_rows(), 0);
-        assert!(!l.is_written(&1700));
-        assert!(l.write(2, Vec::new()).held.is_empty());
+        assert!(l.write(2, Vec::new()).0.held.is_empty());
     }
 
     /// Places given by [`Batches::write`] name each key's rows: forgetting

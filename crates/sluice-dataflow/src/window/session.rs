@@ -2,16 +2,18 @@
 //! a row within the gap of one or more sessions merges them. A session is
 //! emitted when the low watermark reaches its end.
 //!
-//! With keys, checkpoints are incremental ([`crate::checkpoint::ledger`]):
-//! a checkpoint writes the open sessions of the keys whose sessions
-//! changed since the previous one (rows came, sessions merged or fired),
-//! and references the rows earlier checkpoints wrote of the others.
+//! With keys, checkpoints are incremental
+//! ([`crate::checkpoint::ledger::ChangedKeys`]): a checkpoint writes the
+//! open sessions of the keys whose sessions changed since the previous one
+//! (rows came, sessions merged or fired), and references the rows earlier
+//! checkpoints wrote of the others; a key keeps where its sessions were
+//! written.
 
 use super::fixed::finish_batch;
 use crate::aggregate::{AggregateInputs, CompiledAggregate, read_inputs};
 use crate::checkpoint::TaskState;
 use crate::checkpoint::incremental::snapshot_rows;
-use crate::checkpoint::ledger::Ledger;
+use crate::checkpoint::ledger::{ChangedKeys, Place};
 use crate::operator::{Operator, OperatorContext};
 use crate::project::df_error;
 use crate::time::{timestamp_array, timestamps_ms};
@@ -38,6 +40,8 @@ struct Session {
 struct KeySessions {
     key: Option<OwnedRow>,
     sessions: Vec<Session>,
+    /// Where a checkpoint wrote its sessions (while they are its own).
+    written: Option<Place>,
 }
 
 /// SESSION aggregate.
@@ -55,10 +59,11 @@ pub struct SessionWindowOperator {
     /// watermark below it fires nothing, and no key is visited.
     min_end: i64,
     output_schema: SchemaRef,
-    /// With keys: the keys whose sessions changed (or that went) since a
-    /// checkpoint last wrote them, and where checkpoints wrote them.
-    dirty: hashbrown::HashSet<Box<[u8]>>,
-    ledger: Ledger<Box<[u8]>>,
+    /// With keys: the keys whose sessions changed since a checkpoint last
+    /// wrote them (kept once a first checkpoint was written: with
+    /// checkpoints off the marks held every key ever seen), and what
+    /// checkpoints wrote.
+    changed: ChangedKeys,
 }
 
 /// One key's rows of a batch, and what [`SessionWindowOperator::update_key`] reads with them.
@@ -124,8 +129,7 @@ impl SessionWindowOperator {
             sessions_max: spec.groups_max,
             min_end: i64::MAX,
             output_schema,
-            dirty: hashbrown::HashSet::new(),
-            ledger: Ledger::default(),
+            changed: ChangedKeys::default(),
         })
     }
 
@@ -170,8 +174,8 @@ impl SessionWindowOperator {
         let key: &[u8] = key_rows.map_or(&[], |k| k.row(run.rows[0] as usize).data());
         // Changed, or it may be (a refused row leaves the ones before it
         // applied): the next checkpoint writes it.
-        if key_rows.is_some() && !self.dirty.contains(key) {
-            self.dirty.insert(key.into());
+        if key_rows.is_some() {
+            self.changed.mark(key);
         }
         if !self.keys.contains_key(key) {
             let owned = key_rows.map(|k| k.row(run.rows[0] as usize).owned());
@@ -180,6 +184,7 @@ impl SessionWindowOperator {
                 KeySessions {
                     key: owned,
                     sessions: Vec::new(),
+                    written: None,
                 },
             );
         }
@@ -248,7 +253,9 @@ impl SessionWindowOperator {
         flush(entry, &mut current, &mut pending, run.arguments)?;
         if entry.sessions.is_empty() {
             // Every row was late: no key without sessions is kept.
+            let written = entry.written;
             self.keys.remove(key);
+            self.changed.forget(written);
         }
         Ok(late)
     }
@@ -264,7 +271,7 @@ impl SessionWindowOperator {
             return Ok(Vec::new());
         }
         let mut min_end = i64::MAX;
-        let dirty = &mut self.dirty;
+        let changed = &mut self.changed;
         self.keys.retain(|key, entry| {
             let before = starts.len();
             for mut s in entry.sessions.extract_if(.., |s| s.end <= watermark.0) {
@@ -276,10 +283,14 @@ impl SessionWindowOperator {
                 }
             }
             min_end = entry.sessions.iter().map(|s| s.end).fold(min_end, i64::min);
-            if starts.len() > before && !dirty.contains(key) {
-                dirty.insert(key.clone());
+            if entry.sessions.is_empty() {
+                changed.forget(entry.written);
+                return false;
             }
-            !entry.sessions.is_empty()
+            if starts.len() > before {
+                changed.mark(key);
+            }
+            true
         });
         self.min_end = min_end;
         if starts.is_empty() {
@@ -383,27 +394,34 @@ impl SessionWindowOperator {
             }
             return Ok(state);
         }
-        if self.ledger.compact(self.sessions) {
-            self.dirty.extend(self.keys.keys().cloned());
-        }
-        let mut held = Vec::new();
-        for key in self.dirty.drain() {
-            if self.keys.contains_key(&key) {
-                held.push(key);
-            } else {
-                self.ledger.forget(&key);
+        let mut changed = std::mem::take(&mut self.changed);
+        let keys = changed.to_write(
+            self.sessions,
+            &mut self.keys,
+            |keys| keys.keys().cloned().collect(),
+            |keys, key| keys.get_mut(key).map(|k| k.written.take()),
+        );
+        let written = changed.write(checkpoint, keys, |keys| {
+            let new = self.snapshot_rows(keys, false)?;
+            Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
+        });
+        self.changed = changed;
+        let (inc, places) = written?;
+        for (key, place) in places {
+            if let Some(k) = self.keys.get_mut(&key) {
+                k.written = Some(place);
             }
         }
-        let new = self.snapshot_rows(&held, true)?;
-        let live_column = match &new {
-            Some((_, batch)) => batch.num_columns() - 1,
-            // The place the batches written hold it at.
-            None => 2 + n + self.state_widths()?.iter().sum::<usize>(),
-        };
-        let new = new.map(|(counts, batch)| (held.into_iter().zip(counts).collect(), batch));
-        let inc = self.ledger.write(checkpoint, new.into_iter().collect());
+        // The starts, ends, keys and states, then the liveness.
+        let live_column = 2 + n + self.state_widths()?.iter().sum::<usize>();
         state.put_incremental(SESSIONS_KEY, (2..2 + n).collect(), live_column, inc)?;
         Ok(state)
+    }
+
+    /// The keys held and the changed keys marked (tests).
+    #[cfg(test)]
+    pub(crate) fn keys_and_marks(&self) -> (usize, usize) {
+        (self.keys.len(), self.changed.pending())
     }
 
     /// Each aggregate's number of state columns.
@@ -462,12 +480,13 @@ impl SessionWindowOperator {
             }
             let key_row = keys.as_ref().map(|k| k.row(row));
             let key_bytes: Box<[u8]> = key_row.map_or(Box::from(&[][..]), |r| r.data().into());
-            if n_keys > 0 && !self.dirty.contains(&key_bytes) {
-                self.dirty.insert(key_bytes.clone());
+            if n_keys > 0 {
+                self.changed.mark(&key_bytes);
             }
             let entry = self.keys.entry(key_bytes).or_insert_with(|| KeySessions {
                 key: key_row.map(|r| r.owned()),
                 sessions: Vec::new(),
+                written: None,
             });
             entry.sessions.push(Session {
                 start: starts.value(row),

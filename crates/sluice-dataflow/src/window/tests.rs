@@ -877,3 +877,26 @@ async fn sessions_restored_from_incremental_checkpoints_fire_as_the_operator_nev
     assert!(counted.referencing * 2 >= counted.taken, "{counted:?}");
     checkpoints.finish().await;
 }
+
+/// With checkpoints off, a keyed SESSION keeps no mark of the keys it saw:
+/// once every session fired, it holds nothing (the marks of changed keys
+/// held every key ever seen until a checkpoint, which never came).
+#[test]
+fn sessions_without_checkpoints_keep_no_marks() {
+    let gap = 40;
+    let session = WindowKind::Session { gap_ms: gap };
+    let mut op = SessionWindowOperator::new(&spec(session, 1_000_000), gap, output_schema()).unwrap();
+    let data = rows_with_late_ones();
+    for (i, chunk) in data.chunks(150).enumerate() {
+        let watermark = batch_watermark(i, chunk);
+        op.update(&rows(chunk), watermark).unwrap();
+        op.fire(watermark).unwrap();
+    }
+    let fired = op.fire(Watermark::MAX).unwrap();
+    assert!(!collect(&fired).is_empty() || data.is_empty());
+    assert_eq!(
+        op.keys_and_marks(),
+        (0, 0),
+        "every session fired, no marks without a checkpoint"
+    );
+}
