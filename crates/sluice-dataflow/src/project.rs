@@ -104,6 +104,10 @@ pub struct ProjectOperator {
     /// batch as a column (with the batch's schema then).
     before: Vec<(Arc<dyn PhysicalExpr>, SchemaRef)>,
     filter: Option<Arc<dyn PhysicalExpr>>,
+    /// With a filter: the columns of the batch (with those computed before
+    /// it) that the shared expressions after it and the projection read,
+    /// the only ones filtered.
+    kept: Option<Vec<usize>>,
     /// Shared expressions computed after the filter, likewise.
     after: Vec<(Arc<dyn PhysicalExpr>, SchemaRef)>,
     exprs: Vec<Arc<dyn PhysicalExpr>>,
@@ -165,18 +169,35 @@ impl ProjectOperator {
                 .collect::<Result<Vec<_>>>()
         };
         let before = stages(before, &mut fields)?;
+        let filtered = DFSchema::try_from(arrow::datatypes::Schema::new(fields.clone())).map_err(df_error)?;
+        // With a filter, the batch keeps only the columns the rest reads
+        // before it is filtered: the filter copies every column it keeps
+        // (q21's URLs, read only before it, were a tenth of its profile).
+        let kept = match filter {
+            Some(_) => {
+                let mut read = std::collections::HashSet::new();
+                for e in after.iter().map(|s| &s.expr).chain(&exprs) {
+                    read.extend(e.column_refs().into_iter().map(|c| c.name.clone()));
+                }
+                let kept: Vec<usize> = (0..fields.len()).filter(|i| read.contains(fields[*i].name())).collect();
+                fields = kept.iter().map(|i| fields[*i].clone()).collect();
+                Some(kept)
+            }
+            None => None,
+        };
         let after = stages(after, &mut fields)?;
         let full = DFSchema::try_from(arrow::datatypes::Schema::new(fields)).map_err(df_error)?;
-        let compile = |stage: Vec<(Expr, SchemaRef)>| {
+        let compile = |stage: Vec<(Expr, SchemaRef)>, schema: &DFSchema| {
             stage
                 .into_iter()
-                .map(|(e, so_far)| Ok((physical_expr(e, &full)?, so_far)))
+                .map(|(e, so_far)| Ok((physical_expr(e, schema)?, so_far)))
                 .collect::<Result<Vec<_>>>()
         };
         Ok(ProjectOperator {
-            before: compile(before)?,
-            filter: filter.map(|f| physical_expr(f, &full)).transpose()?,
-            after: compile(after)?,
+            before: compile(before, &filtered)?,
+            filter: filter.map(|f| physical_expr(f, &filtered)).transpose()?,
+            kept,
+            after: compile(after, &full)?,
             exprs: exprs
                 .into_iter()
                 .map(|e| physical_expr(e, &full))
@@ -213,6 +234,10 @@ impl ProjectOperator {
                     .as_any()
                     .downcast_ref::<BooleanArray>()
                     .ok_or_else(|| Error::internal("filter is not boolean"))?;
+                let batch = match &self.kept {
+                    Some(kept) => batch.project(kept)?,
+                    None => batch,
+                };
                 filter_record_batch(&batch, mask)?
             }
         };
@@ -295,6 +320,67 @@ mod tests {
         let c = out.column(1).as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(p2.values(), &[22, 40]);
         assert_eq!((c.value(0), c.value(1)), ("B", "C"));
+    }
+
+    /// The filter keeps only the columns read after it: a column read by
+    /// the filter alone (`url`) is not filtered, a shared expression
+    /// computed before the filter is; a projection that reads no column
+    /// still has a row per row passing.
+    #[test]
+    fn a_filter_keeps_only_the_columns_read_after_it() {
+        let input = Arc::new(Schema::new(vec![
+            Field::new("price", DataType::Int64, false),
+            Field::new("url", DataType::Utf8, false),
+            Field::new("channel", DataType::Utf8, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            input.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![5, 11, 20, 30])),
+                Arc::new(StringArray::from(vec!["x=1", "y=2", "x=3", "z"])),
+                Arc::new(StringArray::from(vec!["a", "b", "c", "d"])),
+            ],
+        )
+        .unwrap();
+        let output = Arc::new(Schema::new(vec![
+            Field::new("p", DataType::Int64, true),
+            Field::new("u", DataType::Utf8, true),
+        ]));
+        let spec = ProjectSpec {
+            input_schema: input.clone(),
+            filter: Some("upper(url) <> 'Z' AND price > 10".into()),
+            exprs: vec!["price + 1".into(), "upper(url)".into()],
+        };
+        let op = ProjectOperator::new(&spec, output).unwrap();
+        let names: Vec<&str> = op.kept.iter().flatten().map(|i| op_field(&op, *i)).collect();
+        assert_eq!(
+            names.len(),
+            2,
+            "price and the shared upper(url), not url nor channel: {names:?}"
+        );
+        assert!(names.contains(&"price") && !names.contains(&"url") && !names.contains(&"channel"));
+        let out = op.apply(&batch).unwrap();
+        assert_eq!(ints(&out, 0), [12, 21]);
+        assert_eq!(strings(out.column(1)), [Some("Y=2".into()), Some("X=3".into())]);
+
+        let constant = ProjectSpec {
+            input_schema: input,
+            filter: Some("price > 10".into()),
+            exprs: vec!["7".into()],
+        };
+        let output = Arc::new(Schema::new(vec![Field::new("seven", DataType::Int64, true)]));
+        let op = ProjectOperator::new(&constant, output).unwrap();
+        assert_eq!(op.kept.as_deref(), Some(&[][..]));
+        assert_eq!(ints(&op.apply(&batch).unwrap(), 0), [7, 7, 7]);
+    }
+
+    /// The name of column `i` of the batch the filter sees (the input's
+    /// columns, then the shared ones computed before it).
+    fn op_field(op: &ProjectOperator, i: usize) -> &str {
+        let n = op.before.last().map(|(_, schema)| schema.fields().len());
+        let schema = &op.before.last().expect("a shared column").1;
+        assert!(i < n.unwrap());
+        schema.field(i).name()
     }
 
     fn ints(out: &RecordBatch, column: usize) -> Vec<i64> {
