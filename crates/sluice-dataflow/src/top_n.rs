@@ -739,24 +739,19 @@ impl TopNOperator {
         }
         let inc = if self.op_column.is_some() {
             let mut changed = std::mem::take(&mut self.changed);
-            let keys = changed.to_write(
+            let inc = changed.snapshot(
+                checkpoint,
                 self.stored_rows,
-                &mut self.held,
-                |held| held.keys().cloned().collect(),
-                |held, k| held.get_mut(k).map(|h| h.written.take()),
+                self,
+                |op| op.held.keys().cloned().collect(),
+                |op, k| op.held.get_mut(k).map(|h| &mut h.written),
+                |op, keys| {
+                    let new = op.snapshot_held(Some(keys))?;
+                    Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
+                },
             );
-            let written = changed.write(checkpoint, keys, |keys| {
-                let new = self.snapshot_held(Some(keys))?;
-                Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
-            });
             self.changed = changed;
-            let (inc, places) = written?;
-            for (key, place) in places {
-                if let Some(h) = self.held.get_mut(&key) {
-                    h.written = Some(place);
-                }
-            }
-            inc
+            inc?
         } else {
             self.write_lists(checkpoint)?
         };

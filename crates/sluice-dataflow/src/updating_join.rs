@@ -349,31 +349,27 @@ impl UpdatingJoinOperator {
     /// the module doc): the held columns, the count, the liveness.
     fn snapshot_side(&mut self, side: usize, checkpoint: u64, state: &mut TaskState) -> Result<()> {
         let mut changed = std::mem::take(&mut self.changed[side]);
-        let keys = changed.to_write(
+        let inc = changed.snapshot(
+            checkpoint,
             self.distinct[side],
-            &mut self.state,
-            |state| {
-                state
+            self,
+            |op| {
+                op.state
                     .iter()
                     .filter(|(_, k)| !k.rows[side].is_empty())
                     .map(|(key, _)| key.clone())
                     .collect()
             },
-            |state, key| {
-                state
+            |op, key| {
+                op.state
                     .get_mut(key)
                     .filter(|k| !k.rows[side].is_empty())
-                    .map(|k| k.written[side].take())
+                    .map(|k| &mut k.written[side])
             },
+            |op, keys| op.snapshot_columns(side, keys),
         );
-        let written = changed.write(checkpoint, keys, |keys| self.snapshot_columns(side, keys));
         self.changed[side] = changed;
-        let (inc, places) = written?;
-        for (key, place) in places {
-            if let Some(k) = self.state.get_mut(&key) {
-                k.written[side] = Some(place);
-            }
-        }
+        let inc = inc?;
         let live_column = self.data_columns[side].len() + 1;
         state.put_incremental(SIDE_NAMES[side], self.snapshot_keys(side)?, live_column, inc)
     }

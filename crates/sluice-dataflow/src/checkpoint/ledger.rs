@@ -203,7 +203,7 @@ impl ChangedKeys {
     /// at the first checkpoint and after a compaction (the rows written
     /// outgrew twice the `stored` rows), every key `all` lists; the
     /// places given before are void then.
-    pub fn to_write<S: ?Sized>(
+    fn keys_to_write<S: ?Sized>(
         &mut self,
         stored: usize,
         state: &mut S,
@@ -231,7 +231,7 @@ impl ChangedKeys {
     }
 
     /// What checkpoint `checkpoint` stores: the rows of `keys` (from
-    /// [`Self::to_write`]), which `rows` gives (their columns, and each
+    /// [`Self::keys_to_write`]), which `rows` gives (their columns, and each
     /// key's number of rows) and an all-true liveness column ends, and
     /// references to what earlier ones wrote; and each written key's
     /// place, which its owner keeps. `rows` is asked for
@@ -239,7 +239,7 @@ impl ChangedKeys {
     /// state's first checkpoint decodes millions of keys, and one batch of
     /// them needed its bookkeeping (every row's place, a vector a row) all
     /// at once.
-    pub fn write(
+    fn write(
         &mut self,
         checkpoint: u64,
         keys: Vec<Box<[u8]>>,
@@ -265,6 +265,31 @@ impl ChangedKeys {
             .flat_map(|(chunk, places)| chunk.into_iter().zip(places))
             .collect();
         Ok((inc, places))
+    }
+}
+
+impl ChangedKeys {
+    /// A checkpoint's increment of an operator `op` (this taken out of
+    /// it): [`Self::keys_to_write`], [`Self::write`], and each written key's
+    /// place kept where `place` says (`None` for a key `op` no longer
+    /// holds).
+    pub fn snapshot<S: ?Sized>(
+        &mut self,
+        checkpoint: u64,
+        stored: usize,
+        op: &mut S,
+        all: impl FnOnce(&S) -> Vec<Box<[u8]>>,
+        place: impl for<'a> Fn(&'a mut S, &[u8]) -> Option<&'a mut Option<Place>>,
+        mut rows: impl FnMut(&mut S, &[Box<[u8]>]) -> sluice_types::Result<Option<(Vec<u32>, Vec<arrow::array::ArrayRef>)>>,
+    ) -> sluice_types::Result<Increment> {
+        let keys = self.keys_to_write(stored, op, all, |op, key| place(op, key).map(Option::take));
+        let (inc, places) = self.write(checkpoint, keys, |keys| rows(op, keys))?;
+        for (key, written) in places {
+            if let Some(at) = place(op, &key) {
+                *at = Some(written);
+            }
+        }
+        Ok(inc)
     }
 }
 
@@ -409,7 +434,7 @@ mod tests {
             Ok(Some((vec![2; ks.len()], vec![Arc::new(a) as arrow::array::ArrayRef])))
         };
         let mut c = ChangedKeys::default();
-        let all = c.to_write(2 * n, &mut state, |_| keys.clone(), take_place);
+        let all = c.keys_to_write(2 * n, &mut state, |_| keys.clone(), take_place);
         let (inc, places) = c.write(1, all, rows).unwrap();
         assert_eq!(*asked.borrow(), [SNAPSHOT_KEYS, SNAPSHOT_KEYS, 5]);
         assert_eq!(inc.new.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [0, 1, 2]);
@@ -433,7 +458,7 @@ mod tests {
         let k = SNAPSHOT_KEYS + 3;
         c.mark(&keys[k]);
         asked.borrow_mut().clear();
-        let changed = c.to_write(2 * n, &mut state, |_| unreachable!("not every key"), take_place);
+        let changed = c.keys_to_write(2 * n, &mut state, |_| unreachable!("not every key"), take_place);
         assert_eq!(changed, [keys[k].clone()]);
         let (inc, places) = c.write(2, changed, rows).unwrap();
         assert_eq!(*asked.borrow(), [1]);
@@ -468,7 +493,7 @@ mod tests {
         }
         assert_eq!(c.pending(), 0, "no checkpoint yet: nothing kept");
         let write = |c: &mut ChangedKeys, state: &mut Places, id| {
-            let keys = c.to_write(
+            let keys = c.keys_to_write(
                 state.len(),
                 state,
                 |s| {

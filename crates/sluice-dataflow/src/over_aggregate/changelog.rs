@@ -374,20 +374,16 @@ impl OverChangelogOperator {
             return Ok(state);
         }
         let mut changed = std::mem::take(&mut self.changed);
-        let keys = changed.to_write(
+        let inc = changed.snapshot(
+            checkpoint,
             self.held,
-            &mut self.partitions,
-            |partitions| partitions.keys().cloned().collect(),
-            |partitions, k| partitions.get_mut(k).map(|p| p.written.take()),
+            self,
+            |op| op.partitions.keys().cloned().collect(),
+            |op, k| op.partitions.get_mut(k).map(|p| &mut p.written),
+            |op, keys| op.snapshot_columns(Some(keys)),
         );
-        let written = changed.write(checkpoint, keys, |keys| self.snapshot_columns(Some(keys)));
         self.changed = changed;
-        let (inc, places) = written?;
-        for (key, place) in places {
-            if let Some(p) = self.partitions.get_mut(&key) {
-                p.written = Some(place);
-            }
-        }
+        let inc = inc?;
         // The data columns, then the liveness.
         let live_column = self.data_schema.fields().len();
         state.put_incremental(ROWS_KEY, self.spec.partition_columns.clone(), live_column, inc)?;

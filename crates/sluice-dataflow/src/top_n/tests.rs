@@ -419,12 +419,15 @@ async fn lists_restored_from_incremental_checkpoints_go_on_as_the_operator_never
     }
 }
 
-/// A partition `state_ttl` expired after a checkpoint wrote it is not in
-/// the next checkpoint, which writes nothing new and only references the
-/// other partition's rows.
-#[tokio::test]
-async fn a_partition_expired_after_a_checkpoint_is_gone_from_the_next() {
-    use crate::checkpoint::testing::CheckpointLoop;
+/// A top-2 over at most 10 partitions with a 60-s `state_ttl`, its spec,
+/// and a checkpoint loop over a store in a directory kept while the
+/// returned handle lives.
+fn expiring_top2_with_checkpoints() -> (
+    TopNSpec,
+    tempfile::TempDir,
+    crate::checkpoint::testing::CheckpointLoop,
+    TopNOperator,
+) {
     use crate::checkpoint::{LocalStateStore, StateStore};
     let spec = TopNSpec {
         state_ttl_ms: Some(60_000),
@@ -432,8 +435,17 @@ async fn a_partition_expired_after_a_checkpoint_is_gone_from_the_next() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
-    let mut checkpoints = CheckpointLoop::new(store, 2);
-    let mut op = TopNOperator::new(&spec, output_schema()).unwrap();
+    let checkpoints = crate::checkpoint::testing::CheckpointLoop::new(store, 2);
+    let op = TopNOperator::new(&spec, output_schema()).unwrap();
+    (spec, tmp, checkpoints, op)
+}
+
+/// A partition `state_ttl` expired after a checkpoint wrote it is not in
+/// the next checkpoint, which writes nothing new and only references the
+/// other partition's rows.
+#[tokio::test]
+async fn a_partition_expired_after_a_checkpoint_is_gone_from_the_next() {
+    let (spec, _tmp, mut checkpoints, mut op) = expiring_top2_with_checkpoints();
     op.update(&rows(&[(1, Some(5), 1), (2, Some(3), 2)])).unwrap();
     let id = checkpoints.start();
     checkpoints.complete(id, op.snapshot(id).await.unwrap()).await.unwrap();
@@ -480,16 +492,7 @@ async fn a_partition_expired_after_a_checkpoint_is_gone_from_the_next() {
 /// move), and what was written of the removed one is dead.
 #[tokio::test]
 async fn a_changed_partition_moved_by_an_expiry_is_written_by_the_next_checkpoint() {
-    use crate::checkpoint::testing::CheckpointLoop;
-    use crate::checkpoint::{LocalStateStore, StateStore};
-    let spec = TopNSpec {
-        state_ttl_ms: Some(60_000),
-        ..spec(2, true, 10)
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let store: Arc<dyn StateStore> = Arc::new(LocalStateStore::new(tmp.path()));
-    let mut checkpoints = CheckpointLoop::new(store, 2);
-    let mut op = TopNOperator::new(&spec, output_schema()).unwrap();
+    let (spec, _tmp, mut checkpoints, mut op) = expiring_top2_with_checkpoints();
     op.update(&rows(&[(1, Some(5), 1), (2, Some(3), 2), (3, Some(4), 3)]))
         .unwrap();
     let id = checkpoints.start();

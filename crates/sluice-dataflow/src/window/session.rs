@@ -395,23 +395,19 @@ impl SessionWindowOperator {
             return Ok(state);
         }
         let mut changed = std::mem::take(&mut self.changed);
-        let keys = changed.to_write(
+        let inc = changed.snapshot(
+            checkpoint,
             self.sessions,
-            &mut self.keys,
-            |keys| keys.keys().cloned().collect(),
-            |keys, key| keys.get_mut(key).map(|k| k.written.take()),
+            self,
+            |op| op.keys.keys().cloned().collect(),
+            |op, key| op.keys.get_mut(key).map(|k| &mut k.written),
+            |op, keys| {
+                let new = op.snapshot_rows(keys, false)?;
+                Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
+            },
         );
-        let written = changed.write(checkpoint, keys, |keys| {
-            let new = self.snapshot_rows(keys, false)?;
-            Ok(new.map(|(counts, batch)| (counts, batch.columns().to_vec())))
-        });
         self.changed = changed;
-        let (inc, places) = written?;
-        for (key, place) in places {
-            if let Some(k) = self.keys.get_mut(&key) {
-                k.written = Some(place);
-            }
-        }
+        let inc = inc?;
         // The starts, ends, keys and states, then the liveness.
         let live_column = 2 + n + self.state_widths()?.iter().sum::<usize>();
         state.put_incremental(SESSIONS_KEY, (2..2 + n).collect(), live_column, inc)?;
