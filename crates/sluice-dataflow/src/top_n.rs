@@ -585,7 +585,6 @@ impl TopNOperator {
                 self.stored_rows -= h.rows.len();
                 self.changed.forget(h.written);
             }
-            self.mark(&key);
         }
         let mut removed = false;
         for key in crate::group_aggregate::idle_keys(&self.partitions, cutoff, |p| p.touched_ms) {
@@ -770,10 +769,10 @@ impl TopNOperator {
         let every = self.written.compact(self.stored_rows) || !self.tracking;
         self.tracking = true;
         let indices: Vec<usize> = if every {
+            // Every place given before is void now; each is replaced below.
             self.dirty.clear();
             for p in self.partitions.values_mut() {
                 p.dirty = false;
-                p.written = None;
             }
             (0..self.partitions.len()).collect()
         } else {
