@@ -37,6 +37,58 @@ pub fn compile_expr(sql: &str, schema: &SchemaRef) -> Result<Arc<dyn PhysicalExp
     physical_expr(expr, &df_schema)
 }
 
+/// A predicate over a few of a schema's columns, compiled to run on a batch
+/// of just those (an operator can then build that narrow batch for rows it
+/// has not gathered whole yet, as a join does for its candidate pairs).
+pub struct NarrowPredicate {
+    /// The columns it reads, as indices into the full schema, in order.
+    pub columns: Vec<usize>,
+    /// The schema of a batch of those columns.
+    pub schema: SchemaRef,
+    expr: Arc<dyn PhysicalExpr>,
+}
+
+impl NarrowPredicate {
+    /// Compiles the SQL predicate `sql` over `schema`.
+    pub fn compile(sql: &str, schema: &SchemaRef) -> Result<Self> {
+        let full = DFSchema::try_from(schema.as_ref().clone()).map_err(df_error)?;
+        let expr = logical_expr(sql, &full)?;
+        let columns: Vec<usize> = {
+            let read: std::collections::HashSet<&str> =
+                expr.column_refs().into_iter().map(|c| c.name.as_str()).collect();
+            (0..schema.fields().len())
+                .filter(|i| read.contains(schema.field(*i).name().as_str()))
+                .collect()
+        };
+        let narrow = Arc::new(schema.project(&columns)?);
+        let narrow_df = DFSchema::try_from(narrow.as_ref().clone()).map_err(df_error)?;
+        let expr = physical_expr(expr, &narrow_df)?;
+        Ok(NarrowPredicate {
+            columns,
+            schema: narrow,
+            expr,
+        })
+    }
+
+    /// Whether the predicate holds for each of `rows` rows, given `columns`
+    /// (one array per entry of [`Self::columns`]), as a mask without nulls
+    /// (NULL is not true).
+    pub fn mask(&self, columns: &[ArrayRef], rows: usize) -> Result<BooleanArray> {
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        let batch = RecordBatch::try_new_with_options(self.schema.clone(), columns.to_vec(), &options)?;
+        let mask = evaluate(&self.expr, &batch)?;
+        let mask = mask
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| Error::internal("a predicate that is not boolean"))?;
+        Ok(if mask.null_count() > 0 {
+            arrow::compute::prep_null_mask_filter(mask)
+        } else {
+            mask.clone()
+        })
+    }
+}
+
 /// SQL expression text over `df_schema`, parsed, coerced and simplified.
 fn logical_expr(sql: &str, df_schema: &DFSchema) -> Result<Expr> {
     let expr = EXPR_CONTEXT.parse_sql_expr(sql, df_schema).map_err(df_error)?;

@@ -103,6 +103,10 @@ pub struct UpdatingJoinOperator {
 
 impl UpdatingJoinOperator {
     pub fn new(spec: &JoinSpec, output_schema: SchemaRef, left_inputs: usize) -> Result<Self> {
+        if spec.filter.is_some() {
+            // Its conditions beyond the keys filter the changelog after it.
+            return Err(Error::internal("a changelog join with conditions of its own"));
+        }
         let sides = [spec.left.clone(), spec.right.clone()];
         let data_columns = sides.clone().map(|s| {
             (0..s.schema.fields().len())

@@ -277,8 +277,9 @@ fn detail(dag: &PhysicalDag, op: &crate::OperatorSpec) -> String {
                     None => "state kept until rows max (no ttl)".to_string(),
                 }
             };
+            let filter = j.filter.as_ref().map(|f| format!(" where {f}")).unwrap_or_default();
             format!(
-                "{} join on {}; {state}; rows max {}",
+                "{} join on {}{filter}; {state}; rows max {}",
                 j.kind.describe(),
                 pairs.join(" AND "),
                 j.state_rows_max

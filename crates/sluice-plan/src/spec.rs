@@ -589,6 +589,12 @@ pub struct JoinSpec {
     pub interval_ms: Option<[i64; 2]>,
     pub state_ttl_ms: Option<i64>,
     pub state_rows_max: usize,
+    /// An inner join's other conditions on the pair (beyond the keys; SQL
+    /// over the output columns): a pair is joined only when they hold.
+    /// The operator evaluates them on the columns they read before it
+    /// gathers the rest, so a pair they reject is never built whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
 }
 
 impl JoinSpec {

@@ -8,6 +8,7 @@ use super::side::{Entry, STORED_BATCH_ROWS_MAX};
 use super::{JoinState, SIDE_NAMES, SNAPSHOT_MATCHED, SNAPSHOT_TIME, event_times};
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
+use crate::project::NarrowPredicate;
 use arrow::array::{Array, ArrayRef, AsArray, UInt32Array, new_null_array};
 use arrow::compute::{interleave, take};
 use arrow::datatypes::{Int64Type, SchemaRef};
@@ -45,6 +46,8 @@ pub struct JoinOperator {
     pub(super) state: JoinState,
     /// Event-time TTL needs both sides' event time; else processing time.
     processing_time: bool,
+    /// An inner join's conditions beyond its keys ([`JoinSpec::filter`]).
+    filter: Option<NarrowPredicate>,
 }
 
 impl JoinOperator {
@@ -64,6 +67,15 @@ impl JoinOperator {
         if event_time_bound && (spec.left.time_column.is_none() || spec.right.time_column.is_none()) {
             return Err(Error::internal("windowed or interval join without event time"));
         }
+        let filter = match &spec.filter {
+            Some(_) if !spec.kind.is_inner() => {
+                return Err(Error::internal(
+                    "an outer join with conditions beyond its keys and times",
+                ));
+            }
+            Some(sql) => Some(NarrowPredicate::compile(sql, &output_schema)?),
+            None => None,
+        };
         Ok(JoinOperator {
             spec: spec.clone(),
             output_schema,
@@ -84,6 +96,7 @@ impl JoinOperator {
                 state
             },
             processing_time,
+            filter,
         })
     }
 
@@ -230,38 +243,123 @@ impl JoinOperator {
         Ok(())
     }
 
-    /// Output batches for the matches of a batch from `side`.
+    /// Output batches for the matches of a batch from `side`: with a
+    /// filter, those of the pairs it passes (the columns it reads gathered
+    /// first, kept for the passing pairs, the rest gathered for those only).
     fn gather(&self, side: usize, batch: &RecordBatch, matches: &[(u32, Entry)]) -> Result<Vec<RecordBatch>> {
-        let stored = &self.state.sides[1 - side];
         let mut out = Vec::new();
+        let width = self.output_schema.fields().len();
+        let (read, rest): (&[usize], Vec<usize>) = match &self.filter {
+            Some(f) => (&f.columns, (0..width).filter(|c| !f.columns.contains(c)).collect()),
+            None => (&[], (0..width).collect()),
+        };
         for chunk in matches.chunks(OUTPUT_BATCH_ROWS_MAX) {
-            let probe_rows = UInt32Array::from_iter_values(chunk.iter().map(|(r, _)| *r));
-            let probe: Vec<ArrayRef> = (0..self.side(side).output_columns)
-                .map(|c| take(batch.column(c), &probe_rows, None))
-                .collect::<std::result::Result<_, _>>()?;
-            let mut sources: Vec<u64> = chunk.iter().map(|(_, e)| e.batch).collect();
-            sources.sort_unstable();
-            sources.dedup();
-            let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
-            let indices: Vec<(usize, usize)> = chunk.iter().map(|(_, e)| (slot[&e.batch], e.row as usize)).collect();
-            let batches = sources
-                .iter()
-                .map(|b| stored.batch(*b).map(|s| &s.batch))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| Error::internal("join: a match refers to a freed batch"))?;
-            let mut other = Vec::new();
-            for c in 0..self.side(1 - side).output_columns {
-                let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-                other.push(interleave(&arrays, &indices)?);
+            let mut pairs = Pairs::of(&self.state.sides[1 - side], chunk)?;
+            let mut read_columns = Vec::new();
+            if let Some(filter) = &self.filter {
+                read_columns = self.gather_columns(side, batch, &pairs, read)?;
+                let mask = filter.mask(&read_columns, chunk.len())?;
+                let passing = mask.true_count();
+                if passing == 0 {
+                    continue;
+                }
+                if passing < chunk.len() {
+                    read_columns = read_columns
+                        .iter()
+                        .map(|c| arrow::compute::filter(c.as_ref(), &mask))
+                        .collect::<std::result::Result<_, _>>()?;
+                    pairs = pairs.select(mask.values().set_indices(), passing);
+                }
             }
-            let columns = if side == 0 {
-                probe.into_iter().chain(other).collect()
-            } else {
-                other.into_iter().chain(probe).collect()
-            };
+            let rest_columns = self.gather_columns(side, batch, &pairs, &rest)?;
+            // Both in output order: merged by column number.
+            let mut columns = Vec::with_capacity(width);
+            let (mut from_read, mut from_rest) = (read_columns.into_iter(), rest_columns.into_iter());
+            for c in 0..width {
+                let next = if read.contains(&c) {
+                    from_read.next()
+                } else {
+                    from_rest.next()
+                };
+                columns.push(next.ok_or_else(|| Error::internal("join: a gathered column is missing"))?);
+            }
             out.push(RecordBatch::try_new(self.output_schema.clone(), columns)?);
         }
         Ok(out)
+    }
+
+    /// The output columns `columns` (ascending) of `pairs` of a batch from
+    /// `side`.
+    fn gather_columns(
+        &self,
+        side: usize,
+        batch: &RecordBatch,
+        pairs: &Pairs<'_>,
+        columns: &[usize],
+    ) -> Result<Vec<ArrayRef>> {
+        let left_columns = self.spec.left.output_columns;
+        columns
+            .iter()
+            .map(|&c| {
+                // The column's side, and its index among that side's.
+                let (from, i) = if c < left_columns {
+                    (0, c)
+                } else {
+                    (1, c - left_columns)
+                };
+                Ok(if from == side {
+                    take(batch.column(i), &pairs.probe_rows, None)?
+                } else {
+                    let arrays: Vec<&dyn Array> = pairs.batches.iter().map(|b| b.column(i).as_ref()).collect();
+                    interleave(&arrays, &pairs.stored_rows)?
+                })
+            })
+            .collect()
+    }
+}
+
+/// Matched pairs ready to gather: the probing batch's rows, and the other
+/// side's stored batches they matched with each pair's (batch, row) in
+/// them.
+struct Pairs<'a> {
+    probe_rows: UInt32Array,
+    batches: Vec<&'a RecordBatch>,
+    stored_rows: Vec<(usize, usize)>,
+}
+
+impl<'a> Pairs<'a> {
+    /// The pairs `chunk` of a probe of `stored`.
+    fn of(stored: &'a super::side::SideState, chunk: &[(u32, Entry)]) -> Result<Self> {
+        let mut sources: Vec<u64> = chunk.iter().map(|(_, e)| e.batch).collect();
+        sources.sort_unstable();
+        sources.dedup();
+        let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+        let batches = sources
+            .iter()
+            .map(|b| stored.batch(*b).map(|s| &s.batch))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::internal("join: a match refers to a freed batch"))?;
+        Ok(Pairs {
+            probe_rows: UInt32Array::from_iter_values(chunk.iter().map(|(r, _)| *r)),
+            batches,
+            stored_rows: chunk.iter().map(|(_, e)| (slot[&e.batch], e.row as usize)).collect(),
+        })
+    }
+
+    /// The `n` pairs at `positions` (ascending) only.
+    fn select(self, positions: impl Iterator<Item = usize>, n: usize) -> Self {
+        let mut probe_rows = Vec::with_capacity(n);
+        let mut stored_rows = Vec::with_capacity(n);
+        let probe = self.probe_rows.values();
+        for p in positions {
+            probe_rows.push(probe[p]);
+            stored_rows.push(self.stored_rows[p]);
+        }
+        Pairs {
+            probe_rows: UInt32Array::from(probe_rows),
+            stored_rows,
+            batches: self.batches,
+        }
     }
 }
 

@@ -47,6 +47,7 @@ fn spec(windowed: bool, ttl: Option<i64>, rows_max: usize) -> JoinSpec {
         interval_ms: None,
         state_ttl_ms: ttl,
         state_rows_max: rows_max,
+        filter: None,
     }
 }
 
@@ -180,15 +181,21 @@ async fn matches_a_nested_loop_over_interleaved_batches() {
         (10, [false, false]),
         (10, [true, true]),
     ] {
-        nested_loop_rounds(&mut next, flip_at, start).await;
+        for filtered in [false, true] {
+            nested_loop_rounds(&mut next, flip_at, start, filtered).await;
+        }
     }
 }
 
 /// 20 rounds of random batches on random sides, the sides indexed as in
 /// `start` (`true`: indexed, `false`: scanned), each flipped at round
-/// `flip_at`; the joined rows must be the nested loop's.
-async fn nested_loop_rounds(next: &mut impl FnMut() -> i64, flip_at: i64, start: [bool; 2]) {
-    let mut h = Harness::new(spec(false, None, 1_000_000));
+/// `flip_at`; the joined rows must be the nested loop's (`filtered`: the
+/// pairs where `l_v < r_v`, a condition of the join's own).
+async fn nested_loop_rounds(next: &mut impl FnMut() -> i64, flip_at: i64, start: [bool; 2], filtered: bool) {
+    let mut h = Harness::new(JoinSpec {
+        filter: filtered.then(|| "l_v < r_v".to_string()),
+        ..spec(false, None, 1_000_000)
+    });
     let set = |h: &mut Harness, modes: [bool; 2]| {
         let JoinState { sides, hasher, .. } = &mut h.op.state;
         for (side, indexed) in sides.iter_mut().zip(modes) {
@@ -220,7 +227,7 @@ async fn nested_loop_rounds(next: &mut impl FnMut() -> i64, flip_at: i64, start:
     let mut expected = Vec::new();
     for l in &left {
         for r in &right {
-            if l.1.is_some() && l.1 == r.1 {
+            if l.1.is_some() && l.1 == r.1 && (!filtered || l.2 < r.2) {
                 expected.push((l.0, l.2, r.0, r.2));
             }
         }
@@ -228,7 +235,43 @@ async fn nested_loop_rounds(next: &mut impl FnMut() -> i64, flip_at: i64, start:
     expected.sort_unstable();
     got.sort_unstable();
     assert!(!expected.is_empty());
-    assert_eq!(got, expected, "sides indexed {start:?}, flipped at round {flip_at}");
+    assert_eq!(
+        got, expected,
+        "sides indexed {start:?}, flipped at round {flip_at}, filtered {filtered}"
+    );
+}
+
+#[tokio::test]
+async fn pairs_the_join_condition_rejects_are_never_emitted_and_nulls_reject() {
+    // The condition reads columns of each side: those are gathered for the
+    // candidates, then only passing pairs are built. It is NULL for the
+    // left row of value 13: not true, so that pair is not joined.
+    let mut h = Harness::new(JoinSpec {
+        filter: Some("CASE WHEN l_v = 13 THEN NULL ELSE r_t >= l_t END AND r_v - l_v < 100".to_string()),
+        ..spec(false, None, 1_000)
+    });
+    let left: Vec<(i64, Option<i64>, i64)> = (0..50).map(|i| (i * 10, Some(i % 5), i)).collect();
+    assert_eq!(h.send(0, rows("l", &left)).await.unwrap(), vec![]);
+    // Earlier than every left row of its key, or 100 more: no pair passes,
+    // and no batch (not even an empty one) goes out.
+    let right: Vec<(i64, Option<i64>, i64)> = vec![(-1, Some(1), 5), (1_000, Some(2), 500)];
+    let mut ctx = OperatorContext {
+        output: &mut h.output,
+        metrics: &h.metrics,
+        watermark: h.watermark,
+    };
+    h.op.process_batch(rows("r", &right), 1, &mut ctx).await.unwrap();
+    assert!(h.rx.try_recv().is_err(), "a batch went out");
+    // Some pass: those of key 3 at or before 250, whose value is within
+    // 100, but the one whose condition is NULL.
+    let out = h.send(1, rows("r", &[(250, Some(3), 110)])).await.unwrap();
+    let expected: Vec<(i64, i64, i64, i64)> = left
+        .iter()
+        .filter(|l| l.1 == Some(3) && l.0 <= 250 && 110 - l.2 < 100 && l.2 != 13)
+        .map(|l| (l.0, l.2, 250, 110))
+        .collect();
+    assert_eq!(expected.len(), 2, "left rows 18, 23");
+    assert_eq!(out, expected);
 }
 
 #[tokio::test]

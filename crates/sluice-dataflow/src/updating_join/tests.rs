@@ -36,6 +36,7 @@ fn spec(kind: JoinKind, changelog: [bool; 2], rows_max: usize, ttl: Option<i64>)
         interval_ms: None,
         state_ttl_ms: ttl,
         state_rows_max: rows_max,
+        filter: None,
     }
 }
 

@@ -10,7 +10,9 @@
 //! The conjuncts of `ON` and of a `WHERE` right above the join are sorted:
 //! those reading one side only become that side's filter (before the
 //! exchange, so fewer rows are shipped and stored), `l = r` pairs become
-//! the join keys, and the rest filter the joined rows. A join whose keys
+//! the join keys, and the rest filter the joined rows: in the operator for
+//! an append-only inner join (`JoinSpec::filter`, checked before a pair is
+//! built whole), else in a filter after it. A join whose keys
 //! pair the two sides' event-time columns (e.g. both `window_end`s after
 //! window aggregates) is *windowed*: its state is freed on the watermark.
 //! A join whose other conditions bound each side's event time by the
@@ -21,10 +23,10 @@
 //! (`join_state_rows_max`) fails it.
 
 use super::{DagBuilder, unsupported};
-use crate::planner::stage::{Stage, col};
+use crate::planner::stage::{Stage, col, substitute, to_sql};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::DFSchema;
-use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Join, JoinType, Operator};
 use sluice_plan::{JoinKind, JoinSide, JoinSpec, OP_COLUMN, OperatorKind, Partitioning};
 use sluice_types::{Error, Result, SqlCode};
@@ -243,6 +245,25 @@ impl DagBuilder<'_> {
             ));
         }
         let out_schema = Arc::new(Schema::new(fields));
+        let exprs: Vec<Expr> = (0..n_left)
+            .map(|i| col(&format!("_l{i}")))
+            .chain((0..n_right).map(|i| col(&format!("_r{i}"))))
+            .collect();
+        let joined = join.schema.as_ref();
+        // An outer join's ON conditions were all taken by the operator.
+        let mut residual = if kind.is_inner() { residual } else { Vec::new() };
+        // An append-only inner join checks the rest itself, on the columns
+        // they read, before it builds a pair whole (a changelog's rows pass
+        // through the filter after it, op and all).
+        let filter = if kind.is_inner() && !updating && !residual.is_empty() {
+            let over_output = std::mem::take(&mut residual)
+                .iter()
+                .map(|r| substitute(r, joined, &exprs))
+                .collect::<Result<Vec<_>>>()?;
+            conjunction(over_output).map(|e| to_sql(&e)).transpose()?
+        } else {
+            None
+        };
         let spec = JoinSpec {
             left: left_side.clone(),
             right: right_side.clone(),
@@ -251,16 +272,13 @@ impl DagBuilder<'_> {
             interval_ms,
             state_ttl_ms,
             state_rows_max: self.settings.join_state_rows_max,
+            filter,
         };
         debug_assert_eq!(spec.updating(), updating);
         let parallelism = self.settings.parallelism;
         let op = self.add(OperatorKind::Join(spec), parallelism, out_schema.clone());
         self.connect(left_op, op, Partitioning::Hash(left_side.keys.clone()));
         self.connect(right_op, op, Partitioning::Hash(right_side.keys.clone()));
-        let exprs: Vec<Expr> = (0..n_left)
-            .map(|i| col(&format!("_l{i}")))
-            .chain((0..n_right).map(|i| col(&format!("_r{i}"))))
-            .collect();
         // The joined rows keep the left side's event time when it is an output
         // column and the join is windowed (its rows never fall behind the watermark).
         // (A right or full outer join's left columns may be NULL: no event time.)
@@ -269,9 +287,6 @@ impl DagBuilder<'_> {
             .filter(|i| windowed && *i < n_left && !preserved[1])
             .map(|i| format!("_l{i}"));
         let mut stage = Stage::new(op, parallelism, out_schema, exprs, time_column);
-        let joined = join.schema.as_ref();
-        // An outer join's ON conditions were all taken by the operator.
-        let residual = if kind.is_inner() { residual } else { Vec::new() };
         for r in residual.into_iter().chain(after) {
             let e = stage.substitute(&r, joined)?;
             add_filter(&mut stage, e);

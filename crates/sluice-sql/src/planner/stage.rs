@@ -63,20 +63,7 @@ impl Stage {
     /// Rewrites `expr`, written over the child plan's `schema`, into an
     /// expression over this stage's input.
     pub fn substitute(&self, expr: &Expr, schema: &DFSchema) -> Result<Expr> {
-        let exprs = &self.exprs;
-        expr.clone()
-            .transform_up(|e| match e {
-                Expr::Column(c) => {
-                    let i = schema.index_of_column(&c)?;
-                    Ok(Transformed::yes(exprs[i].clone()))
-                }
-                Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) => Err(
-                    datafusion::error::DataFusionError::NotImplemented("subqueries in continuous queries".into()),
-                ),
-                other => Ok(Transformed::no(other)),
-            })
-            .map(|t| t.data)
-            .map_err(plan_error)
+        substitute(expr, schema, &self.exprs)
     }
 
     /// This stage with its output replaced by `projection` (whose input is
@@ -115,6 +102,24 @@ impl Stage {
             .collect::<Result<Vec<_>>>()?;
         Ok(Arc::new(Schema::new(fields)))
     }
+}
+
+/// Rewrites `expr`, written over `schema`, replacing its `i`th column by
+/// `exprs[i]`.
+pub fn substitute(expr: &Expr, schema: &DFSchema, exprs: &[Expr]) -> Result<Expr> {
+    expr.clone()
+        .transform_up(|e| match e {
+            Expr::Column(c) => {
+                let i = schema.index_of_column(&c)?;
+                Ok(Transformed::yes(exprs[i].clone()))
+            }
+            Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) => Err(
+                datafusion::error::DataFusionError::NotImplemented("subqueries in continuous queries".into()),
+            ),
+            other => Ok(Transformed::no(other)),
+        })
+        .map(|t| t.data)
+        .map_err(plan_error)
 }
 
 /// True when `expr` mentions a window marker column.
