@@ -4,7 +4,7 @@
 //! snapshot and restore of both sides.
 
 use super::expiry::{self, FREE_ROWS_STEP};
-use super::side::{Entry, STORED_BATCH_ROWS_MAX};
+use super::side::{Entry, STORED_BATCH_ROWS_MAX, SideState};
 use super::{JoinState, SIDE_NAMES, SNAPSHOT_MATCHED, SNAPSHOT_TIME, event_times};
 use crate::checkpoint::TaskState;
 use crate::operator::{Operator, OperatorContext};
@@ -183,15 +183,7 @@ impl JoinOperator {
             Padded::Stored(entries) => {
                 let stored = &self.state.sides[side];
                 for chunk in entries.chunks(OUTPUT_BATCH_ROWS_MAX) {
-                    let mut sources: Vec<u64> = chunk.iter().map(|e| e.batch).collect();
-                    sources.dedup();
-                    let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
-                    let indices: Vec<(usize, usize)> = chunk.iter().map(|e| (slot[&e.batch], e.row as usize)).collect();
-                    let batches = sources
-                        .iter()
-                        .map(|b| stored.batch(*b).map(|s| &s.batch))
-                        .collect::<Option<Vec<_>>>()
-                        .ok_or_else(|| Error::internal("join: an unmatched row's batch was freed"))?;
+                    let (batches, indices) = stored_rows(stored, chunk.iter().copied())?;
                     let mut columns = Vec::with_capacity(own);
                     for c in 0..own {
                         let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
@@ -318,6 +310,24 @@ impl JoinOperator {
     }
 }
 
+/// The stored batches of `stored` that `entries` are rows of, and each
+/// entry as (its batch's place among them, its row): what `interleave`
+/// gathers them by.
+type StoredRows<'a> = (Vec<&'a RecordBatch>, Vec<(usize, usize)>);
+
+fn stored_rows<'a>(stored: &'a SideState, entries: impl Iterator<Item = Entry> + Clone) -> Result<StoredRows<'a>> {
+    let mut sources: Vec<u64> = entries.clone().map(|e| e.batch).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+    let batches = sources
+        .iter()
+        .map(|b| stored.batch(*b).map(|s| &s.batch))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Error::internal("join: a stored row's batch was freed"))?;
+    Ok((batches, entries.map(|e| (slot[&e.batch], e.row as usize)).collect()))
+}
+
 /// Matched pairs ready to gather: the probing batch's rows, and the other
 /// side's stored batches they matched with each pair's (batch, row) in
 /// them.
@@ -329,20 +339,12 @@ struct Pairs<'a> {
 
 impl<'a> Pairs<'a> {
     /// The pairs `chunk` of a probe of `stored`.
-    fn of(stored: &'a super::side::SideState, chunk: &[(u32, Entry)]) -> Result<Self> {
-        let mut sources: Vec<u64> = chunk.iter().map(|(_, e)| e.batch).collect();
-        sources.sort_unstable();
-        sources.dedup();
-        let slot: HashMap<u64, usize> = sources.iter().enumerate().map(|(i, b)| (*b, i)).collect();
-        let batches = sources
-            .iter()
-            .map(|b| stored.batch(*b).map(|s| &s.batch))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::internal("join: a match refers to a freed batch"))?;
+    fn of(stored: &'a SideState, chunk: &[(u32, Entry)]) -> Result<Self> {
+        let (batches, stored_rows) = stored_rows(stored, chunk.iter().map(|(_, e)| *e))?;
         Ok(Pairs {
             probe_rows: UInt32Array::from_iter_values(chunk.iter().map(|(r, _)| *r)),
             batches,
-            stored_rows: chunk.iter().map(|(_, e)| (slot[&e.batch], e.row as usize)).collect(),
+            stored_rows,
         })
     }
 
