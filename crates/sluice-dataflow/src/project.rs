@@ -44,7 +44,7 @@ pub struct NarrowPredicate {
     /// The columns it reads, as indices into the full schema, in order.
     pub columns: Vec<usize>,
     /// The schema of a batch of those columns.
-    pub schema: SchemaRef,
+    schema: SchemaRef,
     expr: Arc<dyn PhysicalExpr>,
 }
 
